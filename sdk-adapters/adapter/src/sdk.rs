@@ -1,0 +1,152 @@
+//! The adapter trait and the values that cross it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use crate::TurnEvent;
+
+/// How many events a turn may buffer before the adapter must wait for the
+/// runner to take them (backpressure, never loss).
+pub const TURN_EVENT_BUFFER: usize = 256;
+
+/// Whether an SDK can take work right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SdkStatus {
+    Ready,
+    /// Present but missing configuration (binary absent, no credentials…).
+    Unconfigured,
+    /// Configured but failing.
+    Error,
+}
+
+/// A model an SDK offers, with the reasoning levels it accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    pub name: String,
+    /// Empty means the model only has its default level.
+    pub reasoning_levels: Vec<String>,
+}
+
+impl ModelInfo {
+    pub fn new(name: &str, levels: &[&str]) -> Self {
+        Self {
+            name: name.to_owned(),
+            reasoning_levels: levels.iter().map(|l| (*l).to_owned()).collect(),
+        }
+    }
+}
+
+/// What registration advertises for one SDK.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SdkDescription {
+    pub name: String,
+    pub status: SdkStatus,
+    /// Why the SDK is not ready.
+    pub error_message: Option<String>,
+    pub models: Vec<ModelInfo>,
+}
+
+/// An agent as the adapter sees it.
+#[derive(Debug, Clone)]
+pub struct AgentSpec {
+    pub agent_id: String,
+    /// The agent's home directory (skills live under `.agents/skills/`).
+    pub home: PathBuf,
+}
+
+/// A thread to create, or to re-open after a restart.
+#[derive(Debug, Clone)]
+pub struct ThreadSpec {
+    pub agent_id: String,
+    pub thread_id: String,
+    /// The thread's own workspace; commands run here.
+    pub workspace: PathBuf,
+    pub model: String,
+    pub reasoning_level: Option<String>,
+    /// The SDK's own id from an earlier `create_thread`, when re-opening.
+    pub sdk_thread_id: Option<String>,
+}
+
+/// What the runner stores about a created thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadHandle {
+    /// The SDK's id for the thread (persisted; passed back on re-open).
+    pub sdk_thread_id: String,
+}
+
+/// One user message that starts a turn.
+#[derive(Debug, Clone)]
+pub struct TurnInput {
+    pub text: String,
+    /// Overrides the thread's model for this turn.
+    pub model: Option<String>,
+    /// Overrides the thread's reasoning level for this turn.
+    pub reasoning_level: Option<String>,
+}
+
+/// A started turn.
+pub struct Turn {
+    /// The SDK's id for the turn.
+    pub sdk_turn_id: String,
+    /// Events until [`TurnEvent::Finished`]; bounded by [`TURN_EVENT_BUFFER`].
+    pub events: mpsc::Receiver<TurnEvent>,
+    pub control: Arc<dyn TurnControl>,
+}
+
+/// Steering and interruption of a running turn.
+#[async_trait]
+pub trait TurnControl: Send + Sync {
+    /// Deliver `text` into the running turn. On success the adapter emits
+    /// [`TurnEvent::Steered`] with `tag` where the text joins the turn.
+    async fn steer(&self, text: String, tag: u64) -> Result<(), SteerError>;
+    /// Ask the turn to stop. Returns at once; the turn ends with
+    /// [`TurnEvent::Finished`] (`Interrupted`) soon after. Idempotent.
+    fn interrupt(&self);
+}
+
+/// Why a steer was not delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum SteerError {
+    /// The turn finished before the text could join it.
+    #[error("the turn already ended")]
+    TurnEnded,
+    /// The SDK cannot steer, or refused this text.
+    #[error("{0}")]
+    Rejected(String),
+}
+
+/// An adapter failure; its text reaches the control plane in a `RequestError`.
+#[derive(Debug, thiserror::Error)]
+pub enum SdkError {
+    /// The request is wrong for this SDK (unknown model, bad option…).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The SDK is not configured or not reachable.
+    #[error("sdk unavailable: {0}")]
+    Unavailable(String),
+    /// The SDK failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// One agent SDK the runner can drive.
+#[async_trait]
+pub trait SdkAdapter: Send + Sync + 'static {
+    /// The SDK's name on the wire (`scripted`, `code-agent`, `codex`…).
+    fn name(&self) -> &str;
+    /// Current status and models; called before every registration.
+    async fn describe(&self) -> SdkDescription;
+    /// Prepare an agent. Called again for known agents after a restart.
+    async fn create_agent(&self, agent: &AgentSpec) -> Result<(), SdkError>;
+    /// Release everything the SDK holds for the agent.
+    async fn delete_agent(&self, agent_id: &str) -> Result<(), SdkError>;
+    /// Create a thread, or re-open one when `spec.sdk_thread_id` is set.
+    async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError>;
+    /// Release the SDK's resources for a thread (its turn is already over).
+    async fn delete_thread(&self, spec: &ThreadSpec) -> Result<(), SdkError>;
+    /// Start a turn on a thread that has none running.
+    async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError>;
+}

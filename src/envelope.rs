@@ -1,0 +1,119 @@
+//! `buf.validate` checks for the two envelopes, `ServerMessage` and
+//! `ClientMessage`.
+//!
+//! Their payload sits in a oneof of messages, which the build-time generator
+//! does not cover, so these impls delegate to the payload's generated impl
+//! and prefix each violation with the oneof field's name
+//! (`create_agent_request.agent_id: …`). A payload whose message has no rules
+//! is valid as it is. An envelope with no payload is left to the caller: it is
+//! not a `buf.validate` rule, but the runner rejects it all the same.
+
+use prost_protovalidate::{Validate, ValidationError};
+
+use crate::runner::{ClientMessage, ServerMessage, client_message, server_message};
+
+fn prefixed(field: &str, result: Result<(), ValidationError>) -> Result<(), ValidationError> {
+    result.map_err(|err| {
+        ValidationError::new(
+            err.into_violations()
+                .into_iter()
+                .map(|mut v| {
+                    v.prepend_field_path(field);
+                    v
+                })
+                .collect(),
+        )
+    })
+}
+
+impl Validate for ServerMessage {
+    fn validate(&self) -> Result<(), ValidationError> {
+        use server_message::Request;
+        match &self.request {
+            None | Some(Request::HeartbeatRequest(_)) => Ok(()),
+            Some(Request::CreateAgentRequest(m)) => prefixed("create_agent_request", m.validate()),
+            Some(Request::DeleteAgentRequest(m)) => prefixed("delete_agent_request", m.validate()),
+            Some(Request::CreateThreadRequest(m)) => {
+                prefixed("create_thread_request", m.validate())
+            }
+            Some(Request::DeleteThreadRequest(m)) => {
+                prefixed("delete_thread_request", m.validate())
+            }
+            Some(Request::CreateUserMessageRequest(m)) => {
+                prefixed("create_user_message_request", m.validate())
+            }
+            Some(Request::InstallSkillsMpRequest(m)) => {
+                prefixed("install_skills_mp_request", m.validate())
+            }
+            Some(Request::InterruptTurnRequest(m)) => {
+                prefixed("interrupt_turn_request", m.validate())
+            }
+        }
+    }
+}
+
+impl Validate for ClientMessage {
+    fn validate(&self) -> Result<(), ValidationError> {
+        use client_message::Payload;
+        match &self.payload {
+            None | Some(Payload::HeartbeatResponse(_)) => Ok(()),
+            Some(Payload::RequestError(m)) => prefixed("request_error", m.validate()),
+            Some(Payload::AgentUpdate(m)) => prefixed("agent_update", m.validate()),
+            Some(Payload::ThreadUpdate(m)) => prefixed("thread_update", m.validate()),
+            Some(Payload::TurnUpdate(m)) => prefixed("turn_update", m.validate()),
+            Some(Payload::ItemUpdate(m)) => prefixed("item_update", m.validate()),
+            Some(Payload::SkillMpUpdate(m)) => prefixed("skill_mp_update", m.validate()),
+            Some(Payload::ThreadTokenUsageUpdate(m)) => {
+                prefixed("thread_token_usage_update", m.validate())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::{CreateAgentRequest, ItemUpdate, RequestError};
+    use crate::violations;
+
+    #[test]
+    fn server_message_violation_names_the_nested_field() {
+        let msg = ServerMessage {
+            request_id: "r1".into(),
+            request: Some(server_message::Request::CreateAgentRequest(
+                CreateAgentRequest {
+                    agent_id: String::new(),
+                    agent_sdk: "scripted".into(),
+                },
+            )),
+        };
+        let err = msg.validate().unwrap_err();
+        assert_eq!(
+            violations(&err),
+            "create_agent_request.agent_id: value length must be at least 1 characters"
+        );
+    }
+
+    #[test]
+    fn client_message_checks_nested_command_item() {
+        let msg = ClientMessage {
+            request_id: None,
+            payload: Some(client_message::Payload::ItemUpdate(ItemUpdate {
+                sdk_item_id: "i".into(),
+                thread_id: "t".into(),
+                sdk_turn_id: "u".into(),
+                command_execution_item: Some(Default::default()),
+                ..Default::default()
+            })),
+        };
+        let text = violations(&msg.validate().unwrap_err());
+        assert!(text.contains("item_update.command_execution_item.command"), "{text}");
+        let ok = ClientMessage {
+            request_id: Some("r".into()),
+            payload: Some(client_message::Payload::RequestError(RequestError {
+                error_message: "boom".into(),
+            })),
+        };
+        assert!(ok.validate().is_ok());
+    }
+}
