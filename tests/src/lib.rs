@@ -1,0 +1,1 @@
+//! Placeholder until the mock control plane lands.
