@@ -1,1 +1,24 @@
-//! Placeholder.
+//! `agent-runner`: registers with a control plane, holds one ControlChannel
+//! for its whole life, and runs coding agents through SDK adapters.
+//!
+//! A request's path: [`link`] reads it off the ControlChannel →
+//! [`dispatch`] validates and routes it → an [`agent`] or [`thread`] task
+//! calls the SDK adapter → the adapter's turn events become updates
+//! ([`updates`]) → [`outbox`] → back out through [`link`].
+//! See `docs/architecture.md`.
+
+pub mod agent;
+pub mod config;
+pub mod demo;
+pub mod dispatch;
+pub mod link;
+pub mod logging;
+pub mod metrics;
+pub mod outbox;
+pub mod runner;
+pub mod runtime;
+pub mod sdks;
+pub mod state;
+pub mod thread;
+pub mod updates;
+pub mod workspace;

@@ -1,1 +1,125 @@
-fn main() {}
+//! The `agent-runner` command line: `run`, `demo`, `sdk list`.
+//!
+//! Secrets: `AGENT_RUNNER_SECRET` is read and removed from the environment
+//! before any thread starts, so no agent process ever inherits it.
+
+use std::process::ExitCode;
+
+use agent_runner::config::{RunArgs, RunConfig, Secret};
+use agent_runner::runner::Runner;
+use agent_runner::{demo, logging, sdks};
+use clap::{Parser, Subcommand};
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Parser)]
+#[command(name = "agent-runner", version, about = "Runs coding agents for a remote control plane")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Register with the control plane and serve it until SIGTERM/SIGINT
+    /// (first signal drains, a second exits at once).
+    Run(RunArgs),
+    /// Run a mock control plane and a runner in-process and print a live
+    /// transcript of one scripted turn.
+    Demo(demo::DemoArgs),
+    /// SDK adapters.
+    Sdk {
+        #[command(subcommand)]
+        command: SdkCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SdkCommand {
+    /// Print each built-in adapter, its status and models.
+    List,
+}
+
+fn main() -> ExitCode {
+    let env_secret = take_env_secret();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agent-runner: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run(args, env_secret).await,
+            Command::Demo(args) => demo::run(args).await,
+            Command::Sdk {
+                command: SdkCommand::List,
+            } => sdk_list().await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agent-runner: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn take_env_secret() -> Option<Secret> {
+    let value = std::env::var("AGENT_RUNNER_SECRET").ok();
+    // SAFETY: called first thing in main, before any other thread exists.
+    unsafe { std::env::remove_var("AGENT_RUNNER_SECRET") };
+    value
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .map(Secret::new)
+}
+
+async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
+    let config = RunConfig::resolve(args, env_secret)?;
+    logging::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut runner = Runner::start(&config).await?;
+    tracing::info!(
+        control_plane = %config.control_plane.origin,
+        sdks = ?runner.rt.sdks.names(),
+        "runner started"
+    );
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        refused = runner.refused() => return refused,
+    }
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        eprintln!("agent-runner: second signal, exiting at once");
+        std::process::exit(130);
+    });
+    runner.shutdown(config.drain_timeout).await
+}
+
+async fn sdk_list() -> anyhow::Result<()> {
+    let names: Vec<String> = sdks::BUILT_IN.iter().map(|s| (*s).to_owned()).collect();
+    let all = sdks::Sdks::new(&names).map_err(anyhow::Error::msg)?;
+    for d in all.describe_all().await {
+        let status = format!("{:?}", d.status).to_lowercase();
+        match &d.error_message {
+            Some(why) => println!("{}  {status}  ({why})", d.name),
+            None => println!("{}  {status}", d.name),
+        }
+        for m in &d.models {
+            if m.reasoning_levels.is_empty() {
+                println!("    {}", m.name);
+            } else {
+                println!("    {}  reasoning: {}", m.name, m.reasoning_levels.join(", "));
+            }
+        }
+    }
+    Ok(())
+}

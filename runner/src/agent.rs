@@ -1,0 +1,238 @@
+//! One task per agent: creates and deletes it, creates its threads, installs
+//! its skills, one request at a time in arrival order.
+//!
+//! The task is started on the agent's first request and retires when its
+//! mailbox is empty and the agent does not exist (never created, or deleted),
+//! so ids that lead nowhere cost nothing.
+
+use std::sync::Arc;
+
+use agent_runner_proto::runner::{AgentStatus, ThreadStatus};
+use sdk_adapter::{AgentSpec, ThreadSpec};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::runtime::{MAILBOX, Runtime};
+use crate::state::{AgentRow, ThreadRow};
+use crate::thread::ThreadCmd;
+use crate::updates::{self, RequestId};
+
+pub enum AgentCmd {
+    Create {
+        sdk: String,
+        rid: RequestId,
+    },
+    Delete {
+        rid: RequestId,
+    },
+    CreateThread {
+        model: String,
+        reasoning_level: Option<String>,
+        rid: RequestId,
+    },
+    InstallSkill {
+        package: String,
+        rid: RequestId,
+    },
+}
+
+impl AgentCmd {
+    pub fn rid(self) -> RequestId {
+        match self {
+            AgentCmd::Create { rid, .. }
+            | AgentCmd::Delete { rid }
+            | AgentCmd::CreateThread { rid, .. }
+            | AgentCmd::InstallSkill { rid, .. } => rid,
+        }
+    }
+}
+
+pub fn spawn(rt: Arc<Runtime>, agent_id: String) -> mpsc::Sender<AgentCmd> {
+    let (tx, mut rx) = mpsc::channel(MAILBOX);
+    let me = tx.clone();
+    let tracker = rt.tasks.clone();
+    tracker.spawn(async move {
+        let task = AgentTask { rt, agent_id };
+        loop {
+            let Some(cmd) = rx.recv().await else { break };
+            let result = task.handle(cmd).await;
+            let exists = matches!(task.rt.store.agent(&task.agent_id), Ok(Some(_)));
+            if let Err((rid, text)) = result {
+                task.rt.outbox.push(updates::request_error(rid, text)).await;
+            }
+            if !exists && task.rt.retire_agent(&task.agent_id, &me, || rx.is_empty()) {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+struct AgentTask {
+    rt: Arc<Runtime>,
+    agent_id: String,
+}
+
+type Reply = Result<(), (RequestId, String)>;
+
+impl AgentTask {
+    async fn handle(&self, cmd: AgentCmd) -> Reply {
+        match cmd {
+            AgentCmd::Create { sdk, rid } => self.create(sdk, rid).await,
+            AgentCmd::Delete { rid } => self.delete(rid).await,
+            AgentCmd::CreateThread {
+                model,
+                reasoning_level,
+                rid,
+            } => self.create_thread(model, reasoning_level, rid).await,
+            AgentCmd::InstallSkill { package, rid } => Err((
+                rid,
+                format!(
+                    "UNIMPLEMENTED: skill package installation is not built yet; {package:?} was not installed"
+                ),
+            )),
+        }
+    }
+
+    async fn create(&self, sdk: String, rid: RequestId) -> Reply {
+        let rt = &self.rt;
+        let existing = rt.store.agent(&self.agent_id).map_err(|e| (rid.clone(), e.to_string()))?;
+        if let Some(row) = existing {
+            if row.sdk != sdk {
+                return Err((
+                    rid,
+                    format!(
+                        "agent {} already exists with SDK {:?}; delete it before re-creating it with {sdk:?}",
+                        self.agent_id, row.sdk
+                    ),
+                ));
+            }
+            rt.outbox
+                .push(updates::agent(rid, &self.agent_id, AgentStatus::Ready))
+                .await;
+            return Ok(());
+        }
+        let Some(adapter) = rt.sdks.get(&sdk) else {
+            return Err((
+                rid,
+                format!(
+                    "create_agent_request.agent_sdk: unknown SDK {sdk:?} (this runner offers: {})",
+                    rt.sdks.names().join(", ")
+                ),
+            ));
+        };
+        let home = rt.workspaces.agent_home(&self.agent_id);
+        rt.workspaces
+            .create(&home)
+            .map_err(|e| (rid.clone(), format!("creating the agent's home: {e}")))?;
+        let spec = AgentSpec {
+            agent_id: self.agent_id.clone(),
+            home,
+        };
+        adapter
+            .create_agent(&spec)
+            .await
+            .map_err(|e| (rid.clone(), e.to_string()))?;
+        rt.store
+            .put_agent(&AgentRow {
+                agent_id: self.agent_id.clone(),
+                sdk,
+            })
+            .map_err(|e| (rid.clone(), e.to_string()))?;
+        rt.outbox
+            .push(updates::agent(rid, &self.agent_id, AgentStatus::Ready))
+            .await;
+        Ok(())
+    }
+
+    async fn delete(&self, rid: RequestId) -> Reply {
+        let rt = &self.rt;
+        let row = rt.store.agent(&self.agent_id).map_err(|e| (rid.clone(), e.to_string()))?;
+        for tx in rt.agent_threads(&self.agent_id) {
+            let (done, wait) = oneshot::channel();
+            let cmd = ThreadCmd::Delete {
+                rid: rid.clone(),
+                done: Some(done),
+            };
+            if tx.send(cmd).await.is_ok() {
+                let _ = wait.await;
+            }
+        }
+        if let Some(row) = row
+            && let Some(adapter) = rt.sdks.get(&row.sdk)
+            && let Err(e) = adapter.delete_agent(&self.agent_id).await
+        {
+            tracing::warn!(agent_id = %self.agent_id, error = %e, "SDK failed to delete agent");
+        }
+        if let Err(e) = rt.workspaces.remove(&rt.workspaces.agent_home(&self.agent_id)) {
+            tracing::warn!(agent_id = %self.agent_id, error = %e, "removing agent home failed");
+        }
+        rt.store
+            .delete_agent(&self.agent_id)
+            .map_err(|e| (rid.clone(), e.to_string()))?;
+        rt.outbox
+            .push(updates::agent(rid, &self.agent_id, AgentStatus::Deleted))
+            .await;
+        Ok(())
+    }
+
+    async fn create_thread(
+        &self,
+        model: String,
+        reasoning_level: Option<String>,
+        rid: RequestId,
+    ) -> Reply {
+        let rt = &self.rt;
+        let reasoning_level = reasoning_level.filter(|l| !l.is_empty());
+        let Some(agent) = rt.store.agent(&self.agent_id).map_err(|e| (rid.clone(), e.to_string()))? else {
+            return Err((
+                rid,
+                format!("create_thread_request.agent_id: unknown agent {}", self.agent_id),
+            ));
+        };
+        let Some(adapter) = rt.sdks.get(&agent.sdk) else {
+            return Err((
+                rid,
+                format!("agent {}'s SDK {:?} is not enabled on this runner", self.agent_id, agent.sdk),
+            ));
+        };
+        rt.sdks
+            .check_model(&agent.sdk, &model, reasoning_level.as_deref())
+            .map_err(|e| (rid.clone(), format!("create_thread_request: {e}")))?;
+        let thread_id = format!("thr-{}", uuid::Uuid::new_v4().simple());
+        let workspace = rt.workspaces.thread_dir(&self.agent_id, &thread_id);
+        rt.workspaces
+            .create(&workspace)
+            .map_err(|e| (rid.clone(), format!("creating the thread's workspace: {e}")))?;
+        let mut spec = ThreadSpec {
+            agent_id: self.agent_id.clone(),
+            thread_id: thread_id.clone(),
+            workspace: workspace.clone(),
+            model: model.clone(),
+            reasoning_level: reasoning_level.clone(),
+            sdk_thread_id: None,
+        };
+        let handle = match adapter.create_thread(&spec).await {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = rt.workspaces.remove(&workspace);
+                return Err((rid, e.to_string()));
+            }
+        };
+        spec.sdk_thread_id = Some(handle.sdk_thread_id.clone());
+        rt.store
+            .put_thread(&ThreadRow {
+                thread_id: thread_id.clone(),
+                agent_id: self.agent_id.clone(),
+                sdk_thread_id: handle.sdk_thread_id,
+                model,
+                reasoning_level,
+                last_turn_id: None,
+            })
+            .map_err(|e| (rid.clone(), e.to_string()))?;
+        rt.spawn_thread(agent.sdk, spec, None);
+        rt.outbox
+            .push(updates::thread(rid, &thread_id, ThreadStatus::Ready))
+            .await;
+        Ok(())
+    }
+}

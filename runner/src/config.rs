@@ -1,0 +1,473 @@
+//! The runner's settings, resolved once at start-up.
+//!
+//! Every setting can come from a flag, an `AGENT_RUNNER_*` environment
+//! variable (clap reads both), or a key of the optional TOML file named by
+//! `--config`; precedence is flag > env > file > default. A malformed file or
+//! value exits with a message naming the key. The bearer secret is never a
+//! plain flag value: it comes from `--secret-file` (or `secret_file` in the
+//! file) or from `AGENT_RUNNER_SECRET`, which `main` reads and removes from
+//! the environment before anything else runs, so agents never inherit it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+/// Flags of `agent-runner run` (each also an env var; see `--help`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// TOML file with any of the settings below (keys are the flag names with `_`).
+    #[arg(long, env = "AGENT_RUNNER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Control plane URL: `https://host:port` (TLS, system roots), `http://host:port`
+    /// (plaintext); a path is a prefix for every RPC (`http://h:50051/grpc`).
+    #[arg(long, env = "AGENT_RUNNER_CONTROL_PLANE_URL")]
+    pub control_plane_url: Option<String>,
+    /// Extra CA certificate (PEM) trusted for an `https://` control plane.
+    #[arg(long, env = "AGENT_RUNNER_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// File holding the bearer secret sent as `authorization: Bearer …`
+    /// (or set AGENT_RUNNER_SECRET; never pass the secret itself as a flag).
+    #[arg(long, env = "AGENT_RUNNER_SECRET_FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Directory for durable state (SQLite). Default: ~/.agent-runner/state.
+    #[arg(long, env = "AGENT_RUNNER_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Directory holding one workspace per agent and per thread.
+    /// Default: ~/.agent-runner/workspaces.
+    #[arg(long, env = "AGENT_RUNNER_WORKSPACE_ROOT")]
+    pub workspace_root: Option<PathBuf>,
+    /// SDK adapter to enable; repeatable (env: comma-separated). Default: all built in.
+    #[arg(long = "sdk", env = "AGENT_RUNNER_SDK", value_delimiter = ',')]
+    pub sdk: Vec<String>,
+    /// Turns allowed to run at once; a message beyond it gets a RequestError. Default: 256.
+    #[arg(long, env = "AGENT_RUNNER_MAX_CONCURRENT_TURNS")]
+    pub max_concurrent_turns: Option<usize>,
+    /// On SIGTERM, how long running turns may go on before they are interrupted. Default: 30s.
+    #[arg(long, env = "AGENT_RUNNER_DRAIN_TIMEOUT", value_parser = parse_duration)]
+    pub drain_timeout: Option<Duration>,
+    /// Updates kept while disconnected before intermediate ones are coalesced. Default: 10000.
+    #[arg(long, env = "AGENT_RUNNER_OUTBOX_CAPACITY")]
+    pub outbox_capacity: Option<usize>,
+    /// HTTP/2 keepalive ping interval. Default: 20s.
+    #[arg(long, env = "AGENT_RUNNER_KEEPALIVE_INTERVAL", value_parser = parse_duration)]
+    pub keepalive_interval: Option<Duration>,
+    /// How long a keepalive ping may go unanswered before the link is dropped. Default: 10s.
+    #[arg(long, env = "AGENT_RUNNER_KEEPALIVE_TIMEOUT", value_parser = parse_duration)]
+    pub keepalive_timeout: Option<Duration>,
+    /// First reconnect delay (jittered, doubling). Default: 250ms.
+    #[arg(long, env = "AGENT_RUNNER_RECONNECT_MIN_DELAY", value_parser = parse_duration)]
+    pub reconnect_min_delay: Option<Duration>,
+    /// Longest reconnect delay. Default: 30s.
+    #[arg(long, env = "AGENT_RUNNER_RECONNECT_MAX_DELAY", value_parser = parse_duration)]
+    pub reconnect_max_delay: Option<Duration>,
+    /// Log format: `text` or `json`. Default: text.
+    #[arg(long, env = "AGENT_RUNNER_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Log level or tracing filter (`info`, `agent_runner=debug`). Default: info.
+    #[arg(long, env = "AGENT_RUNNER_LOG_LEVEL")]
+    pub log_level: Option<String>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 30s, 2m)"))
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The optional TOML file: the same settings, every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    control_plane_url: Option<String>,
+    ca_cert: Option<PathBuf>,
+    secret_file: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    workspace_root: Option<PathBuf>,
+    sdk: Option<Vec<String>>,
+    max_concurrent_turns: Option<usize>,
+    drain_timeout: Option<String>,
+    outbox_capacity: Option<usize>,
+    keepalive_interval: Option<String>,
+    keepalive_timeout: Option<String>,
+    reconnect_min_delay: Option<String>,
+    reconnect_max_delay: Option<String>,
+    log_format: Option<LogFormat>,
+    log_level: Option<String>,
+}
+
+/// A configuration problem, naming the key it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{key}: {message}")]
+    Key { key: &'static str, message: String },
+}
+
+fn key_err(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Key {
+        key,
+        message: message.into(),
+    }
+}
+
+/// A secret that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Where the control plane is and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlPlaneUrl {
+    /// `scheme://host:port`, what the transport connects to.
+    pub origin: String,
+    /// The path every RPC is prefixed with (`/grpc`), empty for none.
+    pub path_prefix: String,
+    pub tls: bool,
+    pub host: String,
+}
+
+impl ControlPlaneUrl {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let uri: http::Uri = text
+            .parse()
+            .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(format!("{text:?} must start with http:// or https://")),
+        };
+        let authority = uri
+            .authority()
+            .ok_or_else(|| format!("{text:?} has no host"))?;
+        if uri.query().is_some() {
+            return Err(format!("{text:?} must not have a query"));
+        }
+        let path_prefix = uri.path().trim_end_matches('/').to_owned();
+        Ok(Self {
+            origin: format!("{}://{}", if tls { "https" } else { "http" }, authority),
+            path_prefix,
+            tls,
+            host: authority.host().to_owned(),
+        })
+    }
+}
+
+/// Everything `run` needs, resolved.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub control_plane: ControlPlaneUrl,
+    pub ca_cert_pem: Option<Vec<u8>>,
+    pub secret: Option<Secret>,
+    pub state_dir: PathBuf,
+    pub workspace_root: PathBuf,
+    /// Empty means every built-in SDK.
+    pub sdks: Vec<String>,
+    pub max_concurrent_turns: usize,
+    pub drain_timeout: Duration,
+    pub outbox_capacity: usize,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    pub reconnect_min_delay: Duration,
+    pub reconnect_max_delay: Duration,
+    pub log_format: LogFormat,
+    pub log_level: String,
+}
+
+impl RunConfig {
+    /// Merge flags/env (already in `args`), the file, and defaults.
+    /// `env_secret` is `AGENT_RUNNER_SECRET`, taken out of the environment by `main`.
+    pub fn resolve(args: RunArgs, env_secret: Option<Secret>) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+
+        let url_text = args
+            .control_plane_url
+            .or(file.control_plane_url)
+            .ok_or_else(|| {
+                key_err(
+                    "control_plane_url",
+                    "required (--control-plane-url, AGENT_RUNNER_CONTROL_PLANE_URL, or control_plane_url in the config file)",
+                )
+            })?;
+        let control_plane =
+            ControlPlaneUrl::parse(&url_text).map_err(|m| key_err("control_plane_url", m))?;
+
+        let ca_cert_pem = match args.ca_cert.or(file.ca_cert) {
+            Some(path) => Some(
+                std::fs::read(&path)
+                    .map_err(|e| key_err("ca_cert", format!("{}: {e}", path.display())))?,
+            ),
+            None => None,
+        };
+        if ca_cert_pem.is_some() && !control_plane.tls {
+            return Err(key_err(
+                "ca_cert",
+                "only applies to an https:// control_plane_url",
+            ));
+        }
+
+        let secret = match args.secret_file.or(file.secret_file) {
+            Some(path) => Some(read_secret_file(&path)?),
+            None => env_secret,
+        };
+
+        let sdks = if !args.sdk.is_empty() {
+            args.sdk
+        } else {
+            file.sdk.unwrap_or_default()
+        };
+        let sdks = sdks
+            .into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+
+        let duration = |key: &'static str, flag: Option<Duration>, file: Option<String>, default| {
+            match (flag, file) {
+                (Some(d), _) => Ok(d),
+                (None, Some(text)) => parse_duration(&text).map_err(|m| key_err(key, m)),
+                (None, None) => Ok(default),
+            }
+        };
+
+        let config = Self {
+            control_plane,
+            ca_cert_pem,
+            secret,
+            state_dir: args
+                .state_dir
+                .or(file.state_dir)
+                .unwrap_or_else(|| home.join(".agent-runner/state")),
+            workspace_root: args
+                .workspace_root
+                .or(file.workspace_root)
+                .unwrap_or_else(|| home.join(".agent-runner/workspaces")),
+            sdks,
+            max_concurrent_turns: args
+                .max_concurrent_turns
+                .or(file.max_concurrent_turns)
+                .unwrap_or(256),
+            drain_timeout: duration(
+                "drain_timeout",
+                args.drain_timeout,
+                file.drain_timeout,
+                Duration::from_secs(30),
+            )?,
+            outbox_capacity: args
+                .outbox_capacity
+                .or(file.outbox_capacity)
+                .unwrap_or(10_000),
+            keepalive_interval: duration(
+                "keepalive_interval",
+                args.keepalive_interval,
+                file.keepalive_interval,
+                Duration::from_secs(20),
+            )?,
+            keepalive_timeout: duration(
+                "keepalive_timeout",
+                args.keepalive_timeout,
+                file.keepalive_timeout,
+                Duration::from_secs(10),
+            )?,
+            reconnect_min_delay: duration(
+                "reconnect_min_delay",
+                args.reconnect_min_delay,
+                file.reconnect_min_delay,
+                Duration::from_millis(250),
+            )?,
+            reconnect_max_delay: duration(
+                "reconnect_max_delay",
+                args.reconnect_max_delay,
+                file.reconnect_max_delay,
+                Duration::from_secs(30),
+            )?,
+            log_format: args.log_format.or(file.log_format).unwrap_or_default(),
+            log_level: args
+                .log_level
+                .or(file.log_level)
+                .unwrap_or_else(|| "info".to_owned()),
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.max_concurrent_turns == 0 {
+            return Err(key_err("max_concurrent_turns", "must be at least 1"));
+        }
+        if self.outbox_capacity < 16 {
+            return Err(key_err("outbox_capacity", "must be at least 16"));
+        }
+        if self.reconnect_min_delay.is_zero() || self.reconnect_min_delay > self.reconnect_max_delay
+        {
+            return Err(key_err(
+                "reconnect_min_delay",
+                "must be above zero and at most reconnect_max_delay",
+            ));
+        }
+        if self.keepalive_interval.is_zero() || self.keepalive_timeout.is_zero() {
+            return Err(key_err(
+                "keepalive_interval",
+                "keepalive_interval and keepalive_timeout must be above zero",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::File {
+        path: path.to_owned(),
+        // toml's message names the key and shows the line.
+        message: e.to_string(),
+    })
+}
+
+fn read_secret_file(path: &Path) -> Result<Secret, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| key_err("secret_file", format!("{}: {e}", path.display())))?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(key_err(
+            "secret_file",
+            format!("{} is empty", path.display()),
+        ));
+    }
+    Ok(Secret::new(secret.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: &str) -> RunArgs {
+        RunArgs {
+            control_plane_url: Some(url.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn url_prefix_and_scheme() {
+        let u = ControlPlaneUrl::parse("http://127.0.0.1:50051/grpc/").unwrap();
+        assert_eq!(u.origin, "http://127.0.0.1:50051");
+        assert_eq!(u.path_prefix, "/grpc");
+        assert!(!u.tls);
+        let u = ControlPlaneUrl::parse("https://cp.example.com").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.path_prefix, "");
+        assert!(ControlPlaneUrl::parse("ftp://x").is_err());
+        assert!(ControlPlaneUrl::parse("127.0.0.1:50051").is_err());
+    }
+
+    #[test]
+    fn precedence_flag_over_file_over_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(
+            &file,
+            "control_plane_url = \"http://file:1\"\nmax_concurrent_turns = 7\ndrain_timeout = \"5s\"\n",
+        )
+        .unwrap();
+        let mut a = args("http://flag:2");
+        a.config = Some(file.clone());
+        let c = RunConfig::resolve(a, None).unwrap();
+        assert_eq!(c.control_plane.origin, "http://flag:2");
+        assert_eq!(c.max_concurrent_turns, 7);
+        assert_eq!(c.drain_timeout, Duration::from_secs(5));
+        assert_eq!(c.outbox_capacity, 10_000);
+        let a = RunArgs {
+            config: Some(file),
+            ..Default::default()
+        };
+        assert_eq!(
+            RunConfig::resolve(a, None).unwrap().control_plane.origin,
+            "http://file:1"
+        );
+    }
+
+    #[test]
+    fn malformed_file_names_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(&file, "max_concurrent_turns = \"many\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file.clone()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.contains("max_concurrent_turns"), "{err}");
+
+        std::fs::write(&file, "no_such_key = 1\n").unwrap();
+        let a = RunArgs {
+            config: Some(file.clone()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.contains("no_such_key"), "{err}");
+
+        std::fs::write(&file, "drain_timeout = \"soon\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.starts_with("drain_timeout:"), "{err}");
+    }
+
+    #[test]
+    fn secret_file_wins_and_never_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let a = RunArgs {
+            secret_file: Some(path),
+            ..args("http://x:1")
+        };
+        let c = RunConfig::resolve(a, Some(Secret::new("env".into()))).unwrap();
+        assert_eq!(c.secret.as_ref().unwrap().expose(), "s3cret");
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn missing_url_names_the_key() {
+        let err = RunConfig::resolve(RunArgs::default(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("control_plane_url:"), "{err}");
+    }
+}

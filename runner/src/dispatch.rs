@@ -1,0 +1,168 @@
+//! The first stop of every `ServerMessage`: validate, then route.
+//!
+//! Runs on the ControlChannel read loop, so it never waits: heartbeats are
+//! answered here, invalid requests get their `RequestError` here, and
+//! everything else is handed to the agent's or thread's task mailbox.
+
+use std::sync::Arc;
+
+use agent_runner_proto::runner::{ServerMessage, ThreadStatus, server_message::Request};
+use agent_runner_proto::{Validate, violations};
+
+use crate::agent::AgentCmd;
+use crate::runtime::{MAILBOX, Runtime, ThreadRoute};
+use crate::thread::{ThreadCmd, UserMessage};
+use crate::updates::{self, RequestId};
+use crate::workspace::check_id;
+
+/// Handle one message from the control plane.
+pub fn dispatch(rt: &Arc<Runtime>, msg: ServerMessage) {
+    let rid = updates::request_id(&msg.request_id);
+    let kind = request_kind(&msg);
+    tracing::debug!(request_id = ?rid, kind, "request received");
+    if let Err(err) = msg.validate() {
+        return reject(rt, rid, format!("invalid {kind}: {}", violations(&err)));
+    }
+    let Some(request) = msg.request else {
+        return reject(rt, rid, "request: no request set".to_owned());
+    };
+    if let Err(text) = check_ids(&request) {
+        return reject(rt, rid, text);
+    }
+    match request {
+        Request::HeartbeatRequest(_) => rt.outbox.push_urgent(updates::heartbeat(rid)),
+        Request::CreateAgentRequest(r) => to_agent(
+            rt,
+            &r.agent_id,
+            AgentCmd::Create {
+                sdk: r.agent_sdk,
+                rid,
+            },
+        ),
+        Request::DeleteAgentRequest(r) => to_agent(rt, &r.agent_id, AgentCmd::Delete { rid }),
+        Request::CreateThreadRequest(r) => to_agent(
+            rt,
+            &r.agent_id,
+            AgentCmd::CreateThread {
+                model: r.model,
+                reasoning_level: r.reasoning_level,
+                rid,
+            },
+        ),
+        Request::InstallSkillsMpRequest(r) => to_agent(
+            rt,
+            &r.agent_id,
+            AgentCmd::InstallSkill {
+                package: r.package_name,
+                rid,
+            },
+        ),
+        Request::DeleteThreadRequest(r) => {
+            to_thread(rt, &r.agent_id, &r.thread_id, ThreadCmd::Delete { rid, done: None })
+        }
+        Request::InterruptTurnRequest(r) => {
+            to_thread(rt, &r.agent_id, &r.thread_id, ThreadCmd::Interrupt { rid })
+        }
+        Request::CreateUserMessageRequest(r) => {
+            let (agent_id, thread_id) = (r.agent_id.clone(), r.thread_id.clone());
+            let msg = UserMessage {
+                text: r.text,
+                allow_steer: r.allow_steer,
+                model: r.model.filter(|m| !m.is_empty()),
+                reasoning_level: r.model_reasoning_level.filter(|l| !l.is_empty()),
+                rid,
+            };
+            to_thread(rt, &agent_id, &thread_id, ThreadCmd::UserMessage(msg))
+        }
+    }
+}
+
+fn reject(rt: &Runtime, rid: RequestId, text: String) {
+    tracing::info!(request_id = ?rid, error = %text, "request rejected");
+    rt.outbox.push_reply(updates::request_error(rid, text));
+}
+
+/// Ids that may become paths (agent ids) or are looked up (thread ids) must
+/// be path-safe; the error names the field.
+fn check_ids(request: &Request) -> Result<(), String> {
+    match request {
+        Request::HeartbeatRequest(_) => Ok(()),
+        Request::CreateAgentRequest(r) => check_id("create_agent_request.agent_id", &r.agent_id),
+        Request::DeleteAgentRequest(r) => check_id("delete_agent_request.agent_id", &r.agent_id),
+        Request::CreateThreadRequest(r) => check_id("create_thread_request.agent_id", &r.agent_id),
+        Request::InstallSkillsMpRequest(r) => {
+            check_id("install_skills_mp_request.agent_id", &r.agent_id)
+        }
+        Request::DeleteThreadRequest(r) => {
+            check_id("delete_thread_request.agent_id", &r.agent_id)?;
+            check_id("delete_thread_request.thread_id", &r.thread_id)
+        }
+        Request::InterruptTurnRequest(r) => {
+            check_id("interrupt_turn_request.agent_id", &r.agent_id)?;
+            check_id("interrupt_turn_request.thread_id", &r.thread_id)
+        }
+        Request::CreateUserMessageRequest(r) => {
+            check_id("create_user_message_request.agent_id", &r.agent_id)?;
+            check_id("create_user_message_request.thread_id", &r.thread_id)
+        }
+    }
+}
+
+fn to_agent(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) {
+    if let Err(cmd) = rt.send_agent(agent_id, cmd) {
+        reject(
+            rt,
+            cmd.rid(),
+            format!("agent {agent_id} has {MAILBOX} requests waiting; retry later"),
+        );
+    }
+}
+
+fn to_thread(rt: &Arc<Runtime>, agent_id: &str, thread_id: &str, cmd: ThreadCmd) {
+    match rt.send_thread(agent_id, thread_id, cmd) {
+        ThreadRoute::Sent => {}
+        ThreadRoute::Busy(cmd) => reject(
+            rt,
+            cmd.rid(),
+            format!("thread {thread_id} has {MAILBOX} requests waiting; retry later"),
+        ),
+        ThreadRoute::WrongAgent(owner, cmd) => reject(
+            rt,
+            cmd.rid(),
+            format!("thread {thread_id} belongs to agent {owner}, not {agent_id}"),
+        ),
+        ThreadRoute::Unknown(cmd) => unknown_thread(rt, thread_id, cmd),
+    }
+}
+
+/// Deleting an unknown thread is done already; anything else is an error.
+pub fn unknown_thread(rt: &Runtime, thread_id: &str, cmd: ThreadCmd) {
+    match cmd {
+        ThreadCmd::Delete { rid, done } => {
+            rt.outbox
+                .push_reply(updates::thread(rid, thread_id, ThreadStatus::Deleted));
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
+        }
+        ThreadCmd::Drain => {}
+        ThreadCmd::Interrupt { rid } => {
+            reject(rt, rid, format!("unknown thread {thread_id}"));
+        }
+        ThreadCmd::UserMessage(m) => reject(rt, m.rid, format!("unknown thread {thread_id}")),
+    }
+}
+
+fn request_kind(msg: &ServerMessage) -> &'static str {
+    match &msg.request {
+        None => "request",
+        Some(Request::CreateAgentRequest(_)) => "create_agent_request",
+        Some(Request::DeleteAgentRequest(_)) => "delete_agent_request",
+        Some(Request::CreateThreadRequest(_)) => "create_thread_request",
+        Some(Request::DeleteThreadRequest(_)) => "delete_thread_request",
+        Some(Request::CreateUserMessageRequest(_)) => "create_user_message_request",
+        Some(Request::InstallSkillsMpRequest(_)) => "install_skills_mp_request",
+        Some(Request::InterruptTurnRequest(_)) => "interrupt_turn_request",
+        Some(Request::HeartbeatRequest(_)) => "heartbeat_request",
+    }
+}

@@ -1,0 +1,272 @@
+//! The control-plane link: register, open the ControlChannel, serve it, and
+//! start over whenever it drops, for the runner's whole life.
+//!
+//! One session = `RegisterRunner` (with fresh SDK descriptions) → open
+//! `ControlChannel` → read requests (each handed to [`crate::dispatch`],
+//! which never waits) while the outbox feeds the outbound half. On any loss
+//! the runner waits a jittered, doubling delay (`backon`; reset once a
+//! channel stayed up for [`HEALTHY_AFTER`]) and starts a new session.
+//! `UNAUTHENTICATED` and `PERMISSION_DENIED` are terminal.
+
+mod transport;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runner_proto::runner::{AgentSdk, AgentSdkStatus, ClientMessage, LlmModel, RegisterRunnerRequest};
+use agent_runner_proto::{Validate, violations};
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures::Stream;
+use sdk_adapter::{SdkDescription, SdkStatus};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+pub use transport::TransportError;
+
+use crate::config::RunConfig;
+use crate::outbox::Outbox;
+use crate::runtime::Runtime;
+use crate::updates;
+
+/// A channel that stayed open this long resets the reconnect backoff.
+pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
+
+/// What the link is doing (for health checks and status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    Connecting,
+    Connected,
+    Closed,
+}
+
+/// A reason to stop for good.
+#[derive(Debug, thiserror::Error)]
+#[error("control plane refused the runner ({code:?}): {message}")]
+pub struct Refused {
+    pub code: Code,
+    pub message: String,
+}
+
+enum SessionEnd {
+    /// The link dropped; `healthy` if the channel had been up a while.
+    Lost { healthy: bool },
+    Refused(Refused),
+    /// Shutdown asked for it and the channel was closed cleanly.
+    Closed,
+}
+
+pub struct Link {
+    rt: Arc<Runtime>,
+    client: transport::Client,
+    min_delay: Duration,
+    max_delay: Duration,
+    state: watch::Sender<LinkState>,
+}
+
+impl Link {
+    pub fn new(rt: Arc<Runtime>, config: &RunConfig) -> Result<Self, TransportError> {
+        Ok(Self {
+            rt,
+            client: transport::client(config)?,
+            min_delay: config.reconnect_min_delay,
+            max_delay: config.reconnect_max_delay,
+            state: watch::Sender::new(LinkState::Connecting),
+        })
+    }
+
+    pub fn state(&self) -> watch::Receiver<LinkState> {
+        self.state.subscribe()
+    }
+
+    fn backoff(&self) -> backon::ExponentialBackoff {
+        ExponentialBuilder::default()
+            .with_min_delay(self.min_delay)
+            .with_max_delay(self.max_delay)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    /// Run sessions until `close` is cancelled (then close the channel
+    /// cleanly once the outbox is flushed) or the control plane refuses us.
+    pub async fn run(&self, close: CancellationToken) -> Result<(), Refused> {
+        let mut backoff = self.backoff();
+        loop {
+            self.state.send_replace(LinkState::Connecting);
+            match self.session(&close).await {
+                SessionEnd::Closed => break,
+                SessionEnd::Refused(r) => {
+                    self.state.send_replace(LinkState::Closed);
+                    return Err(r);
+                }
+                SessionEnd::Lost { healthy } => {
+                    if healthy {
+                        backoff = self.backoff();
+                    }
+                    let delay = backoff.next().unwrap_or(self.max_delay);
+                    tracing::info!(delay_ms = delay.as_millis() as u64, "reconnecting to the control plane");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = close.cancelled() => break,
+                    }
+                }
+            }
+        }
+        self.state.send_replace(LinkState::Closed);
+        Ok(())
+    }
+
+    async fn session(&self, close: &CancellationToken) -> SessionEnd {
+        let mut client = self.client.clone();
+        let descriptions = self.rt.sdks.describe_all().await;
+        let request = RegisterRunnerRequest {
+            agent_sdks: descriptions.into_iter().map(agent_sdk).collect(),
+        };
+        let registered = tokio::select! {
+            r = client.register_runner(request) => r,
+            () = close.cancelled() => return SessionEnd::Closed,
+        };
+        if let Err(status) = registered {
+            return lost_or_refused("RegisterRunner", status);
+        }
+        tracing::info!("registered with the control plane");
+
+        // The outbound half pulls from the outbox until this session ends.
+        let session_over = CancellationToken::new();
+        let outbound = outbound(self.rt.outbox.clone(), session_over.clone(), close.clone());
+        let _stop_outbound = session_over.clone().drop_guard();
+        let opening = tokio::select! {
+            r = client.control_channel(outbound) => r,
+            () = close.cancelled() => return SessionEnd::Closed,
+        };
+        let mut inbound = match opening {
+            Ok(response) => response.into_inner(),
+            Err(status) => return lost_or_refused("ControlChannel", status),
+        };
+        let opened = Instant::now();
+        self.state.send_replace(LinkState::Connected);
+        tracing::info!("control channel open");
+        let healthy = || opened.elapsed() >= HEALTHY_AFTER;
+        loop {
+            let next = tokio::select! {
+                next = inbound.message() => next,
+                () = session_over.cancelled() => {
+                    // The outbound half finished: shutdown flushed the outbox
+                    // and half-closed; give the server a moment to close too.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                        while let Ok(Some(_)) = inbound.message().await {}
+                    }).await;
+                    return SessionEnd::Closed;
+                }
+            };
+            match next {
+                Ok(Some(msg)) => crate::dispatch::dispatch(&self.rt, msg),
+                Ok(None) => {
+                    tracing::warn!("control plane closed the channel");
+                    return SessionEnd::Lost { healthy: healthy() };
+                }
+                Err(status) => {
+                    return match lost_or_refused("ControlChannel", status) {
+                        SessionEnd::Lost { .. } => SessionEnd::Lost { healthy: healthy() },
+                        other => other,
+                    };
+                }
+            }
+        }
+    }
+}
+
+fn lost_or_refused(rpc: &str, status: tonic::Status) -> SessionEnd {
+    match status.code() {
+        Code::Unauthenticated | Code::PermissionDenied => SessionEnd::Refused(Refused {
+            code: status.code(),
+            message: status.message().to_owned(),
+        }),
+        code => {
+            tracing::warn!(rpc, ?code, message = status.message(), "control plane link lost");
+            SessionEnd::Lost { healthy: false }
+        }
+    }
+}
+
+/// The runner → control plane half of one session: outbox updates, each
+/// checked against its `buf.validate` rules (a violation is a runner bug: it
+/// is logged and not sent). Ends when the session ends, or when shutdown
+/// asked to close and the outbox is empty (a clean half-close).
+fn outbound(
+    outbox: Arc<Outbox>,
+    session_over: CancellationToken,
+    close: CancellationToken,
+) -> impl Stream<Item = ClientMessage> + Send + Sync + 'static {
+    let state = Outbound {
+        outbox,
+        session_over,
+        close,
+    };
+    // Boxing each step as `dyn Future + Send` sidesteps a compiler
+    // limitation in proving the unboxed future Send (rust-lang/rust#102211).
+    futures::stream::unfold(state, |s| Box::pin(next_outbound(s)) as NextOutbound)
+}
+
+type NextOutbound =
+    Pin<Box<dyn std::future::Future<Output = Option<(ClientMessage, Outbound)>> + Send + Sync>>;
+
+struct Outbound {
+    outbox: Arc<Outbox>,
+    session_over: CancellationToken,
+    close: CancellationToken,
+}
+
+async fn next_outbound(s: Outbound) -> Option<(ClientMessage, Outbound)> {
+    loop {
+        let msg = tokio::select! {
+            biased;
+            () = s.session_over.cancelled() => return None,
+            msg = s.outbox.pop() => msg,
+            () = s.close.cancelled(), if s.outbox.is_empty() => {
+                s.session_over.cancel();
+                return None;
+            }
+        };
+        match msg.validate() {
+            Ok(()) => {
+                tracing::trace!(kind = updates::kind(&msg), "update sent");
+                return Some((msg, s));
+            }
+            Err(err) => {
+                crate::metrics::INVALID_OUTBOUND.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::error!(
+                    kind = updates::kind(&msg),
+                    violations = %violations(&err),
+                    "bug: invalid update not sent"
+                );
+            }
+        }
+    }
+}
+
+/// What registration says about one SDK.
+pub fn agent_sdk(d: SdkDescription) -> AgentSdk {
+    AgentSdk {
+        name: d.name,
+        models: d
+            .models
+            .into_iter()
+            .map(|m| LlmModel {
+                name: m.name,
+                reasoning: m.reasoning_levels,
+            })
+            .collect(),
+        status: match d.status {
+            SdkStatus::Ready => AgentSdkStatus::Ready,
+            SdkStatus::Unconfigured => AgentSdkStatus::Unconfigured,
+            SdkStatus::Error => AgentSdkStatus::Error,
+        }
+        .into(),
+        error_message: d.error_message,
+    }
+}

@@ -1,0 +1,98 @@
+//! A whole runner, started and stopped as one value: what `agent-runner run`
+//! and the in-process demo both use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::RunConfig;
+use crate::link::{Link, LinkState, Refused};
+use crate::runtime::Runtime;
+use crate::sdks::Sdks;
+use crate::state::Store;
+use crate::workspace::Workspaces;
+
+/// How long shutdown waits for queued updates to reach the control plane.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Runner {
+    pub rt: Arc<Runtime>,
+    pub link_state: watch::Receiver<LinkState>,
+    close: CancellationToken,
+    link: JoinHandle<Result<(), Refused>>,
+}
+
+impl Runner {
+    /// Open state, re-open known agents and threads, and start the link.
+    pub async fn start(config: &RunConfig) -> anyhow::Result<Self> {
+        let sdks = Sdks::new(&config.sdks).map_err(anyhow::Error::msg)?;
+        let store = Store::open(&config.state_dir)
+            .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
+        let workspaces = Workspaces::new(config.workspace_root.clone())
+            .with_context(|| format!("workspace_root {}", config.workspace_root.display()))?;
+        let rt = Runtime::new(
+            sdks,
+            store,
+            workspaces,
+            config.outbox_capacity,
+            config.max_concurrent_turns,
+        );
+        rt.sdks.describe_all().await;
+        rt.restore().await.context("restoring state")?;
+        let link = Link::new(rt.clone(), config)?;
+        let link_state = link.state();
+        let close = CancellationToken::new();
+        let token = close.clone();
+        let link = tokio::spawn(async move { link.run(token).await });
+        Ok(Self {
+            rt,
+            link_state,
+            close,
+            link,
+        })
+    }
+
+    /// Resolves if the link stops on its own (the control plane refused us).
+    pub async fn refused(&mut self) -> anyhow::Result<()> {
+        match (&mut self.link).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(refused)) => Err(refused.into()),
+            Err(join) => Err(anyhow::anyhow!("control-plane link task failed: {join}")),
+        }
+    }
+
+    /// Drain: refuse new turns, give running ones `drain_timeout`, interrupt
+    /// the rest, flush the outbox, close the channel cleanly.
+    pub async fn shutdown(self, drain_timeout: Duration) -> anyhow::Result<()> {
+        tracing::info!(
+            running_turns = self.rt.running_turns(),
+            "draining: new turns are refused"
+        );
+        self.rt.drain(drain_timeout).await;
+        let flushed = tokio::time::timeout(FLUSH_TIMEOUT, async {
+            while !self.rt.outbox.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        if flushed.is_err() {
+            tracing::warn!(
+                queued = self.rt.outbox.stats().depth,
+                "updates not delivered before shutdown"
+            );
+        }
+        self.close.cancel();
+        match tokio::time::timeout(FLUSH_TIMEOUT, self.link).await {
+            Ok(Ok(Err(refused))) => return Err(refused.into()),
+            Ok(_) => {}
+            Err(_) => tracing::warn!("control channel did not close in time"),
+        }
+        self.rt.tasks.close();
+        tracing::info!("runner stopped");
+        Ok(())
+    }
+}

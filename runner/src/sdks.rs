@@ -1,0 +1,111 @@
+//! The SDK adapters this runner was started with, by wire name, and what
+//! each advertised at the last registration.
+//!
+//! Model and reasoning-level checks for `CreateThread` and per-turn
+//! overrides use that advertised description, so the control plane is held
+//! to exactly what it was told.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use sdk_adapter::{SdkAdapter, SdkDescription, SdkStatus};
+
+/// Every adapter compiled into this binary.
+pub const BUILT_IN: &[&str] = &["scripted"];
+
+fn build(name: &str) -> Option<Arc<dyn SdkAdapter>> {
+    match name {
+        "scripted" => Some(Arc::new(sdk_scripted::ScriptedAdapter::new())),
+        _ => None,
+    }
+}
+
+pub struct Sdks {
+    adapters: BTreeMap<String, Arc<dyn SdkAdapter>>,
+    advertised: RwLock<BTreeMap<String, SdkDescription>>,
+}
+
+impl Sdks {
+    /// The named adapters (all built-in ones when `names` is empty).
+    pub fn new(names: &[String]) -> Result<Self, String> {
+        let names: Vec<String> = if names.is_empty() {
+            BUILT_IN.iter().map(|s| (*s).to_owned()).collect()
+        } else {
+            names.to_vec()
+        };
+        let mut adapters = BTreeMap::new();
+        for name in names {
+            let adapter = build(&name).ok_or_else(|| {
+                format!(
+                    "sdk: unknown SDK {name:?} (built in: {})",
+                    BUILT_IN.join(", ")
+                )
+            })?;
+            adapters.insert(name, adapter);
+        }
+        Ok(Self::from_adapters(adapters.into_values().collect()))
+    }
+
+    /// Wrap given adapters (tests, embedders).
+    pub fn from_adapters(list: Vec<Arc<dyn SdkAdapter>>) -> Self {
+        Self {
+            adapters: list.into_iter().map(|a| (a.name().to_owned(), a)).collect(),
+            advertised: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn SdkAdapter>> {
+        self.adapters.get(name).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.adapters.keys().cloned().collect()
+    }
+
+    /// Ask every adapter for a fresh description and remember it.
+    pub async fn describe_all(&self) -> Vec<SdkDescription> {
+        let adapters: Vec<Arc<dyn SdkAdapter>> = self.adapters.values().cloned().collect();
+        let mut out = Vec::with_capacity(adapters.len());
+        for adapter in adapters {
+            out.push(adapter.describe().await);
+        }
+        let mut advertised = self.advertised.write().unwrap_or_else(|p| p.into_inner());
+        *advertised = out.iter().map(|d| (d.name.clone(), d.clone())).collect();
+        out
+    }
+
+    /// Whether `sdk` can take a thread on `model` at `level`, per what it
+    /// last advertised. The error is the text of a `RequestError`.
+    pub fn check_model(&self, sdk: &str, model: &str, level: Option<&str>) -> Result<(), String> {
+        let advertised = self.advertised.read().unwrap_or_else(|p| p.into_inner());
+        let desc = advertised
+            .get(sdk)
+            .ok_or_else(|| format!("SDK {sdk:?} is not enabled on this runner"))?;
+        if desc.status != SdkStatus::Ready {
+            return Err(format!(
+                "SDK {sdk:?} is not ready: {}",
+                desc.error_message.as_deref().unwrap_or("no reason given")
+            ));
+        }
+        let m = desc.models.iter().find(|m| m.name == model).ok_or_else(|| {
+            let names: Vec<&str> = desc.models.iter().map(|m| m.name.as_str()).collect();
+            format!(
+                "model {model:?} is not offered by SDK {sdk:?} (offered: {})",
+                names.join(", ")
+            )
+        })?;
+        if let Some(level) = level
+            && !m.reasoning_levels.iter().any(|l| l == level)
+        {
+            return Err(format!(
+                "reasoning level {level:?} is not offered for model {model:?} (offered: {})",
+                if m.reasoning_levels.is_empty() {
+                    "default only".to_owned()
+                } else {
+                    m.reasoning_levels.join(", ")
+                }
+            ));
+        }
+        Ok(())
+    }
+}

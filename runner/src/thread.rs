@@ -1,0 +1,403 @@
+//! One task per thread: starts, steers, interrupts and deletes its turns, and
+//! turns the running turn's events into updates, all in arrival order.
+//!
+//! The task waits on two things at once: its mailbox and the running turn's
+//! event stream, so a steer or an interrupt is handled while the turn runs.
+//! Every update a turn causes carries the request id of the message that
+//! started it, or of the steering message once the adapter reports (with
+//! `TurnEvent::Steered`) where that message joined the turn.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use agent_runner_proto::runner::{ThreadStatus, TurnStatus};
+use sdk_adapter::{
+    SdkAdapter, SteerError, ThreadSpec, TurnControl, TurnEvent, TurnInput, TurnOutcome,
+};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::runtime::{INTERRUPT_GRACE, MAILBOX, Runtime};
+use crate::state::RunningTurnRow;
+use crate::updates::{self, RequestId};
+
+pub struct UserMessage {
+    pub text: String,
+    pub allow_steer: bool,
+    pub model: Option<String>,
+    pub reasoning_level: Option<String>,
+    pub rid: RequestId,
+}
+
+pub enum ThreadCmd {
+    UserMessage(UserMessage),
+    Interrupt {
+        rid: RequestId,
+    },
+    /// Delete the thread; `done` is told when it is gone (agent deletion).
+    Delete {
+        rid: RequestId,
+        done: Option<oneshot::Sender<()>>,
+    },
+    /// The runner is shutting down: interrupt the running turn.
+    Drain,
+}
+
+impl ThreadCmd {
+    pub fn rid(self) -> RequestId {
+        match self {
+            ThreadCmd::UserMessage(m) => m.rid,
+            ThreadCmd::Interrupt { rid } | ThreadCmd::Delete { rid, .. } => rid,
+            ThreadCmd::Drain => None,
+        }
+    }
+}
+
+pub fn spawn(
+    rt: Arc<Runtime>,
+    sdk: String,
+    spec: ThreadSpec,
+    last_turn: Option<String>,
+) -> mpsc::Sender<ThreadCmd> {
+    let (tx, rx) = mpsc::channel(MAILBOX);
+    let adapter = rt.sdks.get(&sdk);
+    let tracker = rt.tasks.clone();
+    tracker.spawn(
+        ThreadTask {
+            rt,
+            sdk,
+            adapter,
+            spec,
+            last_turn,
+            active: None,
+            rx,
+        }
+        .run(),
+    );
+    tx
+}
+
+struct ActiveTurn {
+    id: String,
+    events: mpsc::Receiver<TurnEvent>,
+    control: Arc<dyn TurnControl>,
+    /// Request id that updates carry now.
+    rid: RequestId,
+    /// Accepted steers not yet reported by the adapter: (tag, request id).
+    steers: VecDeque<(u64, RequestId)>,
+    /// Set once interrupted: who gets the COMPLETED, and until when to wait.
+    interrupted: Option<(RequestId, Instant)>,
+    _slot: OwnedSemaphorePermit,
+}
+
+struct ThreadTask {
+    rt: Arc<Runtime>,
+    sdk: String,
+    adapter: Option<Arc<dyn SdkAdapter>>,
+    spec: ThreadSpec,
+    last_turn: Option<String>,
+    active: Option<ActiveTurn>,
+    rx: mpsc::Receiver<ThreadCmd>,
+}
+
+enum Flow {
+    Continue,
+    Deleted,
+}
+
+enum TurnSignal {
+    Event(Option<TurnEvent>),
+    /// An interrupted turn did not stop within its grace period.
+    GraceOver,
+}
+
+/// The running turn's next event; never resolves while no turn runs.
+async fn watch_turn(active: &mut Option<ActiveTurn>) -> TurnSignal {
+    let Some(turn) = active else {
+        return std::future::pending().await;
+    };
+    match turn.interrupted.as_ref().map(|(_, deadline)| *deadline) {
+        Some(deadline) => tokio::select! {
+            event = turn.events.recv() => TurnSignal::Event(event),
+            () = tokio::time::sleep_until(deadline) => TurnSignal::GraceOver,
+        },
+        None => TurnSignal::Event(turn.events.recv().await),
+    }
+}
+
+impl ThreadTask {
+    async fn run(mut self) {
+        let mut steer_tag = 0u64;
+        loop {
+            tokio::select! {
+                cmd = self.rx.recv() => {
+                    let Some(cmd) = cmd else { break };
+                    steer_tag += 1;
+                    if let Flow::Deleted = self.handle(cmd, steer_tag).await {
+                        break;
+                    }
+                }
+                signal = watch_turn(&mut self.active) => match signal {
+                    TurnSignal::Event(event) => self.on_event(event).await,
+                    TurnSignal::GraceOver => self.abandon_turn().await,
+                },
+            }
+        }
+        // Anything still queued was sent to a thread that no longer exists.
+        self.rx.close();
+        while let Some(cmd) = self.rx.recv().await {
+            crate::dispatch::unknown_thread(&self.rt, &self.spec.thread_id, cmd);
+        }
+    }
+
+    async fn send(&self, msg: agent_runner_proto::runner::ClientMessage) {
+        self.rt.outbox.push(msg).await;
+    }
+
+    async fn error(&self, rid: RequestId, text: impl Into<String>) {
+        self.send(updates::request_error(rid, text)).await;
+    }
+
+    async fn handle(&mut self, cmd: ThreadCmd, tag: u64) -> Flow {
+        match cmd {
+            ThreadCmd::UserMessage(msg) => self.user_message(msg, tag).await,
+            ThreadCmd::Interrupt { rid } => self.interrupt(rid).await,
+            ThreadCmd::Drain => {
+                if let Some(turn) = &self.active {
+                    let rid = turn.rid.clone();
+                    self.interrupt(rid).await;
+                }
+            }
+            ThreadCmd::Delete { rid, done } => {
+                self.delete(rid).await;
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+                return Flow::Deleted;
+            }
+        }
+        Flow::Continue
+    }
+
+    async fn user_message(&mut self, msg: UserMessage, tag: u64) {
+        if let Some(turn) = &self.active {
+            if !msg.allow_steer {
+                let text = format!(
+                    "turn {} is running on thread {}; set allow_steer to steer it",
+                    turn.id, self.spec.thread_id
+                );
+                return self.error(msg.rid, text).await;
+            }
+            let control = turn.control.clone();
+            match control.steer(msg.text.clone(), tag).await {
+                Ok(()) => {
+                    let Some(turn) = self.active.as_mut() else {
+                        return;
+                    };
+                    turn.steers.push_back((tag, msg.rid.clone()));
+                    let update = updates::turn(
+                        msg.rid,
+                        &self.spec.thread_id,
+                        &turn.id,
+                        TurnStatus::Running,
+                    );
+                    return self.send(update).await;
+                }
+                Err(SteerError::Rejected(text)) => {
+                    return self.error(msg.rid, format!("steer rejected: {text}")).await;
+                }
+                Err(SteerError::TurnEnded) => {
+                    // Let the turn finish, then this message starts the next.
+                    self.finish_inline().await;
+                }
+            }
+        }
+        self.start_turn(msg).await;
+    }
+
+    async fn start_turn(&mut self, msg: UserMessage) {
+        let rt = self.rt.clone();
+        if rt.is_draining() {
+            return self.error(msg.rid, "runner is draining").await;
+        }
+        let Some(adapter) = self.adapter.clone() else {
+            let text = format!("SDK {:?} is not enabled on this runner", self.sdk);
+            return self.error(msg.rid, text).await;
+        };
+        if msg.model.is_some() || msg.reasoning_level.is_some() {
+            let model = msg.model.as_deref().unwrap_or(&self.spec.model);
+            let level = msg
+                .reasoning_level
+                .as_deref()
+                .or(if msg.model.is_some() { None } else { self.spec.reasoning_level.as_deref() });
+            if let Err(e) = rt.sdks.check_model(&self.sdk, model, level) {
+                return self.error(msg.rid, format!("create_user_message_request: {e}")).await;
+            }
+        }
+        let Ok(slot) = rt.turn_slots.clone().try_acquire_owned() else {
+            let text = format!(
+                "the runner is running its limit of {} turns; retry later",
+                rt.max_turns
+            );
+            return self.error(msg.rid, text).await;
+        };
+        let input = TurnInput {
+            text: msg.text,
+            model: msg.model,
+            reasoning_level: msg.reasoning_level,
+        };
+        let turn = match adapter.start_turn(&self.spec, input).await {
+            Ok(turn) => turn,
+            Err(e) => return self.error(msg.rid, e.to_string()).await,
+        };
+        let row = RunningTurnRow {
+            thread_id: self.spec.thread_id.clone(),
+            sdk_turn_id: turn.sdk_turn_id.clone(),
+            request_id: msg.rid.clone(),
+        };
+        if let Err(e) = rt.store.start_turn(&row) {
+            tracing::error!(thread_id = %self.spec.thread_id, error = %e, "recording the running turn failed");
+        }
+        rt.turn_started();
+        tracing::debug!(thread_id = %self.spec.thread_id, turn_id = %turn.sdk_turn_id, "turn started");
+        self.send(updates::turn(
+            msg.rid.clone(),
+            &self.spec.thread_id,
+            &turn.sdk_turn_id,
+            TurnStatus::Running,
+        ))
+        .await;
+        self.active = Some(ActiveTurn {
+            id: turn.sdk_turn_id,
+            events: turn.events,
+            control: turn.control,
+            rid: msg.rid,
+            steers: VecDeque::new(),
+            interrupted: None,
+            _slot: slot,
+        });
+    }
+
+    async fn interrupt(&mut self, rid: RequestId) {
+        match &mut self.active {
+            Some(turn) => {
+                if turn.interrupted.is_none() {
+                    turn.interrupted = Some((rid, Instant::now() + INTERRUPT_GRACE));
+                    turn.control.interrupt();
+                }
+            }
+            None => {
+                let update = match &self.last_turn {
+                    Some(last) => {
+                        updates::turn(rid, &self.spec.thread_id, last, TurnStatus::Completed)
+                    }
+                    None => updates::thread(rid, &self.spec.thread_id, ThreadStatus::Ready),
+                };
+                self.send(update).await;
+            }
+        }
+    }
+
+    async fn on_event(&mut self, event: Option<TurnEvent>) {
+        let Some(turn) = self.active.as_mut() else {
+            return;
+        };
+        let thread_id = &self.spec.thread_id;
+        let msg = match event {
+            None => {
+                let text = "the agent stopped without finishing the turn".to_owned();
+                return self.end_turn(TurnOutcome::Failed(text)).await;
+            }
+            Some(TurnEvent::Finished(outcome)) => return self.end_turn(outcome).await,
+            Some(TurnEvent::Steered { tag }) => {
+                while let Some((t, rid)) = turn.steers.pop_front() {
+                    if t == tag {
+                        turn.rid = rid;
+                        break;
+                    }
+                }
+                return;
+            }
+            Some(TurnEvent::Item(item)) => updates::item(turn.rid.clone(), thread_id, &turn.id, item),
+            Some(TurnEvent::Usage(usage)) => {
+                updates::token_usage(turn.rid.clone(), thread_id, &turn.id, usage)
+            }
+        };
+        self.send(msg).await;
+    }
+
+    async fn end_turn(&mut self, outcome: TurnOutcome) {
+        let Some(turn) = self.active.take() else {
+            return;
+        };
+        let thread_id = self.spec.thread_id.clone();
+        if let TurnOutcome::Failed(text) = &outcome {
+            self.error(turn.rid.clone(), text.clone()).await;
+        }
+        let rid = match turn.interrupted {
+            Some((rid, _)) => rid,
+            None => turn.rid,
+        };
+        self.send(updates::turn(rid, &thread_id, &turn.id, TurnStatus::Completed))
+            .await;
+        if let Err(e) = self.rt.store.finish_turn(&thread_id, &turn.id) {
+            tracing::error!(%thread_id, error = %e, "recording the turn's end failed");
+        }
+        tracing::debug!(%thread_id, turn_id = %turn.id, ?outcome, "turn ended");
+        self.last_turn = Some(turn.id);
+        self.rt.turn_finished();
+    }
+
+    /// The adapter did not stop an interrupted turn in time: end it here;
+    /// dropping its event stream tells the adapter to give up.
+    async fn abandon_turn(&mut self) {
+        tracing::warn!(thread_id = %self.spec.thread_id, "interrupted turn did not stop in time; abandoning it");
+        self.end_turn(TurnOutcome::Interrupted).await;
+    }
+
+    /// Process the running turn's events until it ends (or the interrupt
+    /// grace runs out), without taking new requests.
+    async fn finish_inline(&mut self) {
+        if let Some(turn) = &mut self.active
+            && turn.interrupted.is_none()
+        {
+            // Not interrupted: wait for it as long as it takes to end on its
+            // own (it ended already, from the adapter's point of view).
+            while let Some(turn) = &mut self.active {
+                let event = turn.events.recv().await;
+                self.on_event(event).await;
+            }
+        }
+        while self.active.is_some() {
+            match watch_turn(&mut self.active).await {
+                TurnSignal::Event(event) => self.on_event(event).await,
+                TurnSignal::GraceOver => self.abandon_turn().await,
+            }
+        }
+    }
+
+    async fn delete(&mut self, rid: RequestId) {
+        if let Some(turn) = &mut self.active {
+            if turn.interrupted.is_none() {
+                turn.interrupted = Some((rid.clone(), Instant::now() + INTERRUPT_GRACE));
+            }
+            turn.control.interrupt();
+            self.finish_inline().await;
+        }
+        let rt = &self.rt;
+        if let Some(adapter) = &self.adapter
+            && let Err(e) = adapter.delete_thread(&self.spec).await
+        {
+            tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "SDK failed to delete thread");
+        }
+        if let Err(e) = rt.workspaces.remove(&self.spec.workspace) {
+            tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "removing thread workspace failed");
+        }
+        if let Err(e) = rt.store.delete_thread(&self.spec.thread_id) {
+            tracing::error!(thread_id = %self.spec.thread_id, error = %e, "deleting thread state failed");
+        }
+        rt.forget_thread(&self.spec.thread_id);
+        self.send(updates::thread(rid, &self.spec.thread_id, ThreadStatus::Deleted))
+            .await;
+    }
+}

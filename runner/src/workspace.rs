@@ -1,0 +1,123 @@
+//! Where agents and threads live on disk, and the check that keeps ids from
+//! the wire from ever naming a path outside it.
+//!
+//! Layout under `--workspace-root`:
+//! `<agent_id>/` is the agent's home (skills under `.agents/skills/`), and
+//! `<agent_id>/threads/<thread_id>/` is a thread's workspace, where its
+//! commands run. An id becomes a path component only after [`check_id`].
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Longest id accepted from the wire.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Accept `value` as an id (for field `field`) that is safe as one path
+/// component: 1 to 128 characters of `[A-Za-z0-9._-]`, not starting with `.`
+/// (so never `.`, `..` or a hidden name). The error names the field.
+pub fn check_id(field: &str, value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= MAX_ID_LEN
+        && !value.starts_with('.')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field}: must be 1 to {MAX_ID_LEN} characters of [A-Za-z0-9._-], not starting with '.' (got {:?})",
+            truncate(value, 64)
+        ))
+    }
+}
+
+fn truncate(value: &str, max: usize) -> &str {
+    match value.char_indices().nth(max) {
+        Some((i, _)) => &value[..i],
+        None => value,
+    }
+}
+
+/// The workspace root and the directories under it.
+#[derive(Debug, Clone)]
+pub struct Workspaces {
+    root: PathBuf,
+}
+
+impl Workspaces {
+    pub fn new(root: PathBuf) -> io::Result<Self> {
+        std::fs::create_dir_all(&root)?;
+        Ok(Self {
+            root: root.canonicalize()?,
+        })
+    }
+
+    /// Ids must have passed [`check_id`].
+    pub fn agent_home(&self, agent_id: &str) -> PathBuf {
+        self.root.join(agent_id)
+    }
+
+    pub fn thread_dir(&self, agent_id: &str, thread_id: &str) -> PathBuf {
+        self.agent_home(agent_id).join("threads").join(thread_id)
+    }
+
+    pub fn create(&self, dir: &Path) -> io::Result<()> {
+        debug_assert!(dir.starts_with(&self.root));
+        std::fs::create_dir_all(dir)
+    }
+
+    /// Remove a directory tree under the root; a missing one is fine.
+    pub fn remove(&self, dir: &Path) -> io::Result<()> {
+        if !dir.starts_with(&self.root) || dir == self.root {
+            return Err(io::Error::other(format!(
+                "refusing to remove {} outside the workspace root",
+                dir.display()
+            )));
+        }
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_that_could_escape_are_rejected() {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "/etc",
+            "a/b",
+            ".hidden",
+            "a\0b",
+            "a b",
+            &"x".repeat(129),
+        ] {
+            let err = check_id("agent_id", bad).unwrap_err();
+            assert!(err.starts_with("agent_id:"), "{err}");
+        }
+        for good in ["a", "agent-1", "A.b_c", &"x".repeat(128)] {
+            check_id("agent_id", good).unwrap();
+        }
+    }
+
+    #[test]
+    fn remove_stays_inside_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        let t = ws.thread_dir("a", "t");
+        ws.create(&t).unwrap();
+        std::fs::write(t.join("f"), "x").unwrap();
+        ws.remove(&ws.agent_home("a")).unwrap();
+        assert!(!ws.agent_home("a").exists());
+        ws.remove(&ws.agent_home("a")).unwrap();
+        assert!(ws.remove(dir.path()).is_err());
+    }
+}
