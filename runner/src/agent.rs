@@ -95,7 +95,10 @@ impl AgentTask {
 
     async fn create(&self, sdk: String, rid: RequestId) -> Reply {
         let rt = &self.rt;
-        let existing = rt.store.agent(&self.agent_id).map_err(|e| (rid.clone(), e.to_string()))?;
+        let existing = rt
+            .store
+            .agent(&self.agent_id)
+            .map_err(|e| (rid.clone(), e.to_string()))?;
         if let Some(row) = existing {
             if row.sdk != sdk {
                 return Err((
@@ -146,7 +149,10 @@ impl AgentTask {
 
     async fn delete(&self, rid: RequestId) -> Reply {
         let rt = &self.rt;
-        let row = rt.store.agent(&self.agent_id).map_err(|e| (rid.clone(), e.to_string()))?;
+        let row = rt
+            .store
+            .agent(&self.agent_id)
+            .map_err(|e| (rid.clone(), e.to_string()))?;
         for tx in rt.agent_threads(&self.agent_id) {
             let (done, wait) = oneshot::channel();
             let cmd = ThreadCmd::Delete {
@@ -163,7 +169,10 @@ impl AgentTask {
         {
             tracing::warn!(agent_id = %self.agent_id, error = %e, "SDK failed to delete agent");
         }
-        if let Err(e) = rt.workspaces.remove(&rt.workspaces.agent_home(&self.agent_id)) {
+        if let Err(e) = rt
+            .workspaces
+            .remove(&rt.workspaces.agent_home(&self.agent_id))
+        {
             tracing::warn!(agent_id = %self.agent_id, error = %e, "removing agent home failed");
         }
         rt.store
@@ -183,16 +192,26 @@ impl AgentTask {
     ) -> Reply {
         let rt = &self.rt;
         let reasoning_level = reasoning_level.filter(|l| !l.is_empty());
-        let Some(agent) = rt.store.agent(&self.agent_id).map_err(|e| (rid.clone(), e.to_string()))? else {
+        let Some(agent) = rt
+            .store
+            .agent(&self.agent_id)
+            .map_err(|e| (rid.clone(), e.to_string()))?
+        else {
             return Err((
                 rid,
-                format!("create_thread_request.agent_id: unknown agent {}", self.agent_id),
+                format!(
+                    "create_thread_request.agent_id: unknown agent {}",
+                    self.agent_id
+                ),
             ));
         };
         let Some(adapter) = rt.sdks.get(&agent.sdk) else {
             return Err((
                 rid,
-                format!("agent {}'s SDK {:?} is not enabled on this runner", self.agent_id, agent.sdk),
+                format!(
+                    "agent {}'s SDK {:?} is not enabled on this runner",
+                    self.agent_id, agent.sdk
+                ),
             ));
         };
         rt.sdks

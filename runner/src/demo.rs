@@ -1,10 +1,218 @@
-//! `agent-runner demo`: placeholder until the mock control plane lands.
+//! `agent-runner demo`: the whole system on one machine, in one process.
+//!
+//! Starts the mock control plane on loopback, a runner with the scripted
+//! adapter against it (temporary state and workspaces), creates an agent and
+//! a thread, sends a short script, and prints every update as it arrives.
 
+use std::time::Duration;
+
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
 use clap::Args;
+use mock_control_plane::{MockConfig, MockControlPlane};
+
+use crate::config::{ControlPlaneUrl, LogFormat, RunConfig};
+use crate::runner::Runner;
+
+const WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Args)]
-pub struct DemoArgs {}
+pub struct DemoArgs {
+    /// The script the demo thread runs (contract §4: say/think/run/sleep/usage/fail).
+    #[arg(
+        long,
+        default_value = "say Hello from the scripted agent!\nthink Which files are here?\nrun ls -la\nusage 1200 340\nsay Done."
+    )]
+    pub script: String,
+    /// Show the runner's own log lines (e.g. `info`) on stderr.
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
 
-pub async fn run(_args: DemoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("demo not built yet")
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    if let Some(level) = &args.log_level {
+        crate::logging::init(LogFormat::Text, level).map_err(anyhow::Error::msg)?;
+    }
+    let dir = tempfile_dir()?;
+    let cp = MockControlPlane::start(MockConfig::default()).await?;
+    println!("mock control plane listening on {}", cp.url());
+    let config = RunConfig {
+        control_plane: ControlPlaneUrl::parse(&cp.url()).map_err(anyhow::Error::msg)?,
+        ca_cert_pem: None,
+        secret: None,
+        state_dir: dir.join("state"),
+        workspace_root: dir.join("workspaces"),
+        sdks: vec!["scripted".into()],
+        max_concurrent_turns: 16,
+        drain_timeout: Duration::from_secs(5),
+        outbox_capacity: 1000,
+        keepalive_interval: Duration::from_secs(20),
+        keepalive_timeout: Duration::from_secs(10),
+        reconnect_min_delay: Duration::from_millis(250),
+        reconnect_max_delay: Duration::from_secs(30),
+        log_format: LogFormat::Text,
+        log_level: "info".into(),
+    };
+    let runner = Runner::start(&config).await?;
+    cp.wait_connected(WAIT).await?;
+    for reg in cp.registrations() {
+        for sdk in reg.request.agent_sdks {
+            let models: Vec<String> = sdk.models.iter().map(|m| m.name.clone()).collect();
+            println!(
+                "runner registered  sdk={} models=[{}]",
+                sdk.name,
+                models.join(", ")
+            );
+        }
+    }
+    let mut cursor = 0;
+
+    cp.send_request(
+        "req-1",
+        Request::CreateAgentRequest(CreateAgentRequest {
+            agent_id: "demo-agent".into(),
+            agent_sdk: "scripted".into(),
+        }),
+    )
+    .await?;
+    print_until(&cp, &mut cursor, |m| {
+        m.request_id.as_deref() == Some("req-1")
+    })
+    .await?;
+
+    cp.send_request(
+        "req-2",
+        Request::CreateThreadRequest(CreateThreadRequest {
+            agent_id: "demo-agent".into(),
+            model: "scripted-fast".into(),
+            reasoning_level: Some("low".into()),
+        }),
+    )
+    .await?;
+    let created = print_until(&cp, &mut cursor, |m| {
+        m.request_id.as_deref() == Some("req-2")
+    })
+    .await?;
+    let Some(Payload::ThreadUpdate(thread)) = created.payload else {
+        anyhow::bail!("thread creation failed: {created:?}");
+    };
+
+    println!("\n> user message:\n{}\n", indent(&args.script));
+    cp.send_request(
+        "req-3",
+        Request::CreateUserMessageRequest(CreateUserMessageRequest {
+            agent_id: "demo-agent".into(),
+            thread_id: thread.thread_id.clone(),
+            text: args.script.clone(),
+            allow_steer: false,
+            model: None,
+            model_reasoning_level: None,
+        }),
+    )
+    .await?;
+    print_until(&cp, &mut cursor, |m| {
+        m.request_id.as_deref() == Some("req-3")
+            && matches!(&m.payload, Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32)
+    })
+    .await?;
+    runner.shutdown(Duration::from_secs(5)).await?;
+    cp.stop().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("\ndemo finished");
+    Ok(())
+}
+
+fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "agent-runner-demo-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Print every update from `cursor` on until one matches `done`; return it.
+async fn print_until(
+    cp: &MockControlPlane,
+    cursor: &mut usize,
+    done: impl Fn(&ClientMessage) -> bool,
+) -> anyhow::Result<ClientMessage> {
+    loop {
+        let (index, msg) = cp.wait_for_after(*cursor, |_| true, WAIT).await?;
+        *cursor = index + 1;
+        println!("{}", describe(&msg));
+        if done(&msg) {
+            return Ok(msg);
+        }
+    }
+}
+
+fn name<E: std::fmt::Debug>(value: i32, parse: impl Fn(i32) -> Option<E>) -> String {
+    parse(value).map_or_else(|| value.to_string(), |e| format!("{e:?}"))
+}
+
+/// One readable line (plus indented text) per update.
+fn describe(m: &ClientMessage) -> String {
+    let rid = m.request_id.as_deref().unwrap_or("-");
+    let body = match &m.payload {
+        Some(Payload::AgentUpdate(u)) => format!(
+            "AgentUpdate   agent={} status={}",
+            u.agent_id,
+            name(u.status, |v| AgentStatus::try_from(v).ok())
+        ),
+        Some(Payload::ThreadUpdate(u)) => format!(
+            "ThreadUpdate  thread={} status={}",
+            u.thread_id,
+            name(u.status, |v| ThreadStatus::try_from(v).ok())
+        ),
+        Some(Payload::TurnUpdate(u)) => format!(
+            "TurnUpdate    turn={} status={}",
+            u.sdk_turn_id,
+            name(u.status, |v| TurnStatus::try_from(v).ok())
+        ),
+        Some(Payload::ItemUpdate(i)) => {
+            let kind = ItemType::try_from(i.item_type)
+                .map(|t| t.as_str_name().to_owned())
+                .unwrap_or_else(|_| i.item_type.to_string());
+            let status = name(i.status, |v| ItemStatus::try_from(v).ok()).to_uppercase();
+            let mut line = format!("ItemUpdate    {kind} {status}");
+            if let Some(text) = &i.text {
+                line.push('\n');
+                line.push_str(&indent(text));
+            }
+            if let Some(c) = &i.command_execution_item {
+                line.push_str(&format!(
+                    "\n      $ {}   (cwd {}, pid {})",
+                    c.command, c.cwd, c.process_id
+                ));
+                if let Some(out) = &c.output {
+                    line.push('\n');
+                    line.push_str(&indent(out.trim_end()));
+                }
+            }
+            line
+        }
+        Some(Payload::ThreadTokenUsageUpdate(u)) => {
+            let t = u.total_usage.unwrap_or_default();
+            format!(
+                "TokenUsage    input={} output={} total={}",
+                t.input_tokens, t.output_tokens, t.total_tokens
+            )
+        }
+        Some(Payload::RequestError(e)) => format!("RequestError  {}", e.error_message),
+        Some(Payload::SkillMpUpdate(s)) => {
+            format!("SkillMpUpdate {} {}", s.agent_id, s.package_name)
+        }
+        Some(Payload::HeartbeatResponse(_)) => "HeartbeatResponse".to_owned(),
+        None => "(empty)".to_owned(),
+    };
+    format!("[{rid}] {body}")
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("      {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

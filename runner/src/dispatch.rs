@@ -57,9 +57,12 @@ pub fn dispatch(rt: &Arc<Runtime>, msg: ServerMessage) {
                 rid,
             },
         ),
-        Request::DeleteThreadRequest(r) => {
-            to_thread(rt, &r.agent_id, &r.thread_id, ThreadCmd::Delete { rid, done: None })
-        }
+        Request::DeleteThreadRequest(r) => to_thread(
+            rt,
+            &r.agent_id,
+            &r.thread_id,
+            ThreadCmd::Delete { rid, done: None },
+        ),
         Request::InterruptTurnRequest(r) => {
             to_thread(rt, &r.agent_id, &r.thread_id, ThreadCmd::Interrupt { rid })
         }

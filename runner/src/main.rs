@@ -12,7 +12,11 @@ use clap::{Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Parser)]
-#[command(name = "agent-runner", version, about = "Runs coding agents for a remote control plane")]
+#[command(
+    name = "agent-runner",
+    version,
+    about = "Runs coding agents for a remote control plane"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,7 +46,10 @@ enum SdkCommand {
 fn main() -> ExitCode {
     let env_secret = take_env_secret();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("agent-runner: starting the async runtime: {e}");
@@ -117,7 +124,11 @@ async fn sdk_list() -> anyhow::Result<()> {
             if m.reasoning_levels.is_empty() {
                 println!("    {}", m.name);
             } else {
-                println!("    {}  reasoning: {}", m.name, m.reasoning_levels.join(", "));
+                println!(
+                    "    {}  reasoning: {}",
+                    m.name,
+                    m.reasoning_levels.join(", ")
+                );
             }
         }
     }

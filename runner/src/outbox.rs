@@ -236,7 +236,12 @@ mod tests {
             o.push(completed(&i.to_string())).await;
         }
         let got = drain(&o).await;
-        assert_eq!(got, (0..10).map(|i| completed(&i.to_string())).collect::<Vec<_>>());
+        assert_eq!(
+            got,
+            (0..10)
+                .map(|i| completed(&i.to_string()))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[tokio::test]
@@ -270,7 +275,10 @@ mod tests {
         let o2 = o.clone();
         let pusher = tokio::spawn(async move { o2.push(completed("16")).await });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!pusher.is_finished(), "a terminal update must wait, not drop");
+        assert!(
+            !pusher.is_finished(),
+            "a terminal update must wait, not drop"
+        );
         assert_eq!(o.pop().await, completed("0"));
         pusher.await.unwrap();
         let got = drain(&o).await;

@@ -153,7 +153,12 @@ impl Runtime {
 
     /// Called by an agent task with an empty mailbox that has nothing left to
     /// do; returns false (stay) if a request arrived meanwhile.
-    pub fn retire_agent(&self, agent_id: &str, tx: &mpsc::Sender<AgentCmd>, rx_empty: impl Fn() -> bool) -> bool {
+    pub fn retire_agent(
+        &self,
+        agent_id: &str,
+        tx: &mpsc::Sender<AgentCmd>,
+        rx_empty: impl Fn() -> bool,
+    ) -> bool {
         let mut agents = lock(&self.agents);
         if !rx_empty() {
             return false;
@@ -164,7 +169,12 @@ impl Runtime {
         true
     }
 
-    pub fn spawn_thread(self: &Arc<Self>, sdk: String, spec: ThreadSpec, last_turn: Option<String>) {
+    pub fn spawn_thread(
+        self: &Arc<Self>,
+        sdk: String,
+        spec: ThreadSpec,
+        last_turn: Option<String>,
+    ) {
         let mut threads = lock(&self.threads);
         let tx = thread::spawn(self.clone(), sdk, spec.clone(), last_turn);
         threads.insert(
@@ -236,7 +246,10 @@ impl Runtime {
         self.draining.store(true, Ordering::SeqCst);
         let mut running = self.running.subscribe();
         let idle = |n: &usize| *n == 0;
-        if tokio::time::timeout(timeout, running.wait_for(idle)).await.is_ok() {
+        if tokio::time::timeout(timeout, running.wait_for(idle))
+            .await
+            .is_ok()
+        {
             return;
         }
         tracing::info!(

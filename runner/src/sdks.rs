@@ -87,13 +87,17 @@ impl Sdks {
                 desc.error_message.as_deref().unwrap_or("no reason given")
             ));
         }
-        let m = desc.models.iter().find(|m| m.name == model).ok_or_else(|| {
-            let names: Vec<&str> = desc.models.iter().map(|m| m.name.as_str()).collect();
-            format!(
-                "model {model:?} is not offered by SDK {sdk:?} (offered: {})",
-                names.join(", ")
-            )
-        })?;
+        let m = desc
+            .models
+            .iter()
+            .find(|m| m.name == model)
+            .ok_or_else(|| {
+                let names: Vec<&str> = desc.models.iter().map(|m| m.name.as_str()).collect();
+                format!(
+                    "model {model:?} is not offered by SDK {sdk:?} (offered: {})",
+                    names.join(", ")
+                )
+            })?;
         if let Some(level) = level
             && !m.reasoning_levels.iter().any(|l| l == level)
         {

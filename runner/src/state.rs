@@ -188,7 +188,10 @@ impl Store {
     pub fn finish_turn(&self, thread_id: &str, sdk_turn_id: &str) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute("DELETE FROM running_turns WHERE thread_id = ?1", [thread_id])?;
+        tx.execute(
+            "DELETE FROM running_turns WHERE thread_id = ?1",
+            [thread_id],
+        )?;
         tx.execute(
             "UPDATE threads SET last_turn_id = ?2 WHERE thread_id = ?1",
             [thread_id, sdk_turn_id],
@@ -253,7 +256,10 @@ mod tests {
                 request_id: Some("r".into()),
             })
             .unwrap();
-            assert!(matches!(Store::open(dir.path()), Err(StoreError::Locked(_))));
+            assert!(matches!(
+                Store::open(dir.path()),
+                Err(StoreError::Locked(_))
+            ));
         }
         let s = Store::open(dir.path()).unwrap();
         assert_eq!(s.agents().unwrap().len(), 1);

@@ -195,12 +195,8 @@ impl ThreadTask {
                         return;
                     };
                     turn.steers.push_back((tag, msg.rid.clone()));
-                    let update = updates::turn(
-                        msg.rid,
-                        &self.spec.thread_id,
-                        &turn.id,
-                        TurnStatus::Running,
-                    );
+                    let update =
+                        updates::turn(msg.rid, &self.spec.thread_id, &turn.id, TurnStatus::Running);
                     return self.send(update).await;
                 }
                 Err(SteerError::Rejected(text)) => {
@@ -226,12 +222,15 @@ impl ThreadTask {
         };
         if msg.model.is_some() || msg.reasoning_level.is_some() {
             let model = msg.model.as_deref().unwrap_or(&self.spec.model);
-            let level = msg
-                .reasoning_level
-                .as_deref()
-                .or(if msg.model.is_some() { None } else { self.spec.reasoning_level.as_deref() });
+            let level = msg.reasoning_level.as_deref().or(if msg.model.is_some() {
+                None
+            } else {
+                self.spec.reasoning_level.as_deref()
+            });
             if let Err(e) = rt.sdks.check_model(&self.sdk, model, level) {
-                return self.error(msg.rid, format!("create_user_message_request: {e}")).await;
+                return self
+                    .error(msg.rid, format!("create_user_message_request: {e}"))
+                    .await;
             }
         }
         let Ok(slot) = rt.turn_slots.clone().try_acquire_owned() else {
@@ -318,7 +317,9 @@ impl ThreadTask {
                 }
                 return;
             }
-            Some(TurnEvent::Item(item)) => updates::item(turn.rid.clone(), thread_id, &turn.id, item),
+            Some(TurnEvent::Item(item)) => {
+                updates::item(turn.rid.clone(), thread_id, &turn.id, item)
+            }
             Some(TurnEvent::Usage(usage)) => {
                 updates::token_usage(turn.rid.clone(), thread_id, &turn.id, usage)
             }
@@ -338,8 +339,13 @@ impl ThreadTask {
             Some((rid, _)) => rid,
             None => turn.rid,
         };
-        self.send(updates::turn(rid, &thread_id, &turn.id, TurnStatus::Completed))
-            .await;
+        self.send(updates::turn(
+            rid,
+            &thread_id,
+            &turn.id,
+            TurnStatus::Completed,
+        ))
+        .await;
         if let Err(e) = self.rt.store.finish_turn(&thread_id, &turn.id) {
             tracing::error!(%thread_id, error = %e, "recording the turn's end failed");
         }
@@ -397,7 +403,11 @@ impl ThreadTask {
             tracing::error!(thread_id = %self.spec.thread_id, error = %e, "deleting thread state failed");
         }
         rt.forget_thread(&self.spec.thread_id);
-        self.send(updates::thread(rid, &self.spec.thread_id, ThreadStatus::Deleted))
-            .await;
+        self.send(updates::thread(
+            rid,
+            &self.spec.thread_id,
+            ThreadStatus::Deleted,
+        ))
+        .await;
     }
 }

@@ -29,7 +29,10 @@ pub fn request_error(request_id: RequestId, text: impl Into<String>) -> ClientMe
     if error_message.is_empty() {
         error_message = "request failed".to_owned();
     }
-    message(request_id, Payload::RequestError(RequestError { error_message }))
+    message(
+        request_id,
+        Payload::RequestError(RequestError { error_message }),
+    )
 }
 
 pub fn heartbeat(request_id: RequestId) -> ClientMessage {

@@ -14,7 +14,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner_proto::runner::{AgentSdk, AgentSdkStatus, ClientMessage, LlmModel, RegisterRunnerRequest};
+use agent_runner_proto::runner::{
+    AgentSdk, AgentSdkStatus, ClientMessage, LlmModel, RegisterRunnerRequest,
+};
 use agent_runner_proto::{Validate, violations};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::Stream;
@@ -52,7 +54,9 @@ pub struct Refused {
 
 enum SessionEnd {
     /// The link dropped; `healthy` if the channel had been up a while.
-    Lost { healthy: bool },
+    Lost {
+        healthy: bool,
+    },
     Refused(Refused),
     /// Shutdown asked for it and the channel was closed cleanly.
     Closed,
@@ -108,7 +112,10 @@ impl Link {
                         backoff = self.backoff();
                     }
                     let delay = backoff.next().unwrap_or(self.max_delay);
-                    tracing::info!(delay_ms = delay.as_millis() as u64, "reconnecting to the control plane");
+                    tracing::info!(
+                        delay_ms = delay.as_millis() as u64,
+                        "reconnecting to the control plane"
+                    );
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = close.cancelled() => break,
@@ -187,7 +194,12 @@ fn lost_or_refused(rpc: &str, status: tonic::Status) -> SessionEnd {
             message: status.message().to_owned(),
         }),
         code => {
-            tracing::warn!(rpc, ?code, message = status.message(), "control plane link lost");
+            tracing::warn!(
+                rpc,
+                ?code,
+                message = status.message(),
+                "control plane link lost"
+            );
             SessionEnd::Lost { healthy: false }
         }
     }

@@ -1,0 +1,245 @@
+//! The turn task: runs a message's steps in order and reports each as
+//! [`TurnEvent`]s, until the script ends, fails, is interrupted, or nobody
+//! listens any more.
+//!
+//! Event shapes:
+//! - Every item is reported twice, RUNNING then COMPLETED, with ids
+//!   `<sdk_turn_id>-item-<n>` (n from 1, in order).
+//! - The message itself is the first item (`UserMessage`, the whole text).
+//! - Text items carry their full text in both events. A command item has no
+//!   text; RUNNING carries command, cwd and pid, COMPLETED adds the capped
+//!   output and the exit code (128 + signal when killed).
+//! - `usage` reports `last` = that line's counts and `total` = the sum of every
+//!   `usage` line so far in this turn (steering included), so the numbers
+//!   depend on the script alone, never on earlier turns or a restart.
+//! - A steering message, where it joins, gives `Steered{tag}` and then its own
+//!   `UserMessage` item.
+//! - The last event is always `Finished`, unless the receiver was dropped; in
+//!   that case the task stops at once (killing a running command).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sdk_adapter::{
+    CommandInfo, ItemEvent, ItemKind, ItemStatus, TURN_EVENT_BUFFER, TokenUsage,
+    TokenUsageBreakdown, Turn, TurnEvent, TurnOutcome,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::command;
+use crate::control::{Next, ScriptedControl};
+use crate::plan::{Entry, Plan};
+use crate::script::Step;
+
+/// Start a turn running `text` in `workspace`; the script runs on a spawned
+/// task (so this must be called inside a tokio runtime).
+pub(crate) fn start(workspace: PathBuf, text: String) -> Turn {
+    let turn_id = format!("turn-{}", uuid::Uuid::new_v4());
+    let (events, receiver) = mpsc::channel(TURN_EVENT_BUFFER);
+    let control = Arc::new(ScriptedControl::default());
+    let task = TurnTask {
+        turn_id: turn_id.clone(),
+        cwd: workspace.to_string_lossy().into_owned(),
+        workspace,
+        events,
+        control: control.clone(),
+        items: 0,
+        usage: TokenUsageBreakdown::default(),
+    };
+    tokio::spawn(task.run(text));
+    Turn {
+        sdk_turn_id: turn_id,
+        events: receiver,
+        control,
+    }
+}
+
+/// The receiver was dropped: nobody reads this turn's events any more.
+struct Gone;
+
+/// What to do after a step.
+enum Flow {
+    Continue,
+    Finish(TurnOutcome),
+}
+
+struct TurnTask {
+    turn_id: String,
+    workspace: PathBuf,
+    /// `workspace` as reported in command items.
+    cwd: String,
+    events: mpsc::Sender<TurnEvent>,
+    control: Arc<ScriptedControl>,
+    /// Items created so far.
+    items: u64,
+    /// Sum of this turn's `usage` lines.
+    usage: TokenUsageBreakdown,
+}
+
+impl TurnTask {
+    async fn run(mut self, text: String) {
+        let outcome = self.drive(text).await;
+        self.control.end();
+        if let Ok(outcome) = outcome {
+            // Fails only if the receiver is gone, and then nobody cares.
+            let _ = self.events.send(TurnEvent::Finished(outcome)).await;
+        }
+    }
+
+    async fn drive(&mut self, text: String) -> Result<TurnOutcome, Gone> {
+        let mut plan = Plan::from_message(&text);
+        self.text_item(ItemKind::UserMessage, text).await?;
+        loop {
+            if self.events.is_closed() {
+                return Err(Gone);
+            }
+            let entry = match self.control.next(&mut plan) {
+                Next::Run(entry) => entry,
+                Next::Completed => return Ok(TurnOutcome::Completed),
+                Next::Interrupted => return Ok(TurnOutcome::Interrupted),
+            };
+            match entry {
+                Entry::Steering(steering) => {
+                    self.send(TurnEvent::Steered { tag: steering.tag }).await?;
+                    self.text_item(ItemKind::UserMessage, steering.text).await?;
+                }
+                Entry::Step {
+                    step: Err(error),
+                    steered,
+                } => {
+                    let origin = if steered { "steering message, " } else { "" };
+                    return Ok(TurnOutcome::Failed(format!("{origin}{error}")));
+                }
+                Entry::Step { step: Ok(step), .. } => {
+                    if let Flow::Finish(outcome) = self.step(step).await? {
+                        return Ok(outcome);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn step(&mut self, step: Step) -> Result<Flow, Gone> {
+        match step {
+            Step::Say(text) => self.text_item(ItemKind::AgentMessage, text).await?,
+            Step::Think(text) => self.text_item(ItemKind::Reasoning, text).await?,
+            Step::Echo(line) => {
+                self.text_item(ItemKind::AgentMessage, format!("echo: {line}"))
+                    .await?;
+            }
+            Step::Sleep(duration) => {
+                // Either way the next boundary sees an interrupt or a gone
+                // receiver.
+                tokio::select! {
+                    () = tokio::time::sleep(duration) => {}
+                    () = stopped(self.control.cancel_token(), &self.events) => {}
+                }
+            }
+            Step::Usage { input, output } => self.usage(input, output).await?,
+            Step::Fail(text) => return Ok(Flow::Finish(TurnOutcome::Failed(text))),
+            Step::Run(command) => return self.run_command(command).await,
+        }
+        Ok(Flow::Continue)
+    }
+
+    async fn run_command(&mut self, command: String) -> Result<Flow, Gone> {
+        let item_id = self.next_item_id();
+        let running = match command::spawn(&command, &self.workspace) {
+            Ok(running) => running,
+            Err(error) => {
+                return Ok(Flow::Finish(TurnOutcome::Failed(format!(
+                    "could not start `{command}` in {}: {error}",
+                    self.cwd
+                ))));
+            }
+        };
+        let mut info = CommandInfo {
+            command,
+            cwd: self.cwd.clone(),
+            process_id: running.pid().to_string(),
+            output: None,
+            exit_code: None,
+        };
+        // If the receiver is gone, `running` drops here and its group dies.
+        self.send(command_item(&item_id, ItemStatus::Running, info.clone()))
+            .await?;
+        let result = running
+            .wait(stopped(self.control.cancel_token(), &self.events))
+            .await;
+        let flow = match result {
+            Ok(result) => {
+                info.output = Some(result.output);
+                info.exit_code = Some(result.exit_code);
+                Flow::Continue
+            }
+            Err(error) => Flow::Finish(TurnOutcome::Failed(format!(
+                "running `{}` failed: {error}",
+                info.command
+            ))),
+        };
+        self.send(command_item(&item_id, ItemStatus::Completed, info))
+            .await?;
+        Ok(flow)
+    }
+
+    async fn usage(&mut self, input: i64, output: i64) -> Result<(), Gone> {
+        let last = TokenUsageBreakdown {
+            input_tokens: input,
+            output_tokens: output,
+            total_tokens: input.saturating_add(output),
+            ..TokenUsageBreakdown::default()
+        };
+        let total = &mut self.usage;
+        total.input_tokens = total.input_tokens.saturating_add(last.input_tokens);
+        total.output_tokens = total.output_tokens.saturating_add(last.output_tokens);
+        total.total_tokens = total.total_tokens.saturating_add(last.total_tokens);
+        let usage = TokenUsage {
+            total: *total,
+            last,
+            model_context_window: None,
+        };
+        self.send(TurnEvent::Usage(usage)).await
+    }
+
+    /// An item whose whole content is `text`, RUNNING then COMPLETED.
+    async fn text_item(&mut self, kind: ItemKind, text: String) -> Result<(), Gone> {
+        let mut item = ItemEvent {
+            item_id: self.next_item_id(),
+            kind,
+            status: ItemStatus::Running,
+            text: Some(text),
+            command: None,
+        };
+        self.send(TurnEvent::Item(item.clone())).await?;
+        item.status = ItemStatus::Completed;
+        self.send(TurnEvent::Item(item)).await
+    }
+
+    fn next_item_id(&mut self) -> String {
+        self.items += 1;
+        format!("{}-item-{}", self.turn_id, self.items)
+    }
+
+    async fn send(&self, event: TurnEvent) -> Result<(), Gone> {
+        self.events.send(event).await.map_err(|_| Gone)
+    }
+}
+
+fn command_item(item_id: &str, status: ItemStatus, info: CommandInfo) -> TurnEvent {
+    TurnEvent::Item(ItemEvent {
+        item_id: item_id.to_owned(),
+        kind: ItemKind::CommandExecution,
+        status,
+        text: None,
+        command: Some(info),
+    })
+}
+
+/// Resolves when the turn was interrupted or its receiver dropped.
+async fn stopped(cancel: &CancellationToken, events: &mpsc::Sender<TurnEvent>) {
+    tokio::select! {
+        () = cancel.cancelled() => {}
+        () = events.closed() => {}
+    }
+}

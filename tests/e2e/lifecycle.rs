@@ -1,0 +1,184 @@
+//! Process lifecycle: restart with state, drain on SIGTERM, config errors,
+//! the demo and `sdk list`.
+
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::*;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn sigkill_restart_keeps_state_and_reports_the_lost_turn() {
+    let cp = mock().await;
+    let mut r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    send(
+        &cp,
+        "m",
+        user_message("a", &t, "say first\nsleep 60000", false),
+    )
+    .await;
+    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
+        .await
+        .unwrap();
+    r.signal(libc::SIGKILL);
+    r.wait_exit(WAIT).await;
+    let dirs = r.dirs.clone();
+    let _r2 = RunnerProc::start_in(RunnerOpts::new(cp.url()), dirs);
+    // The lost turn: RequestError saying the runner restarted, then COMPLETED.
+    turn_completed(&cp, "m").await;
+    let msgs = replies(&cp, "m");
+    let n = msgs.len();
+    let err = error_text(&msgs[n - 2]).expect("an error before COMPLETED");
+    assert!(err.contains("restarted"), "{err}");
+    // The agent and thread still work.
+    create_agent(&cp, "a").await;
+    send(&cp, "m2", user_message("a", &t, "say again", false)).await;
+    turn_completed(&cp, "m2").await;
+}
+
+#[tokio::test]
+async fn sigterm_drains_running_turns_then_exits_cleanly() {
+    let cp = mock().await;
+    let mut r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--drain-timeout").arg("20s"));
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+    let t1 = create_thread(&cp, "a", "t1").await;
+    let t2 = create_thread(&cp, "a", "t2").await;
+    send(
+        &cp,
+        "m",
+        user_message("a", &t1, "sleep 1000\nsay finished", false),
+    )
+    .await;
+    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
+        .await
+        .unwrap();
+    r.signal(libc::SIGTERM);
+    // New turns are refused while draining.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    send(&cp, "late", user_message("a", &t2, "say hi", false)).await;
+    assert!(expect_error(&cp, "late").await.contains("draining"));
+    // The running turn finishes normally, then the runner exits 0.
+    turn_completed(&cp, "m").await;
+    let texts: Vec<_> = items(&replies(&cp, "m"))
+        .into_iter()
+        .filter_map(|(_, _, t)| t)
+        .collect();
+    assert!(texts.contains(&"finished".to_owned()));
+    assert_eq!(r.wait_exit(WAIT).await, Some(0), "{}", r.logs());
+    cp.wait_disconnected(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn drain_timeout_interrupts_turns_and_second_signal_exits_at_once() {
+    let cp = mock().await;
+    let mut r = RunnerProc::start(
+        RunnerOpts::new(cp.url())
+            .arg("--drain-timeout")
+            .arg("200ms"),
+    );
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    send(
+        &cp,
+        "m",
+        user_message("a", &t, "sleep 60000\nsay never", false),
+    )
+    .await;
+    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
+        .await
+        .unwrap();
+    r.signal(libc::SIGTERM);
+    turn_completed(&cp, "m").await;
+    assert_eq!(r.wait_exit(WAIT).await, Some(0), "{}", r.logs());
+
+    // Second signal: no waiting for the drain.
+    let cp = mock().await;
+    let mut r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--drain-timeout").arg("60s"));
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    send(&cp, "m", user_message("a", &t, "sleep 60000", false)).await;
+    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
+        .await
+        .unwrap();
+    r.signal(libc::SIGTERM);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    r.signal(libc::SIGTERM);
+    let code = r.wait_exit(WAIT).await;
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}");
+}
+
+#[tokio::test]
+async fn malformed_config_exits_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runner.toml");
+    std::fs::write(
+        &file,
+        "control_plane_url = \"http://127.0.0.1:1\"\nmax_concurrent_turns = \"lots\"\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(runner_bin())
+        .args(["run", "--config", file.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max_concurrent_turns"), "{err}");
+
+    let out = tokio::process::Command::new(runner_bin())
+        .args(["run", "--control-plane-url", "ftp://x"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("control_plane_url"));
+}
+
+#[tokio::test]
+async fn sdk_list_prints_adapters_and_models() {
+    let out = tokio::process::Command::new(runner_bin())
+        .args(["sdk", "list"])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("scripted  ready"), "{text}");
+    assert!(
+        text.contains("scripted-fast  reasoning: low, high"),
+        "{text}"
+    );
+    assert!(text.contains("scripted-slow"), "{text}");
+}
+
+#[tokio::test]
+async fn demo_prints_a_live_transcript() {
+    let out = tokio::process::Command::new(runner_bin())
+        .arg("demo")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "AgentUpdate",
+        "ThreadUpdate",
+        "USER_MESSAGE",
+        "AGENT_MESSAGE",
+        "REASONING",
+        "COMMAND_EXECUTION",
+        "COMPLETED",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in:\n{text}");
+    }
+    let _ = Payload::HeartbeatResponse(HeartbeatResponse {});
+}

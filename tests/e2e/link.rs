@@ -1,0 +1,212 @@
+//! The control-plane link: auth, path prefix, TLS, refusals, reconnects.
+
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
+use mock_control_plane::{MockConfig, MockControlPlane};
+use tonic::Status;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn bearer_secret_is_sent_from_file_or_env_and_never_logged() {
+    let secret = "s3cret-value-42";
+    let cp = MockControlPlane::start(MockConfig::default().with_bearer_secret(secret))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secret");
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    let r = RunnerProc::start(
+        RunnerOpts::new(cp.url())
+            .arg("--secret-file")
+            .arg(file.to_str().unwrap()),
+    );
+    cp.wait_connected(WAIT).await.unwrap();
+    let meta = &cp.registrations()[0].metadata;
+    assert_eq!(
+        meta.get("authorization").map(String::as_str),
+        Some("Bearer s3cret-value-42")
+    );
+    assert!(!r.logs().contains(secret));
+    drop(r);
+
+    let cp2 = MockControlPlane::start(MockConfig::default().with_bearer_secret(secret))
+        .await
+        .unwrap();
+    let r2 = RunnerProc::start(RunnerOpts::new(cp2.url()).env("AGENT_RUNNER_SECRET", secret));
+    cp2.wait_connected(WAIT).await.unwrap();
+    // The scripted adapter's commands must not inherit the secret.
+    create_agent(&cp2, "a").await;
+    let t = create_thread(&cp2, "a", "t").await;
+    send(&cp2, "m", user_message("a", &t, "run env", false)).await;
+    turn_completed(&cp2, "m").await;
+    let out = replies(&cp2, "m")
+        .iter()
+        .find_map(|m| match payload(m) {
+            Some(Payload::ItemUpdate(i)) => i
+                .command_execution_item
+                .as_ref()
+                .and_then(|c| c.output.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(out.contains("PATH="), "{out}");
+    assert!(!out.contains(secret), "agent saw the secret");
+    assert!(!r2.logs().contains(secret));
+}
+
+#[tokio::test]
+async fn without_secret_no_authorization_header_and_refusal_is_terminal() {
+    let cp = mock().await;
+    let _r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    cp.wait_connected(WAIT).await.unwrap();
+    assert!(!cp.registrations()[0].metadata.contains_key("authorization"));
+
+    // A control plane that wants a secret refuses us: exit non-zero, one line.
+    let strict = MockControlPlane::start(MockConfig::default().with_bearer_secret("x"))
+        .await
+        .unwrap();
+    let mut r = RunnerProc::start(RunnerOpts::new(strict.url()));
+    let code = r.wait_exit(WAIT).await;
+    assert_eq!(code, Some(1), "{}", r.logs());
+    assert!(r.logs().contains("refused"), "{}", r.logs());
+}
+
+#[tokio::test]
+async fn register_failures_permission_denied_is_terminal_unavailable_retries() {
+    let cp = mock().await;
+    cp.fail_register_with(Some(Status::permission_denied("runner not allowed")));
+    let mut r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    assert_eq!(r.wait_exit(WAIT).await, Some(1));
+    assert!(r.logs().contains("runner not allowed"), "{}", r.logs());
+
+    let cp = mock().await;
+    cp.fail_register_with(Some(Status::unavailable("warming up")));
+    let r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while r.logs().matches("warming up").count() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "{}", r.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    cp.fail_register_with(None);
+    cp.wait_connected(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn path_prefix_is_prepended_to_every_rpc() {
+    let cp = MockControlPlane::start(MockConfig::default().with_path_prefix("/grpc"))
+        .await
+        .unwrap();
+    assert!(cp.url().ends_with("/grpc"), "{}", cp.url());
+    let _r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+
+    // Without the prefix the runner cannot register.
+    let bare = cp.url().trim_end_matches("/grpc").to_owned();
+    let r2 = RunnerProc::start(RunnerOpts::new(bare));
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(cp.registrations().len(), 1, "{}", r2.logs());
+}
+
+#[tokio::test]
+async fn tls_with_a_test_ca() {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let cp =
+        MockControlPlane::start(MockConfig::default().with_tls(cert.pem(), key.serialize_pem()))
+            .await
+            .unwrap();
+    let url = format!("https://localhost:{}", cp.addr().port());
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let _r = RunnerProc::start(
+        RunnerOpts::new(&url)
+            .arg("--ca-cert")
+            .arg(ca_file.to_str().unwrap()),
+    );
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+
+    // Without the CA the certificate is not trusted: no registration.
+    let cp2 =
+        MockControlPlane::start(MockConfig::default().with_tls(cert.pem(), key.serialize_pem()))
+            .await
+            .unwrap();
+    let url2 = format!("https://localhost:{}", cp2.addr().port());
+    let r2 = RunnerProc::start(RunnerOpts::new(&url2));
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert!(cp2.registrations().is_empty(), "{}", r2.logs());
+}
+
+#[tokio::test]
+async fn stream_dropped_mid_turn_delivers_everything_in_order_once() {
+    let (cp, _r) = connected().await;
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    let script: String = (0..20).map(|i| format!("say s{i}\nsleep 40\n")).collect();
+    send(&cp, "m", user_message("a", &t, &script, false)).await;
+    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
+        .await
+        .unwrap();
+    // Drop the link twice while the turn runs.
+    for n in 2..=3 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        assert!(cp.drop_stream());
+        cp.wait_for_connections(n, WAIT).await.unwrap();
+    }
+    turn_completed(&cp, "m").await;
+    let msgs = replies(&cp, "m");
+    let completed: Vec<String> = items(&msgs)
+        .into_iter()
+        .filter(|(k, s, _)| *k == ItemType::AgentMessage && *s == ItemStatus::Completed)
+        .filter_map(|(_, _, t)| t)
+        .collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
+    assert_eq!(completed, expected, "every item exactly once, in order");
+    let turn_updates = msgs
+        .iter()
+        .filter(|m| matches!(payload(m), Some(Payload::TurnUpdate(_))))
+        .count();
+    assert_eq!(turn_updates, 2);
+    assert!(
+        cp.registrations().len() >= 3,
+        "re-registered after each drop"
+    );
+}
+
+#[tokio::test]
+async fn control_plane_restart_reconnects_and_updates_wait() {
+    let (cp, _r) = connected().await;
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    send(
+        &cp,
+        "m",
+        user_message("a", &t, "sleep 300\nsay after", false),
+    )
+    .await;
+    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
+        .await
+        .unwrap();
+    cp.stop().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    cp.restart().await.unwrap();
+    cp.wait_for_registrations(2, WAIT).await.unwrap();
+    turn_completed(&cp, "m").await;
+    let texts: Vec<_> = items(&replies(&cp, "m"))
+        .into_iter()
+        .filter_map(|(_, _, t)| t)
+        .collect();
+    assert!(texts.contains(&"after".to_owned()), "{texts:?}");
+    send(&cp, "hb", Request::HeartbeatRequest(HeartbeatRequest {})).await;
+    reply(&cp, "hb").await;
+}

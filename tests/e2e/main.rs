@@ -1,0 +1,11 @@
+//! End-to-end tests: the real `agent-runner` binary against the real mock
+//! control plane over loopback, with the scripted adapter running real
+//! commands. Compiled as a test target of the runner package (see
+//! runner/Cargo.toml) so the binary under test is always the fresh one.
+
+mod support;
+
+mod lifecycle;
+mod link;
+mod protocol;
+mod scale;

@@ -1,0 +1,251 @@
+//! Starting runner processes and talking to them through the mock.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
+use mock_control_plane::{MockConfig, MockControlPlane};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Generous: machines are shared and noisy; tests never assert timings.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+pub struct RunnerProc {
+    pub child: Child,
+    pub dirs: Arc<tempfile::TempDir>,
+    pub logs: Arc<Mutex<String>>,
+}
+
+pub struct RunnerOpts {
+    pub url: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl RunnerOpts {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            args: vec![],
+            env: vec![],
+        }
+    }
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.to_owned());
+        self
+    }
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.to_owned(), v.to_owned()));
+        self
+    }
+}
+
+pub fn runner_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_agent-runner")
+}
+
+impl RunnerProc {
+    pub fn start(opts: RunnerOpts) -> Self {
+        Self::start_in(opts, Arc::new(tempfile::tempdir().expect("tempdir")))
+    }
+
+    /// Start with the state and workspaces of an earlier process.
+    pub fn start_in(opts: RunnerOpts, dirs: Arc<tempfile::TempDir>) -> Self {
+        let mut cmd = Command::new(runner_bin());
+        cmd.arg("run")
+            .arg("--control-plane-url")
+            .arg(&opts.url)
+            .arg("--state-dir")
+            .arg(dirs.path().join("state"))
+            .arg("--workspace-root")
+            .arg(dirs.path().join("ws"))
+            .arg("--log-level")
+            .arg("debug")
+            .arg("--reconnect-min-delay")
+            .arg("50ms")
+            .arg("--reconnect-max-delay")
+            .arg("500ms")
+            .args(&opts.args)
+            .env_remove("AGENT_RUNNER_SECRET")
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn agent-runner");
+        let logs = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("stderr piped");
+        let sink = logs.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        Self { child, dirs, logs }
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
+    pub fn workspace_root(&self) -> PathBuf {
+        self.dirs.path().join("ws")
+    }
+
+    pub fn signal(&self, sig: i32) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(pid, sig) };
+    }
+
+    /// Wait for the process to exit; its exit code.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(Ok(status)) => status.code().or(Some(-1)),
+            _ => None,
+        }
+    }
+}
+
+pub async fn mock() -> MockControlPlane {
+    MockControlPlane::start(MockConfig::default())
+        .await
+        .expect("mock starts")
+}
+
+/// A mock and a connected runner.
+pub async fn connected() -> (MockControlPlane, RunnerProc) {
+    let cp = mock().await;
+    let runner = RunnerProc::start(RunnerOpts::new(cp.url()));
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    (cp, runner)
+}
+
+pub fn payload(m: &ClientMessage) -> Option<&Payload> {
+    m.payload.as_ref()
+}
+
+pub fn rid_is(m: &ClientMessage, rid: &str) -> bool {
+    m.request_id.as_deref() == Some(rid)
+}
+
+/// The first message answering `rid`.
+pub async fn reply(cp: &MockControlPlane, rid: &str) -> ClientMessage {
+    let rid = rid.to_owned();
+    cp.wait_for(move |m| rid_is(m, &rid), WAIT)
+        .await
+        .expect("a reply")
+}
+
+pub fn error_text(m: &ClientMessage) -> Option<&str> {
+    match payload(m) {
+        Some(Payload::RequestError(e)) => Some(&e.error_message),
+        _ => None,
+    }
+}
+
+pub async fn expect_error(cp: &MockControlPlane, rid: &str) -> String {
+    let m = reply(cp, rid).await;
+    error_text(&m)
+        .unwrap_or_else(|| panic!("expected a RequestError for {rid}, got {m:?}"))
+        .to_owned()
+}
+
+pub async fn send(cp: &MockControlPlane, rid: &str, request: Request) {
+    cp.send_request(rid, request).await.expect("send");
+}
+
+pub async fn create_agent(cp: &MockControlPlane, agent: &str) {
+    let rid = format!("ca-{agent}");
+    send(
+        cp,
+        &rid,
+        Request::CreateAgentRequest(CreateAgentRequest {
+            agent_id: agent.into(),
+            agent_sdk: "scripted".into(),
+        }),
+    )
+    .await;
+    let m = reply(cp, &rid).await;
+    assert!(
+        matches!(payload(&m), Some(Payload::AgentUpdate(u)) if u.status == AgentStatus::Ready as i32),
+        "{m:?}"
+    );
+}
+
+/// Create a thread (model scripted-fast) and return its id.
+pub async fn create_thread(cp: &MockControlPlane, agent: &str, rid: &str) -> String {
+    send(
+        cp,
+        rid,
+        Request::CreateThreadRequest(CreateThreadRequest {
+            agent_id: agent.into(),
+            model: "scripted-fast".into(),
+            reasoning_level: None,
+        }),
+    )
+    .await;
+    let m = reply(cp, rid).await;
+    match payload(&m) {
+        Some(Payload::ThreadUpdate(u)) if u.status == ThreadStatus::Ready as i32 => {
+            u.thread_id.clone()
+        }
+        _ => panic!("expected ThreadUpdate READY, got {m:?}"),
+    }
+}
+
+pub fn user_message(agent: &str, thread: &str, text: &str, allow_steer: bool) -> Request {
+    Request::CreateUserMessageRequest(CreateUserMessageRequest {
+        agent_id: agent.into(),
+        thread_id: thread.into(),
+        text: text.into(),
+        allow_steer,
+        model: None,
+        model_reasoning_level: None,
+    })
+}
+
+pub fn is_turn(m: &ClientMessage, status: TurnStatus) -> bool {
+    matches!(payload(m), Some(Payload::TurnUpdate(t)) if t.status == status as i32)
+}
+
+/// Wait for the TurnUpdate COMPLETED of `thread`'s turn started by `rid`.
+pub async fn turn_completed(cp: &MockControlPlane, rid: &str) -> ClientMessage {
+    let rid = rid.to_owned();
+    cp.wait_for(
+        move |m| rid_is(m, &rid) && is_turn(m, TurnStatus::Completed),
+        WAIT,
+    )
+    .await
+    .expect("turn completes")
+}
+
+/// Every message carrying `rid`, in arrival order.
+pub fn replies(cp: &MockControlPlane, rid: &str) -> Vec<ClientMessage> {
+    cp.received()
+        .into_iter()
+        .filter(|m| rid_is(m, rid))
+        .collect()
+}
+
+/// The item updates among `msgs`, as (item type, status, text).
+pub fn items(msgs: &[ClientMessage]) -> Vec<(ItemType, ItemStatus, Option<String>)> {
+    msgs.iter()
+        .filter_map(|m| match payload(m) {
+            Some(Payload::ItemUpdate(i)) => Some((
+                ItemType::try_from(i.item_type).unwrap_or(ItemType::Unknown),
+                ItemStatus::try_from(i.status).unwrap_or(ItemStatus::Unknown),
+                i.text.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
