@@ -361,23 +361,15 @@ impl ThreadTask {
         self.end_turn(TurnOutcome::Interrupted).await;
     }
 
-    /// Process the running turn's events until it ends (or the interrupt
-    /// grace runs out), without taking new requests.
+    /// Process the running turn's events until it ends, without taking new
+    /// requests; a turn that does not end within [`INTERRUPT_GRACE`] is
+    /// abandoned.
     async fn finish_inline(&mut self) {
-        if let Some(turn) = &mut self.active
-            && turn.interrupted.is_none()
-        {
-            // Not interrupted: wait for it as long as it takes to end on its
-            // own (it ended already, from the adapter's point of view).
-            while let Some(turn) = &mut self.active {
-                let event = turn.events.recv().await;
-                self.on_event(event).await;
-            }
-        }
-        while self.active.is_some() {
-            match watch_turn(&mut self.active).await {
-                TurnSignal::Event(event) => self.on_event(event).await,
-                TurnSignal::GraceOver => self.abandon_turn().await,
+        let deadline = Instant::now() + INTERRUPT_GRACE;
+        while let Some(turn) = &mut self.active {
+            match tokio::time::timeout_at(deadline, turn.events.recv()).await {
+                Ok(event) => self.on_event(event).await,
+                Err(_) => self.abandon_turn().await,
             }
         }
     }
