@@ -252,14 +252,14 @@ impl RunConfig {
             .filter(|s| !s.is_empty())
             .collect();
 
-        let duration =
-            |key: &'static str, flag: Option<Duration>, file: Option<String>, default| match (
-                flag, file,
-            ) {
-                (Some(d), _) => Ok(d),
-                (None, Some(text)) => parse_duration(&text).map_err(|m| key_err(key, m)),
-                (None, None) => Ok(default),
-            };
+        let duration = |key: &'static str,
+                        flag: Option<Duration>,
+                        file: Option<String>,
+                        default| match (flag, file) {
+            (Some(d), _) => Ok(d),
+            (None, Some(text)) => parse_duration(&text).map_err(|m| key_err(key, m)),
+            (None, None) => Ok(default),
+        };
 
         let config = Self {
             control_plane,

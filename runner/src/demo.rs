@@ -22,7 +22,7 @@ pub struct DemoArgs {
     /// The script the demo thread runs (contract §4: say/think/run/sleep/usage/fail).
     #[arg(
         long,
-        default_value = "say Hello from the scripted agent!\nthink Which files are here?\nrun ls -la\nusage 1200 340\nsay Done."
+        default_value = "say Hello from the scripted agent!\nthink Which files are here?\nrun printf 'fn main() {}\\n' > main.rs && ls -l && wc -c main.rs\nusage 1200 340\nsay Done."
     )]
     pub script: String,
     /// Show the runner's own log lines (e.g. `info`) on stderr.
@@ -177,7 +177,9 @@ fn describe(m: &ClientMessage) -> String {
                 .unwrap_or_else(|_| i.item_type.to_string());
             let status = name(i.status, |v| ItemStatus::try_from(v).ok()).to_uppercase();
             let mut line = format!("ItemUpdate    {kind} {status}");
-            if let Some(text) = &i.text {
+            let completed = i.status == ItemStatus::Completed as i32;
+            // RUNNING snapshots repeat the text; show it once, when complete.
+            if let Some(text) = i.text.as_ref().filter(|_| completed) {
                 line.push('\n');
                 line.push_str(&indent(text));
             }

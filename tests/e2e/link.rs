@@ -210,3 +210,40 @@ async fn control_plane_restart_reconnects_and_updates_wait() {
     send(&cp, "hb", Request::HeartbeatRequest(HeartbeatRequest {})).await;
     reply(&cp, "hb").await;
 }
+
+#[tokio::test]
+async fn small_outbox_during_disconnect_keeps_every_terminal_update() {
+    let cp = mock().await;
+    let _r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--outbox-capacity").arg("16"));
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    // 60 items: 120 item updates, far more than 16 fit while disconnected.
+    let script: String = std::iter::once("sleep 300\n".to_owned())
+        .chain((0..60).map(|i| format!("say s{i}\n")))
+        .collect();
+    send(&cp, "m", user_message("a", &t, &script, false)).await;
+    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
+        .await
+        .unwrap();
+    cp.stop().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    cp.restart().await.unwrap();
+    turn_completed(&cp, "m").await;
+    let msgs = replies(&cp, "m");
+    let completed: Vec<String> = items(&msgs)
+        .into_iter()
+        .filter(|(k, s, _)| *k == ItemType::AgentMessage && *s == ItemStatus::Completed)
+        .filter_map(|(_, _, t)| t)
+        .collect();
+    let expected: Vec<String> = (0..60).map(|i| format!("s{i}")).collect();
+    assert_eq!(completed, expected, "terminal updates: all, in order, once");
+    let running = items(&msgs)
+        .iter()
+        .filter(|(_, s, _)| *s == ItemStatus::Running)
+        .count();
+    assert!(
+        running < 61,
+        "intermediate updates were shed while full ({running})"
+    );
+}
