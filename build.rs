@@ -11,6 +11,11 @@
 //! is `build-support/protoc` (see `.cargo/config.toml`): a system protoc, or
 //! the one `protoc-bin-vendored` ships, so a fresh machine needs nothing
 //! installed.
+//!
+//! `companyhelm.runner.v1` also gets serde impls in the canonical protobuf
+//! JSON mapping (`pbjson-build`: camelCase names, enums by name, oneof members
+//! as plain fields), which the mock control plane's stdio and scenario formats
+//! speak.
 
 use std::path::PathBuf;
 
@@ -50,6 +55,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .compile_with_config(config, PROTOS, &["proto"])?;
+
+    // Canonical protobuf JSON for the control-plane messages only; written to
+    // OUT_DIR/companyhelm.runner.v1.serde.rs and included by src/lib.rs.
+    pbjson_build::Builder::new()
+        .register_descriptors(&std::fs::read(&descriptor_path)?)?
+        .build(&[".companyhelm.runner.v1"])?;
 
     prost_protovalidate_build::Builder::new()
         .file_descriptor_set_path(&descriptor_path)?

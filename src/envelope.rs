@@ -107,7 +107,10 @@ mod tests {
             })),
         };
         let text = violations(&msg.validate().unwrap_err());
-        assert!(text.contains("item_update.command_execution_item.command"), "{text}");
+        assert!(
+            text.contains("item_update.command_execution_item.command"),
+            "{text}"
+        );
         let ok = ClientMessage {
             request_id: Some("r".into()),
             payload: Some(client_message::Payload::RequestError(RequestError {

@@ -1,1 +1,36 @@
-//! Placeholder until the mock control plane lands.
+//! A real gRPC control plane for the runner's tests, its `demo` subcommand and
+//! outside harnesses.
+//!
+//! [`MockControlPlane`] serves `companyhelm.runner.v1.AgentRunnerControlService`
+//! with tonic on a loopback port. It records every registration and every
+//! `ClientMessage` the runner sends, pushes `ServerMessage`s into the live
+//! `ControlChannel` stream, waits for messages matching a predicate (timeouts
+//! print what did arrive), and injects faults: a broken stream, failing
+//! registrations or streams, a stop and a restart on the same port.
+//!
+//! The binary (`src/main.rs`) wraps the same library for harnesses written in
+//! any language: [`stdio`] speaks JSON lines, [`scenario`] runs a YAML script.
+//! Both use the canonical protobuf JSON mapping ([`json`]).
+
+mod auth;
+mod config;
+pub mod json;
+pub mod matcher;
+mod plane;
+mod prefix;
+pub mod scenario;
+mod server;
+mod state;
+pub mod stdio;
+
+#[cfg(test)]
+mod plane_tests;
+#[cfg(test)]
+mod test_runner;
+
+pub use config::{GithubInstallation, MockConfig};
+pub use plane::MockControlPlane;
+pub use state::{Registration, TimelineEvent};
+
+/// The protocol crate, re-exported so users need not name it separately.
+pub use agent_runner_proto as proto;

@@ -1,1 +1,243 @@
-fn main() {}
+//! The `mock-control-plane` binary: the library's control plane for
+//! harnesses outside this workspace. `serve --stdio` speaks JSON lines on
+//! stdin/stdout; `serve --script FILE` runs a YAML scenario and exits 0 when
+//! every expectation held. Logs go to stderr only.
+//!
+//! Exit codes: 0 success (scenario passed, or stdin closed in --stdio), 1 a
+//! scenario step failed, 2 bad arguments, configuration or scenario file (or
+//! the server could not start), 130 interrupted by SIGINT/SIGTERM during a
+//! scenario.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use mock_control_plane::{GithubInstallation, MockConfig, MockControlPlane, scenario, stdio};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "mock-control-plane",
+    version,
+    about = "A real gRPC companyhelm.runner.v1 control plane for testing agent runners",
+    long_about = "A real gRPC companyhelm.runner.v1.AgentRunnerControlService for testing agent \
+                  runners: it accepts RegisterRunner, holds the runner's ControlChannel stream, \
+                  serves the GitHub installation RPCs, and lets a harness drive the runner either \
+                  through JSON lines (--stdio) or a YAML scenario (--script).\n\n\
+                  Messages use the canonical protobuf JSON mapping (camelCase field names, enums \
+                  by name, a oneof member as a plain field). Logs go to stderr (RUST_LOG sets the \
+                  level, default info); stdout carries only the protocol (--stdio) or the \
+                  scenario's progress (--script)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the control plane until stdin closes (--stdio) or the scenario ends (--script).
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+#[command(group(ArgGroup::new("mode").required(true).args(["stdio", "script"])))]
+struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port (the URL is printed:
+    /// the `listening` event in --stdio, the first line in --script).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+
+    /// Serve the gRPC service under this HTTP path prefix, e.g. /grpc; paths
+    /// without it answer UNIMPLEMENTED.
+    #[arg(long, value_name = "PREFIX")]
+    path_prefix: Option<String>,
+
+    /// Require `authorization: Bearer <secret>` on every RPC; the secret is
+    /// this file's content (surrounding whitespace trimmed).
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+
+    /// Serve TLS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// YAML or JSON list of GitHub installations to serve, each
+    /// {installationId, accessToken, expiresUnixMs, repositories}.
+    #[arg(long, value_name = "FILE")]
+    github_installations: Option<PathBuf>,
+
+    /// JSON lines: each stdin line is a ServerMessage (or {"command":
+    /// "drop_connection"|"restart"}); each stdout line is an event
+    /// (listening, registered, connected, disconnected, message, sent, error).
+    /// Exits when stdin closes.
+    #[arg(long)]
+    stdio: bool,
+
+    /// Run this YAML scenario, then exit: 0 when every step passed, 1 with a
+    /// report of expected vs received messages otherwise.
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
+
+    /// Set a scenario variable (usable as ${NAME}); repeatable. Overrides the
+    /// scenario's own `vars`.
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var, conflicts_with = "stdio")]
+    vars: Vec<(String, String)>,
+}
+
+fn parse_var(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("expected NAME=VALUE, got {text:?}")),
+    }
+}
+
+fn read(path: &PathBuf, what: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {what} {}", path.display()))
+}
+
+fn config(args: &ServeArgs) -> Result<MockConfig> {
+    let mut config = MockConfig {
+        listen: Some(args.listen),
+        path_prefix: args.path_prefix.clone(),
+        ..MockConfig::default()
+    };
+    if let Some(path) = &args.secret_file {
+        let secret = read(path, "the secret file")?.trim().to_owned();
+        if secret.is_empty() {
+            bail!("the secret file {} is empty", path.display());
+        }
+        config.bearer_secret = Some(secret);
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls = Some((
+            read(cert, "the TLS certificate")?,
+            read(key, "the TLS key")?,
+        ));
+    }
+    if let Some(path) = &args.github_installations {
+        let text = read(path, "the GitHub installations file")?;
+        config.github_installations = serde_yaml::from_str::<Vec<GithubInstallation>>(&text)
+            .with_context(|| format!("parsing {}", path.display()))?;
+    }
+    Ok(config)
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<ExitCode> {
+    // Read and check the scenario before binding, so a typo fails at once.
+    let script = match &args.script {
+        Some(path) => Some(
+            scenario::parse(&read(path, "the scenario")?)
+                .with_context(|| format!("in {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let plane = MockControlPlane::start(config(&args)?).await?;
+
+    let code = if let Some(script) = script {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "mock control plane listening on {}", plane.url());
+        let vars: BTreeMap<String, String> = args.vars.into_iter().collect();
+        tokio::select! {
+            result = scenario::run(&plane, &script, vars, &mut out) => match result {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(err) => {
+                    let _ = writeln!(out, "FAILED: {err:#}");
+                    eprintln!("scenario failed (see stdout for the report)");
+                    ExitCode::FAILURE
+                }
+            },
+            () = terminated() => ExitCode::from(130),
+        }
+    } else {
+        let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+        tokio::select! {
+            result = stdio::run(&plane, stdin, tokio::io::stdout()) => match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("mock-control-plane: {err:#}");
+                    ExitCode::FAILURE
+                }
+            },
+            () = terminated() => ExitCode::SUCCESS,
+        }
+    };
+    plane.stop().await?;
+    Ok(code)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("mock-control-plane: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exactly_one_mode_is_required() {
+        assert!(Cli::try_parse_from(["m", "serve"]).is_err());
+        assert!(Cli::try_parse_from(["m", "serve", "--stdio", "--script", "x"]).is_err());
+        assert!(Cli::try_parse_from(["m", "serve", "--stdio"]).is_ok());
+        assert!(Cli::try_parse_from(["m", "serve", "--script", "x", "--var", "a=b"]).is_ok());
+        assert!(Cli::try_parse_from(["m", "serve", "--stdio", "--var", "a=b"]).is_err());
+        assert!(Cli::try_parse_from(["m", "serve", "--stdio", "--tls-cert", "c"]).is_err());
+        assert!(Cli::try_parse_from(["m", "serve", "--script", "x", "--var", "novalue"]).is_err());
+    }
+}

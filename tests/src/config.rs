@@ -1,0 +1,104 @@
+//! What a mock control plane is started with: where it listens, how a runner
+//! must address and authenticate to it, and the GitHub installations it
+//! hands out.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+/// Options for [`crate::MockControlPlane::start`]. `Default` is a plaintext,
+/// unauthenticated server on `127.0.0.1:0` without a path prefix.
+#[derive(Clone, Default)]
+pub struct MockConfig {
+    /// Address to bind; `None` means `127.0.0.1:0` (a free loopback port).
+    pub listen: Option<SocketAddr>,
+    /// Serve the service under this path, e.g. `"/grpc"`: the methods are then
+    /// `/grpc/companyhelm.runner.v1.AgentRunnerControlService/...` and the
+    /// unprefixed paths answer `UNIMPLEMENTED`. `None`, `""` and `"/"` mean no
+    /// prefix.
+    pub path_prefix: Option<String>,
+    /// When set, every RPC must carry `authorization: Bearer <secret>`, else it
+    /// fails with `UNAUTHENTICATED`.
+    pub bearer_secret: Option<String>,
+    /// `(certificate chain PEM, private key PEM)`: serve TLS instead of
+    /// plaintext; [`crate::MockControlPlane::url`] then starts with `https`.
+    pub tls: Option<(String, String)>,
+    /// Served by `ListGithubInstallationsForRunner` and
+    /// `GetGithubInstallationAccessTokenForRunner`.
+    pub github_installations: Vec<GithubInstallation>,
+}
+
+impl MockConfig {
+    /// Serve under `prefix` (see [`MockConfig::path_prefix`]).
+    pub fn with_path_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.path_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Require `authorization: Bearer <secret>` on every RPC.
+    pub fn with_bearer_secret(mut self, secret: impl Into<String>) -> Self {
+        self.bearer_secret = Some(secret.into());
+        self
+    }
+
+    /// Serve TLS with this PEM certificate chain and private key.
+    pub fn with_tls(mut self, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> Self {
+        self.tls = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Bind this address instead of `127.0.0.1:0`.
+    pub fn with_listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = Some(addr);
+        self
+    }
+
+    /// Add one GitHub installation to serve.
+    pub fn with_github_installation(mut self, installation: GithubInstallation) -> Self {
+        self.github_installations.push(installation);
+        self
+    }
+}
+
+impl fmt::Debug for MockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockConfig")
+            .field("listen", &self.listen)
+            .field("path_prefix", &self.path_prefix)
+            .field(
+                "bearer_secret",
+                &self.bearer_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("tls", &self.tls.as_ref().map(|_| "<pem>"))
+            .field("github_installations", &self.github_installations)
+            .finish()
+    }
+}
+
+/// One GitHub App installation the mock links to the runner. In files (the
+/// binary's `--github-installations`) the keys are camelCase or snake_case:
+/// `installationId`, `accessToken`, `expiresUnixMs`, `repositories`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GithubInstallation {
+    #[serde(alias = "installation_id")]
+    pub installation_id: i64,
+    #[serde(alias = "access_token")]
+    pub access_token: String,
+    #[serde(alias = "expires_unix_ms", default)]
+    pub expires_unix_ms: i64,
+    #[serde(default)]
+    pub repositories: Vec<String>,
+}
+
+impl fmt::Debug for GithubInstallation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GithubInstallation")
+            .field("installation_id", &self.installation_id)
+            .field("access_token", &"<redacted>")
+            .field("expires_unix_ms", &self.expires_unix_ms)
+            .field("repositories", &self.repositories)
+            .finish()
+    }
+}

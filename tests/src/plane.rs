@@ -1,0 +1,481 @@
+//! The handle tests hold: starts the tonic server on a socket it binds
+//! itself, stops it and serves again on the same port, and exposes the
+//! recorded state, the live stream and fault injection.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runner_proto::runner::agent_runner_control_service_server::AgentRunnerControlServiceServer;
+use agent_runner_proto::runner::{ClientMessage, ServerMessage, server_message};
+use anyhow::{Context as _, Result, bail};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::{Mutex, oneshot};
+use tokio::task::JoinHandle;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Status;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+
+use crate::auth::BearerAuth;
+use crate::config::{GithubInstallation, MockConfig};
+use crate::prefix::{PrefixLayer, normalize};
+use crate::server::MockService;
+use crate::state::{Pushed, Registration, State, TimelineEvent};
+
+/// How long `stop()` lets open connections drain before cutting them.
+const GRACEFUL_STOP: Duration = Duration::from_secs(5);
+
+/// A running tonic server plus the way to stop it.
+struct Serving {
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+/// A real `AgentRunnerControlService` on a local port. Dropping it stops the
+/// server (without waiting); call [`MockControlPlane::stop`] to wait until the
+/// port is free.
+pub struct MockControlPlane {
+    state: Arc<State>,
+    addr: SocketAddr,
+    prefix: Option<String>,
+    secret: Option<String>,
+    tls: Option<(String, String)>,
+    serving: Mutex<Option<Serving>>,
+}
+
+/// Binds `addr` with `SO_REUSEADDR`, so a restart can take the same port at
+/// once even while old connections linger in `TIME_WAIT`.
+fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .context("creating the listening socket")?;
+    socket.set_reuseaddr(true).context("setting SO_REUSEADDR")?;
+    socket
+        .bind(addr)
+        .with_context(|| format!("binding {addr}"))?;
+    socket
+        .listen(1024)
+        .with_context(|| format!("listening on {addr}"))
+}
+
+impl MockControlPlane {
+    /// Binds (`config.listen`, default `127.0.0.1:0`) and starts serving.
+    pub async fn start(config: MockConfig) -> Result<MockControlPlane> {
+        let listen = config
+            .listen
+            .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
+        let listener = bind(listen)?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        let plane = MockControlPlane {
+            state: Arc::new(State::new(config.github_installations)),
+            addr,
+            prefix: normalize(config.path_prefix.as_deref()),
+            secret: config.bearer_secret,
+            tls: config.tls,
+            serving: Mutex::new(None),
+        };
+        let serving = plane.serve(listener)?;
+        *plane.serving.lock().await = Some(serving);
+        tracing::info!(url = %plane.url(), "mock control plane listening");
+        Ok(plane)
+    }
+
+    fn serve(&self, listener: TcpListener) -> Result<Serving> {
+        let mut builder = Server::builder();
+        if let Some((cert, key)) = &self.tls {
+            builder = builder
+                .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
+                .context("loading the TLS certificate and key")?;
+        }
+        let service = AgentRunnerControlServiceServer::with_interceptor(
+            MockService::new(self.state.clone()),
+            BearerAuth::new(self.secret.clone()),
+        );
+        let router = builder
+            .layer(PrefixLayer::new(self.prefix.clone()))
+            .add_service(service);
+        let incoming = TcpListenerStream::new(listener).map(|accepted| {
+            accepted.inspect(|stream| {
+                // Small request/reply frames: do not let Nagle hold them back.
+                let _ = stream.set_nodelay(true);
+            })
+        });
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async move {
+            let _ = signal.await;
+        }));
+        Ok(Serving { shutdown, task })
+    }
+
+    /// The bound address (the port stays the same across restarts).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL a runner connects to: `http://127.0.0.1:PORT` (or `https`),
+    /// followed by the path prefix if any. An unspecified listen address
+    /// (`0.0.0.0`, `::`) is reported as loopback.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let ip = match self.addr.ip() {
+            ip if ip.is_unspecified() && ip.is_ipv4() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ip if ip.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let host = SocketAddr::new(ip, self.addr.port());
+        format!("{scheme}://{host}{}", self.prefix.as_deref().unwrap_or(""))
+    }
+
+    /// The normalized path prefix (`"/grpc"`), if any.
+    pub fn path_prefix(&self) -> Option<&str> {
+        self.prefix.as_deref()
+    }
+
+    /// Whether the server is currently serving (false between `stop` and
+    /// `restart`).
+    pub async fn is_serving(&self) -> bool {
+        self.serving.lock().await.is_some()
+    }
+
+    /// Shuts the server down gracefully and returns once the port is
+    /// released. The live stream ends with `UNAVAILABLE`. Connections that do
+    /// not drain within a few seconds are cut. Stopping twice is a no-op.
+    pub async fn stop(&self) -> Result<()> {
+        let Some(serving) = self.serving.lock().await.take() else {
+            return Ok(());
+        };
+        self.state
+            .kill_stream(Status::unavailable("mock control plane stopped"));
+        let _ = serving.shutdown.send(());
+        let mut task = serving.task;
+        let outcome = match tokio::time::timeout(GRACEFUL_STOP, &mut task).await {
+            Ok(joined) => joined,
+            Err(_elapsed) => {
+                tracing::warn!("connections did not drain in {GRACEFUL_STOP:?}; cutting them");
+                task.abort();
+                task.await
+            }
+        };
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(%err, "the server ended with an error"),
+            Err(join) if join.is_cancelled() => {}
+            Err(join) => tracing::warn!(%join, "the server task failed"),
+        }
+        tracing::info!(addr = %self.addr, "mock control plane stopped");
+        Ok(())
+    }
+
+    /// Serves again on the same port, stopping first if still serving. The
+    /// message log, registrations and fault settings are kept.
+    pub async fn restart(&self) -> Result<()> {
+        self.stop().await?;
+        let mut serving = self.serving.lock().await;
+        if serving.is_none() {
+            let listener = bind(self.addr)?;
+            *serving = Some(self.serve(listener)?);
+            tracing::info!(url = %self.url(), "mock control plane restarted");
+        }
+        Ok(())
+    }
+
+    // ---- registration ----
+
+    /// Every successful `RegisterRunner` call so far, oldest first.
+    pub fn registrations(&self) -> Vec<Registration> {
+        self.state.lock().registrations.clone()
+    }
+
+    /// Waits until at least `n` registrations were recorded; returns them all.
+    pub async fn wait_for_registrations(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Registration>> {
+        self.state
+            .wait_until(Some(timeout), |inner| {
+                (inner.registrations.len() >= n).then(|| inner.registrations.clone())
+            })
+            .await
+            .ok_or_else(|| {
+                self.state
+                    .timeout_error(&format!("{n} registration(s)"), timeout)
+            })
+    }
+
+    // ---- the ControlChannel stream ----
+
+    /// Whether a runner's `ControlChannel` stream is live.
+    pub fn is_connected(&self) -> bool {
+        self.state.lock().is_connected()
+    }
+
+    /// Waits until a runner's `ControlChannel` stream is live.
+    pub async fn wait_connected(&self, timeout: Duration) -> Result<()> {
+        self.state
+            .wait_until(Some(timeout), |inner| inner.is_connected().then_some(()))
+            .await
+            .ok_or_else(|| {
+                self.state
+                    .timeout_error("a live ControlChannel stream", timeout)
+            })
+    }
+
+    /// Waits, without a timeout, until a runner's stream is live.
+    pub(crate) async fn wait_connected_forever(&self) {
+        self.state
+            .wait_until(None, |inner| inner.is_connected().then_some(()))
+            .await;
+    }
+
+    /// Waits until no `ControlChannel` stream is live.
+    pub async fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
+        self.state
+            .wait_until(Some(timeout), |inner| (!inner.is_connected()).then_some(()))
+            .await
+            .ok_or_else(|| {
+                self.state
+                    .timeout_error("the ControlChannel stream to end", timeout)
+            })
+    }
+
+    /// How many `ControlChannel` streams were accepted so far (reconnects
+    /// count; rejected ones do not).
+    pub fn connection_count(&self) -> u64 {
+        self.state.lock().streams_opened
+    }
+
+    /// Waits until at least `n` `ControlChannel` streams were accepted and
+    /// one is live: after a fault, `connection_count() + 1` waits for the
+    /// runner's reconnect.
+    pub async fn wait_for_connections(&self, n: u64, timeout: Duration) -> Result<()> {
+        self.state
+            .wait_until(Some(timeout), |inner| {
+                (inner.streams_opened >= n && inner.is_connected()).then_some(())
+            })
+            .await
+            .ok_or_else(|| {
+                self.state
+                    .timeout_error(&format!("ControlChannel stream #{n}"), timeout)
+            })
+    }
+
+    /// Pushes `message` into the live stream. Fails when no runner is
+    /// connected or the stream has just closed.
+    pub async fn send(&self, message: ServerMessage) -> Result<()> {
+        tracing::debug!(?message, "sending");
+        match self.state.push(message) {
+            Pushed::Done => Ok(()),
+            Pushed::NotConnected => bail!("no runner is connected to the ControlChannel"),
+            Pushed::Closed => {
+                bail!("the ControlChannel stream closed before the message could be sent")
+            }
+            Pushed::Full(tx, message) => {
+                if tx.send(message.clone()).await.is_err() {
+                    bail!("the ControlChannel stream closed before the message could be sent");
+                }
+                self.state.record_sent(message);
+                Ok(())
+            }
+        }
+    }
+
+    /// `send(ServerMessage { request_id, request: Some(request) })`.
+    pub async fn send_request(
+        &self,
+        request_id: impl Into<String>,
+        request: server_message::Request,
+    ) -> Result<()> {
+        self.send(ServerMessage {
+            request_id: request_id.into(),
+            request: Some(request),
+        })
+        .await
+    }
+
+    /// Every `ServerMessage` handed to a live stream so far.
+    pub fn sent(&self) -> Vec<ServerMessage> {
+        self.state.lock().sent.clone()
+    }
+
+    // ---- received messages ----
+
+    /// Every `ClientMessage` received so far; a message's position is its
+    /// index.
+    pub fn received(&self) -> Vec<ClientMessage> {
+        self.state
+            .lock()
+            .received
+            .iter()
+            .map(|(m, _)| m.clone())
+            .collect()
+    }
+
+    /// How many `ClientMessage`s were received so far: the index the next one
+    /// will get (a cursor for [`MockControlPlane::wait_for_after`]).
+    pub fn received_count(&self) -> usize {
+        self.state.lock().received.len()
+    }
+
+    /// Received messages that broke their `buf.validate` rules, as
+    /// `(index, violations)`. A correct runner leaves this empty.
+    pub fn invalid_received(&self) -> Vec<(usize, String)> {
+        self.state
+            .lock()
+            .received
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, v))| v.clone().map(|v| (i, v)))
+            .collect()
+    }
+
+    /// The first received message (from the start of the log) matching
+    /// `pred`, waiting up to `timeout` for it.
+    pub async fn wait_for(
+        &self,
+        pred: impl Fn(&ClientMessage) -> bool,
+        timeout: Duration,
+    ) -> Result<ClientMessage> {
+        self.wait_for_after(0, pred, timeout)
+            .await
+            .map(|(_, message)| message)
+    }
+
+    /// The first message with index `>= index` matching `pred`, with its
+    /// index, waiting up to `timeout` for it.
+    pub async fn wait_for_after(
+        &self,
+        index: usize,
+        pred: impl Fn(&ClientMessage) -> bool,
+        timeout: Duration,
+    ) -> Result<(usize, ClientMessage)> {
+        let mut next = index;
+        self.state
+            .wait_until(Some(timeout), |inner| {
+                let found = inner
+                    .received
+                    .iter()
+                    .enumerate()
+                    .skip(next)
+                    .find(|(_, (m, _))| pred(m))
+                    .map(|(i, (m, _))| (i, m.clone()));
+                next = next.max(inner.received.len());
+                found
+            })
+            .await
+            .ok_or_else(|| {
+                self.state
+                    .timeout_error(&format!("a matching message at index >= {index}"), timeout)
+            })
+    }
+
+    /// Waits until `n` received messages (from the start of the log) match
+    /// `pred`; returns the first `n` of them.
+    pub async fn wait_for_count(
+        &self,
+        pred: impl Fn(&ClientMessage) -> bool,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<ClientMessage>> {
+        let mut next = 0;
+        let mut found = Vec::new();
+        self.state
+            .wait_until(Some(timeout), |inner| {
+                for (m, _) in inner.received.iter().skip(next) {
+                    if found.len() < n && pred(m) {
+                        found.push(m.clone());
+                    }
+                }
+                next = next.max(inner.received.len());
+                (found.len() >= n).then(|| found.clone())
+            })
+            .await
+            .ok_or_else(|| {
+                self.state
+                    .timeout_error(&format!("{n} matching message(s)"), timeout)
+            })
+    }
+
+    /// Everything that happened so far, in order (what `--stdio` prints).
+    pub fn timeline(&self) -> Vec<TimelineEvent> {
+        self.state.lock().timeline.clone()
+    }
+
+    /// Timeline events from position `from` on, waiting (forever when
+    /// `timeout` is `None`) until there is at least one. Empty on timeout.
+    pub async fn wait_timeline(
+        &self,
+        from: usize,
+        timeout: Option<Duration>,
+    ) -> Vec<TimelineEvent> {
+        self.state
+            .wait_until(timeout, |inner| {
+                (inner.timeline.len() > from).then(|| inner.timeline[from..].to_vec())
+            })
+            .await
+            .unwrap_or_default()
+    }
+
+    // ---- fault injection ----
+
+    /// Ends the live server→runner stream with `UNAVAILABLE`, as a broken
+    /// link would. Returns whether a stream was live.
+    pub fn drop_stream(&self) -> bool {
+        self.drop_stream_with(Status::unavailable(
+            "stream dropped by the mock control plane",
+        ))
+    }
+
+    /// Ends the live stream with `status`. Returns whether a stream was live.
+    pub fn drop_stream_with(&self, status: Status) -> bool {
+        self.state.kill_stream(status)
+    }
+
+    /// From now on `RegisterRunner` fails with `status` (`None`: succeeds
+    /// again).
+    pub fn fail_register_with(&self, status: Option<Status>) {
+        self.state.update(|inner| inner.fail_register = status);
+    }
+
+    /// From now on new `ControlChannel` calls are rejected with `status`
+    /// (`None`: accepted again). The live stream, if any, is left alone.
+    pub fn fail_stream_with(&self, status: Option<Status>) {
+        self.state.update(|inner| inner.fail_stream = status);
+    }
+
+    // ---- GitHub ----
+
+    /// Replaces the GitHub installations served from now on.
+    pub fn set_github_installations(&self, installations: Vec<GithubInstallation>) {
+        self.state.update(|inner| inner.github = installations);
+    }
+
+    /// The installation ids of every `GetGithubInstallationAccessTokenForRunner`
+    /// call so far (found or not).
+    pub fn github_token_requests(&self) -> Vec<i64> {
+        self.state.lock().token_requests.clone()
+    }
+}
+
+impl Drop for MockControlPlane {
+    fn drop(&mut self) {
+        if let Some(serving) = self.serving.get_mut().take() {
+            self.state
+                .kill_stream(Status::unavailable("mock control plane dropped"));
+            let _ = serving.shutdown.send(());
+        }
+    }
+}
+
+impl std::fmt::Debug for MockControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockControlPlane")
+            .field("url", &self.url())
+            .field("connected", &self.is_connected())
+            .finish_non_exhaustive()
+    }
+}

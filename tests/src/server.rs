@@ -1,0 +1,246 @@
+//! The tonic implementation of `AgentRunnerControlService`: records
+//! registrations, turns each `ControlChannel` call into the live stream
+//! (reading the runner's messages into the log, writing what tests send),
+//! honours injected faults, and serves the configured GitHub installations.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use agent_runner_proto::runner::agent_runner_control_service_server::AgentRunnerControlService;
+use agent_runner_proto::runner::{
+    ClientMessage, GetGithubInstallationAccessTokenForRunnerRequest,
+    GetGithubInstallationAccessTokenForRunnerResponse, GithubInstallationForRunner,
+    ListGithubInstallationsForRunnerRequest, ListGithubInstallationsForRunnerResponse,
+    RegisterRunnerRequest, RegisterRunnerResponse, ServerMessage,
+};
+use agent_runner_proto::{Validate, violations};
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot};
+use tonic::metadata::{KeyAndValueRef, MetadataMap};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::state::{OpenedStream, Registration, State};
+
+#[derive(Clone)]
+pub(crate) struct MockService {
+    state: Arc<State>,
+}
+
+impl MockService {
+    pub(crate) fn new(state: Arc<State>) -> Self {
+        MockService { state }
+    }
+}
+
+/// The call's ASCII metadata as a map; binary (`-bin`) entries are skipped.
+fn metadata_map(metadata: &MetadataMap) -> BTreeMap<String, String> {
+    let mut map: BTreeMap<String, String> = BTreeMap::new();
+    for entry in metadata.iter() {
+        if let KeyAndValueRef::Ascii(key, value) = entry {
+            let Ok(value) = value.to_str() else { continue };
+            map.entry(key.as_str().to_owned())
+                .and_modify(|v| {
+                    v.push_str(", ");
+                    v.push_str(value);
+                })
+                .or_insert_with(|| value.to_owned());
+        }
+    }
+    map
+}
+
+fn check<T: Validate>(message: &T) -> Option<String> {
+    message.validate().err().map(|e| violations(&e))
+}
+
+type OutboundStream = Pin<Box<dyn Stream<Item = Result<ServerMessage, Status>> + Send>>;
+
+/// The server→runner half: what tests send, until the stream is killed (the
+/// kill status ends it as an error) or closed (the senders are dropped: it
+/// ends cleanly).
+fn outbound_stream(
+    outbound: mpsc::Receiver<ServerMessage>,
+    kill: oneshot::Receiver<Status>,
+) -> OutboundStream {
+    struct Halves {
+        outbound: mpsc::Receiver<ServerMessage>,
+        kill: oneshot::Receiver<Status>,
+        done: bool,
+    }
+    let halves = Halves {
+        outbound,
+        kill,
+        done: false,
+    };
+    Box::pin(futures::stream::unfold(halves, |mut h| async move {
+        if h.done {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            killed = &mut h.kill => match killed {
+                Ok(status) => {
+                    h.done = true;
+                    Some((Err(status), h))
+                }
+                // The kill sender went away without a status: a clean end.
+                Err(_) => None,
+            },
+            message = h.outbound.recv() => message.map(|m| (Ok(m), h)),
+        }
+    }))
+}
+
+/// The runner→server half: every message goes into the log until the
+/// runner closes its side, the call breaks, or the mock ends the stream.
+async fn read_inbound(
+    state: Arc<State>,
+    mut inbound: Streaming<ClientMessage>,
+    opened_id: u64,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            next = inbound.message() => match next {
+                Ok(Some(message)) => {
+                    let violations = check(&message);
+                    if let Some(v) = &violations {
+                        tracing::warn!(violations = %v, "runner sent an invalid ClientMessage");
+                    }
+                    tracing::debug!(?message, "received");
+                    state.record_received(message, violations);
+                }
+                Ok(None) => {
+                    tracing::debug!(stream = opened_id, "runner closed its half of ControlChannel");
+                    break;
+                }
+                Err(status) => {
+                    tracing::debug!(stream = opened_id, %status, "ControlChannel read failed");
+                    break;
+                }
+            },
+        }
+    }
+    state.close_stream(opened_id);
+}
+
+#[tonic::async_trait]
+impl AgentRunnerControlService for MockService {
+    async fn register_runner(
+        &self,
+        request: Request<RegisterRunnerRequest>,
+    ) -> Result<Response<RegisterRunnerResponse>, Status> {
+        let failure = self.state.lock().fail_register.clone();
+        if let Some(status) = failure {
+            tracing::info!(%status, "failing RegisterRunner as configured");
+            return Err(status);
+        }
+        let metadata = metadata_map(request.metadata());
+        let request = request.into_inner();
+        let violations = check(&request);
+        let sdks: Vec<&str> = request.agent_sdks.iter().map(|s| s.name.as_str()).collect();
+        tracing::info!(?sdks, "runner registered");
+        self.state.record_registration(Registration {
+            request,
+            metadata,
+            violations,
+        });
+        Ok(Response::new(RegisterRunnerResponse {}))
+    }
+
+    type ControlChannelStream = OutboundStream;
+
+    async fn control_channel(
+        &self,
+        request: Request<Streaming<ClientMessage>>,
+    ) -> Result<Response<Self::ControlChannelStream>, Status> {
+        let failure = self.state.lock().fail_stream.clone();
+        if let Some(status) = failure {
+            tracing::info!(%status, "rejecting ControlChannel as configured");
+            return Err(status);
+        }
+        let OpenedStream {
+            id,
+            outbound,
+            kill,
+            cancel,
+        } = self.state.open_stream();
+        tracing::info!(stream = id, "runner connected its ControlChannel");
+        tokio::spawn(read_inbound(
+            self.state.clone(),
+            request.into_inner(),
+            id,
+            cancel,
+        ));
+        Ok(Response::new(outbound_stream(outbound, kill)))
+    }
+
+    async fn list_github_installations_for_runner(
+        &self,
+        _request: Request<ListGithubInstallationsForRunnerRequest>,
+    ) -> Result<Response<ListGithubInstallationsForRunnerResponse>, Status> {
+        let installations = self
+            .state
+            .lock()
+            .github
+            .iter()
+            .map(|i| GithubInstallationForRunner {
+                installation_id: i.installation_id,
+            })
+            .collect();
+        Ok(Response::new(ListGithubInstallationsForRunnerResponse {
+            installations,
+        }))
+    }
+
+    async fn get_github_installation_access_token_for_runner(
+        &self,
+        request: Request<GetGithubInstallationAccessTokenForRunnerRequest>,
+    ) -> Result<Response<GetGithubInstallationAccessTokenForRunnerResponse>, Status> {
+        let id = request.into_inner().installation_id;
+        let found = self.state.update(|inner| {
+            inner.token_requests.push(id);
+            inner
+                .github
+                .iter()
+                .find(|i| i.installation_id == id)
+                .cloned()
+        });
+        match found {
+            Some(i) => Ok(Response::new(
+                GetGithubInstallationAccessTokenForRunnerResponse {
+                    installation_id: i.installation_id,
+                    access_token: i.access_token,
+                    access_token_expires_unix_time_ms: i.expires_unix_ms,
+                    repositories: i.repositories,
+                },
+            )),
+            None => Err(Status::not_found(format!(
+                "no GitHub installation {id} is linked to this runner"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_keeps_ascii_and_joins_repeats() {
+        let mut md = MetadataMap::new();
+        md.append("x-a", "1".parse().expect("ascii"));
+        md.append("x-a", "2".parse().expect("ascii"));
+        md.insert("x-b", "v".parse().expect("ascii"));
+        md.insert_bin(
+            "x-c-bin",
+            tonic::metadata::MetadataValue::from_bytes(b"\x00"),
+        );
+        let map = metadata_map(&md);
+        assert_eq!(map.get("x-a").map(String::as_str), Some("1, 2"));
+        assert_eq!(map.get("x-b").map(String::as_str), Some("v"));
+        assert!(!map.contains_key("x-c-bin"));
+    }
+}

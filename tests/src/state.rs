@@ -1,0 +1,308 @@
+//! Everything a mock control plane remembers and everything a test waits on:
+//! the registrations, the log of received `ClientMessage`s, the one live
+//! `ControlChannel` stream, fault settings, and the wakeups that let waiters
+//! sleep until something changes (a `watch` generation counter, no polling).
+//!
+//! The state outlives the tonic server: `stop()`/`restart()` keep it, so a
+//! test sees one continuous log across restarts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use agent_runner_proto::runner::{ClientMessage, RegisterRunnerRequest, ServerMessage};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use crate::config::GithubInstallation;
+
+/// How many ServerMessages may wait in a live stream before `send` waits.
+const OUTBOUND_BUFFER: usize = 1024;
+/// How many received messages a timeout error shows.
+const RECENT_IN_ERRORS: usize = 20;
+
+/// One `RegisterRunner` call that reached the service.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    pub request: RegisterRunnerRequest,
+    /// The call's ASCII metadata (lower-case header name → value; repeated
+    /// headers joined with `", "`). Includes `authorization` when sent.
+    pub metadata: BTreeMap<String, String>,
+    /// `buf.validate` violations of the request, if it broke any rule.
+    pub violations: Option<String>,
+}
+
+/// Everything that happened, in order: what the binary's `--stdio` mode
+/// prints.
+#[derive(Clone, Debug)]
+pub enum TimelineEvent {
+    /// A `RegisterRunner` call succeeded.
+    Registered(Registration),
+    /// A `ControlChannel` stream became the live one (`stream` counts from 1).
+    Connected { stream: u64 },
+    /// The live stream ended (runner left, `drop_stream`, `stop`, replaced).
+    Disconnected { stream: u64 },
+    /// A `ClientMessage` arrived; `index` is its position in the log.
+    Received {
+        index: usize,
+        message: ClientMessage,
+        violations: Option<String>,
+    },
+    /// A `ServerMessage` was handed to the live stream.
+    Sent(ServerMessage),
+}
+
+/// The sending half of the live stream, kept so tests can push into it and
+/// end it.
+struct LiveStream {
+    id: u64,
+    tx: mpsc::Sender<ServerMessage>,
+    /// Ends the server→runner stream with this status.
+    kill: oneshot::Sender<Status>,
+    /// Stops the task reading the runner→server half.
+    cancel: CancellationToken,
+}
+
+impl LiveStream {
+    fn end(self, status: Status) {
+        // The receiver may already be gone (runner left): nothing to end then.
+        let _ = self.kill.send(status);
+        self.cancel.cancel();
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Inner {
+    pub(crate) received: Vec<(ClientMessage, Option<String>)>,
+    pub(crate) sent: Vec<ServerMessage>,
+    pub(crate) registrations: Vec<Registration>,
+    pub(crate) timeline: Vec<TimelineEvent>,
+    live: Option<LiveStream>,
+    pub(crate) streams_opened: u64,
+    pub(crate) fail_register: Option<Status>,
+    pub(crate) fail_stream: Option<Status>,
+    pub(crate) github: Vec<GithubInstallation>,
+    pub(crate) token_requests: Vec<i64>,
+}
+
+impl Inner {
+    pub(crate) fn is_connected(&self) -> bool {
+        self.live.is_some()
+    }
+}
+
+/// The outcome of [`State::push`].
+pub(crate) enum Pushed {
+    Done,
+    NotConnected,
+    Closed,
+    /// The stream's buffer is full: send through this sender, waiting.
+    Full(mpsc::Sender<ServerMessage>, ServerMessage),
+}
+
+/// What the new live stream's handler needs.
+pub(crate) struct OpenedStream {
+    pub(crate) id: u64,
+    pub(crate) outbound: mpsc::Receiver<ServerMessage>,
+    pub(crate) kill: oneshot::Receiver<Status>,
+    pub(crate) cancel: CancellationToken,
+}
+
+pub(crate) struct State {
+    inner: Mutex<Inner>,
+    /// Bumped on every change; waiters re-check their condition on each bump.
+    generation: watch::Sender<u64>,
+}
+
+impl State {
+    pub(crate) fn new(github: Vec<GithubInstallation>) -> Self {
+        State {
+            inner: Mutex::new(Inner {
+                github,
+                ..Inner::default()
+            }),
+            generation: watch::Sender::new(0),
+        }
+    }
+
+    /// The state's lock; a panic elsewhere while holding it does not poison
+    /// the mock for the rest of the test.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Changes `inner` under the lock, then wakes every waiter.
+    pub(crate) fn update<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let out = f(&mut self.lock());
+        self.generation.send_modify(|g| *g = g.wrapping_add(1));
+        out
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    pub(crate) fn record_registration(&self, registration: Registration) {
+        self.update(|inner| {
+            inner.registrations.push(registration.clone());
+            inner.timeline.push(TimelineEvent::Registered(registration));
+        });
+    }
+
+    /// Makes a new stream the live one; a previous live stream is ended
+    /// with `ABORTED`.
+    pub(crate) fn open_stream(&self) -> OpenedStream {
+        let (tx, outbound) = mpsc::channel(OUTBOUND_BUFFER);
+        let (kill_tx, kill) = oneshot::channel();
+        let cancel = CancellationToken::new();
+        let id = self.update(|inner| {
+            inner.streams_opened += 1;
+            let id = inner.streams_opened;
+            if let Some(old) = inner.live.take() {
+                inner
+                    .timeline
+                    .push(TimelineEvent::Disconnected { stream: old.id });
+                old.end(Status::aborted("replaced by a newer ControlChannel stream"));
+            }
+            inner.live = Some(LiveStream {
+                id,
+                tx,
+                kill: kill_tx,
+                cancel: cancel.clone(),
+            });
+            inner.timeline.push(TimelineEvent::Connected { stream: id });
+            id
+        });
+        OpenedStream {
+            id,
+            outbound,
+            kill,
+            cancel,
+        }
+    }
+
+    /// The stream `id` ended on its own (runner closed or went away).
+    pub(crate) fn close_stream(&self, id: u64) {
+        self.update(|inner| {
+            if inner.live.as_ref().is_some_and(|l| l.id == id)
+                && let Some(live) = inner.live.take()
+            {
+                inner
+                    .timeline
+                    .push(TimelineEvent::Disconnected { stream: id });
+                // Dropping the sender ends the server→runner half cleanly.
+                live.cancel.cancel();
+            }
+        });
+    }
+
+    /// Ends the live stream with `status`; false when there was none.
+    pub(crate) fn kill_stream(&self, status: Status) -> bool {
+        self.update(|inner| match inner.live.take() {
+            Some(live) => {
+                inner
+                    .timeline
+                    .push(TimelineEvent::Disconnected { stream: live.id });
+                live.end(status);
+                true
+            }
+            None => false,
+        })
+    }
+
+    pub(crate) fn record_received(&self, message: ClientMessage, violations: Option<String>) {
+        self.update(|inner| {
+            let index = inner.received.len();
+            inner.received.push((message.clone(), violations.clone()));
+            inner.timeline.push(TimelineEvent::Received {
+                index,
+                message,
+                violations,
+            });
+        });
+    }
+
+    /// Pushes `message` into the live stream without waiting, recording it
+    /// as sent under the same lock, so the timeline never shows a reply
+    /// before the request it answers.
+    pub(crate) fn push(&self, message: ServerMessage) -> Pushed {
+        self.update(|inner| {
+            let Some(live) = &inner.live else {
+                return Pushed::NotConnected;
+            };
+            match live.tx.try_send(message.clone()) {
+                Ok(()) => {
+                    inner.sent.push(message.clone());
+                    inner.timeline.push(TimelineEvent::Sent(message));
+                    Pushed::Done
+                }
+                Err(mpsc::error::TrySendError::Full(message)) => {
+                    Pushed::Full(live.tx.clone(), message)
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => Pushed::Closed,
+            }
+        })
+    }
+
+    pub(crate) fn record_sent(&self, message: ServerMessage) {
+        self.update(|inner| {
+            inner.sent.push(message.clone());
+            inner.timeline.push(TimelineEvent::Sent(message));
+        });
+    }
+
+    /// Waits until `check` returns `Some` (re-checked after every change), or
+    /// until `timeout` passes (`None`: wait forever). `check` is called under
+    /// the lock: keep it short, never block in it.
+    pub(crate) async fn wait_until<T>(
+        &self,
+        timeout: Option<Duration>,
+        mut check: impl FnMut(&Inner) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+        // Subscribe before the first check so no change can slip between.
+        let mut changes = self.subscribe();
+        loop {
+            if let Some(found) = check(&self.lock()) {
+                return Some(found);
+            }
+            let changed = match deadline {
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, changes.changed()).await {
+                        Ok(result) => result,
+                        Err(_elapsed) => return None,
+                    }
+                }
+                None => changes.changed().await,
+            };
+            if changed.is_err() {
+                // The sender lives in `self`, so this cannot happen; treat it
+                // as "nothing more will change".
+                return None;
+            }
+        }
+    }
+
+    /// An error saying what timed out, followed by the last messages received
+    /// so a failing test shows what the runner did send.
+    pub(crate) fn timeout_error(&self, what: &str, timeout: Duration) -> anyhow::Error {
+        let inner = self.lock();
+        let total = inner.received.len();
+        let mut text = format!(
+            "timed out after {timeout:?} waiting for {what}; runner connected: {}; \
+             registrations: {}; received {total} message(s)",
+            inner.is_connected(),
+            inner.registrations.len(),
+        );
+        if total > 0 {
+            let first = total.saturating_sub(RECENT_IN_ERRORS);
+            let _ = write!(text, ", the last {}:", total - first);
+            for (index, (message, _)) in inner.received.iter().enumerate().skip(first) {
+                let _ = write!(text, "\n  #{index} {message:?}");
+            }
+        }
+        anyhow::anyhow!(text)
+    }
+}
