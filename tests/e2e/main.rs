@@ -5,6 +5,8 @@
 
 mod support;
 
+mod harness;
+
 mod lifecycle;
 mod link;
 mod protocol;
