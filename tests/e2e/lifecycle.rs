@@ -13,15 +13,7 @@ async fn sigkill_restart_keeps_state_and_reports_the_lost_turn() {
     cp.wait_connected(WAIT).await.unwrap();
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    send(
-        &cp,
-        "m",
-        user_message("a", &t, "say first\nsleep 60000", false),
-    )
-    .await;
-    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    start_turn(&cp, "m", "a", &t, "say first\nsleep 60000").await;
     r.signal(libc::SIGKILL);
     r.wait_exit(WAIT).await;
     let dirs = r.dirs.clone();
@@ -46,15 +38,7 @@ async fn sigterm_drains_running_turns_then_exits_cleanly() {
     create_agent(&cp, "a").await;
     let t1 = create_thread(&cp, "a", "t1").await;
     let t2 = create_thread(&cp, "a", "t2").await;
-    send(
-        &cp,
-        "m",
-        user_message("a", &t1, "sleep 1000\nsay finished", false),
-    )
-    .await;
-    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    start_turn(&cp, "m", "a", &t1, "sleep 1000\nsay finished").await;
     r.signal(libc::SIGTERM);
     // New turns are refused while draining.
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -62,11 +46,7 @@ async fn sigterm_drains_running_turns_then_exits_cleanly() {
     assert!(expect_error(&cp, "late").await.contains("draining"));
     // The running turn finishes normally, then the runner exits 0.
     turn_completed(&cp, "m").await;
-    let texts: Vec<_> = items(&replies(&cp, "m"))
-        .into_iter()
-        .filter_map(|(_, _, t)| t)
-        .collect();
-    assert!(texts.contains(&"finished".to_owned()));
+    assert!(said(&replies(&cp, "m")).contains(&"finished".to_owned()));
     assert_eq!(r.wait_exit(WAIT).await, Some(0), "{}", r.logs());
     cp.wait_disconnected(WAIT).await.unwrap();
 }
@@ -82,15 +62,7 @@ async fn drain_timeout_interrupts_turns_and_second_signal_exits_at_once() {
     cp.wait_connected(WAIT).await.unwrap();
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    send(
-        &cp,
-        "m",
-        user_message("a", &t, "sleep 60000\nsay never", false),
-    )
-    .await;
-    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    start_turn(&cp, "m", "a", &t, "sleep 60000\nsay never").await;
     r.signal(libc::SIGTERM);
     turn_completed(&cp, "m").await;
     assert_eq!(r.wait_exit(WAIT).await, Some(0), "{}", r.logs());
@@ -101,10 +73,7 @@ async fn drain_timeout_interrupts_turns_and_second_signal_exits_at_once() {
     cp.wait_connected(WAIT).await.unwrap();
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    send(&cp, "m", user_message("a", &t, "sleep 60000", false)).await;
-    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    start_turn(&cp, "m", "a", &t, "sleep 60000").await;
     r.signal(libc::SIGTERM);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     r.signal(libc::SIGTERM);

@@ -153,10 +153,7 @@ async fn stream_dropped_mid_turn_delivers_everything_in_order_once() {
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
     let script: String = (0..20).map(|i| format!("say s{i}\nsleep 40\n")).collect();
-    send(&cp, "m", user_message("a", &t, &script, false)).await;
-    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    start_turn(&cp, "m", "a", &t, &script).await;
     // Drop the link twice while the turn runs.
     for n in 2..=3 {
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
@@ -165,11 +162,7 @@ async fn stream_dropped_mid_turn_delivers_everything_in_order_once() {
     }
     turn_completed(&cp, "m").await;
     let msgs = replies(&cp, "m");
-    let completed: Vec<String> = items(&msgs)
-        .into_iter()
-        .filter(|(k, s, _)| *k == ItemType::AgentMessage && *s == ItemStatus::Completed)
-        .filter_map(|(_, _, t)| t)
-        .collect();
+    let completed = said(&msgs);
     let expected: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
     assert_eq!(completed, expected, "every item exactly once, in order");
     let turn_updates = msgs
@@ -188,25 +181,13 @@ async fn control_plane_restart_reconnects_and_updates_wait() {
     let (cp, _r) = connected().await;
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    send(
-        &cp,
-        "m",
-        user_message("a", &t, "sleep 300\nsay after", false),
-    )
-    .await;
-    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    start_turn(&cp, "m", "a", &t, "sleep 300\nsay after").await;
     cp.stop().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     cp.restart().await.unwrap();
     cp.wait_for_registrations(2, WAIT).await.unwrap();
     turn_completed(&cp, "m").await;
-    let texts: Vec<_> = items(&replies(&cp, "m"))
-        .into_iter()
-        .filter_map(|(_, _, t)| t)
-        .collect();
-    assert!(texts.contains(&"after".to_owned()), "{texts:?}");
+    assert!(said(&replies(&cp, "m")).contains(&"after".to_owned()));
     send(&cp, "hb", Request::HeartbeatRequest(HeartbeatRequest {})).await;
     reply(&cp, "hb").await;
 }
@@ -222,20 +203,13 @@ async fn small_outbox_during_disconnect_keeps_every_terminal_update() {
     let script: String = std::iter::once("sleep 300\n".to_owned())
         .chain((0..60).map(|i| format!("say s{i}\n")))
         .collect();
-    send(&cp, "m", user_message("a", &t, &script, false)).await;
-    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    start_turn(&cp, "m", "a", &t, &script).await;
     cp.stop().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     cp.restart().await.unwrap();
     turn_completed(&cp, "m").await;
     let msgs = replies(&cp, "m");
-    let completed: Vec<String> = items(&msgs)
-        .into_iter()
-        .filter(|(k, s, _)| *k == ItemType::AgentMessage && *s == ItemStatus::Completed)
-        .filter_map(|(_, _, t)| t)
-        .collect();
+    let completed = said(&msgs);
     let expected: Vec<String> = (0..60).map(|i| format!("s{i}")).collect();
     assert_eq!(completed, expected, "terminal updates: all, in order, once");
     let running = items(&msgs)

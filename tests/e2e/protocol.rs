@@ -208,16 +208,7 @@ async fn steering_joins_the_running_turn_and_refusal_leaves_it_alone() {
     let (cp, _r) = connected().await;
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    send(
-        &cp,
-        "m1",
-        user_message("a", &t, "sleep 1500\nsay original", false),
-    )
-    .await;
-    let started = cp
-        .wait_for(|m| rid_is(m, "m1") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    let started = start_turn(&cp, "m1", "a", &t, "sleep 1500\nsay original").await;
     // Not allowed to steer: an error, the turn goes on.
     send(&cp, "m2", user_message("a", &t, "say nope", false)).await;
     let text = expect_error(&cp, "m2").await;
@@ -233,7 +224,7 @@ async fn steering_joins_the_running_turn_and_refusal_leaves_it_alone() {
     // The turn completes once; its steered items carry m3.
     turn_completed(&cp, "m3").await;
     let m3 = replies(&cp, "m3");
-    let texts: Vec<_> = items(&m3).into_iter().filter_map(|(_, _, t)| t).collect();
+    let texts = texts(&m3);
     assert!(texts.contains(&"say steered".to_owned()), "{texts:?}");
     assert!(texts.contains(&"steered".to_owned()), "{texts:?}");
     assert!(texts.contains(&"original".to_owned()), "{texts:?}");
@@ -291,16 +282,7 @@ async fn interrupt_stops_a_running_turn_and_is_idempotent() {
         matches!(payload(&m), Some(Payload::ThreadUpdate(u)) if u.status == ThreadStatus::Ready as i32),
         "{m:?}"
     );
-    send(
-        &cp,
-        "m",
-        user_message("a", &t, "say a\nsleep 60000\nsay never", false),
-    )
-    .await;
-    let running = cp
-        .wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    let running = start_turn(&cp, "m", "a", &t, "say a\nsleep 60000\nsay never").await;
     let (rid, req) = interrupt("i1");
     send(&cp, &rid, req).await;
     let done = turn_completed(&cp, "i1").await;
@@ -329,10 +311,7 @@ async fn delete_thread_and_agent_remove_workspaces_and_are_idempotent() {
     let t1 = create_thread(&cp, "a", "t1").await;
     let t2 = create_thread(&cp, "a", "t2").await;
     let ws = r.workspace_root();
-    send(&cp, "m", user_message("a", &t2, "sleep 60000", false)).await;
-    cp.wait_for(|m| rid_is(m, "m") && is_turn(m, TurnStatus::Running), WAIT)
-        .await
-        .unwrap();
+    start_turn(&cp, "m", "a", &t2, "sleep 60000").await;
 
     let del_thread = |rid: &str, thread: &str| {
         (

@@ -72,6 +72,9 @@ impl RunnerProc {
             .arg("500ms")
             .args(&opts.args)
             .env_remove("AGENT_RUNNER_SECRET")
+            // Health endpoints off unless a test asks (`--health-addr` wins
+            // over this), so parallel runners never contend for one port.
+            .env("AGENT_RUNNER_HEALTH_ADDR", "")
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -248,4 +251,36 @@ pub fn items(msgs: &[ClientMessage]) -> Vec<(ItemType, ItemStatus, Option<String
             _ => None,
         })
         .collect()
+}
+
+/// Send a user message and wait until its turn runs; the TurnUpdate.
+pub async fn start_turn(
+    cp: &MockControlPlane,
+    rid: &str,
+    agent: &str,
+    thread: &str,
+    script: &str,
+) -> ClientMessage {
+    send(cp, rid, user_message(agent, thread, script, false)).await;
+    let r = rid.to_owned();
+    cp.wait_for(
+        move |m| rid_is(m, &r) && is_turn(m, TurnStatus::Running),
+        WAIT,
+    )
+    .await
+    .expect("turn starts")
+}
+
+/// The texts of the COMPLETED agent messages among `msgs`, in order.
+pub fn said(msgs: &[ClientMessage]) -> Vec<String> {
+    items(msgs)
+        .into_iter()
+        .filter(|(k, s, _)| *k == ItemType::AgentMessage && *s == ItemStatus::Completed)
+        .filter_map(|(_, _, t)| t)
+        .collect()
+}
+
+/// Every item text among `msgs` (any kind, any status).
+pub fn texts(msgs: &[ClientMessage]) -> Vec<String> {
+    items(msgs).into_iter().filter_map(|(_, _, t)| t).collect()
 }
