@@ -12,6 +12,7 @@ use sdk_adapter::{AgentSpec, ThreadSpec};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::runtime::{MAILBOX, Runtime};
+use crate::skills;
 use crate::state::{AgentRow, ThreadRow};
 use crate::thread::ThreadCmd;
 use crate::updates::{self, RequestId};
@@ -84,12 +85,7 @@ impl AgentTask {
                 reasoning_level,
                 rid,
             } => self.create_thread(model, reasoning_level, rid).await,
-            AgentCmd::InstallSkill { package, rid } => Err((
-                rid,
-                format!(
-                    "UNIMPLEMENTED: skill package installation is not built yet; {package:?} was not installed"
-                ),
-            )),
+            AgentCmd::InstallSkill { package, rid } => self.install_skill(package, rid).await,
         }
     }
 
@@ -131,10 +127,10 @@ impl AgentTask {
             agent_id: self.agent_id.clone(),
             home,
         };
-        adapter
-            .create_agent(&spec)
-            .await
-            .map_err(|e| (rid.clone(), e.to_string()))?;
+        adapter.create_agent(&spec).await.map_err(|e| {
+            crate::metrics::adapter_error(&sdk, "create_agent");
+            (rid.clone(), e.to_string())
+        })?;
         rt.store
             .put_agent(&AgentRow {
                 agent_id: self.agent_id.clone(),
@@ -167,6 +163,7 @@ impl AgentTask {
             && let Some(adapter) = rt.sdks.get(&row.sdk)
             && let Err(e) = adapter.delete_agent(&self.agent_id).await
         {
+            crate::metrics::adapter_error(&row.sdk, "delete_agent");
             tracing::warn!(agent_id = %self.agent_id, error = %e, "SDK failed to delete agent");
         }
         if let Err(e) = rt
@@ -182,6 +179,35 @@ impl AgentTask {
             .push(updates::agent(rid, &self.agent_id, AgentStatus::Deleted))
             .await;
         Ok(())
+    }
+
+    async fn install_skill(&self, package: String, rid: RequestId) -> Reply {
+        let rt = &self.rt;
+        if !matches!(rt.store.agent(&self.agent_id), Ok(Some(_))) {
+            return Err((
+                rid,
+                format!(
+                    "install_skills_mp_request.agent_id: unknown agent {}",
+                    self.agent_id
+                ),
+            ));
+        }
+        let home = rt.workspaces.agent_home(&self.agent_id);
+        let max = rt.skill_max_bytes;
+        let pkg = package.clone();
+        let result =
+            tokio::task::spawn_blocking(move || skills::install_package(&home, &pkg, max)).await;
+        match result {
+            Ok(Ok(installed)) => {
+                tracing::info!(agent_id = %self.agent_id, package = %package, ?installed, "skill package installed");
+                rt.outbox
+                    .push(updates::skill_installed(rid, &self.agent_id, &package))
+                    .await;
+                Ok(())
+            }
+            Ok(Err(e)) => Err((rid, e.to_string())),
+            Err(join) => Err((rid, format!("skill installation crashed: {join}"))),
+        }
     }
 
     async fn create_thread(
@@ -233,6 +259,7 @@ impl AgentTask {
         let handle = match adapter.create_thread(&spec).await {
             Ok(h) => h,
             Err(e) => {
+                crate::metrics::adapter_error(&agent.sdk, "create_thread");
                 let _ = rt.workspaces.remove(&workspace);
                 return Err((rid, e.to_string()));
             }

@@ -9,6 +9,7 @@
 //! the environment before anything else runs, so agents never inherit it.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -63,12 +64,46 @@ pub struct RunArgs {
     /// Longest reconnect delay. Default: 30s.
     #[arg(long, env = "AGENT_RUNNER_RECONNECT_MAX_DELAY", value_parser = parse_duration)]
     pub reconnect_max_delay: Option<Duration>,
+    /// Largest skill package (bytes) an InstallSkillsMpRequest may install. Default: 16 MiB.
+    #[arg(long, env = "AGENT_RUNNER_SKILL_MAX_BYTES")]
+    pub skill_max_bytes: Option<u64>,
     /// Log format: `text` or `json`. Default: text.
     #[arg(long, env = "AGENT_RUNNER_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
     /// Log level or tracing filter (`info`, `agent_runner=debug`). Default: info.
     #[arg(long, env = "AGENT_RUNNER_LOG_LEVEL")]
     pub log_level: Option<String>,
+    /// Where /livez, /readyz, /metrics and /status listen: `IP:PORT` (port 0
+    /// picks a free one, logged); empty turns them off. Default: 127.0.0.1:9464
+    /// (if that port is taken the runner warns and goes on without them; a port
+    /// set here that is taken is an error).
+    #[arg(long, env = "AGENT_RUNNER_HEALTH_ADDR")]
+    pub health_addr: Option<String>,
+}
+
+/// Where the health endpoints listen unless told otherwise.
+pub const DEFAULT_HEALTH_ADDR: &str = "127.0.0.1:9464";
+
+/// Where the health endpoints listen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthListen {
+    pub addr: SocketAddr,
+    /// Set by the operator (failing to listen is fatal) rather than the
+    /// default (failing to listen is a warning: two runners on one host).
+    pub explicit: bool,
+}
+
+/// `IP:PORT`, or empty (surrounding blanks ignored) for none.
+pub fn parse_health_addr(text: &str) -> Result<Option<SocketAddr>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        format!(
+            "{text:?} is not IP:PORT (examples: 127.0.0.1:9464, 0.0.0.0:9464, [::]:9464; empty turns the endpoints off)"
+        )
+    })
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -101,8 +136,10 @@ struct FileConfig {
     keepalive_timeout: Option<String>,
     reconnect_min_delay: Option<String>,
     reconnect_max_delay: Option<String>,
+    skill_max_bytes: Option<u64>,
     log_format: Option<LogFormat>,
     log_level: Option<String>,
+    health_addr: Option<String>,
 }
 
 /// A configuration problem, naming the key it concerns.
@@ -194,8 +231,11 @@ pub struct RunConfig {
     pub keepalive_timeout: Duration,
     pub reconnect_min_delay: Duration,
     pub reconnect_max_delay: Duration,
+    pub skill_max_bytes: u64,
     pub log_format: LogFormat,
     pub log_level: String,
+    /// `None`: health endpoints off.
+    pub health: Option<HealthListen>,
 }
 
 impl RunConfig {
@@ -251,6 +291,21 @@ impl RunConfig {
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
             .collect();
+
+        let health = match args.health_addr.or(file.health_addr) {
+            Some(text) => parse_health_addr(&text)
+                .map_err(|m| key_err("health_addr", m))?
+                .map(|addr| HealthListen {
+                    addr,
+                    explicit: true,
+                }),
+            None => parse_health_addr(DEFAULT_HEALTH_ADDR)
+                .map_err(|m| key_err("health_addr", m))?
+                .map(|addr| HealthListen {
+                    addr,
+                    explicit: false,
+                }),
+        };
 
         let duration = |key: &'static str,
                         flag: Option<Duration>,
@@ -312,11 +367,16 @@ impl RunConfig {
                 file.reconnect_max_delay,
                 Duration::from_secs(30),
             )?,
+            skill_max_bytes: args
+                .skill_max_bytes
+                .or(file.skill_max_bytes)
+                .unwrap_or(crate::skills::DEFAULT_MAX_BYTES),
             log_format: args.log_format.or(file.log_format).unwrap_or_default(),
             log_level: args
                 .log_level
                 .or(file.log_level)
                 .unwrap_or_else(|| "info".to_owned()),
+            health,
         };
         config.check()?;
         Ok(config)
@@ -462,6 +522,45 @@ mod tests {
         let c = RunConfig::resolve(a, Some(Secret::new("env".into()))).unwrap();
         assert_eq!(c.secret.as_ref().unwrap().expose(), "s3cret");
         assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn health_addr_default_explicit_empty_and_bad() {
+        let c = RunConfig::resolve(args("http://x:1"), None).unwrap();
+        let h = c.health.unwrap();
+        assert_eq!(h.addr.to_string(), DEFAULT_HEALTH_ADDR);
+        assert!(!h.explicit);
+        assert!(h.addr.ip().is_loopback());
+
+        let a = RunArgs {
+            health_addr: Some("0.0.0.0:0".into()),
+            ..args("http://x:1")
+        };
+        let h = RunConfig::resolve(a, None).unwrap().health.unwrap();
+        assert!(h.explicit);
+        assert_eq!(h.addr.port(), 0);
+
+        let a = RunArgs {
+            health_addr: Some(String::new()),
+            ..args("http://x:1")
+        };
+        assert!(RunConfig::resolve(a, None).unwrap().health.is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(&file, "health_addr = \"\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file.clone()),
+            ..args("http://x:1")
+        };
+        assert!(RunConfig::resolve(a, None).unwrap().health.is_none());
+
+        let a = RunArgs {
+            health_addr: Some("localhost:9464".into()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.starts_with("health_addr:"), "{err}");
     }
 
     #[test]

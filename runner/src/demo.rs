@@ -51,8 +51,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         keepalive_timeout: Duration::from_secs(10),
         reconnect_min_delay: Duration::from_millis(250),
         reconnect_max_delay: Duration::from_secs(30),
+        skill_max_bytes: crate::skills::DEFAULT_MAX_BYTES,
         log_format: LogFormat::Text,
         log_level: "info".into(),
+        health: None,
     };
     let runner = Runner::start(&config).await?;
     cp.wait_connected(WAIT).await?;

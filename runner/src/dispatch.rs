@@ -10,6 +10,7 @@ use agent_runner_proto::runner::{ServerMessage, ThreadStatus, server_message::Re
 use agent_runner_proto::{Validate, violations};
 
 use crate::agent::AgentCmd;
+use crate::metrics::{self, RequestOutcome};
 use crate::runtime::{MAILBOX, Runtime, ThreadRoute};
 use crate::thread::{ThreadCmd, UserMessage};
 use crate::updates::{self, RequestId};
@@ -20,17 +21,34 @@ pub fn dispatch(rt: &Arc<Runtime>, msg: ServerMessage) {
     let rid = updates::request_id(&msg.request_id);
     let kind = request_kind(&msg);
     tracing::debug!(request_id = ?rid, kind, "request received");
+    metrics::request_arrived(kind, rid.as_deref());
+    let outcome = route(rt, msg, rid, kind);
+    metrics::request_handled(kind, outcome);
+}
+
+fn route(
+    rt: &Arc<Runtime>,
+    msg: ServerMessage,
+    rid: RequestId,
+    kind: &'static str,
+) -> RequestOutcome {
     if let Err(err) = msg.validate() {
-        return reject(rt, rid, format!("invalid {kind}: {}", violations(&err)));
+        reject(rt, rid, format!("invalid {kind}: {}", violations(&err)));
+        return RequestOutcome::Invalid;
     }
     let Some(request) = msg.request else {
-        return reject(rt, rid, "request: no request set".to_owned());
+        reject(rt, rid, "request: no request set".to_owned());
+        return RequestOutcome::Invalid;
     };
     if let Err(text) = check_ids(&request) {
-        return reject(rt, rid, text);
+        reject(rt, rid, text);
+        return RequestOutcome::Invalid;
     }
     match request {
-        Request::HeartbeatRequest(_) => rt.outbox.push_urgent(updates::heartbeat(rid)),
+        Request::HeartbeatRequest(_) => {
+            rt.outbox.push_urgent(updates::heartbeat(rid));
+            RequestOutcome::Answered
+        }
         Request::CreateAgentRequest(r) => to_agent(
             rt,
             &r.agent_id,
@@ -111,35 +129,45 @@ fn check_ids(request: &Request) -> Result<(), String> {
     }
 }
 
-fn to_agent(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) {
-    if let Err(cmd) = rt.send_agent(agent_id, cmd) {
-        reject(
-            rt,
-            cmd.rid(),
-            format!("agent {agent_id} has {MAILBOX} requests waiting; retry later"),
-        );
+fn to_agent(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) -> RequestOutcome {
+    match rt.send_agent(agent_id, cmd) {
+        Ok(()) => RequestOutcome::Accepted,
+        Err(cmd) => {
+            reject(
+                rt,
+                cmd.rid(),
+                format!("agent {agent_id} has {MAILBOX} requests waiting; retry later"),
+            );
+            RequestOutcome::Rejected
+        }
     }
 }
 
-fn to_thread(rt: &Arc<Runtime>, agent_id: &str, thread_id: &str, cmd: ThreadCmd) {
+fn to_thread(rt: &Arc<Runtime>, agent_id: &str, thread_id: &str, cmd: ThreadCmd) -> RequestOutcome {
     match rt.send_thread(agent_id, thread_id, cmd) {
-        ThreadRoute::Sent => {}
-        ThreadRoute::Busy(cmd) => reject(
-            rt,
-            cmd.rid(),
-            format!("thread {thread_id} has {MAILBOX} requests waiting; retry later"),
-        ),
-        ThreadRoute::WrongAgent(owner, cmd) => reject(
-            rt,
-            cmd.rid(),
-            format!("thread {thread_id} belongs to agent {owner}, not {agent_id}"),
-        ),
+        ThreadRoute::Sent => RequestOutcome::Accepted,
+        ThreadRoute::Busy(cmd) => {
+            reject(
+                rt,
+                cmd.rid(),
+                format!("thread {thread_id} has {MAILBOX} requests waiting; retry later"),
+            );
+            RequestOutcome::Rejected
+        }
+        ThreadRoute::WrongAgent(owner, cmd) => {
+            reject(
+                rt,
+                cmd.rid(),
+                format!("thread {thread_id} belongs to agent {owner}, not {agent_id}"),
+            );
+            RequestOutcome::Rejected
+        }
         ThreadRoute::Unknown(cmd) => unknown_thread(rt, thread_id, cmd),
     }
 }
 
 /// Deleting an unknown thread is done already; anything else is an error.
-pub fn unknown_thread(rt: &Runtime, thread_id: &str, cmd: ThreadCmd) {
+pub fn unknown_thread(rt: &Runtime, thread_id: &str, cmd: ThreadCmd) -> RequestOutcome {
     match cmd {
         ThreadCmd::Delete { rid, done } => {
             rt.outbox
@@ -147,12 +175,17 @@ pub fn unknown_thread(rt: &Runtime, thread_id: &str, cmd: ThreadCmd) {
             if let Some(done) = done {
                 let _ = done.send(());
             }
+            RequestOutcome::Answered
         }
-        ThreadCmd::Drain => {}
+        ThreadCmd::Drain => RequestOutcome::Answered,
         ThreadCmd::Interrupt { rid } => {
             reject(rt, rid, format!("unknown thread {thread_id}"));
+            RequestOutcome::Rejected
         }
-        ThreadCmd::UserMessage(m) => reject(rt, m.rid, format!("unknown thread {thread_id}")),
+        ThreadCmd::UserMessage(m) => {
+            reject(rt, m.rid, format!("unknown thread {thread_id}"));
+            RequestOutcome::Rejected
+        }
     }
 }
 

@@ -5,20 +5,27 @@
 //! [`dispatch`] validates and routes it → an [`agent`] or [`thread`] task
 //! calls the SDK adapter → the adapter's turn events become updates
 //! ([`updates`]) → [`outbox`] → back out through [`link`].
+//! Operators watch it through [`health`] (`/livez`, `/readyz`, `/metrics`
+//! from [`metrics`], `/status` from [`status`]).
 //! See `docs/architecture.md`.
 
 pub mod agent;
 pub mod config;
 pub mod demo;
 pub mod dispatch;
+pub mod health;
 pub mod link;
 pub mod logging;
 pub mod metrics;
 pub mod outbox;
+pub mod procs;
 pub mod runner;
 pub mod runtime;
 pub mod sdks;
+pub mod skills;
 pub mod state;
+pub mod status;
+pub mod status_cmd;
 pub mod thread;
 pub mod updates;
 pub mod workspace;

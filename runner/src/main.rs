@@ -1,4 +1,4 @@
-//! The `agent-runner` command line: `run`, `demo`, `sdk list`.
+//! The `agent-runner` command line: `run`, `status`, `demo`, `sdk list`.
 //!
 //! Secrets: `AGENT_RUNNER_SECRET` is read and removed from the environment
 //! before any thread starts, so no agent process ever inherits it.
@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use agent_runner::config::{RunArgs, RunConfig, Secret};
 use agent_runner::runner::Runner;
-use agent_runner::{demo, logging, sdks};
+use agent_runner::{demo, logging, procs, sdks, status_cmd};
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -26,7 +26,10 @@ struct Cli {
 enum Command {
     /// Register with the control plane and serve it until SIGTERM/SIGINT
     /// (first signal drains, a second exits at once).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    /// Print a running runner's status (connection, turns, outbox, SDKs),
+    /// read from its health endpoints; `--probe` checks /livez or /readyz.
+    Status(status_cmd::StatusArgs),
     /// Run a mock control plane and a runner in-process and print a live
     /// transcript of one scripted turn.
     Demo(demo::DemoArgs),
@@ -58,7 +61,8 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Run(args) => run(args, env_secret).await,
+            Command::Run(args) => run(*args, env_secret).await,
+            Command::Status(args) => status_cmd::run(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Sdk {
                 command: SdkCommand::List,
@@ -87,6 +91,7 @@ fn take_env_secret() -> Option<Secret> {
 async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
     let config = RunConfig::resolve(args, env_secret)?;
     logging::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
+    procs::warn_if_pid1();
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut runner = Runner::start(&config).await?;

@@ -1,6 +1,540 @@
-//! Process-wide counters that more than one module bumps.
+//! The runner's Prometheus metrics: the one registry, every metric in it, and
+//! the small, named calls the rest of the runner makes when something happens.
+//!
+//! Crate choice: `prometheus-client`, the Prometheus project's own Rust
+//! client (github.com/prometheus/client_rust). It gives typed counters,
+//! gauges and histograms with label sets, and encodes them itself
+//! (OpenMetrics text, which Prometheus scrapes natively). The alternative,
+//! `metrics` + `metrics-exporter-prometheus`, adds a global recorder facade
+//! and an exporter with its own HTTP listener that we do not need: the runner
+//! already serves `/metrics` beside `/livez`, `/readyz` and `/status`
+//! ([`crate::health`]).
+//!
+//! One process-wide set ([`get`]) because a process exposes one `/metrics`
+//! and the events counted happen all over the runner. Gauges that mirror
+//! state owned elsewhere (outbox depth, child processes) are set when scraped
+//! ([`render`]), so they cannot drift from what they mirror.
+//!
+//! Every name starts with `agent_runner_` and carries its unit; counters get
+//! `_total` from the encoder. The exact list is in `deploy/README.md`.
 
-use std::sync::atomic::AtomicU64;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-/// Outbound updates that broke their `buf.validate` rules (runner bugs).
-pub static INVALID_OUTBOUND: AtomicU64 = AtomicU64::new(0);
+use agent_runner_proto::runner::ClientMessage;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use sdk_adapter::TurnOutcome;
+
+use crate::link::LinkState;
+use crate::updates;
+
+/// Requests whose first reply is still awaited, at most (beyond it new
+/// requests are counted but not timed, so a control plane that never gets
+/// answers cannot grow memory).
+const MAX_PENDING_REQUESTS: usize = 10_000;
+
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    kind: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SdkLabel {
+    sdk: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TurnLabels {
+    sdk: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdapterErrorLabels {
+    sdk: String,
+    operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn request_histogram() -> Histogram {
+    // 1 ms … ~16 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+fn turn_histogram() -> Histogram {
+    Histogram::new([
+        1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0,
+    ])
+}
+
+/// What became of a request as the dispatcher saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// Handed to an agent's or thread's task.
+    Accepted,
+    /// Answered by the dispatcher itself (heartbeat, deleting an unknown thread).
+    Answered,
+    /// Failed validation (`buf.validate`, ids, no request set).
+    Invalid,
+    /// Valid but refused at once (mailbox full, unknown thread, wrong agent).
+    Rejected,
+}
+
+impl RequestOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            RequestOutcome::Accepted => "accepted",
+            RequestOutcome::Answered => "answered",
+            RequestOutcome::Invalid => "invalid",
+            RequestOutcome::Rejected => "rejected",
+        }
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    connection_state: Family<StateLabel, Gauge>,
+    reconnects: Counter,
+    register_failures: Family<CodeLabel, Counter>,
+    requests: Family<RequestLabels, Counter>,
+    request_duration: Histograms<KindLabel>,
+    updates_sent: Family<KindLabel, Counter>,
+    invalid_updates: Family<KindLabel, Counter>,
+    outbox_depth: Gauge,
+    outbox_dropped: Counter,
+    outbox_coalesced: Counter,
+    running_turns: Family<SdkLabel, Gauge>,
+    turn_duration: Histograms<TurnLabels>,
+    child_processes: Gauge,
+    adapter_errors: Family<AdapterErrorLabels, Counter>,
+    token_refreshes: Counter,
+    /// Request id → (kind, arrival) until its first reply is sent.
+    pending: Mutex<HashMap<String, (&'static str, Instant)>>,
+}
+
+const STATES: [LinkState; 4] = [
+    LinkState::Connecting,
+    LinkState::Registered,
+    LinkState::Connected,
+    LinkState::Closed,
+];
+
+impl Metrics {
+    fn new() -> Self {
+        let mut m = Self {
+            registry: Registry::with_prefix("agent_runner"),
+            connection_state: Family::default(),
+            reconnects: Counter::default(),
+            register_failures: Family::default(),
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(request_histogram),
+            updates_sent: Family::default(),
+            invalid_updates: Family::default(),
+            outbox_depth: Gauge::default(),
+            outbox_dropped: Counter::default(),
+            outbox_coalesced: Counter::default(),
+            running_turns: Family::default(),
+            turn_duration: Family::new_with_constructor(turn_histogram),
+            child_processes: Gauge::default(),
+            adapter_errors: Family::default(),
+            token_refreshes: Counter::default(),
+            pending: Mutex::new(HashMap::new()),
+        };
+        let info: Family<VersionLabel, Gauge> = Family::default();
+        info.get_or_create(&VersionLabel {
+            version: env!("CARGO_PKG_VERSION"),
+        })
+        .set(1);
+        m.registry
+            .register("build_info", "The runner's version (always 1)", info);
+        m.registry.register(
+            "connection_state",
+            "The control-plane link's state: 1 for the current one (connecting, registered, connected, closed)",
+            m.connection_state.clone(),
+        );
+        m.registry.register(
+            "reconnects",
+            "Times the control-plane link was lost and a new session was started",
+            m.reconnects.clone(),
+        );
+        m.registry.register(
+            "register_failures",
+            "RegisterRunner calls that failed, by gRPC status code",
+            m.register_failures.clone(),
+        );
+        m.registry.register(
+            "requests",
+            "Requests received on the ControlChannel, by kind and by what the dispatcher did with them (accepted, answered, invalid, rejected)",
+            m.requests.clone(),
+        );
+        m.registry.register_with_unit(
+            "request_duration",
+            "From a request's arrival to the first update answering it being handed to the ControlChannel",
+            Unit::Seconds,
+            m.request_duration.clone(),
+        );
+        m.registry.register(
+            "updates_sent",
+            "Updates handed to the ControlChannel, by kind",
+            m.updates_sent.clone(),
+        );
+        m.registry.register(
+            "invalid_updates",
+            "Updates not sent because they broke their buf.validate rules (runner bugs), by kind",
+            m.invalid_updates.clone(),
+        );
+        m.registry.register(
+            "outbox_depth",
+            "Updates queued for the control plane",
+            m.outbox_depth.clone(),
+        );
+        m.registry.register(
+            "outbox_dropped",
+            "Intermediate updates dropped because the outbox was full",
+            m.outbox_dropped.clone(),
+        );
+        m.registry.register(
+            "outbox_coalesced",
+            "Intermediate updates merged into a queued one because the outbox was full",
+            m.outbox_coalesced.clone(),
+        );
+        m.registry.register(
+            "running_turns",
+            "Turns running now, by SDK",
+            m.running_turns.clone(),
+        );
+        m.registry.register_with_unit(
+            "turn_duration",
+            "How long finished turns ran, by SDK and outcome (completed, interrupted, failed)",
+            Unit::Seconds,
+            m.turn_duration.clone(),
+        );
+        m.registry.register(
+            "child_processes",
+            "Live (non-zombie) processes descended from the runner: agents and the commands they run",
+            m.child_processes.clone(),
+        );
+        m.registry.register(
+            "adapter_errors",
+            "Errors an SDK adapter returned, by SDK and operation (a failed turn is operation=\"turn\")",
+            m.adapter_errors.clone(),
+        );
+        m.registry.register(
+            "token_refreshes",
+            "GitHub installation token refreshes (stays 0 until GitHub support lands)",
+            m.token_refreshes.clone(),
+        );
+        for state in STATES {
+            m.connection_state
+                .get_or_create(&StateLabel {
+                    state: state.as_str(),
+                })
+                .set(0);
+        }
+        m
+    }
+
+    fn pending(&self) -> MutexGuard<'_, HashMap<String, (&'static str, Instant)>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process's metrics.
+pub fn get() -> &'static Metrics {
+    &METRICS
+}
+
+/// The link entered `state`.
+pub fn link_state(state: LinkState) {
+    for s in STATES {
+        get()
+            .connection_state
+            .get_or_create(&StateLabel { state: s.as_str() })
+            .set(i64::from(s == state));
+    }
+}
+
+/// The link was lost and will start a new session.
+pub fn reconnect() {
+    get().reconnects.inc();
+}
+
+pub fn reconnects() -> u64 {
+    get().reconnects.get()
+}
+
+/// `RegisterRunner` failed with `code`.
+pub fn register_failed(code: tonic::Code) {
+    get()
+        .register_failures
+        .get_or_create(&CodeLabel {
+            code: code_name(code),
+        })
+        .inc();
+}
+
+/// A request of `kind` arrived: when it has an id, time it until the first
+/// update answering it is sent. Call before any reply can be queued, so the
+/// reply cannot beat the clock.
+pub fn request_arrived(kind: &'static str, request_id: Option<&str>) {
+    if let Some(id) = request_id {
+        let mut pending = get().pending();
+        if pending.len() < MAX_PENDING_REQUESTS || pending.contains_key(id) {
+            pending.insert(id.to_owned(), (kind, Instant::now()));
+        }
+    }
+}
+
+/// Count a request by what the dispatcher did with it.
+pub fn request_handled(kind: &'static str, outcome: RequestOutcome) {
+    get()
+        .requests
+        .get_or_create(&RequestLabels {
+            kind,
+            outcome: outcome.as_str(),
+        })
+        .inc();
+}
+
+/// `msg` was handed to the ControlChannel.
+pub fn update_sent(msg: &ClientMessage) {
+    let m = get();
+    m.updates_sent
+        .get_or_create(&KindLabel {
+            kind: updates::kind(msg),
+        })
+        .inc();
+    if let Some(id) = &msg.request_id
+        && let Some((kind, arrived)) = m.pending().remove(id)
+    {
+        m.request_duration
+            .get_or_create(&KindLabel { kind })
+            .observe(arrived.elapsed().as_secs_f64());
+    }
+}
+
+/// `msg` broke its validation rules and was not sent.
+pub fn invalid_update(msg: &ClientMessage) {
+    get()
+        .invalid_updates
+        .get_or_create(&KindLabel {
+            kind: updates::kind(msg),
+        })
+        .inc();
+}
+
+pub fn outbox_dropped() {
+    get().outbox_dropped.inc();
+}
+
+pub fn outbox_coalesced() {
+    get().outbox_coalesced.inc();
+}
+
+/// `(dropped, coalesced)` so far, process-wide.
+pub fn outbox_totals() -> (u64, u64) {
+    let m = get();
+    (m.outbox_dropped.get(), m.outbox_coalesced.get())
+}
+
+/// These SDKs are enabled: their running-turn series exist from the start
+/// (at 0), so an autoscaler sees the metric before the first turn.
+pub fn sdks_enabled(names: &[String]) {
+    for sdk in names {
+        let _series = get()
+            .running_turns
+            .get_or_create(&SdkLabel { sdk: sdk.clone() });
+    }
+}
+
+pub fn turn_started(sdk: &str) {
+    get()
+        .running_turns
+        .get_or_create(&SdkLabel {
+            sdk: sdk.to_owned(),
+        })
+        .inc();
+}
+
+pub fn turn_ended(sdk: &str, outcome: &TurnOutcome, ran: Duration) {
+    let m = get();
+    m.running_turns
+        .get_or_create(&SdkLabel {
+            sdk: sdk.to_owned(),
+        })
+        .dec();
+    let outcome = match outcome {
+        TurnOutcome::Completed => "completed",
+        TurnOutcome::Interrupted => "interrupted",
+        TurnOutcome::Failed(_) => "failed",
+    };
+    m.turn_duration
+        .get_or_create(&TurnLabels {
+            sdk: sdk.to_owned(),
+            outcome,
+        })
+        .observe(ran.as_secs_f64());
+}
+
+/// An SDK adapter's `operation` returned an error (or a turn failed).
+pub fn adapter_error(sdk: &str, operation: &'static str) {
+    get()
+        .adapter_errors
+        .get_or_create(&AdapterErrorLabels {
+            sdk: sdk.to_owned(),
+            operation,
+        })
+        .inc();
+}
+
+/// A GitHub installation token was refreshed. Nothing calls this yet: the
+/// runner has no GitHub support so far, and the counter stays 0 until then.
+pub fn token_refreshed() {
+    get().token_refreshes.inc();
+}
+
+/// Values read when scraped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Scraped {
+    pub outbox_depth: usize,
+    /// `None` where it cannot be counted (no /proc).
+    pub child_processes: Option<usize>,
+}
+
+/// The whole exposition, in OpenMetrics text ([`CONTENT_TYPE`]).
+pub fn render(scraped: Scraped) -> String {
+    let m = get();
+    m.outbox_depth
+        .set(i64::try_from(scraped.outbox_depth).unwrap_or(i64::MAX));
+    m.child_processes.set(
+        scraped
+            .child_processes
+            .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+    );
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &m.registry);
+    out
+}
+
+/// The canonical upper-case name of a gRPC status code (`UNAVAILABLE`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_prefix_units_and_total() {
+        register_failed(tonic::Code::Unavailable);
+        adapter_error("unit-test-sdk", "start_turn");
+        request_handled("heartbeat_request", RequestOutcome::Answered);
+        update_sent(&updates::heartbeat(None));
+        invalid_update(&updates::heartbeat(None));
+        sdks_enabled(&["unit-test-sdk".to_owned()]);
+        turn_started("unit-test-sdk");
+        turn_ended(
+            "unit-test-sdk",
+            &TurnOutcome::Completed,
+            Duration::from_secs(2),
+        );
+        request_arrived("heartbeat_request", Some("unit-test-names"));
+        update_sent(&updates::heartbeat(Some("unit-test-names".to_owned())));
+        let text = render(Scraped {
+            outbox_depth: 3,
+            child_processes: Some(2),
+        });
+        for name in [
+            "agent_runner_build_info{version=",
+            "agent_runner_connection_state{state=\"connecting\"}",
+            "agent_runner_reconnects_total ",
+            "agent_runner_register_failures_total{code=\"UNAVAILABLE\"}",
+            "agent_runner_requests_total{kind=\"heartbeat_request\",outcome=\"answered\"}",
+            "# TYPE agent_runner_request_duration_seconds histogram",
+            "# UNIT agent_runner_request_duration_seconds seconds",
+            "agent_runner_updates_sent_total{kind=\"heartbeat_response\"}",
+            "agent_runner_invalid_updates_total{kind=\"heartbeat_response\"}",
+            "agent_runner_outbox_depth 3",
+            "agent_runner_outbox_dropped_total ",
+            "agent_runner_outbox_coalesced_total ",
+            "agent_runner_running_turns{sdk=\"unit-test-sdk\"} 0",
+            "agent_runner_turn_duration_seconds_bucket{le=\"5.0\",sdk=\"unit-test-sdk\",outcome=\"completed\"} 1",
+            "agent_runner_child_processes 2",
+            "agent_runner_adapter_errors_total{sdk=\"unit-test-sdk\",operation=\"start_turn\"} 1",
+            "agent_runner_token_refreshes_total 0",
+        ] {
+            assert!(text.contains(name), "missing {name:?} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_request_is_timed_until_its_first_reply() {
+        let id = "unit-test-request-timing";
+        request_arrived("heartbeat_request", Some(id));
+        assert!(get().pending().contains_key(id));
+        update_sent(&updates::heartbeat(Some(id.to_owned())));
+        assert!(!get().pending().contains_key(id));
+        let text = render(Scraped::default());
+        assert!(
+            text.contains(
+                "agent_runner_request_duration_seconds_count{kind=\"heartbeat_request\"}"
+            ),
+            "{text}"
+        );
+    }
+}

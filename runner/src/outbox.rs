@@ -71,11 +71,8 @@ impl Outbox {
             let drained = self.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if let Some(m) = msg.take() {
-                match self.try_push(m) {
-                    Ok(()) => return,
-                    Err(back) => msg = Some(back),
-                }
+            if self.try_push(&mut msg) {
+                return;
             }
             drained.await;
         }
@@ -93,35 +90,43 @@ impl Outbox {
         self.filled.notify_one();
     }
 
-    /// Queue `msg` or make room for it; gives it back when it must wait.
-    fn try_push(&self, msg: ClientMessage) -> Result<(), ClientMessage> {
+    /// Queue the message in `slot` (taking it) or make room for it; leaves
+    /// it there and returns false when the producer must wait.
+    fn try_push(&self, slot: &mut Option<ClientMessage>) -> bool {
+        let Some(msg) = slot.take() else {
+            return true;
+        };
         let mut queue = self.lock();
         if queue.len() < self.capacity {
             queue.push_back(msg);
             drop(queue);
             self.filled.notify_one();
-            return Ok(());
+            return true;
         }
         if let Some(slot) = queue.iter_mut().rev().find(|q| supersedes(&msg, q)) {
             *slot = msg;
             drop(queue);
             self.count(&self.coalesced, "coalesced");
-            return Ok(());
+            crate::metrics::outbox_coalesced();
+            return true;
         }
         if let Some(pos) = queue.iter().position(is_intermediate) {
             queue.remove(pos);
             queue.push_back(msg);
             drop(queue);
             self.count(&self.dropped, "dropped");
+            crate::metrics::outbox_dropped();
             self.filled.notify_one();
-            return Ok(());
+            return true;
         }
         if is_intermediate(&msg) {
             drop(queue);
             self.count(&self.dropped, "dropped");
-            return Ok(());
+            crate::metrics::outbox_dropped();
+            return true;
         }
-        Err(msg)
+        *slot = Some(msg);
+        false
     }
 
     fn count(&self, counter: &AtomicU64, what: &str) {
@@ -164,6 +169,10 @@ impl Outbox {
 
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
     }
 }
 
@@ -246,6 +255,8 @@ mod tests {
 
     #[tokio::test]
     async fn full_outbox_coalesces_then_drops_intermediate_never_terminal() {
+        // Process-wide counters: other tests may add to them, never take away.
+        let (dropped_before, coalesced_before) = crate::metrics::outbox_totals();
         let o = Outbox::new(16);
         o.push(running("i1", "a")).await;
         for i in 0..15 {
@@ -264,6 +275,9 @@ mod tests {
         assert!(got.iter().all(|m| !is_intermediate(m)));
         assert_eq!(got.last(), Some(&completed("last")));
         assert_eq!(o.stats().dropped, 2);
+        let (dropped, coalesced) = crate::metrics::outbox_totals();
+        assert!(dropped >= dropped_before + 2, "the metric counts drops");
+        assert!(coalesced > coalesced_before, "the metric counts coalescing");
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! A whole runner, started and stopped as one value: what `agent-runner run`
 //! and the in-process demo both use.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RunConfig;
+use crate::health::{self, HealthServer};
 use crate::link::{Link, LinkState, Refused};
 use crate::runtime::Runtime;
 use crate::sdks::Sdks;
@@ -24,11 +26,21 @@ pub struct Runner {
     pub link_state: watch::Receiver<LinkState>,
     close: CancellationToken,
     link: JoinHandle<Result<(), Refused>>,
+    health: Option<HealthServer>,
 }
 
 impl Runner {
-    /// Open state, re-open known agents and threads, and start the link.
+    /// Open state, re-open known agents and threads, and start the link and
+    /// the health endpoints.
     pub async fn start(config: &RunConfig) -> anyhow::Result<Self> {
+        // Listen first: a health_addr that is taken stops us before anything runs.
+        let listener = match config.health {
+            Some(listen) => health::bind(listen).await?,
+            None => {
+                tracing::info!("health endpoints off (health_addr is empty)");
+                None
+            }
+        };
         let sdks = Sdks::new(&config.sdks).map_err(anyhow::Error::msg)?;
         let store = Store::open(&config.state_dir)
             .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
@@ -40,7 +52,9 @@ impl Runner {
             workspaces,
             config.outbox_capacity,
             config.max_concurrent_turns,
+            config.skill_max_bytes,
         );
+        crate::metrics::sdks_enabled(&rt.sdks.names());
         rt.sdks.describe_all().await;
         rt.restore().await.context("restoring state")?;
         let link = Link::new(rt.clone(), config)?;
@@ -48,12 +62,25 @@ impl Runner {
         let close = CancellationToken::new();
         let token = close.clone();
         let link = tokio::spawn(async move { link.run(token).await });
+        let health = match listener {
+            Some(l) => Some(
+                HealthServer::start(l, rt.clone(), link_state.clone())
+                    .context("health endpoints")?,
+            ),
+            None => None,
+        };
         Ok(Self {
             rt,
             link_state,
             close,
             link,
+            health,
         })
+    }
+
+    /// Where the health endpoints listen (`None`: off).
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health.as_ref().map(HealthServer::addr)
     }
 
     /// Resolves if the link stops on its own (the control plane refused us).
@@ -65,8 +92,9 @@ impl Runner {
         }
     }
 
-    /// Drain: refuse new turns, give running ones `drain_timeout`, interrupt
-    /// the rest, flush the outbox, close the channel cleanly.
+    /// Drain: refuse new turns (`/readyz` turns 503), give running ones
+    /// `drain_timeout`, interrupt the rest, flush the outbox, close the
+    /// channel cleanly, and only then stop the health endpoints.
     pub async fn shutdown(self, drain_timeout: Duration) -> anyhow::Result<()> {
         tracing::info!(
             running_turns = self.rt.running_turns(),
@@ -86,7 +114,11 @@ impl Runner {
             );
         }
         self.close.cancel();
-        match tokio::time::timeout(FLUSH_TIMEOUT, self.link).await {
+        let link = tokio::time::timeout(FLUSH_TIMEOUT, self.link).await;
+        if let Some(health) = self.health {
+            health.stop().await;
+        }
+        match link {
             Ok(Ok(Err(refused))) => return Err(refused.into()),
             Ok(_) => {}
             Err(_) => tracing::warn!("control channel did not close in time"),

@@ -11,10 +11,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::TurnStatus;
-use sdk_adapter::{AgentSpec, ThreadSpec};
+use sdk_adapter::{AgentSpec, ThreadSpec, TurnOutcome};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::task::TaskTracker;
 
@@ -37,7 +37,19 @@ pub struct ThreadEntry {
     pub tx: mpsc::Sender<ThreadCmd>,
 }
 
+/// A turn running now (for status, metrics and the turn-duration histogram).
+#[derive(Debug, Clone)]
+pub struct RunningTurn {
+    pub agent_id: String,
+    pub thread_id: String,
+    pub sdk: String,
+    pub turn_id: String,
+    pub started: Instant,
+}
+
 pub struct Runtime {
+    /// When the runtime was made (the runner's uptime).
+    pub started: Instant,
     pub sdks: Sdks,
     pub store: Store,
     pub workspaces: Workspaces,
@@ -46,8 +58,12 @@ pub struct Runtime {
     threads: Mutex<HashMap<String, ThreadEntry>>,
     pub turn_slots: Arc<Semaphore>,
     pub max_turns: usize,
+    /// Largest skill package accepted (`--skill-max-bytes`).
+    pub skill_max_bytes: u64,
     draining: AtomicBool,
     running: watch::Sender<usize>,
+    /// The running turn of each thread, by thread id.
+    turns: Mutex<HashMap<String, RunningTurn>>,
     pub tasks: TaskTracker,
 }
 
@@ -62,8 +78,10 @@ impl Runtime {
         workspaces: Workspaces,
         outbox_capacity: usize,
         max_turns: usize,
+        skill_max_bytes: u64,
     ) -> Arc<Self> {
         Arc::new(Self {
+            started: Instant::now(),
             sdks,
             store,
             workspaces,
@@ -72,8 +90,10 @@ impl Runtime {
             threads: Mutex::new(HashMap::new()),
             turn_slots: Arc::new(Semaphore::new(max_turns)),
             max_turns,
+            skill_max_bytes,
             draining: AtomicBool::new(false),
             running: watch::Sender::new(0),
+            turns: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
         })
     }
@@ -108,6 +128,7 @@ impl Runtime {
                     home: self.workspaces.agent_home(&a.agent_id),
                 };
                 if let Err(e) = adapter.create_agent(&spec).await {
+                    crate::metrics::adapter_error(&a.sdk, "create_agent");
                     tracing::warn!(agent_id = %a.agent_id, error = %e, "re-opening agent failed");
                 }
             } else {
@@ -122,6 +143,7 @@ impl Runtime {
             if let Some(adapter) = self.sdks.get(&sdk.sdk)
                 && let Err(e) = adapter.create_thread(&spec).await
             {
+                crate::metrics::adapter_error(&sdk.sdk, "create_thread");
                 tracing::warn!(thread_id = %row.thread_id, error = %e, "re-opening thread failed");
             }
             self.spawn_thread(sdk.sdk.clone(), spec, row.last_turn_id.clone());
@@ -228,12 +250,24 @@ impl Runtime {
         self.draining.load(Ordering::SeqCst)
     }
 
-    pub fn turn_started(&self) {
+    pub fn turn_started(&self, turn: RunningTurn) {
+        crate::metrics::turn_started(&turn.sdk);
+        lock(&self.turns).insert(turn.thread_id.clone(), turn);
         self.running.send_modify(|n| *n += 1);
     }
 
-    pub fn turn_finished(&self) {
+    pub fn turn_finished(&self, thread_id: &str, outcome: &TurnOutcome) {
+        if let Some(turn) = lock(&self.turns).remove(thread_id) {
+            crate::metrics::turn_ended(&turn.sdk, outcome, turn.started.elapsed());
+        }
         self.running.send_modify(|n| *n = n.saturating_sub(1));
+    }
+
+    /// Every running turn, oldest first.
+    pub fn running_turn_list(&self) -> Vec<RunningTurn> {
+        let mut turns: Vec<RunningTurn> = lock(&self.turns).values().cloned().collect();
+        turns.sort_by_key(|t| t.started);
+        turns
     }
 
     pub fn running_turns(&self) -> usize {

@@ -74,6 +74,12 @@ impl Sdks {
         out
     }
 
+    /// What each SDK said at the last [`Sdks::describe_all`].
+    pub fn advertised(&self) -> Vec<SdkDescription> {
+        let advertised = self.advertised.read().unwrap_or_else(|p| p.into_inner());
+        advertised.values().cloned().collect()
+    }
+
     /// Whether `sdk` can take a thread on `model` at `level`, per what it
     /// last advertised. The error is the text of a `RequestError`.
     pub fn check_model(&self, sdk: &str, model: &str, level: Option<&str>) -> Result<(), String> {

@@ -17,7 +17,7 @@ use sdk_adapter::{
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::runtime::{INTERRUPT_GRACE, MAILBOX, Runtime};
+use crate::runtime::{INTERRUPT_GRACE, MAILBOX, RunningTurn, Runtime};
 use crate::state::RunningTurnRow;
 use crate::updates::{self, RequestId};
 
@@ -247,7 +247,10 @@ impl ThreadTask {
         };
         let turn = match adapter.start_turn(&self.spec, input).await {
             Ok(turn) => turn,
-            Err(e) => return self.error(msg.rid, e.to_string()).await,
+            Err(e) => {
+                crate::metrics::adapter_error(&self.sdk, "start_turn");
+                return self.error(msg.rid, e.to_string()).await;
+            }
         };
         let row = RunningTurnRow {
             thread_id: self.spec.thread_id.clone(),
@@ -257,7 +260,13 @@ impl ThreadTask {
         if let Err(e) = rt.store.start_turn(&row) {
             tracing::error!(thread_id = %self.spec.thread_id, error = %e, "recording the running turn failed");
         }
-        rt.turn_started();
+        rt.turn_started(RunningTurn {
+            agent_id: self.spec.agent_id.clone(),
+            thread_id: self.spec.thread_id.clone(),
+            sdk: self.sdk.clone(),
+            turn_id: turn.sdk_turn_id.clone(),
+            started: std::time::Instant::now(),
+        });
         tracing::debug!(thread_id = %self.spec.thread_id, turn_id = %turn.sdk_turn_id, "turn started");
         self.send(updates::turn(
             msg.rid.clone(),
@@ -333,6 +342,7 @@ impl ThreadTask {
         };
         let thread_id = self.spec.thread_id.clone();
         if let TurnOutcome::Failed(text) = &outcome {
+            crate::metrics::adapter_error(&self.sdk, "turn");
             self.error(turn.rid.clone(), text.clone()).await;
         }
         let rid = match turn.interrupted {
@@ -351,7 +361,7 @@ impl ThreadTask {
         }
         tracing::debug!(%thread_id, turn_id = %turn.id, ?outcome, "turn ended");
         self.last_turn = Some(turn.id);
-        self.rt.turn_finished();
+        self.rt.turn_finished(&thread_id, &outcome);
     }
 
     /// The adapter did not stop an interrupted turn in time: end it here;
@@ -386,6 +396,7 @@ impl ThreadTask {
         if let Some(adapter) = &self.adapter
             && let Err(e) = adapter.delete_thread(&self.spec).await
         {
+            crate::metrics::adapter_error(&self.sdk, "delete_thread");
             tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "SDK failed to delete thread");
         }
         if let Err(e) = rt.workspaces.remove(&self.spec.workspace) {

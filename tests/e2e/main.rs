@@ -6,8 +6,9 @@
 mod support;
 
 mod harness;
-
+mod health;
 mod lifecycle;
 mod link;
 mod protocol;
 mod scale;
+mod skills;

@@ -437,7 +437,7 @@ async fn invalid_and_unknown_requests_get_errors_naming_fields() {
     // Unknown thread.
     send(&cp, "u1", user_message("a", "thr-nope", "say x", false)).await;
     assert!(expect_error(&cp, "u1").await.contains("unknown thread"));
-    // Skill installs are not built yet and say so.
+    // Skill installs need a known agent.
     send(
         &cp,
         "s1",
@@ -447,7 +447,7 @@ async fn invalid_and_unknown_requests_get_errors_naming_fields() {
         }),
     )
     .await;
-    assert!(expect_error(&cp, "s1").await.contains("UNIMPLEMENTED"));
+    assert!(expect_error(&cp, "s1").await.contains("unknown agent"));
     // The channel is still open and working.
     send(&cp, "hb", Request::HeartbeatRequest(HeartbeatRequest {})).await;
     let m = reply(&cp, "hb").await;

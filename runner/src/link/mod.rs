@@ -36,12 +36,28 @@ use crate::updates;
 /// A channel that stayed open this long resets the reconnect backoff.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
-/// What the link is doing (for health checks and status).
+/// What the link is doing (for health checks, metrics and status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkState {
+    /// Registering (or waiting to retry).
     Connecting,
+    /// `RegisterRunner` succeeded; the ControlChannel is being opened.
+    Registered,
+    /// Registered and the ControlChannel is open.
     Connected,
+    /// Stopped for good (shutdown or refusal).
     Closed,
+}
+
+impl LinkState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkState::Connecting => "connecting",
+            LinkState::Registered => "registered",
+            LinkState::Connected => "connected",
+            LinkState::Closed => "closed",
+        }
+    }
 }
 
 /// A reason to stop for good.
@@ -85,6 +101,11 @@ impl Link {
         self.state.subscribe()
     }
 
+    fn set_state(&self, state: LinkState) {
+        self.state.send_replace(state);
+        crate::metrics::link_state(state);
+    }
+
     fn backoff(&self) -> backon::ExponentialBackoff {
         ExponentialBuilder::default()
             .with_min_delay(self.min_delay)
@@ -100,17 +121,18 @@ impl Link {
     pub async fn run(&self, close: CancellationToken) -> Result<(), Refused> {
         let mut backoff = self.backoff();
         loop {
-            self.state.send_replace(LinkState::Connecting);
+            self.set_state(LinkState::Connecting);
             match self.session(&close).await {
                 SessionEnd::Closed => break,
                 SessionEnd::Refused(r) => {
-                    self.state.send_replace(LinkState::Closed);
+                    self.set_state(LinkState::Closed);
                     return Err(r);
                 }
                 SessionEnd::Lost { healthy } => {
                     if healthy {
                         backoff = self.backoff();
                     }
+                    crate::metrics::reconnect();
                     let delay = backoff.next().unwrap_or(self.max_delay);
                     tracing::info!(
                         delay_ms = delay.as_millis() as u64,
@@ -123,7 +145,7 @@ impl Link {
                 }
             }
         }
-        self.state.send_replace(LinkState::Closed);
+        self.set_state(LinkState::Closed);
         Ok(())
     }
 
@@ -138,8 +160,10 @@ impl Link {
             () = close.cancelled() => return SessionEnd::Closed,
         };
         if let Err(status) = registered {
+            crate::metrics::register_failed(status.code());
             return lost_or_refused("RegisterRunner", status);
         }
+        self.set_state(LinkState::Registered);
         tracing::info!("registered with the control plane");
 
         // The outbound half pulls from the outbox until this session ends.
@@ -155,7 +179,7 @@ impl Link {
             Err(status) => return lost_or_refused("ControlChannel", status),
         };
         let opened = Instant::now();
-        self.state.send_replace(LinkState::Connected);
+        self.set_state(LinkState::Connected);
         tracing::info!("control channel open");
         let healthy = || opened.elapsed() >= HEALTHY_AFTER;
         loop {
@@ -247,10 +271,11 @@ async fn next_outbound(s: Outbound) -> Option<(ClientMessage, Outbound)> {
         match msg.validate() {
             Ok(()) => {
                 tracing::trace!(kind = updates::kind(&msg), "update sent");
+                crate::metrics::update_sent(&msg);
                 return Some((msg, s));
             }
             Err(err) => {
-                crate::metrics::INVALID_OUTBOUND.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                crate::metrics::invalid_update(&msg);
                 tracing::error!(
                     kind = updates::kind(&msg),
                     violations = %violations(&err),

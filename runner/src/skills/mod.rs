@@ -1,0 +1,61 @@
+//! Skill packages (`InstallSkillsMpRequest`): fetch a package, find its
+//! skills, check them, and install them into the agent's home.
+//!
+//! A skill is a directory holding `SKILL.md` whose YAML front matter has a
+//! `name` and a `description`. A package is one skill, or many under
+//! `skills/*/SKILL.md`. Skills land in `<agent home>/.agents/skills/<name>/`
+//! and are recorded in `<agent home>/.agents/.skill-lock.json`.
+//!
+//! [`coordinate`] parses what the control plane names, [`fetch`] brings the
+//! package onto disk (git or a local directory), [`package`] finds and checks
+//! the skills, [`install`] swaps them into place atomically and keeps the lock.
+
+pub mod coordinate;
+pub mod fetch;
+pub mod install;
+pub mod package;
+
+use std::path::Path;
+
+pub use install::Installed;
+
+/// Default limit on a package's total size.
+pub const DEFAULT_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SkillError {
+    #[error("install_skills_mp_request.package_name: {0}")]
+    Coordinate(String),
+    #[error("fetching {from}: {message}")]
+    Fetch { from: String, message: String },
+    #[error("invalid skill package: {0}")]
+    Package(String),
+    #[error("installing skills: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Install the package `coordinate` names into `agent_home`. Blocking (git
+/// and file system work): run it on a blocking thread.
+pub fn install_package(
+    agent_home: &Path,
+    coordinate: &str,
+    max_bytes: u64,
+) -> Result<Vec<Installed>, SkillError> {
+    let source = coordinate::parse(coordinate).map_err(SkillError::Coordinate)?;
+    let scratch = tempdir_in(agent_home)?;
+    let fetched = fetch::fetch(&source, &scratch.join("package"))?;
+    let skills = package::find_skills(&fetched.root, max_bytes)?;
+    let result = install::install(agent_home, coordinate, fetched.commit.as_deref(), &skills);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// A scratch directory inside the agent's home (same file system as the
+/// skills directory, so the final rename is atomic).
+fn tempdir_in(agent_home: &Path) -> Result<std::path::PathBuf, SkillError> {
+    let dir = agent_home
+        .join(".agents")
+        .join(format!(".fetch-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

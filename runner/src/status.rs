@@ -1,0 +1,303 @@
+//! The runner's status as one JSON document (`GET /status`), and its
+//! readable rendering (`agent-runner status`).
+//!
+//! The same [`Status`] type is written by the server and read by the
+//! command, so the two cannot disagree about field names. Everything in it
+//! is cheap to collect: in-memory tables, one small SQLite count, one walk
+//! of `/proc`.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use sdk_adapter::SdkStatus;
+use serde::{Deserialize, Serialize};
+
+use crate::link::LinkState;
+use crate::runtime::Runtime;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_seconds: u64,
+    pub connection: Connection,
+    pub draining: bool,
+    /// `None` when the state database could not be read.
+    pub agents: Option<usize>,
+    pub threads: usize,
+    pub max_concurrent_turns: usize,
+    pub running_turns: Vec<Turn>,
+    pub outbox: Outbox,
+    /// `None` where `/proc` cannot tell.
+    pub child_processes: Option<usize>,
+    pub sdks: Vec<Sdk>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Connection {
+    /// `connecting`, `registered`, `connected` or `closed`.
+    pub state: String,
+    /// What `/readyz` answers.
+    pub ready: bool,
+    /// Why not ready; `None` when ready.
+    pub not_ready_reason: Option<String>,
+    pub reconnects: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    pub agent_id: String,
+    pub thread_id: String,
+    pub turn_id: String,
+    pub sdk: String,
+    pub age_seconds: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outbox {
+    pub depth: usize,
+    pub capacity: usize,
+    pub dropped: u64,
+    pub coalesced: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sdk {
+    pub name: String,
+    /// `ready`, `unconfigured`, `error`, or `unknown` before the first
+    /// description.
+    pub status: String,
+    pub error_message: Option<String>,
+    pub models: Vec<String>,
+}
+
+/// Whether the runner should get traffic: registered, ControlChannel open,
+/// not draining. The error says why not (the body of a 503 `/readyz`).
+pub fn readiness(link: LinkState, draining: bool) -> Result<(), &'static str> {
+    if draining {
+        return Err("draining: the runner is shutting down and refuses new turns");
+    }
+    match link {
+        LinkState::Connected => Ok(()),
+        LinkState::Connecting => Err("not registered with the control plane (connecting)"),
+        LinkState::Registered => Err("registered, but the ControlChannel is not open yet"),
+        LinkState::Closed => Err("the control-plane link is closed"),
+    }
+}
+
+/// Gather the status now.
+pub fn collect(rt: &Runtime, link: LinkState, child_processes: Option<usize>) -> Status {
+    let draining = rt.is_draining();
+    let ready = readiness(link, draining);
+    let stats = rt.outbox.stats();
+    let enabled = rt.sdks.names();
+    let advertised = rt.sdks.advertised();
+    let sdks = enabled
+        .into_iter()
+        .map(|name| match advertised.iter().find(|d| d.name == name) {
+            Some(d) => Sdk {
+                name,
+                status: sdk_status(d.status).to_owned(),
+                error_message: d.error_message.clone(),
+                models: d.models.iter().map(|m| m.name.clone()).collect(),
+            },
+            None => Sdk {
+                name,
+                status: "unknown".to_owned(),
+                error_message: None,
+                models: vec![],
+            },
+        })
+        .collect();
+    Status {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        pid: std::process::id(),
+        uptime_seconds: rt.started.elapsed().as_secs(),
+        connection: Connection {
+            state: link.as_str().to_owned(),
+            ready: ready.is_ok(),
+            not_ready_reason: ready.err().map(str::to_owned),
+            reconnects: crate::metrics::reconnects(),
+        },
+        draining,
+        agents: rt.store.agents().ok().map(|a| a.len()),
+        threads: rt.thread_count(),
+        max_concurrent_turns: rt.max_turns,
+        running_turns: rt
+            .running_turn_list()
+            .into_iter()
+            .map(|t| Turn {
+                age_seconds: t.started.elapsed().as_secs(),
+                agent_id: t.agent_id,
+                thread_id: t.thread_id,
+                turn_id: t.turn_id,
+                sdk: t.sdk,
+            })
+            .collect(),
+        outbox: Outbox {
+            depth: stats.depth,
+            capacity: rt.outbox.capacity(),
+            dropped: stats.dropped,
+            coalesced: stats.coalesced,
+        },
+        child_processes,
+        sdks,
+    }
+}
+
+fn sdk_status(status: SdkStatus) -> &'static str {
+    match status {
+        SdkStatus::Ready => "ready",
+        SdkStatus::Unconfigured => "unconfigured",
+        SdkStatus::Error => "error",
+    }
+}
+
+fn age(seconds: u64) -> String {
+    humantime::format_duration(Duration::from_secs(seconds)).to_string()
+}
+
+/// The readable summary `agent-runner status` prints.
+pub fn render(s: &Status) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_summary(&mut out, s);
+    out
+}
+
+fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
+    writeln!(
+        out,
+        "agent-runner {}  pid {}  up {}",
+        s.version,
+        s.pid,
+        age(s.uptime_seconds)
+    )?;
+    let c = &s.connection;
+    match &c.not_ready_reason {
+        None => writeln!(out, "connection  {} (ready)", c.state)?,
+        Some(why) => writeln!(out, "connection  {} (not ready: {why})", c.state)?,
+    }
+    writeln!(out, "reconnects  {}", c.reconnects)?;
+    writeln!(out, "draining    {}", if s.draining { "yes" } else { "no" })?;
+    match s.agents {
+        Some(n) => writeln!(out, "agents      {n}")?,
+        None => writeln!(out, "agents      unknown (state database unreadable)")?,
+    }
+    writeln!(out, "threads     {}", s.threads)?;
+    writeln!(
+        out,
+        "turns       {} running (limit {})",
+        s.running_turns.len(),
+        s.max_concurrent_turns
+    )?;
+    for t in &s.running_turns {
+        writeln!(
+            out,
+            "  {}  agent {}  thread {}  turn {}  running for {}",
+            t.sdk,
+            t.agent_id,
+            t.thread_id,
+            t.turn_id,
+            age(t.age_seconds)
+        )?;
+    }
+    let o = &s.outbox;
+    writeln!(
+        out,
+        "outbox      {} queued (capacity {}), {} dropped, {} coalesced",
+        o.depth, o.capacity, o.dropped, o.coalesced
+    )?;
+    match s.child_processes {
+        Some(n) => writeln!(out, "processes   {n} alive under the runner")?,
+        None => writeln!(out, "processes   unknown (no /proc)")?,
+    }
+    writeln!(out, "sdks")?;
+    for sdk in &s.sdks {
+        write!(out, "  {}  {}", sdk.name, sdk.status)?;
+        if let Some(why) = &sdk.error_message {
+            write!(out, " ({why})")?;
+        }
+        if !sdk.models.is_empty() {
+            write!(out, "  models: {}", sdk.models.join(", "))?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_when_connected_and_not_draining() {
+        assert!(readiness(LinkState::Connected, false).is_ok());
+        for (state, word) in [
+            (LinkState::Connecting, "not registered"),
+            (LinkState::Registered, "not open"),
+            (LinkState::Closed, "closed"),
+        ] {
+            let why = readiness(state, false).unwrap_err();
+            assert!(why.contains(word), "{why}");
+        }
+        let why = readiness(LinkState::Connected, true).unwrap_err();
+        assert!(why.starts_with("draining"), "{why}");
+    }
+
+    #[test]
+    fn summary_names_everything() {
+        let s = Status {
+            version: "1.2.3".into(),
+            pid: 42,
+            uptime_seconds: 3725,
+            connection: Connection {
+                state: "connected".into(),
+                ready: true,
+                not_ready_reason: None,
+                reconnects: 2,
+            },
+            draining: false,
+            agents: Some(3),
+            threads: 4,
+            max_concurrent_turns: 256,
+            running_turns: vec![Turn {
+                agent_id: "a1".into(),
+                thread_id: "thr-1".into(),
+                turn_id: "turn-9".into(),
+                sdk: "scripted".into(),
+                age_seconds: 75,
+            }],
+            outbox: Outbox {
+                depth: 5,
+                capacity: 10_000,
+                dropped: 1,
+                coalesced: 0,
+            },
+            child_processes: Some(2),
+            sdks: vec![Sdk {
+                name: "scripted".into(),
+                status: "ready".into(),
+                error_message: None,
+                models: vec!["scripted-fast".into()],
+            }],
+        };
+        let text = render(&s);
+        for want in [
+            "agent-runner 1.2.3  pid 42  up 1h 2m 5s",
+            "connection  connected (ready)",
+            "reconnects  2",
+            "agents      3",
+            "threads     4",
+            "turns       1 running (limit 256)",
+            "scripted  agent a1  thread thr-1  turn turn-9  running for 1m 15s",
+            "outbox      5 queued (capacity 10000), 1 dropped, 0 coalesced",
+            "processes   2 alive",
+            "  scripted  ready  models: scripted-fast",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), s);
+    }
+}

@@ -1,0 +1,330 @@
+//! `deploy/kubernetes/` and `deploy/systemd/`: schema validation offline
+//! (`validate.sh`, kubernetes-validate against Kubernetes 1.31), and the
+//! manifests cross-checked against the runner and the image.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_yaml::Value;
+
+use crate::dockerfile::{image_user, image_volumes};
+use crate::support::*;
+
+/// After the drain timeout: interrupted turns get up to 10 s
+/// (`runtime::INTERRUPT_GRACE`), the outbox 5 s to flush and the channel 5 s
+/// to close (`runner::FLUSH_TIMEOUT`, twice).
+const AFTER_DRAIN: Duration = Duration::from_secs(20);
+
+fn k8s_dir() -> PathBuf {
+    deploy_dir().join("kubernetes")
+}
+
+fn manifest(name: &str) -> Value {
+    yaml(&k8s_dir().join(name))
+}
+
+fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
+    v.as_str()
+        .unwrap_or_else(|| panic!("{what}: not a string: {v:?}"))
+}
+
+#[test]
+fn every_manifest_validates_against_kubernetes_1_31() {
+    let script = k8s_dir().join("validate.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .env(
+            "CARGO_TARGET_DIR",
+            std::env::var("CARGO_TARGET_DIR")
+                .unwrap_or_else(|_| repo_root().join("target").display().to_string()),
+        )
+        .output()
+        .expect("run validate.sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.code() == Some(77) {
+        skip(&format!("manifest validation: {}", text.trim()));
+        return;
+    }
+    assert!(out.status.success(), "validate.sh failed:\n{text}");
+    // Every manifest was looked at.
+    for entry in std::fs::read_dir(k8s_dir()).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".yaml") && name != "kustomization.yaml" {
+            assert!(
+                text.contains(&format!("{name} passed")),
+                "{name} not validated:\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn kustomization_lists_files_that_exist_and_builds() {
+    let k = manifest("kustomization.yaml");
+    let resources = k["resources"].as_sequence().expect("resources");
+    assert!(resources.len() >= 7);
+    for r in resources {
+        let name = str_of(r, "resource");
+        assert!(
+            k8s_dir().join(name).exists(),
+            "{name} is listed but missing"
+        );
+    }
+    // The optional HPA is still a real file (validated above).
+    assert!(k8s_dir().join("hpa.yaml").exists());
+    if !have("kubectl") {
+        skip("kubectl not found: kustomization not built");
+        return;
+    }
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(k8s_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built = String::from_utf8_lossy(&out.stdout);
+    for kind in [
+        "kind: Namespace",
+        "kind: ServiceAccount",
+        "kind: ConfigMap",
+        "kind: Secret",
+        "kind: Service",
+        "kind: StatefulSet",
+        "kind: PodDisruptionBudget",
+    ] {
+        assert!(built.contains(kind), "{kind} missing from the build");
+    }
+}
+
+fn env_value(container: &Value, name: &str) -> Option<String> {
+    container["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"].as_str() == Some(name))
+        .and_then(|e| e["value"].as_str().map(str::to_owned))
+}
+
+#[test]
+fn statefulset_fits_the_runner_and_the_image() {
+    let sts = manifest("statefulset.yaml");
+    let pod = &sts["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_sequence().expect("containers");
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+    let settings = run_env_names();
+
+    // Every variable set is a real setting.
+    for e in c["env"].as_sequence().expect("env") {
+        let name = str_of(&e["name"], "env name");
+        assert!(settings.contains(name), "{name} is not a runner setting");
+    }
+    let config = manifest("configmap.yaml");
+    for (k, _) in config["data"].as_mapping().expect("data") {
+        let k = str_of(k, "key");
+        assert!(
+            settings.contains(k),
+            "configmap: {k} is not a runner setting"
+        );
+    }
+    assert_eq!(
+        c["envFrom"][0]["configMapRef"]["name"],
+        config["metadata"]["name"]
+    );
+
+    // Health on all interfaces, on the named port the probes use.
+    let health = env_value(c, "AGENT_RUNNER_HEALTH_ADDR").expect("AGENT_RUNNER_HEALTH_ADDR");
+    let (host, port) = health.rsplit_once(':').unwrap();
+    assert_eq!(
+        host, "0.0.0.0",
+        "probes come from the kubelet, not loopback"
+    );
+    let port: u64 = port.parse().unwrap();
+    let ports = c["ports"].as_sequence().expect("ports");
+    assert_eq!(ports[0]["name"], "metrics");
+    assert_eq!(ports[0]["containerPort"].as_u64(), Some(port));
+    for (probe, path) in [
+        ("livenessProbe", "/livez"),
+        ("readinessProbe", "/readyz"),
+        ("startupProbe", "/livez"),
+    ] {
+        assert_eq!(c[probe]["httpGet"]["path"], path, "{probe}");
+        assert_eq!(c[probe]["httpGet"]["port"], "metrics", "{probe}");
+    }
+
+    // The grace period outlasts the whole drain.
+    let drain = env_value(c, "AGENT_RUNNER_DRAIN_TIMEOUT").expect("drain timeout set");
+    let drain = humantime::parse_duration(&drain).unwrap();
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("grace");
+    assert!(
+        Duration::from_secs(grace) > drain + AFTER_DRAIN,
+        "terminationGracePeriodSeconds {grace} must exceed the drain {drain:?} + {AFTER_DRAIN:?}"
+    );
+
+    // Non-root as the image's user, read-only root, nothing to escalate.
+    let (uid, gid) = image_user();
+    for sc in [&pod["securityContext"], &c["securityContext"]] {
+        assert_eq!(sc["runAsNonRoot"].as_bool(), Some(true));
+        assert_eq!(sc["runAsUser"].as_u64(), Some(u64::from(uid)));
+        assert_eq!(sc["runAsGroup"].as_u64(), Some(u64::from(gid)));
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    }
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(sc["capabilities"]["drop"][0], "ALL");
+    assert!(sc["capabilities"]["add"].is_null());
+    assert!(c["resources"]["requests"]["memory"].is_string());
+    assert!(c["resources"]["limits"]["memory"].is_string());
+
+    // No API access.
+    assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(false));
+    let sa = manifest("serviceaccount.yaml");
+    assert_eq!(sa["automountServiceAccountToken"].as_bool(), Some(false));
+    assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
+    for entry in std::fs::read_dir(k8s_dir()).unwrap().flatten() {
+        let text = read(&entry.path());
+        assert!(
+            !text.contains("kind: Role") && !text.contains("kind: ClusterRole"),
+            "{}: no RBAC",
+            entry.path().display()
+        );
+    }
+
+    // The state and workspaces volumes are the image's, per-pod claims.
+    let mounts = c["volumeMounts"].as_sequence().expect("volumeMounts");
+    let mount_of = |path: &str| {
+        mounts
+            .iter()
+            .find(|m| m["mountPath"].as_str() == Some(path))
+            .and_then(|m| m["name"].as_str())
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"))
+            .to_owned()
+    };
+    let claims: Vec<&str> = sts["spec"]["volumeClaimTemplates"]
+        .as_sequence()
+        .expect("volumeClaimTemplates")
+        .iter()
+        .filter_map(|t| t["metadata"]["name"].as_str())
+        .collect();
+    for (path, env) in image_volumes()
+        .iter()
+        .zip(["AGENT_RUNNER_STATE_DIR", "AGENT_RUNNER_WORKSPACE_ROOT"])
+    {
+        assert!(
+            claims.contains(&mount_of(path).as_str()),
+            "{path}: a per-pod claim"
+        );
+        assert_eq!(env_value(c, env).as_deref(), Some(path.as_str()));
+    }
+
+    // The secret file the runner reads sits in the mounted Secret.
+    let secret_file = env_value(c, "AGENT_RUNNER_SECRET_FILE").expect("secret file");
+    let (dir, key) = secret_file.rsplit_once('/').unwrap();
+    let volume = mount_of(dir);
+    let secret_name = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str() == Some(volume.as_str()))
+        .and_then(|v| v["secret"]["secretName"].as_str())
+        .expect("a secret volume")
+        .to_owned();
+    let secret = manifest("secret.yaml");
+    assert_eq!(str_of(&secret["metadata"]["name"], "secret"), secret_name);
+    assert!(secret["stringData"][key].is_string(), "secret key {key}");
+    assert!(
+        secret["stringData"]["github-app-private-key.pem"].is_string(),
+        "the GitHub App key is in the Secret"
+    );
+
+    // Disruptions one at a time; metrics port named for a ServiceMonitor.
+    let pod_labels = &sts["spec"]["template"]["metadata"]["labels"];
+    let pdb = manifest("poddisruptionbudget.yaml");
+    for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&pod_labels[k], v, "PDB selects the pods");
+    }
+    let svc = manifest("service.yaml");
+    assert_eq!(sts["spec"]["serviceName"], svc["metadata"]["name"]);
+    assert_eq!(svc["spec"]["ports"][0]["name"], "metrics");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "metrics");
+    for (k, v) in svc["spec"]["selector"].as_mapping().unwrap() {
+        assert_eq!(&pod_labels[k], v, "Service selects the pods");
+    }
+}
+
+#[test]
+fn hpa_scales_the_statefulset_on_a_metric_the_runner_exports() {
+    let hpa = manifest("hpa.yaml");
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "StatefulSet");
+    assert_eq!(
+        hpa["spec"]["scaleTargetRef"]["name"],
+        manifest("statefulset.yaml")["metadata"]["name"]
+    );
+    let metric = &hpa["spec"]["metrics"][0];
+    assert_eq!(metric["type"], "Pods");
+    let name = str_of(&metric["pods"]["metric"]["name"], "metric name");
+    let exported = name
+        .strip_prefix("agent_runner_")
+        .expect("an agent_runner_ metric");
+    let source = read(&repo_root().join("runner/src/metrics.rs"));
+    assert!(
+        source.contains(&format!("\"{exported}\"")),
+        "{name} is not registered in runner/src/metrics.rs"
+    );
+}
+
+#[test]
+fn systemd_unit_sets_real_settings_and_verifies() {
+    let path = deploy_dir().join("systemd/agent-runner.service");
+    let unit = read(&path);
+    let settings = run_env_names();
+    for line in unit
+        .lines()
+        .filter(|l| l.starts_with("Environment=AGENT_RUNNER_"))
+    {
+        let (name, _) = line["Environment=".len()..].split_once('=').unwrap();
+        assert!(settings.contains(name), "{name} is not a runner setting");
+    }
+    let stop: u64 = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+        .and_then(|v| v.parse().ok())
+        .expect("TimeoutStopSec");
+    let drain = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Environment=AGENT_RUNNER_DRAIN_TIMEOUT="))
+        .map(|v| humantime::parse_duration(v).unwrap())
+        .expect("drain timeout");
+    assert!(Duration::from_secs(stop) > drain + AFTER_DRAIN);
+    assert!(unit.contains("KillSignal=SIGTERM"));
+    if !have("systemd-analyze") {
+        skip("systemd-analyze not found: unit syntax not verified");
+        return;
+    }
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let problems: Vec<String> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .chain(String::from_utf8_lossy(&out.stdout).lines())
+        // The binary is not installed on a test machine.
+        .filter(|l| !l.contains("/usr/local/bin/agent-runner is not executable"))
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+}

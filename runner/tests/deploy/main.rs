@@ -1,0 +1,15 @@
+//! Checks of `deploy/` that need no Docker engine and no cluster: the
+//! Dockerfile (COPY sources, hardening, tini), the binary run the way the
+//! image runs it (only the image's env, uid 10001, read-only root except the
+//! two volumes), compose, every Kubernetes manifest (schema-validated offline
+//! with `kubernetes-validate`, and cross-checked against the runner), the
+//! systemd unit, and PID-1 reaping in a fresh pid namespace.
+//!
+//! Checks that need root (namespaces, switching uid) or a tool that may be
+//! absent (python3, tini, kubectl, systemd-analyze) print why they were
+//! skipped instead of failing.
+
+mod dockerfile;
+mod kubernetes;
+mod pid1;
+mod support;

@@ -1,0 +1,514 @@
+//! The operator's endpoints on `--health-addr`: `/livez`, `/readyz` through
+//! registration, link loss and drain; every metric moving when its event
+//! happens; `agent-runner status` (summary, JSON, probes); the address's
+//! rules (a taken explicit port is fatal, empty turns the endpoints off).
+//!
+//! Each runner listens on `127.0.0.1:0` and the test reads the bound address
+//! from its log, so parallel tests never share a port. HTTP is spoken by
+//! hand here (one HTTP/1.0 GET), independent of the runner's own client.
+
+use std::process::Output;
+
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
+use mock_control_plane::MockControlPlane;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::Status;
+
+use crate::support::*;
+
+const POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A runner against `url` with its health endpoints on a free loopback port.
+fn start_with_health(url: &str, extra: &[&str]) -> RunnerProc {
+    let mut opts = RunnerOpts::new(url).arg("--health-addr").arg("127.0.0.1:0");
+    for a in extra {
+        opts = opts.arg(a);
+    }
+    RunnerProc::start(opts)
+}
+
+/// The bound address, from the runner's "health endpoints listening on" line.
+async fn health_addr(r: &RunnerProc) -> String {
+    let marker = "listening on http://";
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let logs = r.logs();
+        if let Some(at) = logs.find(marker) {
+            let rest = &logs[at + marker.len()..];
+            let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
+            return rest[..end].to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no health address logged:\n{logs}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// One `GET`: status code and body.
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_owned())
+}
+
+/// Poll `path` until its answer satisfies `ok`; that answer.
+async fn wait_get(addr: &str, path: &str, ok: impl Fn(u16, &str) -> bool) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (code, body) = get(addr, path).await;
+        if ok(code, &body) {
+            return (code, body);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} never matched; last: {code} {body}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The value of one series (`name{labels}` exactly as exposed), if present.
+fn series(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(s, _)| *s == name)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+async fn metric(addr: &str, name: &str) -> Option<f64> {
+    let (code, body) = get(addr, "/metrics").await;
+    assert_eq!(code, 200, "{body}");
+    series(&body, name)
+}
+
+/// Poll `/metrics` until `name` satisfies `ok`; its value.
+async fn wait_metric(addr: &str, name: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, body) = get(addr, "/metrics").await;
+        if let Some(v) = series(&body, name)
+            && ok(v)
+        {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} never matched:\n{body}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn status_cmd(args: &[&str]) -> Output {
+    tokio::process::Command::new(runner_bin())
+        .arg("status")
+        .args(args)
+        .env_remove("AGENT_RUNNER_HEALTH_ADDR")
+        .output()
+        .await
+        .expect("run agent-runner status")
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+fn interrupt(agent: &str, thread: &str) -> Request {
+    Request::InterruptTurnRequest(InterruptTurnRequest {
+        agent_id: agent.into(),
+        thread_id: thread.into(),
+    })
+}
+
+async fn turn_running(cp: &MockControlPlane, rid: &str) {
+    let rid = rid.to_owned();
+    cp.wait_for(
+        move |m| rid_is(m, &rid) && is_turn(m, TurnStatus::Running),
+        WAIT,
+    )
+    .await
+    .expect("turn runs");
+}
+
+#[tokio::test]
+async fn readyz_follows_registration_link_loss_and_drain() {
+    let cp = mock().await;
+    cp.fail_register_with(Some(Status::unavailable("warming up")));
+    let mut r = start_with_health(&cp.url(), &["--drain-timeout", "60s"]);
+    let addr = health_addr(&r).await;
+
+    // Not registered yet: alive, not ready, the reason in the body.
+    assert_eq!(get(&addr, "/livez").await, (200, "ok\n".to_owned()));
+    wait_metric(
+        &addr,
+        "agent_runner_register_failures_total{code=\"UNAVAILABLE\"}",
+        |v| v >= 1.0,
+    )
+    .await;
+    let (code, body) = get(&addr, "/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("not registered"), "{body}");
+    assert_eq!(
+        metric(&addr, "agent_runner_connection_state{state=\"connected\"}").await,
+        Some(0.0)
+    );
+    wait_metric(&addr, "agent_runner_reconnects_total", |v| v >= 1.0).await;
+
+    // Registered and the channel open: ready.
+    cp.fail_register_with(None);
+    cp.wait_connected(WAIT).await.unwrap();
+    wait_get(&addr, "/readyz", |c, _| c == 200).await;
+    assert_eq!(
+        metric(&addr, "agent_runner_connection_state{state=\"connected\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&addr, "agent_runner_connection_state{state=\"connecting\"}").await,
+        Some(0.0)
+    );
+
+    // The channel drops: not ready until the runner is back.
+    let reconnects = metric(&addr, "agent_runner_reconnects_total")
+        .await
+        .unwrap();
+    cp.stop().await.unwrap();
+    let (_, body) = wait_get(&addr, "/readyz", |c, _| c == 503).await;
+    assert!(
+        body.contains("not registered") || body.contains("not open"),
+        "{body}"
+    );
+    wait_metric(&addr, "agent_runner_reconnects_total", |v| v > reconnects).await;
+    cp.restart().await.unwrap();
+    cp.wait_connected(WAIT).await.unwrap();
+    wait_get(&addr, "/readyz", |c, _| c == 200).await;
+
+    // Draining: alive, not ready, says so; the endpoints stay up meanwhile.
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    send(&cp, "m", user_message("a", &t, "sleep 60000", false)).await;
+    turn_running(&cp, "m").await;
+    r.signal(libc::SIGTERM);
+    let (_, body) = wait_get(&addr, "/readyz", |c, _| c == 503).await;
+    assert!(body.starts_with("draining"), "{body}");
+    assert_eq!(get(&addr, "/livez").await.0, 200);
+    let out = status_cmd(&["--health-addr", &addr, "--probe", "readyz"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("draining"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = status_cmd(&["--health-addr", &addr]).await;
+    assert!(
+        text(&out.stdout).contains("draining    yes"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // The running turn ends; the runner exits cleanly.
+    send(&cp, "i", interrupt("a", &t)).await;
+    // The COMPLETED of an interrupted turn answers the interrupt.
+    turn_completed(&cp, "i").await;
+    assert_eq!(r.wait_exit(WAIT).await, Some(0), "{}", r.logs());
+}
+
+#[tokio::test]
+async fn every_metric_moves_when_its_event_happens() {
+    let cp = mock().await;
+    let r = start_with_health(&cp.url(), &[]);
+    cp.wait_connected(WAIT).await.unwrap();
+    let addr = health_addr(&r).await;
+
+    // Present from the start.
+    assert_eq!(
+        metric(&addr, "agent_runner_running_turns{sdk=\"scripted\"}").await,
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&addr, "agent_runner_token_refreshes_total").await,
+        Some(0.0),
+        "no GitHub support yet: stays 0"
+    );
+    assert_eq!(metric(&addr, "agent_runner_outbox_depth").await, Some(0.0));
+    assert_eq!(
+        metric(&addr, "agent_runner_child_processes").await,
+        Some(0.0)
+    );
+
+    // Requests by kind and outcome; updates by kind; latency by kind.
+    send(&cp, "hb", Request::HeartbeatRequest(HeartbeatRequest {})).await;
+    reply(&cp, "hb").await;
+    wait_metric(
+        &addr,
+        "agent_runner_requests_total{kind=\"heartbeat_request\",outcome=\"answered\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    wait_metric(
+        &addr,
+        "agent_runner_updates_sent_total{kind=\"heartbeat_response\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    wait_metric(
+        &addr,
+        "agent_runner_request_duration_seconds_count{kind=\"heartbeat_request\"}",
+        |v| v == 1.0,
+    )
+    .await;
+
+    send(
+        &cp,
+        "bad",
+        Request::CreateAgentRequest(CreateAgentRequest {
+            agent_id: "../escape".into(),
+            agent_sdk: "scripted".into(),
+        }),
+    )
+    .await;
+    expect_error(&cp, "bad").await;
+    wait_metric(
+        &addr,
+        "agent_runner_requests_total{kind=\"create_agent_request\",outcome=\"invalid\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    wait_metric(
+        &addr,
+        "agent_runner_updates_sent_total{kind=\"request_error\"}",
+        |v| v == 1.0,
+    )
+    .await;
+
+    send(
+        &cp,
+        "nothread",
+        user_message("a", "thr-none", "say x", false),
+    )
+    .await;
+    expect_error(&cp, "nothread").await;
+    wait_metric(
+        &addr,
+        "agent_runner_requests_total{kind=\"create_user_message_request\",outcome=\"rejected\"}",
+        |v| v == 1.0,
+    )
+    .await;
+
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    wait_metric(
+        &addr,
+        "agent_runner_requests_total{kind=\"create_thread_request\",outcome=\"accepted\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    wait_metric(
+        &addr,
+        "agent_runner_updates_sent_total{kind=\"agent_update\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    wait_metric(
+        &addr,
+        "agent_runner_request_duration_seconds_count{kind=\"create_thread_request\"}",
+        |v| v == 1.0,
+    )
+    .await;
+
+    // A running turn with a live command: running turns and child processes.
+    send(&cp, "m", user_message("a", &t, "run sleep 60", false)).await;
+    turn_running(&cp, "m").await;
+    wait_metric(&addr, "agent_runner_running_turns{sdk=\"scripted\"}", |v| {
+        v == 1.0
+    })
+    .await;
+    wait_metric(&addr, "agent_runner_child_processes", |v| v >= 1.0).await;
+    send(&cp, "i", interrupt("a", &t)).await;
+    // The COMPLETED of an interrupted turn answers the interrupt.
+    turn_completed(&cp, "i").await;
+    wait_metric(&addr, "agent_runner_running_turns{sdk=\"scripted\"}", |v| {
+        v == 0.0
+    })
+    .await;
+    wait_metric(
+        &addr,
+        "agent_runner_turn_duration_seconds_count{sdk=\"scripted\",outcome=\"interrupted\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    wait_metric(&addr, "agent_runner_child_processes", |v| v == 0.0).await;
+    wait_metric(
+        &addr,
+        "agent_runner_updates_sent_total{kind=\"item_update\"}",
+        |v| v >= 1.0,
+    )
+    .await;
+
+    // A failed turn is an adapter error, and a turn of its own outcome.
+    send(&cp, "f", user_message("a", &t, "fail boom", false)).await;
+    turn_completed(&cp, "f").await;
+    wait_metric(
+        &addr,
+        "agent_runner_adapter_errors_total{sdk=\"scripted\",operation=\"turn\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    wait_metric(
+        &addr,
+        "agent_runner_turn_duration_seconds_count{sdk=\"scripted\",outcome=\"failed\"}",
+        |v| v == 1.0,
+    )
+    .await;
+
+    send(&cp, "ok", user_message("a", &t, "say done", false)).await;
+    turn_completed(&cp, "ok").await;
+    wait_metric(
+        &addr,
+        "agent_runner_turn_duration_seconds_count{sdk=\"scripted\",outcome=\"completed\"}",
+        |v| v == 1.0,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn outbox_metrics_show_what_a_full_outbox_sheds() {
+    let cp = mock().await;
+    let r = start_with_health(&cp.url(), &["--outbox-capacity", "16"]);
+    cp.wait_connected(WAIT).await.unwrap();
+    let addr = health_addr(&r).await;
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    let script: String = std::iter::once("sleep 300\n".to_owned())
+        .chain((0..60).map(|i| format!("say s{i}\n")))
+        .collect();
+    send(&cp, "m", user_message("a", &t, &script, false)).await;
+    turn_running(&cp, "m").await;
+    cp.stop().await.unwrap();
+
+    // Disconnected: updates pile up to the bound, intermediate ones go.
+    wait_metric(&addr, "agent_runner_outbox_dropped_total", |v| v >= 1.0).await;
+    wait_metric(&addr, "agent_runner_outbox_depth", |v| v >= 16.0).await;
+    let out = status_cmd(&["--health-addr", &addr, "--json"]).await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert!(json["outbox"]["depth"].as_u64() >= Some(16), "{json}");
+    assert!(json["outbox"]["dropped"].as_u64() >= Some(1), "{json}");
+
+    cp.restart().await.unwrap();
+    turn_completed(&cp, "m").await;
+    wait_metric(&addr, "agent_runner_outbox_depth", |v| v == 0.0).await;
+}
+
+#[tokio::test]
+async fn status_prints_connection_turns_outbox_and_sdks() {
+    let cp = mock().await;
+    let mut r = start_with_health(&cp.url(), &[]);
+    cp.wait_connected(WAIT).await.unwrap();
+    let addr = health_addr(&r).await;
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    send(&cp, "m", user_message("a", &t, "sleep 60000", false)).await;
+    turn_running(&cp, "m").await;
+
+    let out = status_cmd(&["--health-addr", &addr]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary = text(&out.stdout);
+    for want in [
+        "agent-runner ",
+        "connection  connected (ready)",
+        "draining    no",
+        "agents      1",
+        "threads     1",
+        "turns       1 running (limit 256)",
+        "outbox      ",
+        "sdks",
+        "  scripted  ready  models: scripted-fast, scripted-slow",
+    ] {
+        assert!(summary.contains(want), "missing {want:?} in\n{summary}");
+    }
+    let turn_line = summary
+        .lines()
+        .find(|l| l.contains(&format!("thread {t}")))
+        .unwrap_or_else(|| panic!("no line for the running turn in\n{summary}"));
+    assert!(turn_line.contains("agent a"), "{turn_line}");
+    assert!(turn_line.contains("running for "), "{turn_line}");
+
+    let out = status_cmd(&["--health-addr", &addr, "--json"]).await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(json["connection"]["state"], "connected");
+    assert_eq!(json["connection"]["ready"], true);
+    assert_eq!(json["running_turns"][0]["thread_id"], t.as_str());
+    assert_eq!(json["sdks"][0]["name"], "scripted");
+
+    for probe in ["livez", "readyz"] {
+        let out = status_cmd(&["--health-addr", &addr, "--probe", probe]).await;
+        assert_eq!(out.status.code(), Some(0), "{probe}: {}", text(&out.stderr));
+    }
+
+    // A wildcard address means this host, as in the image's HEALTHCHECK.
+    let port = addr.rsplit_once(':').map(|(_, p)| p).unwrap();
+    let out = status_cmd(&[
+        "--health-addr",
+        &format!("0.0.0.0:{port}"),
+        "--probe",
+        "livez",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    send(&cp, "i", interrupt("a", &t)).await;
+    // The COMPLETED of an interrupted turn answers the interrupt.
+    turn_completed(&cp, "i").await;
+    r.signal(libc::SIGKILL);
+    r.wait_exit(WAIT).await;
+    let out = status_cmd(&["--health-addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot reach"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn taken_health_addr_is_fatal_and_empty_turns_the_endpoints_off() {
+    let cp = mock().await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let mut r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--health-addr").arg(&addr));
+    assert_eq!(r.wait_exit(WAIT).await, Some(1), "{}", r.logs());
+    assert!(r.logs().contains("health_addr"), "{}", r.logs());
+    assert!(
+        cp.registrations().is_empty(),
+        "nothing runs before it listens"
+    );
+
+    // The suite's default (AGENT_RUNNER_HEALTH_ADDR=""): off, and said so.
+    let r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    cp.wait_connected(WAIT).await.unwrap();
+    assert!(r.logs().contains("health endpoints off"), "{}", r.logs());
+    let out = tokio::process::Command::new(runner_bin())
+        .args(["status"])
+        .env("AGENT_RUNNER_HEALTH_ADDR", "")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("off"), "{}", text(&out.stderr));
+}
