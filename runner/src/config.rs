@@ -79,6 +79,9 @@ pub struct RunArgs {
     /// set here that is taken is an error).
     #[arg(long, env = "AGENT_RUNNER_HEALTH_ADDR")]
     pub health_addr: Option<String>,
+    /// Settings of the codex and claude-code adapters (see `ExternalSdkArgs`).
+    #[command(flatten)]
+    pub external_sdks: ExternalSdkArgs,
 }
 
 /// Where the health endpoints listen unless told otherwise.
@@ -140,6 +143,13 @@ struct FileConfig {
     log_format: Option<LogFormat>,
     log_level: Option<String>,
     health_addr: Option<String>,
+    // The codex and claude-code adapters (see `ExternalSdkArgs`).
+    codex_bin: Option<PathBuf>,
+    codex_approval_policy: Option<String>,
+    codex_sandbox: Option<String>,
+    claude_bin: Option<PathBuf>,
+    claude_permission_mode: Option<String>,
+    claude_models: Option<String>,
 }
 
 /// A configuration problem, naming the key it concerns.
@@ -236,6 +246,8 @@ pub struct RunConfig {
     pub log_level: String,
     /// `None`: health endpoints off.
     pub health: Option<HealthListen>,
+    /// Settings of the adapters that drive external CLIs.
+    pub sdk_options: crate::sdks::SdkOptions,
 }
 
 impl RunConfig {
@@ -307,6 +319,16 @@ impl RunConfig {
                 }),
         };
 
+        let from_file = ExternalSdkArgs {
+            codex_bin: file.codex_bin,
+            codex_approval_policy: file.codex_approval_policy,
+            codex_sandbox: file.codex_sandbox,
+            claude_bin: file.claude_bin,
+            claude_permission_mode: file.claude_permission_mode,
+            claude_models: file.claude_models,
+        };
+        let sdk_options = args.external_sdks.or(from_file).resolve()?;
+
         let duration = |key: &'static str,
                         flag: Option<Duration>,
                         file: Option<String>,
@@ -377,6 +399,7 @@ impl RunConfig {
                 .or(file.log_level)
                 .unwrap_or_else(|| "info".to_owned()),
             health,
+            sdk_options,
         };
         config.check()?;
         Ok(config)
@@ -429,6 +452,177 @@ fn read_secret_file(path: &Path) -> Result<Secret, ConfigError> {
         ));
     }
     Ok(Secret::new(secret.to_owned()))
+}
+
+// ---------------------------------------------------------------------------
+// External agent SDKs (codex, claude-code): flags, env vars and file keys.
+// Kept in one block; `RunArgs`, `FileConfig`, `RunConfig` and `resolve` only
+// hook it in.
+// ---------------------------------------------------------------------------
+
+/// Flags of the adapters that drive external agent CLIs. A CLI that is
+/// missing does not stop the runner: its SDK registers as UNCONFIGURED.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ExternalSdkArgs {
+    /// The `codex` executable for the codex SDK. Default: `codex` on PATH.
+    #[arg(long, env = "AGENT_RUNNER_CODEX_BIN")]
+    pub codex_bin: Option<PathBuf>,
+    /// Codex approval policy for every thread: untrusted, on-request or never
+    /// (approval requests are declined, except under `never`, where codex does
+    /// not ask). Default: codex's own config.
+    #[arg(long, env = "AGENT_RUNNER_CODEX_APPROVAL_POLICY")]
+    pub codex_approval_policy: Option<String>,
+    /// Codex sandbox for every thread: read-only, workspace-write or
+    /// danger-full-access. Default: codex's own config.
+    #[arg(long, env = "AGENT_RUNNER_CODEX_SANDBOX")]
+    pub codex_sandbox: Option<String>,
+    /// The `claude` executable for the claude-code SDK. Default: `claude` on PATH.
+    #[arg(long, env = "AGENT_RUNNER_CLAUDE_BIN")]
+    pub claude_bin: Option<PathBuf>,
+    /// Claude Code permission mode: acceptEdits, auto, bypassPermissions,
+    /// default, dontAsk or plan. Permission prompts are allowed only under
+    /// bypassPermissions (which the runner implements itself, so it also works
+    /// as root) and denied otherwise. Default: Claude Code's own.
+    #[arg(long, env = "AGENT_RUNNER_CLAUDE_PERMISSION_MODE")]
+    pub claude_permission_mode: Option<String>,
+    /// Models the claude-code SDK advertises: comma-separated `name` or
+    /// `name:level/level` (levels are passed as --effort).
+    /// Default: sonnet:low/medium/high,opus:low/medium/high,haiku.
+    #[arg(long, env = "AGENT_RUNNER_CLAUDE_MODELS")]
+    pub claude_models: Option<String>,
+}
+
+impl ExternalSdkArgs {
+    /// Each setting from `self`, else from `other`.
+    fn or(self, other: Self) -> Self {
+        Self {
+            codex_bin: self.codex_bin.or(other.codex_bin),
+            codex_approval_policy: self.codex_approval_policy.or(other.codex_approval_policy),
+            codex_sandbox: self.codex_sandbox.or(other.codex_sandbox),
+            claude_bin: self.claude_bin.or(other.claude_bin),
+            claude_permission_mode: self.claude_permission_mode.or(other.claude_permission_mode),
+            claude_models: self.claude_models.or(other.claude_models),
+        }
+    }
+
+    /// Checked adapter settings (defaults for what is not given).
+    fn resolve(self) -> Result<crate::sdks::SdkOptions, ConfigError> {
+        let mut options = crate::sdks::SdkOptions::default();
+        if let Some(bin) = self.codex_bin {
+            options.codex.bin = bin;
+        }
+        if let Some(policy) = self.codex_approval_policy {
+            sdk_codex::check_approval_policy(&policy)
+                .map_err(|m| key_err("codex_approval_policy", m))?;
+            options.codex.approval_policy = Some(policy);
+        }
+        if let Some(sandbox) = self.codex_sandbox {
+            sdk_codex::check_sandbox(&sandbox).map_err(|m| key_err("codex_sandbox", m))?;
+            options.codex.sandbox = Some(sandbox);
+        }
+        if let Some(bin) = self.claude_bin {
+            options.claude.bin = bin;
+        }
+        if let Some(mode) = self.claude_permission_mode {
+            sdk_claude_code::check_permission_mode(&mode)
+                .map_err(|m| key_err("claude_permission_mode", m))?;
+            options.claude.permission_mode = Some(mode);
+        }
+        if let Some(models) = self.claude_models {
+            options.claude.models =
+                sdk_claude_code::parse_models(&models).map_err(|m| key_err("claude_models", m))?;
+        }
+        Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod external_sdk_tests {
+    use super::*;
+
+    fn with(external: ExternalSdkArgs) -> Result<RunConfig, ConfigError> {
+        RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some("http://x:1".into()),
+                external_sdks: external,
+                ..Default::default()
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn defaults_flags_and_file_keys() {
+        let c = with(ExternalSdkArgs::default()).unwrap();
+        assert_eq!(c.sdk_options.codex.bin, PathBuf::from("codex"));
+        assert_eq!(c.sdk_options.claude.bin, PathBuf::from("claude"));
+        assert_eq!(c.sdk_options.claude.models.len(), 3);
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(
+            &file,
+            "codex_bin = \"/opt/codex\"\ncodex_approval_policy = \"never\"\ncodex_sandbox = \"read-only\"\nclaude_models = \"sonnet:low/high\"\nclaude_permission_mode = \"plan\"\n",
+        )
+        .unwrap();
+        let c = RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some("http://x:1".into()),
+                config: Some(file),
+                external_sdks: ExternalSdkArgs {
+                    codex_sandbox: Some("workspace-write".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
+        let o = &c.sdk_options;
+        assert_eq!(o.codex.bin, PathBuf::from("/opt/codex"));
+        assert_eq!(o.codex.approval_policy.as_deref(), Some("never"));
+        assert_eq!(o.codex.sandbox.as_deref(), Some("workspace-write"));
+        assert_eq!(o.claude.permission_mode.as_deref(), Some("plan"));
+        assert_eq!(o.claude.models.len(), 1);
+        assert_eq!(o.claude.models[0].reasoning_levels, ["low", "high"]);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (external, key) in [
+            (
+                ExternalSdkArgs {
+                    codex_approval_policy: Some("sometimes".into()),
+                    ..Default::default()
+                },
+                "codex_approval_policy:",
+            ),
+            (
+                ExternalSdkArgs {
+                    codex_sandbox: Some("none".into()),
+                    ..Default::default()
+                },
+                "codex_sandbox:",
+            ),
+            (
+                ExternalSdkArgs {
+                    claude_permission_mode: Some("yolo".into()),
+                    ..Default::default()
+                },
+                "claude_permission_mode:",
+            ),
+            (
+                ExternalSdkArgs {
+                    claude_models: Some(" , ".into()),
+                    ..Default::default()
+                },
+                "claude_models:",
+            ),
+        ] {
+            let err = with(external).unwrap_err().to_string();
+            assert!(err.starts_with(key), "{err}");
+        }
+    }
 }
 
 #[cfg(test)]

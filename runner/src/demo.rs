@@ -55,6 +55,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         log_format: LogFormat::Text,
         log_level: "info".into(),
         health: None,
+        sdk_options: Default::default(),
     };
     let runner = Runner::start(&config).await?;
     cp.wait_connected(WAIT).await?;

@@ -41,7 +41,8 @@ impl Runner {
                 None
             }
         };
-        let sdks = Sdks::new(&config.sdks).map_err(anyhow::Error::msg)?;
+        let sdks =
+            Sdks::with_options(&config.sdks, &config.sdk_options).map_err(anyhow::Error::msg)?;
         let store = Store::open(&config.state_dir)
             .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
         let workspaces = Workspaces::new(config.workspace_root.clone())

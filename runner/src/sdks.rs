@@ -11,11 +11,26 @@ use std::sync::{Arc, RwLock};
 use sdk_adapter::{SdkAdapter, SdkDescription, SdkStatus};
 
 /// Every adapter compiled into this binary.
-pub const BUILT_IN: &[&str] = &["scripted"];
+pub const BUILT_IN: &[&str] = &["scripted", "codex", "claude-code"];
 
-fn build(name: &str) -> Option<Arc<dyn SdkAdapter>> {
+/// Settings of the adapters that drive external CLIs (from `RunConfig`).
+/// An adapter whose CLI is missing is still built: it advertises itself
+/// UNCONFIGURED with the reason.
+#[derive(Debug, Clone, Default)]
+pub struct SdkOptions {
+    pub codex: sdk_codex::CodexConfig,
+    pub claude: sdk_claude_code::ClaudeConfig,
+}
+
+fn build(name: &str, options: &SdkOptions) -> Option<Arc<dyn SdkAdapter>> {
     match name {
         "scripted" => Some(Arc::new(sdk_scripted::ScriptedAdapter::new())),
+        "codex" => Some(Arc::new(sdk_codex::CodexAdapter::new(
+            options.codex.clone(),
+        ))),
+        "claude-code" => Some(Arc::new(sdk_claude_code::ClaudeAdapter::new(
+            options.claude.clone(),
+        ))),
         _ => None,
     }
 }
@@ -26,8 +41,14 @@ pub struct Sdks {
 }
 
 impl Sdks {
-    /// The named adapters (all built-in ones when `names` is empty).
+    /// The named adapters (all built-in ones when `names` is empty), with
+    /// default settings.
     pub fn new(names: &[String]) -> Result<Self, String> {
+        Self::with_options(names, &SdkOptions::default())
+    }
+
+    /// The named adapters (all built-in ones when `names` is empty).
+    pub fn with_options(names: &[String], options: &SdkOptions) -> Result<Self, String> {
         let names: Vec<String> = if names.is_empty() {
             BUILT_IN.iter().map(|s| (*s).to_owned()).collect()
         } else {
@@ -35,7 +56,7 @@ impl Sdks {
         };
         let mut adapters = BTreeMap::new();
         for name in names {
-            let adapter = build(&name).ok_or_else(|| {
+            let adapter = build(&name, options).ok_or_else(|| {
                 format!(
                     "sdk: unknown SDK {name:?} (built in: {})",
                     BUILT_IN.join(", ")

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod codex;
 mod harness;
 mod health;
 mod lifecycle;

@@ -1,0 +1,312 @@
+//! The `claude-code` SDK: drives Anthropic's Claude Code CLI in print mode
+//! with stream-json on both sides (shapes as of `@anthropic-ai/claude-code`
+//! 2.1.197 and its Agent SDK's `sdk.d.ts`, checked against the live CLI).
+//!
+//! How a runner thread maps onto Claude Code:
+//! - The runner's `sdk_thread_id` is the Claude Code session id: a fresh
+//!   UUID chosen by `create_thread` (Claude Code accepts `--session-id`), so
+//!   it is known before the first turn and stored by the runner.
+//! - One long-lived `claude -p` process per thread (module `session`),
+//!   started by the first turn in the thread's workspace: `--session-id` for
+//!   a session without a transcript, `--resume` for one that has one (after
+//!   a crash, a kill, or a runner restart), and started again when a turn
+//!   asks for another model or effort (`--model`, `--effort`).
+//! - A turn writes the message as a `user` line; steering writes another
+//!   into the running session; interrupt is the `interrupt` control request
+//!   (module `control`). Output becomes events in module `turn`.
+//! - Permission prompts (`--permission-prompt-tool stdio`) are answered at
+//!   once by policy ([`ClaudeConfig::permission_mode`]).
+//! - Registration advertises [`ClaudeConfig::models`]: Claude Code has no
+//!   model listing. Without the binary the SDK is UNCONFIGURED.
+//! - `delete_thread`, `delete_agent` and dropping the adapter kill the
+//!   process trees.
+
+mod config;
+mod control;
+mod protocol;
+mod session;
+mod tools;
+mod turn;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use sdk_adapter::{
+    AgentSpec, SdkAdapter, SdkDescription, SdkError, SdkStatus, TURN_EVENT_BUFFER, ThreadHandle,
+    ThreadSpec, TokenUsageBreakdown, Turn, TurnInput,
+};
+use sdk_process::{ChildError, find_program};
+use tokio::sync::mpsc;
+
+pub use config::{
+    ClaudeConfig, DEFAULT_MODELS, PERMISSION_MODES, check_permission_mode, parse_models,
+};
+
+use crate::control::ClaudeControl;
+use crate::session::{Flavor, Session, has_transcript};
+use crate::turn::TurnTask;
+
+/// The SDK's name on the wire.
+pub const SDK_NAME: &str = "claude-code";
+
+/// The `claude-code` adapter.
+pub struct ClaudeAdapter {
+    config: ClaudeConfig,
+    threads: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// What a thread's turns share across processes.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadShared {
+    /// Claude Code reported the session (`system/init`): it can be resumed.
+    pub resumable: AtomicBool,
+    /// The thread's token usage so far (this runner's lifetime).
+    pub usage: Mutex<TokenUsageBreakdown>,
+}
+
+struct Slot {
+    agent_id: String,
+    session_id: String,
+    shared: Arc<ThreadShared>,
+    session: tokio::sync::Mutex<Option<Session>>,
+}
+
+impl ClaudeAdapter {
+    pub fn new(config: ClaudeConfig) -> Self {
+        Self {
+            config,
+            threads: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &ClaudeConfig {
+        &self.config
+    }
+
+    fn threads(&self) -> MutexGuard<'_, HashMap<String, Arc<Slot>>> {
+        self.threads.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_binary(&self) -> Result<(), SdkError> {
+        if find_program(&self.config.bin).is_some() {
+            return Ok(());
+        }
+        Err(SdkError::Unavailable(missing(&self.config)))
+    }
+
+    /// The thread's slot; a thread not seen yet (re-opened by a turn
+    /// without `create_thread`) is registered from the spec.
+    fn slot(&self, spec: &ThreadSpec) -> Result<Arc<Slot>, SdkError> {
+        let mut threads = self.threads();
+        if let Some(slot) = threads.get(&spec.thread_id) {
+            return Ok(slot.clone());
+        }
+        let session_id = given(&spec.sdk_thread_id)
+            .ok_or_else(|| SdkError::Failed("the thread has no Claude Code session id".into()))?;
+        let slot = Arc::new(Slot {
+            agent_id: spec.agent_id.clone(),
+            session_id: session_id.to_owned(),
+            shared: Arc::default(),
+            session: tokio::sync::Mutex::new(None),
+        });
+        threads.insert(spec.thread_id.clone(), slot.clone());
+        Ok(slot)
+    }
+
+    fn start_session(
+        &self,
+        spec: &ThreadSpec,
+        slot: &Slot,
+        flavor: Flavor,
+    ) -> Result<Session, SdkError> {
+        let resume = slot.shared.resumable.load(Ordering::SeqCst)
+            || has_transcript(&self.config, &slot.session_id);
+        Session::start(
+            &self.config,
+            &spec.thread_id,
+            &spec.workspace,
+            &slot.session_id,
+            resume,
+            flavor,
+        )
+        .map_err(|e| match e {
+            ChildError::NotFound { .. } => SdkError::Unavailable(e.to_string()),
+            other => SdkError::Failed(other.to_string()),
+        })
+    }
+}
+
+impl Drop for ClaudeAdapter {
+    fn drop(&mut self) {
+        for slot in self.threads().values() {
+            if let Ok(mut session) = slot.session.try_lock() {
+                *session = None;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SdkAdapter for ClaudeAdapter {
+    fn name(&self) -> &str {
+        SDK_NAME
+    }
+
+    async fn describe(&self) -> SdkDescription {
+        match self.check_binary() {
+            Ok(()) => SdkDescription {
+                name: SDK_NAME.to_owned(),
+                status: SdkStatus::Ready,
+                error_message: None,
+                models: self.config.models.clone(),
+            },
+            Err(_) => SdkDescription {
+                name: SDK_NAME.to_owned(),
+                status: SdkStatus::Unconfigured,
+                error_message: Some(missing(&self.config)),
+                models: self.config.models.clone(),
+            },
+        }
+    }
+
+    async fn create_agent(&self, _agent: &AgentSpec) -> Result<(), SdkError> {
+        Ok(())
+    }
+
+    async fn delete_agent(&self, agent_id: &str) -> Result<(), SdkError> {
+        let slots: Vec<Arc<Slot>> = {
+            let mut threads = self.threads();
+            let ids: Vec<String> = threads
+                .iter()
+                .filter(|(_, slot)| slot.agent_id == agent_id)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| threads.remove(id)).collect()
+        };
+        for slot in slots {
+            *slot.session.lock().await = None;
+        }
+        Ok(())
+    }
+
+    /// Picks the session id (a new UUID, or the stored one when re-opening)
+    /// and creates the workspace; the process starts with the first turn.
+    async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
+        self.check_binary()?;
+        tokio::fs::create_dir_all(&spec.workspace)
+            .await
+            .map_err(|e| {
+                SdkError::Failed(format!(
+                    "cannot create workspace {}: {e}",
+                    spec.workspace.display()
+                ))
+            })?;
+        let mut spec = spec.clone();
+        if given(&spec.sdk_thread_id).is_none() {
+            spec.sdk_thread_id = Some(uuid::Uuid::new_v4().to_string());
+        }
+        let slot = self.slot(&spec)?;
+        Ok(ThreadHandle {
+            sdk_thread_id: slot.session_id.clone(),
+        })
+    }
+
+    async fn delete_thread(&self, spec: &ThreadSpec) -> Result<(), SdkError> {
+        let slot = self.threads().remove(&spec.thread_id);
+        if let Some(slot) = slot {
+            *slot.session.lock().await = None;
+        }
+        Ok(())
+    }
+
+    async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError> {
+        self.check_binary()?;
+        let slot = self.slot(spec)?;
+        let model_override = given(&input.model);
+        let effort = match (given(&input.reasoning_level), model_override) {
+            (Some(level), _) => Some(level),
+            (None, None) => given(&spec.reasoning_level),
+            (None, Some(_)) => None,
+        };
+        let flavor = Flavor {
+            model: model_override.unwrap_or(&spec.model).to_owned(),
+            effort: effort.map(str::to_owned),
+        };
+        let mut session = slot.session.lock().await;
+        let mut retried = false;
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let line = protocol::user_line(&input.text, &uuid);
+        let (handle, sink, sink_id, sink_tx, msgs) = loop {
+            let reusable = session
+                .as_ref()
+                .is_some_and(|s| s.is_alive() && s.flavor == flavor);
+            if !reusable {
+                // Drop (kill) the old process before its successor resumes
+                // the same session.
+                *session = None;
+                *session = Some(self.start_session(spec, &slot, flavor.clone())?);
+            }
+            let Some(current) = session.as_ref() else {
+                return Err(SdkError::Failed("claude session vanished".into()));
+            };
+            let sink = current.sink.clone();
+            let (sink_id, sink_tx, msgs) = sink.install();
+            let handle = current.child.handle();
+            match handle.send(&line).await {
+                Ok(()) => break (handle, sink, sink_id, sink_tx, msgs),
+                Err(e) => {
+                    sink.clear(sink_id);
+                    *session = None;
+                    if retried || !handle.is_gone() {
+                        return Err(SdkError::Failed(format!("claude: {e}")));
+                    }
+                    retried = true;
+                    tracing::info!(thread_id = %spec.thread_id, error = %e, "claude went away before the turn started; starting it again");
+                }
+            }
+        };
+        drop(session);
+        let turn_id = format!("turn-{uuid}");
+        let (events, receiver) = mpsc::channel(TURN_EVENT_BUFFER);
+        let control = Arc::new(ClaudeControl::new(
+            handle.clone(),
+            sink_tx,
+            uuid,
+            self.config.request_timeout,
+        ));
+        let task = TurnTask {
+            turn_id: turn_id.clone(),
+            session_id: slot.session_id.clone(),
+            text: input.text,
+            cwd: spec.workspace.to_string_lossy().into_owned(),
+            events,
+            msgs,
+            control: control.clone(),
+            sink,
+            sink_id,
+            child: handle,
+            shared: slot.shared.clone(),
+            interrupt_grace: self.config.interrupt_grace,
+        };
+        tokio::spawn(task.run());
+        Ok(Turn {
+            sdk_turn_id: turn_id,
+            events: receiver,
+            control,
+        })
+    }
+}
+
+fn missing(config: &ClaudeConfig) -> String {
+    format!(
+        "the claude binary `{}` was not found (install it with `npm install -g @anthropic-ai/claude-code`, or set --claude-bin)",
+        config.bin.display()
+    )
+}
+
+/// An optional string that is present and non-empty.
+fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
+}

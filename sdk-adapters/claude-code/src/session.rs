@@ -1,0 +1,188 @@
+//! One long-lived `claude -p` process for a thread.
+//!
+//! Started as `claude -p --input-format stream-json --output-format
+//! stream-json --verbose --model M [--effort E] [--permission-mode P]
+//! --permission-prompt-tool stdio` plus `--session-id ID` for a new session
+//! or `--resume ID` for one that has a transcript. The router task answers
+//! Claude Code's control requests at once (permission prompts by policy,
+//! anything else with an error) and hands every other line to the running
+//! turn.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sdk_process::{ChildError, ChildSpec, Inbound, JsonChild, TurnSink};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use crate::ClaudeConfig;
+use crate::protocol;
+
+/// What the running turn's task hears.
+#[derive(Debug)]
+pub(crate) enum TurnMsg {
+    /// A stream-json line from claude.
+    Line(Value),
+    /// A steering message was written (its tag and text).
+    Steered { tag: u64, text: String },
+    /// `interrupt` was called.
+    Interrupting,
+    /// The process went away (the reason).
+    Exited(String),
+}
+
+pub(crate) type Sink = TurnSink<TurnMsg>;
+
+/// Which model and effort a process runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Flavor {
+    pub model: String,
+    pub effort: Option<String>,
+}
+
+/// A running claude process. Dropping it kills its process tree.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub child: JsonChild,
+    pub sink: Arc<Sink>,
+    pub flavor: Flavor,
+    router: JoinHandle<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.router.abort();
+    }
+}
+
+impl Session {
+    pub(crate) fn start(
+        config: &ClaudeConfig,
+        thread_id: &str,
+        cwd: &Path,
+        session_id: &str,
+        resume: bool,
+        flavor: Flavor,
+    ) -> Result<Self, ChildError> {
+        let mut spec = ChildSpec::new(format!("claude (thread {thread_id})"), &config.bin)
+            .cwd(cwd)
+            .arg("-p")
+            .arg("--input-format")
+            .arg("stream-json")
+            .arg("--output-format")
+            .arg("stream-json")
+            .arg("--verbose")
+            .arg("--model")
+            .arg(&flavor.model);
+        if let Some(effort) = &flavor.effort {
+            spec = spec.arg("--effort").arg(effort);
+        }
+        if let Some(mode) = config.cli_permission_mode() {
+            spec = spec.arg("--permission-mode").arg(mode);
+        }
+        spec = spec
+            .arg("--permission-prompt-tool")
+            .arg("stdio")
+            .arg(if resume { "--resume" } else { "--session-id" })
+            .arg(session_id);
+        for (key, value) in &config.env {
+            spec = spec.env(key, value);
+        }
+        let (child, inbound) = JsonChild::spawn(spec, protocol::response_key())?;
+        let sink = Arc::new(Sink::default());
+        let router = tokio::spawn(route(
+            inbound,
+            child.handle(),
+            sink.clone(),
+            config.allows_tools(),
+        ));
+        Ok(Self {
+            child,
+            sink,
+            flavor,
+            router,
+        })
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.child.is_gone()
+    }
+}
+
+async fn route(
+    mut inbound: Inbound,
+    handle: sdk_process::ChildHandle,
+    sink: Arc<Sink>,
+    allow: bool,
+) {
+    let label = handle.label().to_owned();
+    while let Some(line) = inbound.recv().await {
+        match line.get("type").and_then(Value::as_str) {
+            Some("control_request") => {
+                let id = line.get("request_id").cloned().unwrap_or(Value::Null);
+                let request = line.get("request").cloned().unwrap_or(Value::Null);
+                let subtype = request.get("subtype").and_then(Value::as_str).unwrap_or("");
+                let answer = if subtype == "can_use_tool" {
+                    let tool = request
+                        .get("tool_name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    tracing::info!(
+                        child = %label,
+                        %tool,
+                        allowed = allow,
+                        "answered a permission prompt"
+                    );
+                    protocol::control_success(&id, protocol::permission(&request, allow))
+                } else {
+                    tracing::debug!(child = %label, %subtype, "refusing a control request");
+                    protocol::control_error(&id, &format!("agent-runner does not handle {subtype}"))
+                };
+                if let Err(e) = handle.send(&answer).await {
+                    tracing::debug!(child = %label, error = %e, "could not answer a control request");
+                }
+            }
+            Some("control_cancel_request") => {
+                tracing::debug!(child = %label, "claude withdrew a control request");
+            }
+            kind => {
+                let kind = kind.unwrap_or("<no type>").to_owned();
+                if !sink.send(TurnMsg::Line(line)) {
+                    tracing::debug!(child = %label, %kind, "output outside a turn");
+                }
+            }
+        }
+    }
+    let reason = handle
+        .exit_reason()
+        .unwrap_or_else(|| "it went away".to_owned());
+    sink.send(TurnMsg::Exited(reason));
+}
+
+/// Whether Claude Code has a transcript for `session_id` (so `--resume`
+/// works): `<config dir>/projects/<any project>/<session_id>.jsonl`, where
+/// the config dir is `CLAUDE_CONFIG_DIR`, else `$HOME/.claude` (the
+/// adapter's extra environment first, then the runner's).
+pub(crate) fn has_transcript(config: &ClaudeConfig, session_id: &str) -> bool {
+    let env = |key: &str| {
+        config
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| PathBuf::from(v))
+            .or_else(|| std::env::var_os(key).map(PathBuf::from))
+    };
+    let Some(dir) = env("CLAUDE_CONFIG_DIR").or_else(|| env("HOME").map(|h| h.join(".claude")))
+    else {
+        return false;
+    };
+    let file = format!("{session_id}.jsonl");
+    std::fs::read_dir(dir.join("projects"))
+        .map(|projects| {
+            projects
+                .flatten()
+                .any(|project| project.path().join(&file).is_file())
+        })
+        .unwrap_or(false)
+}

@@ -1,0 +1,387 @@
+//! The turn task: turns Claude Code's stream-json output for one turn into
+//! [`TurnEvent`]s.
+//!
+//! Event shapes:
+//! - The user's message is the first item (`UserMessage`); a steering
+//!   message gives `Steered{tag}` and its own `UserMessage` item where it was
+//!   written.
+//! - Item ids are `<turn id>-item-<n>` (n from 1, in order).
+//! - An `assistant` line's `text` blocks → `AgentMessage`, `thinking` →
+//!   `Reasoning` (RUNNING then COMPLETED at once: stream-json delivers whole
+//!   blocks); `tool_use` → the tool's item RUNNING (module `tools`),
+//!   COMPLETED when the matching `tool_result` arrives in a `user` line.
+//! - `system`/`init` marks the session resumable; `system`/
+//!   `compact_boundary` → a `ContextCompaction` item.
+//! - `result` → [`TurnEvent::Usage`] (this result's usage as `last`, the
+//!   thread's running sum as `total`, the largest `contextWindow` of its
+//!   `modelUsage`), then: after an interrupt → Interrupted; `is_error` or a
+//!   subtype other than `success` → Failed (its `result` text, `errors`, or
+//!   the subtype); otherwise the messages it answered are settled and the
+//!   turn completes once none is pending (module `control`).
+//! - The process going away → Failed (Interrupted if an interrupt was asked).
+//! - Tool items still RUNNING when the turn ends are reported COMPLETED.
+//! - Other lines (`stream_event`, `rate_limit_event`, new types) are logged
+//!   at debug and skipped.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use sdk_adapter::{
+    ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent, TurnOutcome,
+};
+use sdk_process::ChildHandle;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::ThreadShared;
+use crate::control::{AfterResult, ClaudeControl};
+use crate::protocol::result_text;
+use crate::session::{Sink, TurnMsg};
+use crate::tools::{self, ToolItem};
+
+/// The receiver of the turn's events was dropped.
+struct Gone;
+
+pub(crate) struct TurnTask {
+    pub turn_id: String,
+    pub session_id: String,
+    pub text: String,
+    pub cwd: String,
+    pub events: mpsc::Sender<TurnEvent>,
+    pub msgs: mpsc::UnboundedReceiver<TurnMsg>,
+    pub control: Arc<ClaudeControl>,
+    pub sink: Arc<Sink>,
+    pub sink_id: u64,
+    pub child: ChildHandle,
+    pub shared: Arc<ThreadShared>,
+    pub interrupt_grace: Duration,
+}
+
+#[derive(Default)]
+struct Run {
+    items: u64,
+    /// Tool calls waiting for their result: tool_use id → (item id, item).
+    tools: HashMap<String, (String, ToolItem)>,
+    tool_order: Vec<String>,
+    last_error: Option<String>,
+    interrupt_deadline: Option<Instant>,
+}
+
+impl TurnTask {
+    pub(crate) async fn run(mut self) {
+        let mut run = Run::default();
+        let outcome = self.drive(&mut run).await;
+        self.control.end();
+        self.sink.clear(self.sink_id);
+        match outcome {
+            Ok(outcome) => {
+                if self.close_open_tools(&mut run).await.is_ok() {
+                    let _ = self.events.send(TurnEvent::Finished(outcome)).await;
+                }
+            }
+            Err(Gone) => {
+                use sdk_adapter::TurnControl as _;
+                self.control.interrupt();
+            }
+        }
+    }
+
+    async fn drive(&mut self, run: &mut Run) -> Result<TurnOutcome, Gone> {
+        let text = self.text.clone();
+        self.text_item(run, ItemKind::UserMessage, Some(text))
+            .await?;
+        loop {
+            let events = self.events.clone();
+            tokio::select! {
+                biased;
+                () = events.closed() => return Err(Gone),
+                msg = self.msgs.recv() => {
+                    let Some(msg) = msg else {
+                        return Ok(TurnOutcome::Failed("claude connection closed".into()));
+                    };
+                    if let Some(outcome) = self.handle(run, msg).await? {
+                        return Ok(outcome);
+                    }
+                }
+                () = sleep_until(run.interrupt_deadline), if run.interrupt_deadline.is_some() => {
+                    tracing::warn!(turn_id = %self.turn_id, "claude did not stop the turn in time; killing it");
+                    self.child.kill();
+                    return Ok(TurnOutcome::Interrupted);
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, run: &mut Run, msg: TurnMsg) -> Result<Option<TurnOutcome>, Gone> {
+        match msg {
+            TurnMsg::Line(line) => self.line(run, line).await,
+            TurnMsg::Steered { tag, text } => {
+                self.send(TurnEvent::Steered { tag }).await?;
+                self.text_item(run, ItemKind::UserMessage, Some(text))
+                    .await?;
+                Ok(None)
+            }
+            TurnMsg::Interrupting => {
+                run.interrupt_deadline
+                    .get_or_insert_with(|| Instant::now() + self.interrupt_grace);
+                Ok(None)
+            }
+            TurnMsg::Exited(reason) => Ok(Some(if self.control.interrupted() {
+                TurnOutcome::Interrupted
+            } else {
+                TurnOutcome::Failed(format!("claude exited during the turn: {reason}"))
+            })),
+        }
+    }
+
+    async fn line(&mut self, run: &mut Run, line: Value) -> Result<Option<TurnOutcome>, Gone> {
+        let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
+        let subtype = line.get("subtype").and_then(Value::as_str).unwrap_or("");
+        match (kind, subtype) {
+            ("system", "init") => {
+                self.shared.resumable.store(true, Ordering::SeqCst);
+                let reported = line.get("session_id").and_then(Value::as_str);
+                if reported.is_some_and(|id| id != self.session_id) {
+                    tracing::warn!(expected = %self.session_id, reported = ?reported, "claude reports another session id");
+                }
+            }
+            ("system", "compact_boundary") => {
+                self.text_item(run, ItemKind::ContextCompaction, None)
+                    .await?;
+            }
+            ("assistant", _) => self.assistant(run, &line).await?,
+            ("user", _) => self.tool_results(run, &line).await?,
+            ("result", _) => return self.result(run, &line).await,
+            _ => tracing::debug!(%kind, %subtype, "skipping a line"),
+        }
+        Ok(None)
+    }
+
+    async fn assistant(&mut self, run: &mut Run, line: &Value) -> Result<(), Gone> {
+        let blocks = line
+            .get("message")
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(error) = line.get("error").and_then(Value::as_str) {
+            let text: Vec<&str> = blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect();
+            run.last_error = Some(if text.is_empty() {
+                error.to_owned()
+            } else {
+                format!("{}: {error}", text.join(" "))
+            });
+        }
+        for block in blocks {
+            match block.get("type").and_then(Value::as_str).unwrap_or("") {
+                "text" => {
+                    let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+                    if !text.is_empty() {
+                        self.text_item(run, ItemKind::AgentMessage, Some(text.to_owned()))
+                            .await?;
+                    }
+                }
+                "thinking" => {
+                    let text = block.get("thinking").and_then(Value::as_str).unwrap_or("");
+                    self.text_item(run, ItemKind::Reasoning, Some(text.to_owned()))
+                        .await?;
+                }
+                "redacted_thinking" => self.text_item(run, ItemKind::Reasoning, None).await?,
+                "tool_use" => {
+                    let id = block
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
+                    let name = block.get("name").and_then(Value::as_str).unwrap_or("");
+                    let input = block.get("input").cloned().unwrap_or(Value::Null);
+                    let item = tools::classify(name, &input, &self.cwd);
+                    let item_id = self.next_item_id(run);
+                    self.send(item_event(&item_id, &item, ItemStatus::Running))
+                        .await?;
+                    run.tool_order.push(id.clone());
+                    run.tools.insert(id, (item_id, item));
+                }
+                other => tracing::debug!(block = %other, "skipping an assistant block"),
+            }
+        }
+        Ok(())
+    }
+
+    async fn tool_results(&mut self, run: &mut Run, line: &Value) -> Result<(), Gone> {
+        let Some(blocks) = line
+            .get("message")
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_array)
+        else {
+            return Ok(());
+        };
+        for block in blocks {
+            if block.get("type").and_then(Value::as_str) != Some("tool_result") {
+                continue;
+            }
+            let id = block
+                .get("tool_use_id")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let Some((item_id, mut item)) = run.tools.remove(id) else {
+                tracing::debug!(tool_use_id = %id, "result of an unknown tool call");
+                continue;
+            };
+            let is_error = block.get("is_error").and_then(Value::as_bool) == Some(true);
+            tools::complete(&mut item, &result_text(block.get("content")), is_error);
+            self.send(item_event(&item_id, &item, ItemStatus::Completed))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn result(&mut self, run: &mut Run, line: &Value) -> Result<Option<TurnOutcome>, Gone> {
+        if let Some(usage) = line.get("usage") {
+            let usage = self.usage(usage, line.get("modelUsage"));
+            self.send(TurnEvent::Usage(usage)).await?;
+        }
+        if self.control.interrupted() {
+            return Ok(Some(TurnOutcome::Interrupted));
+        }
+        let subtype = line.get("subtype").and_then(Value::as_str).unwrap_or("");
+        let is_error = line.get("is_error").and_then(Value::as_bool) == Some(true);
+        if is_error || subtype != "success" {
+            let errors: Vec<&str> = line
+                .get("errors")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let text = line
+                .get("result")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .or_else(|| (!errors.is_empty()).then(|| errors.join("; ")))
+                .or_else(|| run.last_error.clone())
+                .unwrap_or_else(|| format!("claude ended the turn with {subtype:?}"));
+            return Ok(Some(TurnOutcome::Failed(text)));
+        }
+        let mut uuids: Vec<String> = line
+            .get("user_message_uuids")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        if let Some(uuid) = line.get("user_message_uuid").and_then(Value::as_str)
+            && !uuids.iter().any(|u| u == uuid)
+        {
+            uuids.push(uuid.to_owned());
+        }
+        Ok(match self.control.answered(&uuids) {
+            AfterResult::Ended => Some(TurnOutcome::Completed),
+            AfterResult::Continue => None,
+        })
+    }
+
+    fn usage(&self, usage: &Value, model_usage: Option<&Value>) -> TokenUsage {
+        let get = |key: &str| usage.get(key).and_then(Value::as_i64).unwrap_or(0);
+        let cached = get("cache_read_input_tokens");
+        let input = get("input_tokens")
+            .saturating_add(cached)
+            .saturating_add(get("cache_creation_input_tokens"));
+        let output = get("output_tokens");
+        let last = TokenUsageBreakdown {
+            input_tokens: input,
+            cached_input_tokens: cached,
+            output_tokens: output,
+            reasoning_output_tokens: 0,
+            total_tokens: input.saturating_add(output),
+        };
+        let total = {
+            let mut total = self
+                .shared
+                .usage
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            total.input_tokens = total.input_tokens.saturating_add(last.input_tokens);
+            total.cached_input_tokens = total
+                .cached_input_tokens
+                .saturating_add(last.cached_input_tokens);
+            total.output_tokens = total.output_tokens.saturating_add(last.output_tokens);
+            total.total_tokens = total.total_tokens.saturating_add(last.total_tokens);
+            *total
+        };
+        let model_context_window = model_usage.and_then(Value::as_object).and_then(|models| {
+            models
+                .values()
+                .filter_map(|m| m.get("contextWindow").and_then(Value::as_i64))
+                .max()
+        });
+        TokenUsage {
+            total,
+            last,
+            model_context_window,
+        }
+    }
+
+    /// An item whose whole content is `text`, RUNNING then COMPLETED.
+    async fn text_item(
+        &mut self,
+        run: &mut Run,
+        kind: ItemKind,
+        text: Option<String>,
+    ) -> Result<(), Gone> {
+        let item_id = self.next_item_id(run);
+        let item = ToolItem {
+            kind,
+            text,
+            command: None,
+        };
+        self.send(item_event(&item_id, &item, ItemStatus::Running))
+            .await?;
+        self.send(item_event(&item_id, &item, ItemStatus::Completed))
+            .await
+    }
+
+    async fn close_open_tools(&mut self, run: &mut Run) -> Result<(), Gone> {
+        for id in std::mem::take(&mut run.tool_order) {
+            if let Some((item_id, item)) = run.tools.remove(&id) {
+                self.send(item_event(&item_id, &item, ItemStatus::Completed))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn next_item_id(&self, run: &mut Run) -> String {
+        run.items += 1;
+        format!("{}-item-{}", self.turn_id, run.items)
+    }
+
+    async fn send(&self, event: TurnEvent) -> Result<(), Gone> {
+        self.events.send(event).await.map_err(|_| Gone)
+    }
+}
+
+fn item_event(item_id: &str, item: &ToolItem, status: ItemStatus) -> TurnEvent {
+    TurnEvent::Item(ItemEvent {
+        item_id: item_id.to_owned(),
+        kind: item.kind,
+        status,
+        text: item.text.clone(),
+        command: item.command.clone(),
+    })
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,663 @@
+//! A stand-in for `codex app-server` for the adapter's tests: newline-
+//! delimited JSON-RPC on stdio with the method names and shapes of codex
+//! 0.169.0 (responses and notifications without `"jsonrpc"`, as the real one
+//! sends them). Invoked as `fake-codex app-server`.
+//!
+//! A turn's text is a script, one step per line:
+//!
+//! | line | what the fake does |
+//! |---|---|
+//! | `say TEXT` | an `agentMessage` item streamed as deltas |
+//! | `all-items` | one item of every type (and an unknown one), with deltas, interleaved noise |
+//! | `approve CMD` | asks `item/commandExecution/requestApproval`, waits for the answer, reports it in an `agentMessage` (`approval: <decision>`) and a `commandExecution` item |
+//! | `ask` | asks `item/tool/requestUserInput`, reports the answers |
+//! | `flood N` | a `commandExecution` item with N output deltas in a burst |
+//! | `usage` | `thread/tokenUsage/updated` (total 120 = 100 in + 20 out) |
+//! | `wait` | waits for a `turn/steer` in this turn (each steer is echoed) or `turn/interrupt` |
+//! | `stall` | says `stalling`, then stops answering anything (an interrupt goes unheard) |
+//! | `crash` | starts an item, then exits 3 mid-turn |
+//! | `fail TEXT` | an `error` with `willRetry`, then the turn fails with TEXT |
+//! | anything else | `agentMessage` `echo: LINE` |
+//!
+//! State that must outlive a process (which threads have a rollout, so
+//! `thread/resume` works only for those) lives in `$FAKE_CODEX_STATE`, where
+//! the fake also appends `pid N` and one line per request method to `log`.
+//! `FAKE_CODEX_LOGGED_OUT=1` makes `account/read` say nobody is logged in;
+//! `config/read` reports the model `$FAKE_CODEX_CONFIG_MODEL` (default
+//! `fake-fast`, which `model/list` already lists).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use serde_json::{Value, json};
+
+struct Fake {
+    input: mpsc::Receiver<Value>,
+    state: PathBuf,
+    thread: Option<String>,
+    turn: Option<String>,
+    next_request: i64,
+    counter: u64,
+    steers: VecDeque<String>,
+    /// A steer arrived during this turn (it may already have run).
+    steered: bool,
+    interrupted: bool,
+}
+
+fn main() {
+    if std::env::args().nth(1).as_deref() != Some("app-server") {
+        eprintln!("usage: fake-codex app-server");
+        std::process::exit(2);
+    }
+    let state = std::env::var_os("FAKE_CODEX_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            match serde_json::from_str::<Value>(&line) {
+                Ok(value) => {
+                    if tx.send(value).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => eprintln!("fake-codex: bad input line: {e}"),
+            }
+        }
+    });
+    let mut fake = Fake {
+        input: rx,
+        state,
+        thread: None,
+        turn: None,
+        next_request: 0,
+        counter: 0,
+        steers: VecDeque::new(),
+        steered: false,
+        interrupted: false,
+    };
+    fake.log(&format!("pid {}", std::process::id()));
+    eprintln!("fake-codex: started");
+    while let Ok(message) = fake.input.recv() {
+        fake.dispatch(message);
+    }
+}
+
+fn out(value: &Value) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{value}");
+    let _ = stdout.flush();
+}
+
+fn raw(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+fn notify(method: &str, params: Value) {
+    out(&json!({"method": method, "params": params, "emittedAtMs": 1}));
+}
+
+fn respond(id: &Value, result: Value) {
+    out(&json!({"id": id, "result": result}));
+}
+
+fn error(id: &Value, code: i64, message: &str) {
+    out(&json!({"error": {"code": code, "message": message}, "id": id}));
+}
+
+fn is_response(value: &Value) -> bool {
+    value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some())
+}
+
+impl Fake {
+    fn log(&self, line: &str) {
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.state.join("log"))
+        {
+            let _ = writeln!(file, "{line}");
+        }
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.counter += 1;
+        format!("{prefix}-{}-{}", std::process::id(), self.counter)
+    }
+
+    /// Handle one message outside a turn.
+    fn dispatch(&mut self, message: Value) {
+        let Some(method) = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            return;
+        };
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        if !id.is_null() {
+            self.log(&method);
+        }
+        match method.as_str() {
+            "initialize" => {
+                raw("this line is not json");
+                notify(
+                    "remoteControl/status/changed",
+                    json!({"status": "disabled"}),
+                );
+                respond(
+                    &id,
+                    json!({
+                        "userAgent": "fake-codex/0.169.0", "codexHome": self.state,
+                        "platformFamily": "unix", "platformOs": "linux",
+                    }),
+                );
+            }
+            "initialized" => {}
+            "model/list" => {
+                let page = if params.get("cursor").and_then(Value::as_str) == Some("p2") {
+                    json!({"data": [model("fake-slow", &[])], "nextCursor": null})
+                } else {
+                    json!({"data": [model("fake-fast", &["low", "high"])], "nextCursor": "p2"})
+                };
+                respond(&id, page);
+            }
+            "config/read" => {
+                let model =
+                    std::env::var("FAKE_CODEX_CONFIG_MODEL").unwrap_or_else(|_| "fake-fast".into());
+                respond(
+                    &id,
+                    json!({"config": {"model": model, "model_provider": "fake"}, "origins": {}, "layers": null}),
+                );
+            }
+            "account/read" => {
+                if std::env::var_os("FAKE_CODEX_LOGGED_OUT").is_some() {
+                    respond(
+                        &id,
+                        json!({"account": null, "userId": null, "requiresOpenaiAuth": true}),
+                    );
+                } else {
+                    respond(
+                        &id,
+                        json!({"account": {"type": "apiKey"}, "userId": null, "requiresOpenaiAuth": true}),
+                    );
+                }
+            }
+            "thread/start" => {
+                let thread = self.fresh("thr");
+                self.thread = Some(thread.clone());
+                notify(
+                    "thread/started",
+                    json!({"thread": thread_json(&thread, &params)}),
+                );
+                respond(
+                    &id,
+                    json!({
+                        "thread": thread_json(&thread, &params), "model": params["model"],
+                        "modelProvider": "fake", "cwd": params["cwd"],
+                        "approvalPolicy": params.get("approvalPolicy").cloned().unwrap_or(json!("on-request")),
+                        "sandbox": {"type": "dangerFullAccess"}, "reasoningEffort": null,
+                    }),
+                );
+            }
+            "thread/resume" => {
+                let thread = params["threadId"].as_str().unwrap_or("").to_owned();
+                if self.state.join(format!("rollout-{thread}")).exists() {
+                    self.thread = Some(thread.clone());
+                    notify(
+                        "thread/status/changed",
+                        json!({"threadId": thread, "status": {"type": "idle"}}),
+                    );
+                    respond(
+                        &id,
+                        json!({"thread": thread_json(&thread, &params), "model": params["model"], "cwd": params["cwd"]}),
+                    );
+                } else {
+                    error(
+                        &id,
+                        -32600,
+                        &format!("no rollout found for thread id {thread}"),
+                    );
+                }
+            }
+            "turn/start" => self.turn(&id, &params),
+            "turn/steer" => error(&id, -32600, "no active turn to steer"),
+            "turn/interrupt" => error(&id, -32600, "no active turn to interrupt"),
+            other => error(&id, -32601, &format!("unknown method {other}")),
+        }
+    }
+
+    /// Handle a message that arrives while a turn runs; returns responses
+    /// (to our own requests) for the caller.
+    fn during_turn(&mut self, message: Value) -> Option<Value> {
+        if is_response(&message) {
+            return Some(message);
+        }
+        let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        match method {
+            "turn/steer" => {
+                self.log("turn/steer");
+                let expected = message["params"]["expectedTurnId"].as_str();
+                if expected != self.turn.as_deref() {
+                    error(
+                        &id,
+                        -32600,
+                        "expected turn id does not match the active turn",
+                    );
+                    return None;
+                }
+                let text = message["params"]["input"][0]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                respond(&id, json!({"turnId": self.turn}));
+                self.steers.push_back(text);
+                self.steered = true;
+            }
+            "turn/interrupt" => {
+                self.log("turn/interrupt");
+                respond(&id, json!({}));
+                self.interrupted = true;
+            }
+            _ => self.dispatch(message),
+        }
+        None
+    }
+
+    /// Take what has arrived, without waiting.
+    fn poll(&mut self) {
+        while let Ok(message) = self.input.try_recv() {
+            let _ = self.during_turn(message);
+        }
+    }
+
+    /// Wait for the response to our request `id` (handling the rest).
+    fn await_response(&mut self, id: i64) -> Value {
+        loop {
+            let Ok(message) = self.input.recv() else {
+                std::process::exit(0);
+            };
+            if let Some(response) = self.during_turn(message)
+                && response["id"] == json!(id)
+            {
+                return response;
+            }
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_request += 1;
+        let id = self.next_request;
+        out(&json!({"id": id, "method": method, "params": params}));
+        self.await_response(id)
+    }
+
+    fn turn(&mut self, id: &Value, params: &Value) {
+        let thread = params["threadId"].as_str().unwrap_or("").to_owned();
+        if self.thread.as_deref() != Some(thread.as_str()) {
+            error(id, -32600, &format!("thread not loaded: {thread}"));
+            return;
+        }
+        let _ = std::fs::write(self.state.join(format!("rollout-{thread}")), "");
+        let turn = self.fresh("turn");
+        self.turn = Some(turn.clone());
+        self.interrupted = false;
+        self.steered = false;
+        self.steers.clear();
+        self.log(&format!(
+            "turn model={} effort={}",
+            params["model"].as_str().unwrap_or("-"),
+            params["effort"].as_str().unwrap_or("-")
+        ));
+        let text = params["input"][0]["text"].as_str().unwrap_or("").to_owned();
+        respond(id, json!({"turn": turn_json(&turn, "inProgress")}));
+        notify(
+            "thread/status/changed",
+            json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}),
+        );
+        notify(
+            "turn/started",
+            json!({"threadId": thread, "turn": turn_json(&turn, "inProgress")}),
+        );
+        self.user_message(&text);
+        let mut status = "completed";
+        let mut turn_error = Value::Null;
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            self.poll();
+            self.drain_steers();
+            if self.interrupted {
+                break;
+            }
+            let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+            match word {
+                "say" => self.agent_message(rest),
+                "all-items" => self.all_items(),
+                "approve" => self.approve(rest),
+                "ask" => self.ask(),
+                "flood" => self.flood(rest.parse().unwrap_or(100)),
+                "usage" => self.usage(),
+                "wait" => {
+                    while !self.steered && !self.interrupted {
+                        let Ok(message) = self.input.recv() else {
+                            std::process::exit(0);
+                        };
+                        let _ = self.during_turn(message);
+                    }
+                    self.drain_steers();
+                }
+                "stall" => {
+                    self.agent_message("stalling");
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                "crash" => {
+                    self.started("agentMessage", json!({"text": ""}));
+                    eprintln!("fake-codex: crashing on purpose");
+                    std::process::exit(3);
+                }
+                "fail" => {
+                    notify(
+                        "error",
+                        json!({"threadId": thread, "turnId": turn, "willRetry": true,
+                        "error": {"message": "transient, retrying", "codexErrorInfo": null, "additionalDetails": null}}),
+                    );
+                    status = "failed";
+                    turn_error =
+                        json!({"message": rest, "codexErrorInfo": null, "additionalDetails": null});
+                    break;
+                }
+                _ => self.agent_message(&format!("echo: {line}")),
+            }
+        }
+        self.poll();
+        self.drain_steers();
+        if self.interrupted {
+            status = "interrupted";
+        }
+        notify(
+            "thread/status/changed",
+            json!({"threadId": thread, "status": {"type": "idle"}}),
+        );
+        let mut done = turn_json(&turn, status);
+        done["error"] = turn_error;
+        notify("turn/completed", json!({"threadId": thread, "turn": done}));
+        self.turn = None;
+    }
+
+    fn drain_steers(&mut self) {
+        while let Some(text) = self.steers.pop_front() {
+            self.user_message(&text);
+            self.agent_message(&format!("steered: {text}"));
+        }
+    }
+
+    fn ids(&self) -> (String, String) {
+        (
+            self.thread.clone().unwrap_or_default(),
+            self.turn.clone().unwrap_or_default(),
+        )
+    }
+
+    fn started(&mut self, kind: &str, fields: Value) -> String {
+        let item_id = self.fresh(kind);
+        let (thread, turn) = self.ids();
+        let mut item = fields;
+        item["type"] = json!(kind);
+        item["id"] = json!(item_id);
+        notify(
+            "item/started",
+            json!({"item": item, "threadId": thread, "turnId": turn, "startedAtMs": 1}),
+        );
+        item_id
+    }
+
+    fn completed(&self, item_id: &str, kind: &str, fields: Value) {
+        let (thread, turn) = self.ids();
+        let mut item = fields;
+        item["type"] = json!(kind);
+        item["id"] = json!(item_id);
+        notify(
+            "item/completed",
+            json!({"item": item, "threadId": thread, "turnId": turn, "completedAtMs": 2}),
+        );
+    }
+
+    fn delta(&self, method: &str, item_id: &str, delta: &str, extra: Value) {
+        let (thread, turn) = self.ids();
+        let mut params =
+            json!({"threadId": thread, "turnId": turn, "itemId": item_id, "delta": delta});
+        if let (Some(target), Some(fields)) = (params.as_object_mut(), extra.as_object()) {
+            for (key, value) in fields {
+                target.insert(key.clone(), value.clone());
+            }
+        }
+        notify(method, params);
+    }
+
+    fn user_message(&mut self, text: &str) {
+        let content = json!({"clientId": null, "content": [{"type": "text", "text": text, "text_elements": []}]});
+        let item_id = self.started("userMessage", content.clone());
+        self.completed(&item_id, "userMessage", content);
+    }
+
+    fn agent_message(&mut self, text: &str) {
+        let item_id = self.started("agentMessage", json!({"text": "", "phase": null}));
+        let mid = text.len() / 2;
+        let mid = (0..=mid)
+            .rev()
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
+        self.delta("item/agentMessage/delta", &item_id, &text[..mid], json!({}));
+        self.delta("item/agentMessage/delta", &item_id, &text[mid..], json!({}));
+        self.completed(
+            &item_id,
+            "agentMessage",
+            json!({"text": text, "phase": null}),
+        );
+    }
+
+    fn command(&mut self, command: &str, output: &str, status: &str, exit_code: Value) {
+        let cwd = "/fake/cwd";
+        let item_id = self.started(
+            "commandExecution",
+            json!({
+                "command": command, "cwd": cwd, "processId": "4242", "source": "agent",
+                "status": "inProgress", "commandActions": [], "aggregatedOutput": null,
+                "exitCode": null, "durationMs": null,
+            }),
+        );
+        if !output.is_empty() {
+            self.delta(
+                "item/commandExecution/outputDelta",
+                &item_id,
+                output,
+                json!({}),
+            );
+        }
+        self.completed(
+            &item_id,
+            "commandExecution",
+            json!({
+                "command": command, "cwd": cwd, "processId": "4242", "source": "agent",
+                "status": status, "commandActions": [], "aggregatedOutput": output,
+                "exitCode": exit_code, "durationMs": 3,
+            }),
+        );
+    }
+
+    fn all_items(&mut self) {
+        let (thread, turn) = self.ids();
+        // Noise a client must tolerate, interleaved with the items.
+        notify("account/rateLimits/updated", json!({"rateLimits": {}}));
+        notify(
+            "item/agentMessage/delta",
+            json!({"threadId": thread, "turnId": "some-other-turn", "itemId": "x", "delta": "not ours"}),
+        );
+        raw("{not json either");
+        notify("some/future/notification", json!({"threadId": thread}));
+
+        let reasoning = self.started("reasoning", json!({"summary": [], "content": []}));
+        self.delta(
+            "item/reasoning/summaryTextDelta",
+            &reasoning,
+            "thinking ",
+            json!({"summaryIndex": 0}),
+        );
+        self.delta(
+            "item/reasoning/summaryTextDelta",
+            &reasoning,
+            "hard",
+            json!({"summaryIndex": 0}),
+        );
+        notify(
+            "item/reasoning/summaryPartAdded",
+            json!({"threadId": thread, "turnId": turn, "itemId": reasoning, "summaryIndex": 1}),
+        );
+        self.delta(
+            "item/reasoning/summaryTextDelta",
+            &reasoning,
+            "then more",
+            json!({"summaryIndex": 1}),
+        );
+        self.completed(
+            &reasoning,
+            "reasoning",
+            json!({"summary": [], "content": []}),
+        );
+
+        let plan = self.started("plan", json!({"text": ""}));
+        self.delta("item/plan/delta", &plan, "1. look", json!({}));
+        self.completed(&plan, "plan", json!({"text": "1. look\n2. fix"}));
+
+        self.command("/bin/bash -lc 'echo hi'", "hi\n", "completed", json!(0));
+
+        let change = json!({"changes": [{"path": "src/a.rs", "kind": {"type": "update", "move_path": null}, "diff": "-a\n+b\n"}], "status": "completed"});
+        let file = self.started("fileChange", json!({"changes": [], "status": "inProgress"}));
+        self.completed(&file, "fileChange", change);
+
+        let mcp_fields = json!({"server": "docs", "tool": "search", "status": "completed", "arguments": {"q": "x"},
+            "appContext": null, "mcpAppUi": null, "pluginId": null, "readOnlyHint": null,
+            "result": {"content": [{"type": "text", "text": "found it"}], "structuredContent": null, "_meta": null},
+            "error": null, "durationMs": 1});
+        let mcp = self.started("mcpToolCall", json!({"server": "docs", "tool": "search", "status": "inProgress", "arguments": {"q": "x"}}));
+        self.completed(&mcp, "mcpToolCall", mcp_fields);
+
+        let collab = json!({"tool": "spawnAgent", "status": "completed", "senderThreadId": thread,
+            "receiverThreadIds": [], "prompt": "help me", "model": null, "reasoningEffort": null, "agentsStates": {}});
+        let collab_id = self.started("collabAgentToolCall", collab.clone());
+        self.completed(&collab_id, "collabAgentToolCall", collab);
+
+        let search = self.started(
+            "webSearch",
+            json!({"query": "", "action": null, "results": null}),
+        );
+        self.completed(
+            &search,
+            "webSearch",
+            json!({"query": "rust tokio", "action": null, "results": null}),
+        );
+
+        let image = self.started("imageView", json!({"path": "/tmp/a.png"}));
+        self.completed(&image, "imageView", json!({"path": "/tmp/a.png"}));
+
+        let entered = self.started("enteredReviewMode", json!({"review": "checking"}));
+        self.completed(&entered, "enteredReviewMode", json!({"review": "checking"}));
+        let exited = self.started("exitedReviewMode", json!({"review": "looks good"}));
+        self.completed(&exited, "exitedReviewMode", json!({"review": "looks good"}));
+
+        let compaction = self.started("contextCompaction", json!({}));
+        self.completed(&compaction, "contextCompaction", json!({}));
+
+        let unknown = self.started("hologram", json!({"shape": "cube"}));
+        self.completed(&unknown, "hologram", json!({"shape": "cube"}));
+
+        self.agent_message("all done");
+        self.usage();
+    }
+
+    fn approve(&mut self, command: &str) {
+        let (thread, turn) = self.ids();
+        let response = self.request("item/commandExecution/requestApproval", json!({
+            "kind": "command", "threadId": thread, "turnId": turn, "itemId": "call_approval",
+            "startedAtMs": 1, "environmentId": null, "reason": "wants to write", "command": command, "cwd": "/fake/cwd",
+        }));
+        let decision = match &response["result"]["decision"] {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        self.agent_message(&format!("approval: {decision}"));
+        if decision == "accept" {
+            self.command(command, "ran\n", "completed", json!(0));
+        } else {
+            self.command(command, "", "declined", Value::Null);
+        }
+    }
+
+    fn ask(&mut self) {
+        let (thread, turn) = self.ids();
+        let response = self.request("item/tool/requestUserInput", json!({
+            "threadId": thread, "turnId": turn, "itemId": "ask_1", "isBlocking": true, "autoResolutionMs": null,
+            "questions": [{"id": "q1", "header": "Pick", "question": "Which?", "isOther": false, "isSecret": false, "options": null}],
+        }));
+        self.agent_message(&format!("answers: {}", response["result"]["answers"]));
+    }
+
+    fn flood(&mut self, n: usize) {
+        let item_id = self.started("commandExecution", json!({
+            "command": "yes | head", "cwd": "/fake/cwd", "processId": "77", "source": "agent",
+            "status": "inProgress", "commandActions": [], "aggregatedOutput": null, "exitCode": null, "durationMs": null,
+        }));
+        for i in 0..n {
+            self.delta(
+                "item/commandExecution/outputDelta",
+                &item_id,
+                &format!("line {i}\n"),
+                json!({}),
+            );
+        }
+        self.completed(&item_id, "commandExecution", json!({
+            "command": "yes | head", "cwd": "/fake/cwd", "processId": "77", "source": "agent",
+            "status": "completed", "commandActions": [], "aggregatedOutput": null, "exitCode": 0, "durationMs": 3,
+        }));
+    }
+
+    fn usage(&self) {
+        let (thread, turn) = self.ids();
+        let breakdown = json!({"totalTokens": 120, "inputTokens": 100, "cachedInputTokens": 10,
+            "cacheWriteInputTokens": 0, "outputTokens": 20, "reasoningOutputTokens": 5});
+        notify(
+            "thread/tokenUsage/updated",
+            json!({"threadId": thread, "turnId": turn,
+            "tokenUsage": {"total": breakdown, "last": breakdown, "modelContextWindow": 258400}}),
+        );
+    }
+}
+
+fn model(name: &str, efforts: &[&str]) -> Value {
+    let efforts: Vec<Value> = efforts
+        .iter()
+        .map(|e| json!({"reasoningEffort": e, "description": "effort"}))
+        .collect();
+    json!({"id": name, "model": name, "displayName": name, "description": "fake", "hidden": false,
+        "supportedReasoningEfforts": efforts, "defaultReasoningEffort": "low", "isDefault": false})
+}
+
+fn thread_json(id: &str, params: &Value) -> Value {
+    json!({"id": id, "sessionId": id, "preview": "", "ephemeral": false, "modelProvider": "fake",
+        "model": params.get("model"), "status": {"type": "idle"}, "cwd": params.get("cwd"),
+        "cliVersion": "0.169.0", "source": "vscode", "turns": []})
+}
+
+fn turn_json(id: &str, status: &str) -> Value {
+    json!({"id": id, "rootTurnId": id, "items": [], "itemsView": "notLoaded", "status": status,
+        "error": null, "startedAt": 1, "completedAt": null, "durationMs": null})
+}

@@ -1,0 +1,399 @@
+//! The `codex` SDK: drives OpenAI's `codex app-server` (newline-delimited
+//! JSON-RPC on stdio; wire shapes as of `@openai/codex` 0.169.0, checked
+//! against `codex app-server generate-json-schema` and a live app-server).
+//!
+//! How a runner thread maps onto codex:
+//! - One app-server process per thread, in the thread's workspace, started
+//!   by `create_thread` (`initialize`, `initialized`, `thread/start` with
+//!   model, cwd, approval policy and sandbox from [`CodexConfig`]). Codex's
+//!   thread id is the runner's `sdk_thread_id`.
+//! - Re-opening a thread (after a runner restart) starts nothing; the first
+//!   turn starts a process and `thread/resume`s it. So does the first turn
+//!   after the process crashed or was killed. A codex thread that never ran
+//!   a turn has nothing on disk to resume ("no rollout found"); it is started
+//!   afresh instead and the new id used from then on.
+//! - A turn is `turn/start` (the message, and the model/effort for this turn:
+//!   an override, else the thread's own); its notifications become
+//!   [`TurnEvent`](sdk_adapter::TurnEvent)s (module `turn`); steering is
+//!   `turn/steer` with `expectedTurnId`, interrupt `turn/interrupt` (module
+//!   `control`). Codex applies a model/effort to later turns too, which is
+//!   why every turn names its model.
+//! - Server-to-client requests are answered at once by policy (module
+//!   `approvals`).
+//! - `delete_thread`, `delete_agent` and dropping the adapter kill the
+//!   process trees.
+
+mod approvals;
+mod config;
+mod control;
+mod describe;
+mod items;
+mod rpc;
+mod server;
+#[doc(hidden)]
+pub mod testing;
+mod turn;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use sdk_adapter::{
+    AgentSpec, SdkAdapter, SdkDescription, SdkError, TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec,
+    Turn, TurnInput,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+pub use config::{
+    APPROVAL_POLICIES, CodexConfig, SANDBOX_MODES, check_approval_policy, check_sandbox,
+};
+
+use crate::control::{CodexControl, text_input};
+use crate::describe::Describer;
+use crate::rpc::RpcError;
+use crate::server::{AppServer, StartError};
+use crate::turn::TurnTask;
+
+/// The SDK's name on the wire.
+pub const SDK_NAME: &str = "codex";
+
+/// The `codex` adapter.
+pub struct CodexAdapter {
+    config: CodexConfig,
+    describer: Describer,
+    threads: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// One runner thread.
+struct Slot {
+    agent_id: String,
+    state: tokio::sync::Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// Codex's thread id, once known.
+    codex_thread: Option<String>,
+    server: Option<AppServer>,
+}
+
+impl CodexAdapter {
+    pub fn new(config: CodexConfig) -> Self {
+        Self {
+            config,
+            describer: Describer::default(),
+            threads: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &CodexConfig {
+        &self.config
+    }
+
+    fn threads(&self) -> MutexGuard<'_, HashMap<String, Arc<Slot>>> {
+        self.threads.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn slot(&self, spec: &ThreadSpec) -> Arc<Slot> {
+        self.threads()
+            .entry(spec.thread_id.clone())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    agent_id: spec.agent_id.clone(),
+                    state: tokio::sync::Mutex::new(SlotState {
+                        codex_thread: given(&spec.sdk_thread_id).map(str::to_owned),
+                        server: None,
+                    }),
+                })
+            })
+            .clone()
+    }
+
+    /// `thread/start` / `thread/resume` parameters for `spec`.
+    fn thread_params(&self, spec: &ThreadSpec) -> Value {
+        // Codex wants an absolute cwd.
+        let cwd = std::path::absolute(&spec.workspace).unwrap_or_else(|_| spec.workspace.clone());
+        let mut params = json!({
+            "model": spec.model,
+            "cwd": cwd.to_string_lossy(),
+        });
+        if let Some(policy) = &self.config.approval_policy {
+            params["approvalPolicy"] = json!(policy);
+        }
+        if let Some(sandbox) = &self.config.sandbox {
+            params["sandbox"] = json!(sandbox);
+        }
+        params
+    }
+
+    /// A live, initialized app-server for the slot, with its codex thread
+    /// loaded (started, or resumed).
+    async fn ensure_server(
+        &self,
+        spec: &ThreadSpec,
+        state: &mut SlotState,
+    ) -> Result<(), SdkError> {
+        if state.server.as_ref().is_some_and(AppServer::is_alive) {
+            return Ok(());
+        }
+        state.server = None;
+        create_workspace(spec).await?;
+        let label = format!("codex app-server (thread {})", spec.thread_id);
+        let server = AppServer::start(
+            &self.config,
+            label,
+            Some(&spec.workspace),
+            self.config.request_timeout,
+        )
+        .await
+        .map_err(start_error)?;
+        let thread_id = match state.codex_thread.clone() {
+            Some(codex_thread) => self.resume(&server, spec, codex_thread).await?,
+            None => self.start_thread(&server, spec).await?,
+        };
+        state.codex_thread = Some(thread_id);
+        state.server = Some(server);
+        Ok(())
+    }
+
+    async fn start_thread(
+        &self,
+        server: &AppServer,
+        spec: &ThreadSpec,
+    ) -> Result<String, SdkError> {
+        let result = server
+            .rpc()
+            .call("thread/start", self.thread_params(spec))
+            .await
+            .map_err(rpc_error)?;
+        thread_id_of(&result)
+    }
+
+    async fn resume(
+        &self,
+        server: &AppServer,
+        spec: &ThreadSpec,
+        codex_thread: String,
+    ) -> Result<String, SdkError> {
+        let mut params = self.thread_params(spec);
+        params["threadId"] = json!(codex_thread);
+        params["excludeTurns"] = json!(true);
+        match server.rpc().call("thread/resume", params).await {
+            Ok(result) => thread_id_of(&result),
+            Err(e)
+                if e.server_message()
+                    .is_some_and(|m| m.contains("no rollout found")) =>
+            {
+                tracing::info!(
+                    thread_id = %spec.thread_id,
+                    codex_thread = %codex_thread,
+                    "codex thread never ran a turn, so there is nothing to resume; starting it afresh"
+                );
+                self.start_thread(server, spec).await
+            }
+            Err(e) => Err(rpc_error(e)),
+        }
+    }
+}
+
+impl Drop for CodexAdapter {
+    fn drop(&mut self) {
+        // Each slot's server kills its process tree as it drops; a slot
+        // still borrowed by a running call is killed here explicitly.
+        for slot in self.threads().values() {
+            if let Ok(mut state) = slot.state.try_lock() {
+                state.server = None;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SdkAdapter for CodexAdapter {
+    fn name(&self) -> &str {
+        SDK_NAME
+    }
+
+    async fn describe(&self) -> SdkDescription {
+        self.describer.describe(&self.config).await
+    }
+
+    async fn create_agent(&self, _agent: &AgentSpec) -> Result<(), SdkError> {
+        Ok(())
+    }
+
+    async fn delete_agent(&self, agent_id: &str) -> Result<(), SdkError> {
+        let slots: Vec<Arc<Slot>> = {
+            let mut threads = self.threads();
+            let ids: Vec<String> = threads
+                .iter()
+                .filter(|(_, slot)| slot.agent_id == agent_id)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| threads.remove(id)).collect()
+        };
+        for slot in slots {
+            slot.state.lock().await.server = None;
+        }
+        Ok(())
+    }
+
+    /// A new thread starts its app-server and `thread/start`s; a re-opened
+    /// one (`sdk_thread_id` set) only records the id.
+    async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
+        let slot = self.slot(spec);
+        let mut state = slot.state.lock().await;
+        if let Some(known) = given(&spec.sdk_thread_id) {
+            state.codex_thread.get_or_insert_with(|| known.to_owned());
+            return Ok(ThreadHandle {
+                sdk_thread_id: known.to_owned(),
+            });
+        }
+        let result = self.ensure_server(spec, &mut state).await;
+        if let Err(e) = result {
+            drop(state);
+            self.threads().remove(&spec.thread_id);
+            return Err(e);
+        }
+        let sdk_thread_id = state
+            .codex_thread
+            .clone()
+            .ok_or_else(|| SdkError::Failed("codex returned no thread id".into()))?;
+        Ok(ThreadHandle { sdk_thread_id })
+    }
+
+    async fn delete_thread(&self, spec: &ThreadSpec) -> Result<(), SdkError> {
+        let slot = self.threads().remove(&spec.thread_id);
+        if let Some(slot) = slot {
+            slot.state.lock().await.server = None;
+        }
+        Ok(())
+    }
+
+    async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError> {
+        let slot = self.slot(spec);
+        let mut state = slot.state.lock().await;
+        let model_override = given(&input.model);
+        let effort = match (given(&input.reasoning_level), model_override) {
+            (Some(level), _) => Some(level),
+            (None, None) => given(&spec.reasoning_level),
+            (None, Some(_)) => None,
+        };
+        let mut retried = false;
+        let (rpc, sink, sink_id, sink_tx, msgs, codex_thread, result) = loop {
+            self.ensure_server(spec, &mut state).await?;
+            let server = state
+                .server
+                .as_ref()
+                .ok_or_else(|| SdkError::Failed("codex app-server vanished".into()))?;
+            let codex_thread = state
+                .codex_thread
+                .clone()
+                .ok_or_else(|| SdkError::Failed("codex thread id unknown".into()))?;
+            let mut params = json!({
+                "threadId": codex_thread,
+                "input": text_input(&input.text),
+                "model": model_override.unwrap_or(&spec.model),
+            });
+            if let Some(effort) = effort {
+                params["effort"] = json!(effort);
+            }
+            let sink = server.sink().clone();
+            let (sink_id, sink_tx, msgs) = sink.install();
+            let rpc = server.rpc().clone();
+            match rpc.call("turn/start", params).await {
+                Ok(result) => break (rpc, sink, sink_id, sink_tx, msgs, codex_thread, result),
+                Err(e) => {
+                    sink.clear(sink_id);
+                    if !e.is_transport() {
+                        return Err(rpc_error(e));
+                    }
+                    state.server = None;
+                    // It died between turns (and we only just noticed):
+                    // start it again, once.
+                    if retried || !rpc.handle().is_gone() {
+                        return Err(rpc_error(e));
+                    }
+                    retried = true;
+                    tracing::info!(thread_id = %spec.thread_id, error = %e, "codex app-server went away before the turn started; starting it again");
+                }
+            }
+        };
+        let Some(turn_id) = result
+            .get("turn")
+            .and_then(|t| t.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            sink.clear(sink_id);
+            return Err(SdkError::Failed("turn/start returned no turn id".into()));
+        };
+        let (events, receiver) = mpsc::channel(TURN_EVENT_BUFFER);
+        let control = Arc::new(CodexControl::new(
+            rpc.clone(),
+            codex_thread,
+            turn_id.clone(),
+            sink_tx,
+        ));
+        let task = TurnTask {
+            turn_id: turn_id.clone(),
+            events,
+            msgs,
+            control: control.clone(),
+            sink,
+            sink_id,
+            child: rpc.handle().clone(),
+            coalesce: self.config.coalesce,
+            interrupt_grace: self.config.interrupt_grace,
+        };
+        tokio::spawn(task.run());
+        Ok(Turn {
+            sdk_turn_id: turn_id,
+            events: receiver,
+            control,
+        })
+    }
+}
+
+/// An optional string that is present and non-empty.
+fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
+}
+
+async fn create_workspace(spec: &ThreadSpec) -> Result<(), SdkError> {
+    tokio::fs::create_dir_all(&spec.workspace)
+        .await
+        .map_err(|e| {
+            SdkError::Failed(format!(
+                "cannot create workspace {}: {e}",
+                spec.workspace.display()
+            ))
+        })
+}
+
+fn thread_id_of(result: &Value) -> Result<String, SdkError> {
+    result
+        .get("thread")
+        .and_then(|t| t.get("id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| SdkError::Failed("codex returned no thread id".into()))
+}
+
+fn start_error(e: StartError) -> SdkError {
+    match e {
+        StartError::Spawn(e @ sdk_process::ChildError::NotFound { .. }) => {
+            SdkError::Unavailable(e.to_string())
+        }
+        StartError::Spawn(e) => SdkError::Unavailable(e.to_string()),
+        StartError::Rpc(e) => SdkError::Unavailable(format!("codex app-server did not start: {e}")),
+    }
+}
+
+fn rpc_error(e: RpcError) -> SdkError {
+    match e {
+        RpcError::Server { .. } => SdkError::Failed(format!("codex: {e}")),
+        RpcError::Child { .. } => SdkError::Failed(format!("codex app-server: {e}")),
+    }
+}

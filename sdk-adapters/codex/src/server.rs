@@ -1,0 +1,182 @@
+//! One `codex app-server` process: started, initialized, and routed.
+//!
+//! The router task reads everything the process sends that is not a
+//! response: server-to-client requests are answered at once (module
+//! `approvals`), notifications go to the turn that is running (the
+//! [`Sink`]), or are logged at debug when none is. When the process goes
+//! away the running turn hears it as [`TurnMsg::Exited`].
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sdk_process::{ChildError, ChildSpec, Inbound, JsonChild, TurnSink};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::CodexConfig;
+use crate::approvals::{self, Answer};
+use crate::rpc::{self, Incoming, Rpc, RpcError};
+
+/// What the running turn's task hears.
+#[derive(Debug)]
+pub(crate) enum TurnMsg {
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// A steer was accepted: `Steered{tag}` goes out here.
+    Steered(u64),
+    /// A steer finished (accepted or not).
+    SteerSettled,
+    /// `interrupt` was called.
+    Interrupting,
+    /// The process went away (the reason).
+    Exited(String),
+}
+
+/// Where notifications go: the running turn, if any.
+pub(crate) type Sink = TurnSink<TurnMsg>;
+
+/// Why an app-server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    #[error(transparent)]
+    Spawn(#[from] ChildError),
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+}
+
+/// A running, initialized app-server. Dropping it kills its process tree.
+#[derive(Debug)]
+pub(crate) struct AppServer {
+    child: JsonChild,
+    rpc: Arc<Rpc>,
+    sink: Arc<Sink>,
+    router: JoinHandle<()>,
+}
+
+impl Drop for AppServer {
+    fn drop(&mut self) {
+        self.router.abort();
+        // `child` drops next and kills the process group.
+    }
+}
+
+impl AppServer {
+    /// Start `codex app-server` (in `cwd`, if given) and initialize it;
+    /// each request may take up to `timeout`.
+    pub(crate) async fn start(
+        config: &CodexConfig,
+        label: String,
+        cwd: Option<&Path>,
+        timeout: Duration,
+    ) -> Result<Self, StartError> {
+        let mut spec = ChildSpec::new(label, &config.bin).arg("app-server");
+        if let Some(cwd) = cwd {
+            spec = spec.cwd(cwd);
+        }
+        for (key, value) in &config.env {
+            spec = spec.env(key, value);
+        }
+        let (child, inbound) = JsonChild::spawn(spec, rpc::response_key())?;
+        let rpc = Arc::new(Rpc::new(child.handle(), config.request_timeout));
+        let sink = Arc::new(Sink::default());
+        let router = tokio::spawn(route(
+            inbound,
+            rpc.clone(),
+            sink.clone(),
+            config.accepts_approvals(),
+        ));
+        let server = Self {
+            child,
+            rpc,
+            sink,
+            router,
+        };
+        let params = json!({
+            "clientInfo": {
+                "name": "agent-runner",
+                "title": "agent-runner",
+                "version": env!("CARGO_PKG_VERSION"),
+            },
+            "capabilities": {"experimentalApi": false, "requestAttestation": false},
+        });
+        server
+            .rpc
+            .call_within("initialize", params, timeout)
+            .await?;
+        server
+            .rpc
+            .notify("initialized", None)
+            .await
+            .map_err(|source| RpcError::Child {
+                method: "initialized".to_owned(),
+                source,
+            })?;
+        Ok(server)
+    }
+
+    pub(crate) fn rpc(&self) -> &Arc<Rpc> {
+        &self.rpc
+    }
+
+    pub(crate) fn sink(&self) -> &Arc<Sink> {
+        &self.sink
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.child.is_gone()
+    }
+}
+
+async fn route(mut inbound: Inbound, rpc: Arc<Rpc>, sink: Arc<Sink>, accept: bool) {
+    let label = rpc.handle().label().to_owned();
+    while let Some(value) = inbound.recv().await {
+        match rpc::classify(value) {
+            Incoming::Request { id, method, params } => {
+                let sent = match approvals::answer(&method, &params, accept) {
+                    Answer::Result(result) => {
+                        if method.contains("pproval") {
+                            tracing::info!(
+                                child = %label,
+                                %method,
+                                subject = %approvals::subject(&params),
+                                accepted = accept,
+                                reason = if accept { "approval policy is never" } else { approvals::DECLINE_REASON },
+                                "answered an approval request"
+                            );
+                        } else {
+                            tracing::debug!(child = %label, %method, "answered a server request");
+                        }
+                        rpc.respond(id, result).await
+                    }
+                    Answer::Error { code, message } => {
+                        tracing::debug!(child = %label, %method, "refused an unknown server request");
+                        rpc.respond_error(id, code, &message).await
+                    }
+                };
+                if let Err(e) = sent {
+                    tracing::debug!(child = %label, error = %e, "could not answer a server request");
+                }
+            }
+            Incoming::Notification { method, params } => {
+                if !sink.send(TurnMsg::Notification {
+                    method: method.clone(),
+                    params,
+                }) {
+                    tracing::debug!(child = %label, %method, "notification outside a turn");
+                }
+            }
+            Incoming::Other(value) => {
+                let shown: String = value.to_string().chars().take(200).collect();
+                tracing::debug!(child = %label, line = %shown, "ignoring a line that is not JSON-RPC");
+            }
+        }
+    }
+    let reason = rpc
+        .handle()
+        .exit_reason()
+        .unwrap_or_else(|| "it went away".to_owned());
+    sink.send(TurnMsg::Exited(reason));
+}

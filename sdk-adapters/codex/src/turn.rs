@@ -1,0 +1,463 @@
+//! The turn task: turns the app-server's notifications for one turn into
+//! [`TurnEvent`]s, until `turn/completed`, the process going away, or nobody
+//! listening any more.
+//!
+//! Event shapes:
+//! - Item ids are `<codex turn id>-<codex item id>` (codex reuses item ids
+//!   such as `msg_1` across turns).
+//! - `item/started` → the item RUNNING; `item/completed` → COMPLETED with
+//!   the final content (text accumulated from deltas is kept when the final
+//!   item carries none, as reasoning often does).
+//! - Deltas (`item/agentMessage/delta`, `item/reasoning/summaryTextDelta`,
+//!   `item/reasoning/textDelta`, `item/plan/delta`,
+//!   `item/commandExecution/outputDelta`) grow the item; its RUNNING snapshot
+//!   goes out at most once per `coalesce` interval (the latest state; the
+//!   COMPLETED one supersedes anything pending).
+//! - A steer's `Steered{tag}` precedes the `userMessage` item of its text
+//!   (module `control`).
+//! - `thread/tokenUsage/updated` → [`TurnEvent::Usage`].
+//! - `error` with `willRetry` is ignored; without it, its message becomes the
+//!   failure text if the turn then fails without an error of its own.
+//! - `turn/completed` → `Finished`: `completed` → Completed, `interrupted` →
+//!   Interrupted, `failed` → Failed(the turn's error message).
+//! - The process going away → Failed (Interrupted if an interrupt was asked).
+//! - Items still RUNNING when the turn ends are reported COMPLETED with what
+//!   they have, so none dangles.
+//! - Notifications for another turn, unknown methods and unknown item types
+//!   are logged at debug and skipped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sdk_adapter::{
+    CommandInfo, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent,
+    TurnOutcome,
+};
+use sdk_process::{CappedText, ChildHandle, OUTPUT_CAP_BYTES};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::control::CodexControl;
+use crate::items::{self, is_text_kind};
+use crate::server::{Sink, TurnMsg};
+
+/// The receiver of the turn's events was dropped.
+struct Gone;
+
+#[derive(Debug)]
+struct Item {
+    kind: ItemKind,
+    text: Option<String>,
+    command: Option<CommandInfo>,
+    /// Output streamed by deltas (commands).
+    output: Option<CappedText>,
+    completed: bool,
+    last_emit: Option<Instant>,
+    dirty: bool,
+}
+
+impl Item {
+    fn new(kind: ItemKind) -> Self {
+        Self {
+            kind,
+            text: is_text_kind(kind).then(String::new),
+            command: (kind == ItemKind::CommandExecution).then(|| CommandInfo {
+                command: String::new(),
+                cwd: String::new(),
+                process_id: String::new(),
+                output: None,
+                exit_code: None,
+            }),
+            output: None,
+            completed: false,
+            last_emit: None,
+            dirty: false,
+        }
+    }
+
+    fn snapshot(&self, item_id: String, status: ItemStatus) -> ItemEvent {
+        let command = self.command.clone().map(|mut info| {
+            if let Some(streamed) = &self.output
+                && info.output.is_none()
+            {
+                info.output = Some(streamed.text());
+            }
+            info
+        });
+        ItemEvent {
+            item_id,
+            kind: self.kind,
+            status,
+            text: self.text.clone(),
+            command,
+        }
+    }
+}
+
+pub(crate) struct TurnTask {
+    pub turn_id: String,
+    pub events: mpsc::Sender<TurnEvent>,
+    pub msgs: mpsc::UnboundedReceiver<TurnMsg>,
+    pub control: Arc<CodexControl>,
+    pub sink: Arc<Sink>,
+    pub sink_id: u64,
+    pub child: ChildHandle,
+    pub coalesce: Duration,
+    pub interrupt_grace: Duration,
+}
+
+struct Run {
+    items: HashMap<String, Item>,
+    /// Codex item ids in the order they appeared.
+    order: Vec<String>,
+    last_error: Option<String>,
+    /// `turn/completed` arrived while a steer was in flight.
+    deferred: Option<TurnOutcome>,
+    interrupt_deadline: Option<Instant>,
+    /// Steer tags already reported.
+    announced: Vec<u64>,
+}
+
+impl TurnTask {
+    pub(crate) async fn run(mut self) {
+        let mut run = Run {
+            items: HashMap::new(),
+            order: Vec::new(),
+            last_error: None,
+            deferred: None,
+            interrupt_deadline: None,
+            announced: Vec::new(),
+        };
+        let outcome = self.drive(&mut run).await;
+        self.control.end();
+        self.sink.clear(self.sink_id);
+        match outcome {
+            Ok(outcome) => {
+                if self.close_open_items(&mut run).await.is_ok() {
+                    let _ = self.events.send(TurnEvent::Finished(outcome)).await;
+                }
+            }
+            Err(Gone) => {
+                // Nobody reads this turn any more: stop codex working on it.
+                use sdk_adapter::TurnControl as _;
+                self.control.interrupt();
+            }
+        }
+    }
+
+    async fn drive(&mut self, run: &mut Run) -> Result<TurnOutcome, Gone> {
+        loop {
+            let flush_at = run
+                .items
+                .values()
+                .filter(|item| item.dirty)
+                .filter_map(|item| item.last_emit)
+                .min()
+                .map(|at| at + self.coalesce);
+            let events = self.events.clone();
+            tokio::select! {
+                biased;
+                () = events.closed() => return Err(Gone),
+                msg = self.msgs.recv() => {
+                    let Some(msg) = msg else {
+                        return Ok(TurnOutcome::Failed("codex app-server connection closed".into()));
+                    };
+                    if let Some(outcome) = self.handle(run, msg).await? {
+                        return Ok(outcome);
+                    }
+                }
+                () = sleep_until(flush_at), if flush_at.is_some() => self.flush_due(run).await?,
+                () = sleep_until(run.interrupt_deadline), if run.interrupt_deadline.is_some() => {
+                    tracing::warn!(turn_id = %self.turn_id, "codex did not stop the turn in time; killing its app-server");
+                    self.child.kill();
+                    return Ok(TurnOutcome::Interrupted);
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, run: &mut Run, msg: TurnMsg) -> Result<Option<TurnOutcome>, Gone> {
+        match msg {
+            TurnMsg::Notification { method, params } => {
+                self.notification(run, &method, params).await
+            }
+            TurnMsg::Steered(tag) => {
+                if !run.announced.contains(&tag) {
+                    run.announced.push(tag);
+                    self.send(TurnEvent::Steered { tag }).await?;
+                }
+                Ok(None)
+            }
+            TurnMsg::SteerSettled => {
+                if run.deferred.is_some() && self.control.try_end() {
+                    return Ok(run.deferred.take());
+                }
+                Ok(None)
+            }
+            TurnMsg::Interrupting => {
+                run.interrupt_deadline
+                    .get_or_insert_with(|| Instant::now() + self.interrupt_grace);
+                Ok(None)
+            }
+            TurnMsg::Exited(reason) => Ok(Some(if self.control.interrupted() {
+                TurnOutcome::Interrupted
+            } else {
+                TurnOutcome::Failed(format!("codex app-server exited during the turn: {reason}"))
+            })),
+        }
+    }
+
+    async fn notification(
+        &mut self,
+        run: &mut Run,
+        method: &str,
+        params: Value,
+    ) -> Result<Option<TurnOutcome>, Gone> {
+        let turn_id = params
+            .get("turnId")
+            .or_else(|| params.get("turn").and_then(|t| t.get("id")))
+            .and_then(Value::as_str);
+        if let Some(turn_id) = turn_id
+            && turn_id != self.turn_id
+        {
+            tracing::debug!(%method, other = turn_id, "notification for another turn");
+            return Ok(None);
+        }
+        match method {
+            "item/started" | "item/completed" => {
+                let completed = method == "item/completed";
+                match params.get("item").map(items::parse) {
+                    Some(Ok(parsed)) => self.item(run, parsed, completed).await?,
+                    Some(Err(kind)) => {
+                        tracing::debug!(%method, item_type = %kind, "skipping an item type the runner does not show")
+                    }
+                    None => tracing::debug!(%method, "item notification without an item"),
+                }
+            }
+            "item/agentMessage/delta" => self.delta(run, &params, ItemKind::AgentMessage).await?,
+            "item/plan/delta" => self.delta(run, &params, ItemKind::Plan).await?,
+            "item/reasoning/summaryTextDelta" | "item/reasoning/textDelta" => {
+                self.delta(run, &params, ItemKind::Reasoning).await?;
+            }
+            "item/reasoning/summaryPartAdded" => {
+                if let Some(item) = item_id(&params).and_then(|id| run.items.get_mut(id))
+                    && let Some(text) = item.text.as_mut()
+                    && !text.is_empty()
+                {
+                    text.push_str("\n\n");
+                }
+            }
+            "item/commandExecution/outputDelta" => {
+                self.delta(run, &params, ItemKind::CommandExecution).await?;
+            }
+            "thread/tokenUsage/updated" => {
+                if let Some(usage) = params.get("tokenUsage").map(token_usage) {
+                    self.send(TurnEvent::Usage(usage)).await?;
+                }
+            }
+            "error" => {
+                let message = params
+                    .get("error")
+                    .and_then(|e| e.get("message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("codex reported an error");
+                if params.get("willRetry").and_then(Value::as_bool) == Some(true) {
+                    tracing::debug!(%message, "codex error, it will retry");
+                } else {
+                    run.last_error = Some(message.to_owned());
+                }
+            }
+            "turn/completed" => {
+                let outcome = self.outcome(run, &params);
+                if self.control.try_end() {
+                    return Ok(Some(outcome));
+                }
+                run.deferred = Some(outcome);
+            }
+            other => tracing::debug!(method = %other, "skipping a notification"),
+        }
+        Ok(None)
+    }
+
+    fn outcome(&self, run: &Run, params: &Value) -> TurnOutcome {
+        let turn = params.get("turn").unwrap_or(&Value::Null);
+        match turn.get("status").and_then(Value::as_str) {
+            Some("completed") => TurnOutcome::Completed,
+            Some("interrupted") => TurnOutcome::Interrupted,
+            status => {
+                let error = turn.get("error").unwrap_or(&Value::Null);
+                let mut text = error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .or_else(|| run.last_error.clone())
+                    .unwrap_or_else(|| match status {
+                        Some(other) => format!("codex ended the turn with status {other:?}"),
+                        None => "codex ended the turn without a status".to_owned(),
+                    });
+                if let Some(details) = error
+                    .get("additionalDetails")
+                    .and_then(Value::as_str)
+                    .filter(|d| !d.is_empty())
+                {
+                    text.push_str(": ");
+                    text.push_str(details);
+                }
+                TurnOutcome::Failed(text)
+            }
+        }
+    }
+
+    async fn item(
+        &mut self,
+        run: &mut Run,
+        parsed: items::Parsed,
+        completed: bool,
+    ) -> Result<(), Gone> {
+        let id = parsed.id.clone();
+        if !completed
+            && parsed.kind == ItemKind::UserMessage
+            && !run.items.contains_key(&id)
+            && let Some(tag) = parsed
+                .text
+                .as_deref()
+                .and_then(|t| self.control.claim_steer(t))
+        {
+            run.announced.push(tag);
+            self.send(TurnEvent::Steered { tag }).await?;
+        }
+        let item = run.items.entry(id.clone()).or_insert_with(|| {
+            run.order.push(id.clone());
+            Item::new(parsed.kind)
+        });
+        if item.completed {
+            return Ok(());
+        }
+        item.kind = parsed.kind;
+        // The final text wins, unless it is empty and deltas brought some.
+        match parsed.text {
+            Some(text) if !text.is_empty() || item.text.as_ref().is_none_or(String::is_empty) => {
+                item.text = Some(text);
+            }
+            Some(_) => {}
+            None if !is_text_kind(parsed.kind) => item.text = None,
+            None => {}
+        }
+        if let Some(info) = parsed.command {
+            item.command = Some(info);
+        }
+        item.dirty = false;
+        item.last_emit = Some(Instant::now());
+        let status = if completed {
+            item.completed = true;
+            ItemStatus::Completed
+        } else {
+            ItemStatus::Running
+        };
+        let event = item.snapshot(self.item_id(&id), status);
+        self.send(TurnEvent::Item(event)).await
+    }
+
+    async fn delta(&mut self, run: &mut Run, params: &Value, kind: ItemKind) -> Result<(), Gone> {
+        let (Some(id), Some(delta)) =
+            (item_id(params), params.get("delta").and_then(Value::as_str))
+        else {
+            tracing::debug!(?kind, "delta without itemId or delta");
+            return Ok(());
+        };
+        let item = run.items.entry(id.to_owned()).or_insert_with(|| {
+            run.order.push(id.to_owned());
+            Item::new(kind)
+        });
+        if item.completed {
+            return Ok(());
+        }
+        if kind == ItemKind::CommandExecution {
+            item.output
+                .get_or_insert_with(|| CappedText::new(OUTPUT_CAP_BYTES))
+                .push(delta);
+        } else {
+            item.text.get_or_insert_with(String::new).push_str(delta);
+        }
+        let now = Instant::now();
+        if item.last_emit.is_none_or(|at| now >= at + self.coalesce) {
+            item.last_emit = Some(now);
+            item.dirty = false;
+            let event = item.snapshot(self.item_id(id), ItemStatus::Running);
+            self.send(TurnEvent::Item(event)).await?;
+        } else {
+            item.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Send the latest RUNNING snapshot of every item whose interval is up.
+    async fn flush_due(&mut self, run: &mut Run) -> Result<(), Gone> {
+        let now = Instant::now();
+        for id in &run.order {
+            let Some(item) = run.items.get_mut(id) else {
+                continue;
+            };
+            if item.dirty && item.last_emit.is_none_or(|at| now >= at + self.coalesce) {
+                item.dirty = false;
+                item.last_emit = Some(now);
+                let event = item.snapshot(self.item_id(id), ItemStatus::Running);
+                self.send(TurnEvent::Item(event)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn close_open_items(&mut self, run: &mut Run) -> Result<(), Gone> {
+        for id in &run.order {
+            if let Some(item) = run.items.get_mut(id)
+                && !item.completed
+            {
+                item.completed = true;
+                let event = item.snapshot(self.item_id(id), ItemStatus::Completed);
+                self.send(TurnEvent::Item(event)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn item_id(&self, codex_id: &str) -> String {
+        format!("{}-{codex_id}", self.turn_id)
+    }
+
+    async fn send(&self, event: TurnEvent) -> Result<(), Gone> {
+        self.events.send(event).await.map_err(|_| Gone)
+    }
+}
+
+fn item_id(params: &Value) -> Option<&str> {
+    params.get("itemId").and_then(Value::as_str)
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn breakdown(value: &Value) -> TokenUsageBreakdown {
+    let get = |key: &str| value.get(key).and_then(Value::as_i64).unwrap_or(0);
+    TokenUsageBreakdown {
+        input_tokens: get("inputTokens"),
+        cached_input_tokens: get("cachedInputTokens"),
+        output_tokens: get("outputTokens"),
+        reasoning_output_tokens: get("reasoningOutputTokens"),
+        total_tokens: get("totalTokens"),
+    }
+}
+
+fn token_usage(value: &Value) -> TokenUsage {
+    TokenUsage {
+        total: value.get("total").map(breakdown).unwrap_or_default(),
+        last: value.get("last").map(breakdown).unwrap_or_default(),
+        model_context_window: value.get("modelContextWindow").and_then(Value::as_i64),
+    }
+}

@@ -1,0 +1,580 @@
+//! The codex adapter against `fake-codex` (this package's stand-in for
+//! `codex app-server`, see `src/bin/fake-codex.rs`): registration, a turn
+//! with every item kind, approvals, coalescing, steering, interrupt, a crash
+//! mid-turn, a restart that resumes, and process cleanup.
+//!
+//! Every test has its own state directory, so they run in parallel. Timings
+//! are only ever bounded generously from above.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sdk_adapter::{
+    ItemEvent, ItemKind, ItemStatus, SdkAdapter, SdkStatus, SteerError, ThreadSpec, Turn,
+    TurnEvent, TurnInput, TurnOutcome,
+};
+use sdk_codex::{CodexAdapter, CodexConfig};
+use tempfile::TempDir;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn config(dir: &Path) -> CodexConfig {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    CodexConfig {
+        bin: PathBuf::from(env!("CARGO_BIN_EXE_fake-codex")),
+        env: vec![(
+            "FAKE_CODEX_STATE".into(),
+            dir.to_string_lossy().into_owned(),
+        )],
+        request_timeout: Duration::from_secs(20),
+        ..CodexConfig::default()
+    }
+}
+
+fn spec(dir: &Path) -> ThreadSpec {
+    ThreadSpec {
+        agent_id: "agent".into(),
+        thread_id: "thread".into(),
+        workspace: dir.join("workspace"),
+        model: "fake-fast".into(),
+        reasoning_level: Some("low".into()),
+        sdk_thread_id: None,
+    }
+}
+
+fn input(text: &str) -> TurnInput {
+    TurnInput {
+        text: text.into(),
+        model: None,
+        reasoning_level: None,
+    }
+}
+
+/// A state dir, an adapter on it, and a created thread.
+async fn setup() -> (TempDir, CodexAdapter, ThreadSpec) {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = CodexAdapter::new(config(dir.path()));
+    let mut spec = spec(dir.path());
+    let handle = adapter.create_thread(&spec).await.expect("create_thread");
+    spec.sdk_thread_id = Some(handle.sdk_thread_id);
+    (dir, adapter, spec)
+}
+
+async fn next(turn: &mut Turn, seen: &[TurnEvent]) -> TurnEvent {
+    match tokio::time::timeout(PATIENCE, turn.events.recv()).await {
+        Ok(Some(event)) => event,
+        Ok(None) => panic!("the stream ended before Finished; seen: {seen:#?}"),
+        Err(_) => panic!("no event in time; seen: {seen:#?}"),
+    }
+}
+
+/// Events up to and including `Finished`; checks nothing follows it.
+async fn rest(turn: &mut Turn) -> Vec<TurnEvent> {
+    let mut events = Vec::new();
+    loop {
+        let event = next(turn, &events).await;
+        let done = matches!(event, TurnEvent::Finished(_));
+        events.push(event);
+        if done {
+            break;
+        }
+    }
+    let end = tokio::time::timeout(PATIENCE, turn.events.recv())
+        .await
+        .expect("the stream ends after Finished");
+    assert_eq!(end, None, "nothing may follow Finished");
+    events
+}
+
+async fn until(turn: &mut Turn, pred: impl Fn(&TurnEvent) -> bool) -> Vec<TurnEvent> {
+    let mut seen = Vec::new();
+    loop {
+        let event = next(turn, &seen).await;
+        let hit = pred(&event);
+        seen.push(event);
+        if hit {
+            return seen;
+        }
+    }
+}
+
+async fn run(adapter: &CodexAdapter, spec: &ThreadSpec, text: &str) -> (Turn, Vec<TurnEvent>) {
+    let mut turn = adapter
+        .start_turn(spec, input(text))
+        .await
+        .expect("start_turn");
+    let events = rest(&mut turn).await;
+    (turn, events)
+}
+
+fn outcome(events: &[TurnEvent]) -> TurnOutcome {
+    match events.last() {
+        Some(TurnEvent::Finished(outcome)) => outcome.clone(),
+        other => panic!("last event is not Finished: {other:?}"),
+    }
+}
+
+fn items(events: &[TurnEvent], status: ItemStatus) -> Vec<ItemEvent> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::Item(item) if item.status == status => Some(item.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn texts(events: &[TurnEvent], kind: ItemKind) -> Vec<String> {
+    items(events, ItemStatus::Completed)
+        .into_iter()
+        .filter(|i| i.kind == kind)
+        .map(|i| i.text.unwrap_or_default())
+        .collect()
+}
+
+fn log(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn pids(dir: &Path) -> Vec<i32> {
+    log(dir)
+        .iter()
+        .filter_map(|l| l.strip_prefix("pid "))
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit_once(')')
+                .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+async fn wait_dead(pid: i32) {
+    let deadline = Instant::now() + PATIENCE;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "process {pid} still alive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn describe_lists_every_model_page_with_efforts() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = CodexAdapter::new(config(dir.path()));
+    let desc = adapter.describe().await;
+    assert_eq!(desc.status, SdkStatus::Ready, "{desc:?}");
+    assert_eq!(desc.name, "codex");
+    let names: Vec<(&str, Vec<String>)> = desc
+        .models
+        .iter()
+        .map(|m| (m.name.as_str(), m.reasoning_levels.clone()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            ("fake-fast", vec!["low".to_owned(), "high".to_owned()]),
+            ("fake-slow", vec![])
+        ]
+    );
+    // Cached: a second describe starts no process.
+    let started = pids(dir.path()).len();
+    assert_eq!(adapter.describe().await, desc);
+    assert_eq!(pids(dir.path()).len(), started);
+}
+
+#[tokio::test]
+async fn describe_adds_the_configured_model_when_the_catalog_lacks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config
+        .env
+        .push(("FAKE_CODEX_CONFIG_MODEL".into(), "my-local-model".into()));
+    let desc = CodexAdapter::new(config).describe().await;
+    let names: Vec<&str> = desc.models.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["fake-fast", "fake-slow", "my-local-model"]);
+}
+
+#[tokio::test]
+async fn describe_without_the_binary_is_unconfigured_at_once() {
+    let adapter = CodexAdapter::new(CodexConfig {
+        bin: PathBuf::from("surely-no-such-codex-binary"),
+        ..CodexConfig::default()
+    });
+    let started = Instant::now();
+    let desc = adapter.describe().await;
+    assert!(started.elapsed() < PATIENCE);
+    assert_eq!(desc.status, SdkStatus::Unconfigured);
+    let why = desc.error_message.unwrap();
+    assert!(why.contains("surely-no-such-codex-binary"), "{why}");
+    // Requests get a clear error too.
+    let dir = tempfile::tempdir().unwrap();
+    let err = adapter.create_thread(&spec(dir.path())).await.unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+}
+
+#[tokio::test]
+async fn describe_logged_out_is_unconfigured_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config
+        .env
+        .push(("FAKE_CODEX_LOGGED_OUT".into(), "1".into()));
+    let desc = CodexAdapter::new(config).describe().await;
+    assert_eq!(desc.status, SdkStatus::Unconfigured);
+    assert!(desc.error_message.unwrap().contains("not logged in"));
+}
+
+#[tokio::test]
+async fn a_turn_maps_every_item_kind() {
+    let (dir, adapter, spec) = setup().await;
+    let (turn, events) = run(&adapter, &spec, "all-items").await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    let completed = items(&events, ItemStatus::Completed);
+    for kind in [
+        ItemKind::UserMessage,
+        ItemKind::AgentMessage,
+        ItemKind::Reasoning,
+        ItemKind::Plan,
+        ItemKind::CommandExecution,
+        ItemKind::FileChange,
+        ItemKind::McpToolCall,
+        ItemKind::CollabAgentToolCall,
+        ItemKind::WebSearch,
+        ItemKind::ImageView,
+        ItemKind::EnteredReviewMode,
+        ItemKind::ExitedReviewMode,
+        ItemKind::ContextCompaction,
+    ] {
+        assert!(
+            completed.iter().any(|i| i.kind == kind),
+            "no completed {kind:?} in {events:#?}"
+        );
+    }
+    // Every item: RUNNING first, then COMPLETED once, ids prefixed.
+    for item in &completed {
+        assert!(item.item_id.starts_with(&format!("{}-", turn.sdk_turn_id)));
+        let first = events
+            .iter()
+            .find_map(|e| match e {
+                TurnEvent::Item(i) if i.item_id == item.item_id => Some(i.status),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(first, ItemStatus::Running, "{item:?}");
+        let count = completed
+            .iter()
+            .filter(|i| i.item_id == item.item_id)
+            .count();
+        assert_eq!(count, 1, "{item:?}");
+    }
+    assert_eq!(texts(&events, ItemKind::UserMessage), ["all-items"]);
+    assert_eq!(
+        texts(&events, ItemKind::Reasoning),
+        ["thinking hard\n\nthen more"]
+    );
+    assert_eq!(texts(&events, ItemKind::Plan), ["1. look\n2. fix"]);
+    assert_eq!(
+        texts(&events, ItemKind::FileChange),
+        ["update src/a.rs\n-a\n+b"]
+    );
+    assert_eq!(
+        texts(&events, ItemKind::McpToolCall),
+        ["docs/search {\"q\":\"x\"}\nfound it"]
+    );
+    assert_eq!(
+        texts(&events, ItemKind::CollabAgentToolCall),
+        ["spawnAgent: help me"]
+    );
+    assert_eq!(texts(&events, ItemKind::WebSearch), ["rust tokio"]);
+    assert_eq!(texts(&events, ItemKind::ImageView), ["/tmp/a.png"]);
+    assert_eq!(texts(&events, ItemKind::EnteredReviewMode), ["checking"]);
+    assert_eq!(texts(&events, ItemKind::ExitedReviewMode), ["looks good"]);
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["all done"]);
+    let command = completed
+        .iter()
+        .find(|i| i.kind == ItemKind::CommandExecution)
+        .and_then(|i| i.command.clone())
+        .unwrap();
+    assert_eq!(command.command, "/bin/bash -lc 'echo hi'");
+    assert_eq!(command.cwd, "/fake/cwd");
+    assert_eq!(command.process_id, "4242");
+    assert_eq!(command.output.as_deref(), Some("hi\n"));
+    assert_eq!(command.exit_code, Some(0));
+    // Deltas of another turn and unknown item types never show up.
+    let debug = format!("{events:?}");
+    assert!(!debug.contains("not ours"), "{debug}");
+    assert!(!debug.contains("cube"), "{debug}");
+    let usage = events
+        .iter()
+        .find_map(|e| match e {
+            TurnEvent::Usage(u) => Some(*u),
+            _ => None,
+        })
+        .expect("usage");
+    assert_eq!(usage.total.total_tokens, 120);
+    assert_eq!(usage.total.cached_input_tokens, 10);
+    assert_eq!(usage.last.reasoning_output_tokens, 5);
+    assert_eq!(usage.model_context_window, Some(258400));
+    assert!(log(dir.path()).contains(&"turn model=fake-fast effort=low".to_owned()));
+}
+
+#[tokio::test]
+async fn approvals_are_declined_unless_the_policy_is_never() {
+    let (_dir, adapter, thread) = setup().await;
+    let (_, events) = run(&adapter, &thread, "approve touch x\nask").await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    assert_eq!(
+        texts(&events, ItemKind::AgentMessage),
+        ["approval: decline", "answers: {}"]
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = CodexAdapter::new(CodexConfig {
+        approval_policy: Some("never".into()),
+        ..config(dir.path())
+    });
+    let never = spec(dir.path());
+    adapter.create_thread(&never).await.unwrap();
+    let (_, events) = run(&adapter, &never, "approve touch x").await;
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["approval: accept"]);
+    let command = items(&events, ItemStatus::Completed)
+        .into_iter()
+        .find_map(|i| i.command)
+        .unwrap();
+    assert_eq!(command.output.as_deref(), Some("ran\n"));
+}
+
+#[tokio::test]
+async fn output_deltas_are_coalesced_and_complete() {
+    let (_dir, adapter, spec) = setup().await;
+    let (_, events) = run(&adapter, &spec, "flood 3000").await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    let running = items(&events, ItemStatus::Running)
+        .into_iter()
+        .filter(|i| i.kind == ItemKind::CommandExecution)
+        .count();
+    // 3000 deltas in a burst; one snapshot per 100 ms at most (plus the
+    // start). A generous bound: the burst takes well under 5 s.
+    assert!(running < 60, "{running} RUNNING snapshots for 3000 deltas");
+    let output = items(&events, ItemStatus::Completed)
+        .into_iter()
+        .find_map(|i| i.command)
+        .and_then(|c| c.output)
+        .unwrap();
+    let expected: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(output, expected);
+}
+
+#[tokio::test]
+async fn steering_joins_the_running_turn() {
+    let (dir, adapter, spec) = setup().await;
+    let mut turn = adapter
+        .start_turn(&spec, input("wait\nsay after"))
+        .await
+        .unwrap();
+    until(&mut turn, |e| {
+        matches!(
+            e,
+            TurnEvent::Item(ItemEvent {
+                kind: ItemKind::UserMessage,
+                status: ItemStatus::Completed,
+                ..
+            })
+        )
+    })
+    .await;
+    turn.control.steer("more please".into(), 7).await.unwrap();
+    let events = rest(&mut turn).await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    let steered = events
+        .iter()
+        .position(|e| *e == TurnEvent::Steered { tag: 7 })
+        .expect("Steered");
+    let echo = events
+        .iter()
+        .position(|e| matches!(e, TurnEvent::Item(i) if i.text.as_deref() == Some("steered: more please") && i.status == ItemStatus::Completed))
+        .expect("the steer ran");
+    assert!(steered < echo, "{events:#?}");
+    assert_eq!(
+        texts(&events, ItemKind::UserMessage),
+        ["more please"],
+        "the steering message is its own user item"
+    );
+    assert_eq!(
+        texts(&events, ItemKind::AgentMessage),
+        ["steered: more please", "after"]
+    );
+    assert!(matches!(
+        turn.control.steer("too late".into(), 8).await,
+        Err(SteerError::TurnEnded)
+    ));
+    assert!(log(dir.path()).contains(&"turn/steer".to_owned()));
+}
+
+#[tokio::test]
+async fn interrupt_ends_the_turn_interrupted() {
+    let (_dir, adapter, spec) = setup().await;
+    let mut turn = adapter.start_turn(&spec, input("wait")).await.unwrap();
+    until(&mut turn, |e| matches!(e, TurnEvent::Item(i) if i.kind == ItemKind::UserMessage && i.status == ItemStatus::Completed)).await;
+    turn.control.interrupt();
+    turn.control.interrupt();
+    let events = rest(&mut turn).await;
+    assert_eq!(outcome(&events), TurnOutcome::Interrupted);
+    assert!(matches!(
+        turn.control.steer("late".into(), 1).await,
+        Err(SteerError::TurnEnded)
+    ));
+    // The thread goes on.
+    let (_, events) = run(&adapter, &spec, "say next").await;
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["next"]);
+}
+
+#[tokio::test]
+async fn a_failed_turn_reports_its_error_and_ignores_retries() {
+    let (_dir, adapter, spec) = setup().await;
+    let (_, events) = run(&adapter, &spec, "say hi\nfail the model said no").await;
+    assert_eq!(
+        outcome(&events),
+        TurnOutcome::Failed("the model said no".into())
+    );
+    assert!(!format!("{events:?}").contains("transient"));
+}
+
+#[tokio::test]
+async fn a_crash_fails_the_turn_and_the_next_message_resumes() {
+    let (dir, adapter, spec) = setup().await;
+    let (_, events) = run(&adapter, &spec, "say hi\ncrash").await;
+    let TurnOutcome::Failed(why) = outcome(&events) else {
+        panic!("expected a failure: {events:#?}");
+    };
+    assert!(why.contains("exit status 3"), "{why}");
+    assert!(why.contains("crashing on purpose"), "{why}");
+    // The started item does not dangle.
+    let started = items(&events, ItemStatus::Running).len();
+    let completed = items(&events, ItemStatus::Completed).len();
+    assert!(completed >= 3 && started >= completed - 1, "{events:#?}");
+    let before = pids(dir.path());
+    let (_, events) = run(&adapter, &spec, "say again").await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["again"]);
+    assert_eq!(pids(dir.path()).len(), before.len() + 1, "a new app-server");
+    assert!(log(dir.path()).contains(&"thread/resume".to_owned()));
+}
+
+#[tokio::test]
+async fn a_restarted_runner_resumes_the_thread() {
+    let (dir, adapter, spec) = setup().await;
+    let (_, events) = run(&adapter, &spec, "say one").await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    let first = *pids(dir.path()).last().unwrap();
+    drop(adapter);
+    wait_dead(first).await;
+
+    let adapter = CodexAdapter::new(config(dir.path()));
+    let handle = adapter.create_thread(&spec).await.unwrap();
+    assert_eq!(Some(handle.sdk_thread_id), spec.sdk_thread_id);
+    let (_, events) = run(&adapter, &spec, "say two").await;
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["two"]);
+    let log = log(dir.path());
+    assert!(log.contains(&"thread/resume".to_owned()), "{log:?}");
+    assert_eq!(log.iter().filter(|l| *l == "thread/start").count(), 1);
+}
+
+#[tokio::test]
+async fn a_thread_that_never_ran_starts_afresh_after_a_restart() {
+    let (dir, adapter, spec) = setup().await;
+    drop(adapter);
+    let adapter = CodexAdapter::new(config(dir.path()));
+    adapter.create_thread(&spec).await.unwrap();
+    let (_, events) = run(&adapter, &spec, "say hello").await;
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["hello"]);
+    let log = log(dir.path());
+    let resume = log.iter().position(|l| l == "thread/resume").unwrap();
+    assert_eq!(log[resume + 1], "thread/start", "{log:?}");
+}
+
+#[tokio::test]
+async fn a_model_override_names_the_model_and_drops_the_threads_effort() {
+    let (dir, adapter, spec) = setup().await;
+    let mut turn = adapter
+        .start_turn(
+            &spec,
+            TurnInput {
+                text: "say x".into(),
+                model: Some("fake-slow".into()),
+                reasoning_level: None,
+            },
+        )
+        .await
+        .unwrap();
+    rest(&mut turn).await;
+    let (_, _) = run(&adapter, &spec, "say y").await;
+    let log = log(dir.path());
+    assert!(
+        log.contains(&"turn model=fake-slow effort=-".to_owned()),
+        "{log:?}"
+    );
+    assert!(
+        log.contains(&"turn model=fake-fast effort=low".to_owned()),
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn delete_thread_kills_the_app_server() {
+    let (dir, adapter, spec) = setup().await;
+    let pid = *pids(dir.path()).last().unwrap();
+    assert!(alive(pid));
+    adapter.delete_thread(&spec).await.unwrap();
+    wait_dead(pid).await;
+}
+
+#[tokio::test]
+async fn an_interrupt_codex_ignores_kills_the_app_server_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = CodexAdapter::new(CodexConfig {
+        interrupt_grace: Duration::from_millis(300),
+        ..config(dir.path())
+    });
+    let spec = spec(dir.path());
+    adapter.create_thread(&spec).await.unwrap();
+    let mut turn = adapter.start_turn(&spec, input("stall")).await.unwrap();
+    until(&mut turn, |e| matches!(e, TurnEvent::Item(i) if i.text.as_deref() == Some("stalling") && i.status == ItemStatus::Completed)).await;
+    let pid = *pids(dir.path()).last().unwrap();
+    turn.control.interrupt();
+    let events = rest(&mut turn).await;
+    assert_eq!(outcome(&events), TurnOutcome::Interrupted);
+    wait_dead(pid).await;
+    let (_, events) = run(&adapter, &spec, "say back").await;
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["back"]);
+}
+
+#[tokio::test]
+async fn dropping_the_events_interrupts_the_turn() {
+    let (dir, adapter, spec) = setup().await;
+    let mut turn = adapter.start_turn(&spec, input("wait")).await.unwrap();
+    until(&mut turn, |e| matches!(e, TurnEvent::Item(i) if i.kind == ItemKind::UserMessage && i.status == ItemStatus::Completed)).await;
+    drop(turn);
+    let deadline = Instant::now() + PATIENCE;
+    while !log(dir.path()).contains(&"turn/interrupt".to_owned()) {
+        assert!(Instant::now() < deadline, "no turn/interrupt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, events) = run(&adapter, &spec, "say fine").await;
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["fine"]);
+}

@@ -1,0 +1,32 @@
+//! Shared plumbing for SDK adapters that drive an agent CLI as a child
+//! process speaking newline-delimited JSON on stdin/stdout (`codex
+//! app-server`, `claude -p --input-format stream-json`).
+//!
+//! What lives here, once, so the adapters never copy it:
+//! - [`JsonChild`]: the child in its own process group, stdout parsed line by
+//!   line (malformed lines are logged and skipped, over-long ones cut off),
+//!   stderr forwarded to `tracing` at debug (its tail kept for error
+//!   messages), responses routed to the request that waits for them, and the
+//!   whole process tree killed on [`JsonChild::kill`] or drop.
+//! - [`ChildHandle`]: a cheap clone for writers (turn controls, routers) that
+//!   does not keep the process alive.
+//! - [`find_program`]: a fast "is the binary there" check for `describe()`.
+//! - [`cap_text`] / [`CappedText`]: the cap on text that travels inside one
+//!   item update.
+//! - [`TurnSink`]: routes a long-lived child's unsolicited lines to the turn
+//!   that is running.
+//!
+//! The protocol on top (JSON-RPC ids, Claude Code `request_id`s) stays in the
+//! adapter: it passes a function that says which lines are responses and
+//! under which key.
+
+mod cap;
+mod child;
+mod lines;
+mod program;
+mod sink;
+
+pub use cap::{CappedText, OUTPUT_CAP_BYTES, cap_text};
+pub use child::{ChildError, ChildHandle, ChildSpec, Inbound, JsonChild, ResponseKey};
+pub use program::find_program;
+pub use sink::TurnSink;
