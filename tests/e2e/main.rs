@@ -13,3 +13,4 @@ mod link;
 mod protocol;
 mod scale;
 mod skills;
+mod soak;

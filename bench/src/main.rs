@@ -1,0 +1,394 @@
+//! `runner-bench`: measures the real `agent-runner` process the way its
+//! users will stress it (issue 7) and prints a table, writes the same
+//! figures as JSON and draws the latency distribution as a PNG.
+//!
+//! ```text
+//! runner-bench [--quick] [--runner PATH] [--out DIR]
+//! ```
+//!
+//! Everything runs on loopback: the mock control plane (library) in this
+//! process, the runner as a child process with the `scripted` adapter, and a
+//! bare tonic stream as the cost floor, all in the same run. No figure here
+//! is asserted anywhere; `bench/run.sh` builds and runs it.
+
+mod chart;
+mod collector;
+mod floor;
+mod proc;
+mod scenarios;
+mod stats;
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result, bail};
+use plotters::style::RGBColor;
+use serde_json::json;
+
+use crate::scenarios::Rig;
+use crate::stats::{Machine, Summary};
+
+struct Args {
+    quick: bool,
+    runner: Option<PathBuf>,
+    out: PathBuf,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args {
+        quick: false,
+        runner: None,
+        out: PathBuf::from("target/bench"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => a.quick = true,
+            "--runner" => a.runner = Some(it.next().context("--runner needs a path")?.into()),
+            "--out" => a.out = it.next().context("--out needs a directory")?.into(),
+            "-h" | "--help" => {
+                println!("runner-bench [--quick] [--runner PATH] [--out DIR]");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?} (try --help)"),
+        }
+    }
+    Ok(a)
+}
+
+/// How much of everything: `--quick` runs in well under a minute.
+struct Sizes {
+    floor_messages: usize,
+    floor_round_trips: usize,
+    latency_turns: usize,
+    throughput_threads: usize,
+    throughput_lines: usize,
+    outbox_threads: usize,
+    outbox_lines: usize,
+    overflow_lines: usize,
+    footprint_levels: Vec<usize>,
+    start_runs: usize,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                floor_messages: 20_000,
+                floor_round_trips: 2_000,
+                latency_turns: 1_000,
+                throughput_threads: 2,
+                throughput_lines: 1_000,
+                outbox_threads: 2,
+                outbox_lines: 1_000,
+                overflow_lines: 10_000,
+                footprint_levels: vec![1, 100, 1_000],
+                start_runs: 2,
+            }
+        } else {
+            Sizes {
+                floor_messages: 200_000,
+                floor_round_trips: 10_000,
+                latency_turns: 10_000,
+                throughput_threads: 8,
+                throughput_lines: 10_000,
+                outbox_threads: 4,
+                outbox_lines: 1_200,
+                overflow_lines: 5_000,
+                footprint_levels: vec![1, 100, 1_000],
+                start_runs: 5,
+            }
+        }
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+struct Table(Vec<[String; 4]>);
+
+impl Table {
+    fn row(&mut self, what: &str, value: String, unit: &str, vs_floor: Option<f64>) {
+        let ratio = vs_floor.map_or_else(String::new, |r| format!("{r:.3}"));
+        self.0
+            .push([what.to_owned(), value, unit.to_owned(), ratio]);
+    }
+
+    fn print(&self) {
+        let head = ["measurement", "value", "unit", "vs floor"];
+        let mut w = head.map(str::len);
+        for r in &self.0 {
+            for (i, c) in r.iter().enumerate() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+        let line = |c: &[String; 4]| {
+            println!(
+                "| {:<w0$} | {:>w1$} | {:<w2$} | {:>w3$} |",
+                c[0],
+                c[1],
+                c[2],
+                c[3],
+                w0 = w[0],
+                w1 = w[1],
+                w2 = w[2],
+                w3 = w[3]
+            );
+        };
+        line(&head.map(str::to_owned));
+        println!(
+            "|{}|{}|{}|{}|",
+            "-".repeat(w[0] + 2),
+            "-".repeat(w[1] + 2),
+            "-".repeat(w[2] + 2),
+            "-".repeat(w[3] + 2)
+        );
+        for r in &self.0 {
+            line(r);
+        }
+    }
+}
+
+fn pct(s: &Summary) -> String {
+    format!("{:.0} / {:.0} / {:.0}", s.p50_us, s.p99_us, s.max_us)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<()> {
+    let a = args()?;
+    let bin = proc::locate(a.runner.clone())?;
+    let sz = Sizes::new(a.quick);
+    let machine = Machine::read();
+    eprintln!(
+        "runner-bench: {} mode, runner {}, {} x {}, {:.1} GiB",
+        if a.quick { "quick" } else { "full" },
+        bin.display(),
+        machine.nproc,
+        machine.cpu_model,
+        machine.mem_total_kib as f64 / (1024.0 * 1024.0)
+    );
+
+    eprintln!("[1/5] cost floor (bare tonic stream)");
+    let floor_tp = floor::throughput(sz.floor_messages).await?;
+    let mock_tp = floor::mock_ingest(sz.floor_messages).await?;
+    let floor_rt = floor::round_trip(sz.floor_round_trips).await?;
+    let floor_rt_s = Summary::of(&floor_rt);
+
+    eprintln!("[2/5] dispatch latency, update throughput, outbox drain");
+    let rig = Rig::start(&bin, &["--reconnect-max-delay", "1s"]).await?;
+    rig.create_agent("bench").await?;
+    let threads = rig.create_threads("bench", 100).await?;
+    // Warm-up (allocations, SQLite pages, connection windows): not counted.
+    scenarios::dispatch_latency(&rig, &threads[..1], 200).await?;
+    let (lat1, tps1) = scenarios::dispatch_latency(&rig, &threads[..1], sz.latency_turns).await?;
+    let (lat100, tps100) = scenarios::dispatch_latency(&rig, &threads, sz.latency_turns).await?;
+    let (lat1_s, lat100_s) = (Summary::of(&lat1), Summary::of(&lat100));
+    // Three runs, the median reported (one run is a fraction of a second).
+    let mut tps = Vec::new();
+    for _ in 0..3 {
+        let (n, lines) = (sz.throughput_threads, sz.throughput_lines);
+        tps.push(scenarios::update_throughput(&rig, &threads[..n], lines).await?);
+    }
+    tps.sort_by(|a, b| a.item_updates_per_s.total_cmp(&b.item_updates_per_s));
+    let tp = tps[1].clone();
+    let ob = scenarios::outbox_drain(&rig, &threads[..sz.outbox_threads], sz.outbox_lines).await?;
+    // The same with far more updates than the outbox holds (10,000).
+    let ob_over =
+        scenarios::outbox_drain(&rig, &threads[..sz.outbox_threads], sz.overflow_lines).await?;
+    let invalid = rig.cp().invalid_received().len();
+    rig.runner.stop().await;
+
+    eprintln!("[3/5] footprint");
+    let fp = scenarios::footprint(&bin, &sz.footprint_levels).await?;
+
+    eprintln!("[4/5] start and reconnect");
+    let sr = scenarios::start_and_reconnect(&bin, sz.start_runs).await?;
+
+    eprintln!("[5/5] writing results");
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let png = a.out.join("latency.png");
+    chart::latency_png(
+        &png,
+        "agent-runner dispatch latency (`say x` turns over loopback)",
+        &[
+            chart::Series {
+                name: "1 thread",
+                samples: &lat1,
+                color: RGBColor(31, 119, 180),
+            },
+            chart::Series {
+                name: "100 threads",
+                samples: &lat100,
+                color: RGBColor(214, 39, 40),
+            },
+            chart::Series {
+                name: "floor (bare tonic round trip)",
+                samples: &floor_rt,
+                color: RGBColor(120, 120, 120),
+            },
+        ],
+    )?;
+
+    let mut t = Table(vec![]);
+    t.row(
+        "floor: bare tonic stream, ClientMessages",
+        format!("{floor_tp:.0}"),
+        "msg/s",
+        Some(1.0),
+    );
+    t.row(
+        "floor: bare round trip p50 / p99 / max",
+        pct(&floor_rt_s),
+        "us",
+        None,
+    );
+    t.row(
+        "mock control plane ingest (bare client)",
+        format!("{mock_tp:.0}"),
+        "msg/s",
+        Some(mock_tp / floor_tp),
+    );
+    t.row(
+        "dispatch latency, 1 thread p50 / p99 / max",
+        pct(&lat1_s),
+        "us",
+        Some(floor_rt_s.p50_us / lat1_s.p50_us),
+    );
+    t.row(
+        "dispatch latency, 100 threads p50 / p99 / max",
+        pct(&lat100_s),
+        "us",
+        Some(floor_rt_s.p50_us / lat100_s.p50_us),
+    );
+    t.row(
+        "turns completed, 1 thread / 100 threads",
+        format!("{tps1:.0} / {tps100:.0}"),
+        "turns/s",
+        None,
+    );
+    t.row(
+        &format!(
+            "update throughput, {} turns x {} say (median of 3)",
+            tp.threads, tp.lines_per_turn
+        ),
+        format!("{:.0}", tp.item_updates_per_s),
+        "item upd/s",
+        Some(tp.messages_per_s / floor_tp),
+    );
+    t.row(
+        &format!(
+            "outbox drain after reconnect ({} of {} msgs)",
+            ob.messages_after_reconnect, ob.expected_messages
+        ),
+        format!("{:.0}", ob.messages_per_s),
+        "msg/s",
+        Some(ob.messages_per_s / floor_tp),
+    );
+    t.row(
+        &format!(
+            "outbox overflow: {} msgs into 10000, delivered after reconnect",
+            ob_over.expected_messages
+        ),
+        format!("{}", ob_over.messages_after_reconnect),
+        "msgs",
+        None,
+    );
+    t.row(
+        "runner CPU per update queued while disconnected: fits / overflows",
+        format!(
+            "{:.2} / {:.2}",
+            ob.cpu_us_per_update, ob_over.cpu_us_per_update
+        ),
+        "us",
+        None,
+    );
+    t.row(
+        "RSS idle (registered)",
+        format!("{:.1}", mib(fp.idle_rss_bytes)),
+        "MiB",
+        None,
+    );
+    for (n, rss) in &fp.with_threads {
+        t.row(
+            &format!("RSS with {n} threads in a sleep turn"),
+            format!("{:.1}", mib(*rss)),
+            "MiB",
+            None,
+        );
+    }
+    t.row(
+        "bytes per thread (running turn)",
+        format!("{:.0}", fp.bytes_per_thread),
+        "B",
+        None,
+    );
+    t.row(
+        "start: spawn -> RegisterRunner (median)",
+        format!("{:.0}", median(&sr.start_ms)),
+        "ms",
+        None,
+    );
+    t.row(
+        "reconnect: control plane restarted -> registered (median)",
+        format!("{:.0}", median(&sr.reconnect_ms)),
+        "ms",
+        None,
+    );
+    println!();
+    t.print();
+    println!();
+    println!(
+        "vs floor: throughput rows are msg/s as a fraction of the bare stream's; latency rows are floor p50 / runner p50."
+    );
+    if invalid > 0 {
+        println!("WARNING: the mock saw {invalid} ClientMessages that broke buf.validate");
+    }
+
+    let results = json!({
+        "mode": if a.quick { "quick" } else { "full" },
+        "machine": machine,
+        "runner": bin.display().to_string(),
+        "floor": {
+            "bare_stream_msgs_per_s": floor_tp,
+            "mock_ingest_msgs_per_s": mock_tp,
+            "round_trip": floor_rt_s,
+            "messages": sz.floor_messages,
+        },
+        "dispatch_latency": {
+            "one_thread": lat1_s,
+            "hundred_threads": lat100_s,
+            "turn": "say x",
+            "p50_vs_floor_one_thread": floor_rt_s.p50_us / lat1_s.p50_us,
+            "p50_vs_floor_hundred_threads": floor_rt_s.p50_us / lat100_s.p50_us,
+            "turns_per_s_one_thread": tps1,
+            "turns_per_s_hundred_threads": tps100,
+        },
+        "update_throughput": tp,
+        "update_throughput_vs_floor": tp.messages_per_s / floor_tp,
+        "outbox_drain": ob,
+        "outbox_drain_vs_floor": ob.messages_per_s / floor_tp,
+        "outbox_overflow": ob_over,
+        "footprint": fp,
+        "start_and_reconnect": {
+            "start_ms": sr.start_ms,
+            "reconnect_ms": sr.reconnect_ms,
+            "stop_ms": sr.stop_ms,
+            "start_ms_median": median(&sr.start_ms),
+            "reconnect_ms_median": median(&sr.reconnect_ms),
+        },
+        "invalid_client_messages": invalid,
+        "chart": png.display().to_string(),
+    });
+    let json_path = a.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&results)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    println!("JSON:  {}", json_path.display());
+    println!("chart: {}", png.display());
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! Percentiles and the machine description that go with every figure.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// A latency distribution, in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub n: usize,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    pub mean_us: f64,
+}
+
+impl Summary {
+    pub fn of(samples: &[Duration]) -> Self {
+        let mut us: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+        us.sort_by(f64::total_cmp);
+        let n = us.len();
+        let pick = |q: f64| -> f64 {
+            if n == 0 {
+                return 0.0;
+            }
+            // Nearest rank: the smallest sample with at least q of them at or below it.
+            let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+            us[rank - 1]
+        };
+        Summary {
+            n,
+            p50_us: pick(0.50),
+            p90_us: pick(0.90),
+            p99_us: pick(0.99),
+            max_us: us.last().copied().unwrap_or(0.0),
+            mean_us: if n == 0 {
+                0.0
+            } else {
+                us.iter().sum::<f64>() / n as f64
+            },
+        }
+    }
+}
+
+/// What the figures were measured on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu_model: String,
+    pub mem_total_kib: u64,
+    pub kernel: String,
+}
+
+impl Machine {
+    pub fn read() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+            .unwrap_or_else(|| "unknown".to_owned());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_total_kib = kib_field(&meminfo, "MemTotal:").unwrap_or(0);
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
+        Machine {
+            nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model,
+            mem_total_kib,
+            kernel,
+        }
+    }
+}
+
+/// `Field:   1234 kB` → 1234.
+pub fn kib_field(text: &str, field: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
+/// Resident set size of a process, in bytes (`VmRSS` of /proc/PID/status).
+pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    kib_field(&status, "VmRSS:")
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))
+}
+
+/// CPU time (user + system) a process used so far, in seconds, from
+/// /proc/PID/stat (clock ticks of USER_HZ, 100 on Linux).
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow::anyhow!("malformed /proc/{pid}/stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    let tick = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields
+            .get(i)
+            .ok_or_else(|| anyhow::anyhow!("short /proc/{pid}/stat"))?
+            .parse::<f64>()?
+            / 100.0)
+    };
+    Ok(tick(11)? + tick(12)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let samples: Vec<Duration> = (1..=100).map(Duration::from_micros).collect();
+        let s = Summary::of(&samples);
+        assert_eq!(s.n, 100);
+        assert_eq!(s.p50_us, 50.0);
+        assert_eq!(s.p99_us, 99.0);
+        assert_eq!(s.max_us, 100.0);
+        assert_eq!(Summary::of(&[]).n, 0);
+    }
+
+    #[test]
+    fn reads_kib_fields() {
+        let text = "Name:\tx\nVmRSS:\t   1234 kB\n";
+        assert_eq!(kib_field(text, "VmRSS:"), Some(1234));
+        assert_eq!(kib_field(text, "VmHWM:"), None);
+    }
+
+    #[test]
+    fn reads_own_cpu_time() {
+        let cpu = cpu_seconds(std::process::id()).expect("own stat");
+        assert!(cpu >= 0.0);
+    }
+}

@@ -1,0 +1,603 @@
+//! The fuzz harness for `ServerMessage`s (issue 7), shared by the libFuzzer
+//! target (`fuzz_targets/server_message.rs`, nightly) and the stable driver
+//! (`src/bin/stable_driver.rs`).
+//!
+//! One input = the protobuf bytes of one `ServerMessage`, exactly what the
+//! runner reads off the ControlChannel. It goes through the runner's own
+//! decoding (prost), validation and dispatch ([`agent_runner::dispatch`])
+//! into a real in-process runtime: SQLite state, workspaces, agent and thread
+//! tasks and the `scripted` adapter. Checked after each input:
+//!
+//! - no panic anywhere (the harness re-raises panics of runner tasks);
+//! - an invalid message (`buf.validate` violation, no request, an id that is
+//!   not path-safe) is answered with a `RequestError` carrying its request id
+//!   before `dispatch` returns (the read loop answers it itself);
+//! - a valid message with a request id gets a reply carrying that id within
+//!   [`REPLY_WITHIN`] (no hang);
+//! - bytes that do not decode are what tonic rejects before dispatch (the
+//!   link then drops the stream and reconnects); nothing to answer.
+//!
+//! Safety of the host: turn scripts are run for real by the scripted
+//! adapter, so `run COMMAND` lines become `say COMMAND` and `sleep MS` lines
+//! `think MS` (same length, so validity is unchanged) before dispatch.
+//! `InstallSkillsMpRequest`s that pass validation are sent to an agent that
+//! does not exist (skill installation fetches packages over the network).
+//!
+//! The structure-aware mutator ([`mutate`]) edits decoded messages: swaps
+//! the request kind, plants ids the runtime knows (or almost-valid ones),
+//! splices script lines, and byte-mutates single fields.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runner::dispatch;
+use agent_runner::runtime::Runtime;
+use agent_runner::sdks::Sdks;
+use agent_runner::state::{AgentRow, Store, ThreadRow};
+use agent_runner::updates;
+use agent_runner::workspace::{Workspaces, check_id};
+use agent_runner_proto::Validate;
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
+use prost::Message as _;
+use sdk_adapter::{AgentSpec, SdkAdapter, SdkDescription, SdkError, ThreadHandle, ThreadSpec};
+
+/// The agent and thread every fresh harness starts with (planted in its
+/// state before the runtime restores it), so inputs can reach real threads.
+pub const KNOWN_AGENT: &str = "fuzz-agent";
+pub const KNOWN_THREAD: &str = "thr-0123456789abcdef0123456789abcdef";
+/// Stands in for the agent of a valid skill installation (see module docs).
+const NO_AGENT: &str = "fuzz-no-such-agent";
+
+/// How long a valid request may go unanswered before it counts as a hang.
+pub const REPLY_WITHIN: Duration = Duration::from_secs(10);
+/// Start afresh after this many inputs (bounded state and memory).
+const RESET_EVERY: u64 = 20_000;
+/// Start afresh when this many threads exist.
+const MAX_THREADS: usize = 500;
+
+/// What one input did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Not a `ServerMessage` on the wire: tonic fails the stream before
+    /// dispatch.
+    Undecodable,
+    /// Rejected by the read loop with a `RequestError`.
+    Invalid,
+    /// Valid; answered by its agent or thread task (or at once).
+    Answered,
+    /// Valid without a request id: nothing to correlate a reply with.
+    Unchecked,
+}
+
+/// The scripted adapter with the host protected (see the module docs).
+struct Sandboxed(sdk_scripted::ScriptedAdapter);
+
+#[async_trait::async_trait]
+impl SdkAdapter for Sandboxed {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    async fn describe(&self) -> SdkDescription {
+        self.0.describe().await
+    }
+    async fn create_agent(&self, agent: &AgentSpec) -> Result<(), SdkError> {
+        self.0.create_agent(agent).await
+    }
+    async fn delete_agent(&self, agent_id: &str) -> Result<(), SdkError> {
+        self.0.delete_agent(agent_id).await
+    }
+    async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
+        self.0.create_thread(spec).await
+    }
+    async fn delete_thread(&self, spec: &ThreadSpec) -> Result<(), SdkError> {
+        self.0.delete_thread(spec).await
+    }
+    async fn start_turn(
+        &self,
+        spec: &ThreadSpec,
+        mut input: sdk_adapter::TurnInput,
+    ) -> Result<sdk_adapter::Turn, SdkError> {
+        input.text = defuse(&input.text);
+        self.0.start_turn(spec, input).await
+    }
+}
+
+/// `run X` → `say X`, `sleep N` → `think N`, line by line, same length.
+pub fn defuse(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            if let Some(rest) = line.strip_prefix("run ") {
+                format!("say {rest}")
+            } else if let Some(rest) = line.strip_prefix("sleep ") {
+                format!("think {rest}")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+struct Live {
+    tokio: tokio::runtime::Runtime,
+    runner: Arc<Runtime>,
+    _dir: tempfile::TempDir,
+}
+
+impl Live {
+    fn new() -> Self {
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("harness: tokio runtime");
+        let dir = tempfile::tempdir().expect("harness: temporary directory");
+        let store = Store::open(&dir.path().join("state")).expect("harness: state");
+        let workspaces = Workspaces::new(dir.path().join("ws")).expect("harness: workspaces");
+        store
+            .put_agent(&AgentRow {
+                agent_id: KNOWN_AGENT.into(),
+                sdk: "scripted".into(),
+            })
+            .expect("harness: plant agent");
+        store
+            .put_thread(&ThreadRow {
+                thread_id: KNOWN_THREAD.into(),
+                agent_id: KNOWN_AGENT.into(),
+                sdk_thread_id: "thread-fuzz".into(),
+                model: "scripted-fast".into(),
+                reasoning_level: None,
+                last_turn_id: None,
+            })
+            .expect("harness: plant thread");
+        let sdks = Sdks::from_adapters(vec![Arc::new(Sandboxed(
+            sdk_scripted::ScriptedAdapter::new(),
+        ))]);
+        let runner = Runtime::new(sdks, store, workspaces, 100_000, 64, 1 << 20);
+        tokio.block_on(async {
+            runner.sdks.describe_all().await;
+            runner.restore().await.expect("harness: restore");
+        });
+        Live {
+            tokio,
+            runner,
+            _dir: dir,
+        }
+    }
+
+    fn drain(&self) -> Vec<ClientMessage> {
+        let mut out = vec![];
+        while !self.runner.outbox.is_empty() {
+            out.push(self.tokio.block_on(self.runner.outbox.pop()));
+        }
+        out
+    }
+}
+
+pub struct Harness {
+    live: Live,
+    runs: u64,
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        Harness {
+            live: Live::new(),
+            runs: 0,
+        }
+    }
+
+    /// One input: protobuf bytes of a `ServerMessage`. Panics on a finding.
+    pub fn run_bytes(&mut self, data: &[u8]) -> Outcome {
+        match ServerMessage::decode(data) {
+            Ok(msg) => self.run_message(msg),
+            Err(_) => Outcome::Undecodable,
+        }
+    }
+
+    pub fn run_message(&mut self, mut msg: ServerMessage) -> Outcome {
+        self.runs += 1;
+        if self.runs.is_multiple_of(RESET_EVERY)
+            || self.live.runner.thread_count() > MAX_THREADS
+            || self.live.runner.agent_threads(KNOWN_AGENT).is_empty()
+        {
+            self.live = Live::new();
+        }
+        let invalid = expected_invalid(&msg);
+        if !invalid && let Some(Request::InstallSkillsMpRequest(r)) = &mut msg.request {
+            r.agent_id = NO_AGENT.into();
+        }
+        let rid = updates::request_id(&msg.request_id);
+        let live = &self.live;
+        // What earlier inputs left queued is not this input's answer.
+        live.drain();
+        {
+            let _in_runtime = live.tokio.enter();
+            dispatch::dispatch(&live.runner, msg.clone());
+        }
+        if invalid {
+            let replies = live.drain();
+            let answered = replies.iter().any(|m| {
+                m.request_id == rid && matches!(m.payload, Some(Payload::RequestError(_)))
+            });
+            assert!(
+                answered,
+                "invalid message not answered with a RequestError at once: {msg:?}\nqueued: {replies:?}"
+            );
+            return Outcome::Invalid;
+        }
+        let Some(rid) = rid else {
+            // Let the tasks run so their work (and any panic) happens now.
+            live.tokio.block_on(tokio::task::yield_now());
+            return Outcome::Unchecked;
+        };
+        let outbox = live.runner.outbox.clone();
+        let replied = live.tokio.block_on(async {
+            tokio::time::timeout(REPLY_WITHIN, async {
+                loop {
+                    let m = outbox.pop().await;
+                    if m.request_id.as_deref() == Some(rid.as_str()) {
+                        return m;
+                    }
+                }
+            })
+            .await
+        });
+        match replied {
+            Ok(_) => Outcome::Answered,
+            Err(_) => panic!("no reply within {REPLY_WITHIN:?} (hang) to {msg:?}"),
+        }
+    }
+}
+
+/// What the runner must reject in its read loop: `buf.validate` violations,
+/// no request at all, or an agent/thread id that is not path-safe.
+pub fn expected_invalid(msg: &ServerMessage) -> bool {
+    if msg.validate().is_err() {
+        return true;
+    }
+    let ids: Vec<&str> = match &msg.request {
+        None => return true,
+        Some(Request::HeartbeatRequest(_)) => vec![],
+        Some(Request::CreateAgentRequest(r)) => vec![&r.agent_id],
+        Some(Request::DeleteAgentRequest(r)) => vec![&r.agent_id],
+        Some(Request::CreateThreadRequest(r)) => vec![&r.agent_id],
+        Some(Request::InstallSkillsMpRequest(r)) => vec![&r.agent_id],
+        Some(Request::DeleteThreadRequest(r)) => vec![&r.agent_id, &r.thread_id],
+        Some(Request::InterruptTurnRequest(r)) => vec![&r.agent_id, &r.thread_id],
+        Some(Request::CreateUserMessageRequest(r)) => vec![&r.agent_id, &r.thread_id],
+    };
+    ids.iter().any(|id| check_id("id", id).is_err())
+}
+
+/// A small deterministic generator for the mutator (xorshift64*).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    pub fn pick<'a>(&mut self, options: &[&'a str]) -> &'a str {
+        options[self.below(options.len())]
+    }
+}
+
+const IDS: &[&str] = &[
+    KNOWN_AGENT,
+    KNOWN_THREAD,
+    "a",
+    "",
+    ".",
+    "..",
+    ".hidden",
+    "../etc",
+    "a/b",
+    "a\\b",
+    "a b",
+    "thr-00000000000000000000000000000000",
+    "é",
+    "\0",
+    "x-y_z.1",
+];
+const REQUEST_IDS: &[&str] = &["", "r1", "r2", "hb", "\u{1F600}", " "];
+const SDKS: &[&str] = &["scripted", "", "codex", "SCRIPTED"];
+const MODELS: &[&str] = &["scripted-fast", "scripted-slow", "", "gpt"];
+const LEVELS: &[&str] = &["low", "high", "", "max"];
+const LINES: &[&str] = &[
+    "say x",
+    "think y",
+    "usage 10 20",
+    "usage -1 x",
+    "usage 9223372036854775807 9223372036854775807",
+    "fail boom",
+    "sleep 1",
+    "run true",
+    "say",
+    "",
+    "\r",
+    "hello",
+    "sleep soon",
+];
+
+fn some_or_none(rng: &mut Rng, options: &[&str]) -> Option<String> {
+    (rng.below(3) != 0).then(|| rng.pick(options).to_owned())
+}
+
+fn script(rng: &mut Rng) -> String {
+    let n = 1 + rng.below(4);
+    (0..n)
+        .map(|_| rng.pick(LINES))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A random request of a random kind, fields from the dictionaries.
+pub fn random_request(rng: &mut Rng) -> Request {
+    let agent = |rng: &mut Rng| {
+        if rng.below(2) == 0 {
+            KNOWN_AGENT.to_owned()
+        } else {
+            rng.pick(IDS).to_owned()
+        }
+    };
+    let thread = |rng: &mut Rng| {
+        if rng.below(2) == 0 {
+            KNOWN_THREAD.to_owned()
+        } else {
+            rng.pick(IDS).to_owned()
+        }
+    };
+    match rng.below(8) {
+        0 => Request::HeartbeatRequest(HeartbeatRequest {}),
+        1 => Request::CreateAgentRequest(CreateAgentRequest {
+            agent_id: agent(rng),
+            agent_sdk: rng.pick(SDKS).into(),
+        }),
+        2 => Request::DeleteAgentRequest(DeleteAgentRequest {
+            agent_id: agent(rng),
+        }),
+        3 => Request::CreateThreadRequest(CreateThreadRequest {
+            agent_id: agent(rng),
+            model: rng.pick(MODELS).into(),
+            reasoning_level: some_or_none(rng, LEVELS),
+        }),
+        4 => Request::DeleteThreadRequest(DeleteThreadRequest {
+            agent_id: agent(rng),
+            thread_id: thread(rng),
+        }),
+        5 => Request::InterruptTurnRequest(InterruptTurnRequest {
+            agent_id: agent(rng),
+            thread_id: thread(rng),
+        }),
+        6 => Request::InstallSkillsMpRequest(InstallSkillsMpRequest {
+            agent_id: agent(rng),
+            package_name: rng.pick(&["", "pkg", "github:o/r", "../x"]).into(),
+        }),
+        _ => Request::CreateUserMessageRequest(CreateUserMessageRequest {
+            agent_id: agent(rng),
+            thread_id: thread(rng),
+            text: script(rng),
+            allow_steer: rng.below(2) == 0,
+            model: some_or_none(rng, MODELS),
+            model_reasoning_level: some_or_none(rng, LEVELS),
+        }),
+    }
+}
+
+/// The string fields of a message, for byte-level mutation.
+fn strings(msg: &mut ServerMessage) -> Vec<&mut String> {
+    let mut v = vec![&mut msg.request_id];
+    match &mut msg.request {
+        Some(Request::CreateAgentRequest(r)) => v.extend([&mut r.agent_id, &mut r.agent_sdk]),
+        Some(Request::DeleteAgentRequest(r)) => v.push(&mut r.agent_id),
+        Some(Request::CreateThreadRequest(r)) => {
+            v.extend([&mut r.agent_id, &mut r.model]);
+            v.extend(r.reasoning_level.as_mut());
+        }
+        Some(Request::DeleteThreadRequest(r)) => v.extend([&mut r.agent_id, &mut r.thread_id]),
+        Some(Request::InterruptTurnRequest(r)) => v.extend([&mut r.agent_id, &mut r.thread_id]),
+        Some(Request::InstallSkillsMpRequest(r)) => {
+            v.extend([&mut r.agent_id, &mut r.package_name]);
+        }
+        Some(Request::CreateUserMessageRequest(r)) => {
+            v.extend([&mut r.agent_id, &mut r.thread_id, &mut r.text]);
+            v.extend(r.model.as_mut());
+            v.extend(r.model_reasoning_level.as_mut());
+        }
+        Some(Request::HeartbeatRequest(_)) | None => {}
+    }
+    v
+}
+
+/// One structure-aware edit of `msg`. `bytes` mutates a field's bytes in
+/// place (libFuzzer's own mutator in the fuzz target).
+pub fn mutate(msg: &mut ServerMessage, rng: &mut Rng, bytes: &mut dyn FnMut(&mut Vec<u8>)) {
+    match rng.below(7) {
+        0 => msg.request = Some(random_request(rng)),
+        1 => msg.request_id = rng.pick(REQUEST_IDS).to_owned(),
+        2 => msg.request = None,
+        3 => {
+            // Plant a known or almost-valid id into one id field.
+            let id = rng.pick(IDS).to_owned();
+            let mut fields = strings(msg);
+            let n = fields.len();
+            if n > 1 {
+                *fields[1 + rng.below(n - 1)] = id;
+            }
+        }
+        4 => {
+            if let Some(Request::CreateUserMessageRequest(r)) = &mut msg.request {
+                let line = rng.pick(LINES);
+                match rng.below(3) {
+                    0 => r.text = format!("{}\n{line}", r.text),
+                    1 => r.text = line.to_owned(),
+                    _ => r.allow_steer = !r.allow_steer,
+                }
+            } else {
+                msg.request = Some(random_request(rng));
+            }
+        }
+        _ => {
+            let mut fields = strings(msg);
+            let i = rng.below(fields.len());
+            let mut raw = std::mem::take(fields[i]).into_bytes();
+            bytes(&mut raw);
+            *fields[i] = String::from_utf8_lossy(&raw).into_owned();
+        }
+    }
+}
+
+/// The seed corpus: one message of every kind, valid and invalid ones.
+pub fn seeds() -> Vec<(String, ServerMessage)> {
+    let um = |text: &str, steer: bool| {
+        Request::CreateUserMessageRequest(CreateUserMessageRequest {
+            agent_id: KNOWN_AGENT.into(),
+            thread_id: KNOWN_THREAD.into(),
+            text: text.into(),
+            allow_steer: steer,
+            model: None,
+            model_reasoning_level: None,
+        })
+    };
+    let m = |rid: &str, r: Option<Request>| ServerMessage {
+        request_id: rid.into(),
+        request: r,
+    };
+    vec![
+        (
+            "heartbeat".into(),
+            m("hb", Some(Request::HeartbeatRequest(HeartbeatRequest {}))),
+        ),
+        ("no_request".into(), m("r0", None)),
+        (
+            "create_agent".into(),
+            m(
+                "r1",
+                Some(Request::CreateAgentRequest(CreateAgentRequest {
+                    agent_id: "a".into(),
+                    agent_sdk: "scripted".into(),
+                })),
+            ),
+        ),
+        (
+            "create_agent_bad_id".into(),
+            m(
+                "r2",
+                Some(Request::CreateAgentRequest(CreateAgentRequest {
+                    agent_id: "../etc".into(),
+                    agent_sdk: "scripted".into(),
+                })),
+            ),
+        ),
+        (
+            "create_thread".into(),
+            m(
+                "r3",
+                Some(Request::CreateThreadRequest(CreateThreadRequest {
+                    agent_id: KNOWN_AGENT.into(),
+                    model: "scripted-fast".into(),
+                    reasoning_level: Some("high".into()),
+                })),
+            ),
+        ),
+        (
+            "user_message".into(),
+            m("r4", Some(um("say hi\nthink hmm\nusage 3 4\nhello", false))),
+        ),
+        (
+            "user_message_steer".into(),
+            m("r5", Some(um("say more", true))),
+        ),
+        (
+            "user_message_fail".into(),
+            m("r6", Some(um("say x\nfail boom", false))),
+        ),
+        (
+            "user_message_empty_text".into(),
+            m("r7", Some(um("", false))),
+        ),
+        (
+            "interrupt".into(),
+            m(
+                "r8",
+                Some(Request::InterruptTurnRequest(InterruptTurnRequest {
+                    agent_id: KNOWN_AGENT.into(),
+                    thread_id: KNOWN_THREAD.into(),
+                })),
+            ),
+        ),
+        (
+            "delete_thread_unknown".into(),
+            m(
+                "r9",
+                Some(Request::DeleteThreadRequest(DeleteThreadRequest {
+                    agent_id: KNOWN_AGENT.into(),
+                    thread_id: "thr-ffffffffffffffffffffffffffffffff".into(),
+                })),
+            ),
+        ),
+        (
+            "delete_agent".into(),
+            m(
+                "r10",
+                Some(Request::DeleteAgentRequest(DeleteAgentRequest {
+                    agent_id: "a".into(),
+                })),
+            ),
+        ),
+        (
+            "install_skills".into(),
+            m(
+                "r11",
+                Some(Request::InstallSkillsMpRequest(InstallSkillsMpRequest {
+                    agent_id: KNOWN_AGENT.into(),
+                    package_name: "pkg".into(),
+                })),
+            ),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defuse_keeps_length_and_disarms_commands() {
+        let t = "say a\nrun rm -rf /\nsleep 99999\n run x\nrunning";
+        let d = defuse(t);
+        assert_eq!(d.len(), t.len());
+        assert_eq!(d, "say a\nsay rm -rf /\nthink 99999\n run x\nrunning");
+    }
+
+    #[test]
+    fn seeds_behave_as_labelled() {
+        let mut h = Harness::new();
+        for (name, msg) in seeds() {
+            let outcome = h.run_message(msg);
+            let want =
+                if name == "no_request" || name.ends_with("bad_id") || name.ends_with("empty_text")
+                {
+                    Outcome::Invalid
+                } else {
+                    Outcome::Answered
+                };
+            assert_eq!(outcome, want, "{name}");
+        }
+    }
+}
