@@ -52,14 +52,18 @@ pub fn spawn(rt: Arc<Runtime>, agent_id: String) -> mpsc::Sender<AgentCmd> {
     let me = tx.clone();
     let tracker = rt.tasks.clone();
     tracker.spawn(async move {
-        let task = AgentTask { rt, agent_id };
+        let mut task = AgentTask {
+            rt,
+            agent_id,
+            row: None,
+        };
         loop {
             let Some(cmd) = rx.recv().await else { break };
             let result = task.handle(cmd).await;
-            let exists = matches!(task.rt.store.agent(&task.agent_id), Ok(Some(_)));
             if let Err((rid, text)) = result {
                 task.rt.outbox.push(updates::request_error(rid, text)).await;
             }
+            let exists = matches!(task.row, Some(Some(_)));
             if !exists && task.rt.retire_agent(&task.agent_id, &me, || rx.is_empty()) {
                 break;
             }
@@ -71,12 +75,28 @@ pub fn spawn(rt: Arc<Runtime>, agent_id: String) -> mpsc::Sender<AgentCmd> {
 struct AgentTask {
     rt: Arc<Runtime>,
     agent_id: String,
+    /// The agent's row: `None` until first read from the store, then kept
+    /// current here (this task is the row's only writer).
+    row: Option<Option<AgentRow>>,
 }
 
 type Reply = Result<(), (RequestId, String)>;
 
 impl AgentTask {
-    async fn handle(&self, cmd: AgentCmd) -> Reply {
+    /// The agent as stored; read once, then from memory.
+    fn agent(&mut self, rid: &RequestId) -> Result<Option<AgentRow>, (RequestId, String)> {
+        if self.row.is_none() {
+            let row = self
+                .rt
+                .store
+                .agent(&self.agent_id)
+                .map_err(|e| (rid.clone(), e.to_string()))?;
+            self.row = Some(row);
+        }
+        Ok(self.row.clone().flatten())
+    }
+
+    async fn handle(&mut self, cmd: AgentCmd) -> Reply {
         match cmd {
             AgentCmd::Create { sdk, rid } => self.create(sdk, rid).await,
             AgentCmd::Delete { rid } => self.delete(rid).await,
@@ -89,13 +109,8 @@ impl AgentTask {
         }
     }
 
-    async fn create(&self, sdk: String, rid: RequestId) -> Reply {
-        let rt = &self.rt;
-        let existing = rt
-            .store
-            .agent(&self.agent_id)
-            .map_err(|e| (rid.clone(), e.to_string()))?;
-        if let Some(row) = existing {
+    async fn create(&mut self, sdk: String, rid: RequestId) -> Reply {
+        if let Some(row) = self.agent(&rid)? {
             if row.sdk != sdk {
                 return Err((
                     rid,
@@ -105,11 +120,13 @@ impl AgentTask {
                     ),
                 ));
             }
-            rt.outbox
+            self.rt
+                .outbox
                 .push(updates::agent(rid, &self.agent_id, AgentStatus::Ready))
                 .await;
             return Ok(());
         }
+        let rt = self.rt.clone();
         let Some(adapter) = rt.sdks.get(&sdk) else {
             return Err((
                 rid,
@@ -131,24 +148,23 @@ impl AgentTask {
             crate::metrics::adapter_error(&sdk, "create_agent");
             (rid.clone(), e.to_string())
         })?;
+        let row = AgentRow {
+            agent_id: self.agent_id.clone(),
+            sdk,
+        };
         rt.store
-            .put_agent(&AgentRow {
-                agent_id: self.agent_id.clone(),
-                sdk,
-            })
+            .put_agent(&row)
             .map_err(|e| (rid.clone(), e.to_string()))?;
+        self.row = Some(Some(row));
         rt.outbox
             .push(updates::agent(rid, &self.agent_id, AgentStatus::Ready))
             .await;
         Ok(())
     }
 
-    async fn delete(&self, rid: RequestId) -> Reply {
-        let rt = &self.rt;
-        let row = rt
-            .store
-            .agent(&self.agent_id)
-            .map_err(|e| (rid.clone(), e.to_string()))?;
+    async fn delete(&mut self, rid: RequestId) -> Reply {
+        let row = self.agent(&rid)?;
+        let rt = self.rt.clone();
         for tx in rt.agent_threads(&self.agent_id) {
             let (done, wait) = oneshot::channel();
             let cmd = ThreadCmd::Delete {
@@ -175,15 +191,15 @@ impl AgentTask {
         rt.store
             .delete_agent(&self.agent_id)
             .map_err(|e| (rid.clone(), e.to_string()))?;
+        self.row = Some(None);
         rt.outbox
             .push(updates::agent(rid, &self.agent_id, AgentStatus::Deleted))
             .await;
         Ok(())
     }
 
-    async fn install_skill(&self, package: String, rid: RequestId) -> Reply {
-        let rt = &self.rt;
-        if !matches!(rt.store.agent(&self.agent_id), Ok(Some(_))) {
+    async fn install_skill(&mut self, package: String, rid: RequestId) -> Reply {
+        if self.agent(&rid)?.is_none() {
             return Err((
                 rid,
                 format!(
@@ -192,6 +208,7 @@ impl AgentTask {
                 ),
             ));
         }
+        let rt = &self.rt;
         let home = rt.workspaces.agent_home(&self.agent_id);
         let max = rt.skill_max_bytes;
         let pkg = package.clone();
@@ -211,18 +228,13 @@ impl AgentTask {
     }
 
     async fn create_thread(
-        &self,
+        &mut self,
         model: String,
         reasoning_level: Option<String>,
         rid: RequestId,
     ) -> Reply {
-        let rt = &self.rt;
         let reasoning_level = reasoning_level.filter(|l| !l.is_empty());
-        let Some(agent) = rt
-            .store
-            .agent(&self.agent_id)
-            .map_err(|e| (rid.clone(), e.to_string()))?
-        else {
+        let Some(agent) = self.agent(&rid)? else {
             return Err((
                 rid,
                 format!(
@@ -231,6 +243,7 @@ impl AgentTask {
                 ),
             ));
         };
+        let rt = &self.rt;
         let Some(adapter) = rt.sdks.get(&agent.sdk) else {
             return Err((
                 rid,

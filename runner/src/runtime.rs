@@ -61,9 +61,9 @@ pub struct Runtime {
     /// Largest skill package accepted (`--skill-max-bytes`).
     pub skill_max_bytes: u64,
     draining: AtomicBool,
-    running: watch::Sender<usize>,
-    /// The running turn of each thread, by thread id.
-    turns: Mutex<HashMap<String, RunningTurn>>,
+    /// The running turn of each thread, by thread id; drain watches it
+    /// empty.
+    running: watch::Sender<HashMap<String, RunningTurn>>,
     pub tasks: TaskTracker,
 }
 
@@ -92,8 +92,7 @@ impl Runtime {
             max_turns,
             skill_max_bytes,
             draining: AtomicBool::new(false),
-            running: watch::Sender::new(0),
-            turns: Mutex::new(HashMap::new()),
+            running: watch::Sender::new(HashMap::new()),
             tasks: TaskTracker::new(),
         })
     }
@@ -252,26 +251,28 @@ impl Runtime {
 
     pub fn turn_started(&self, turn: RunningTurn) {
         crate::metrics::turn_started(&turn.sdk);
-        lock(&self.turns).insert(turn.thread_id.clone(), turn);
-        self.running.send_modify(|n| *n += 1);
+        self.running.send_modify(|turns| {
+            turns.insert(turn.thread_id.clone(), turn);
+        });
     }
 
     pub fn turn_finished(&self, thread_id: &str, outcome: &TurnOutcome) {
-        if let Some(turn) = lock(&self.turns).remove(thread_id) {
+        let mut ended = None;
+        self.running.send_modify(|turns| ended = turns.remove(thread_id));
+        if let Some(turn) = ended {
             crate::metrics::turn_ended(&turn.sdk, outcome, turn.started.elapsed());
         }
-        self.running.send_modify(|n| *n = n.saturating_sub(1));
     }
 
     /// Every running turn, oldest first.
     pub fn running_turn_list(&self) -> Vec<RunningTurn> {
-        let mut turns: Vec<RunningTurn> = lock(&self.turns).values().cloned().collect();
+        let mut turns: Vec<RunningTurn> = self.running.borrow().values().cloned().collect();
         turns.sort_by_key(|t| t.started);
         turns
     }
 
     pub fn running_turns(&self) -> usize {
-        *self.running.borrow()
+        self.running.borrow().len()
     }
 
     /// Stop taking new turns; let running ones go on for `timeout`, then
@@ -279,7 +280,7 @@ impl Runtime {
     pub async fn drain(&self, timeout: Duration) {
         self.draining.store(true, Ordering::SeqCst);
         let mut running = self.running.subscribe();
-        let idle = |n: &usize| *n == 0;
+        let idle = |turns: &HashMap<String, RunningTurn>| turns.is_empty();
         if tokio::time::timeout(timeout, running.wait_for(idle))
             .await
             .is_ok()
