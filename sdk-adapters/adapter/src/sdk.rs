@@ -70,6 +70,26 @@ pub struct ThreadSpec {
     pub sdk_thread_id: Option<String>,
 }
 
+impl ThreadSpec {
+    /// Create the thread's workspace if it is missing.
+    pub async fn create_workspace(&self) -> Result<(), SdkError> {
+        tokio::fs::create_dir_all(&self.workspace)
+            .await
+            .map_err(|e| {
+                SdkError::Failed(format!(
+                    "cannot create workspace {}: {e}",
+                    self.workspace.display()
+                ))
+            })
+    }
+}
+
+/// An optional wire string that is present and non-empty (proto3 strings
+/// cannot tell "unset" from "empty", so both mean "not given").
+pub fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
+}
+
 /// What the runner stores about a created thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadHandle {

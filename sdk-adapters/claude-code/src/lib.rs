@@ -28,16 +28,15 @@ mod session;
 mod tools;
 mod turn;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use sdk_adapter::{
     AgentSpec, SdkAdapter, SdkDescription, SdkError, SdkStatus, TURN_EVENT_BUFFER, ThreadHandle,
-    ThreadSpec, TokenUsageBreakdown, Turn, TurnInput,
+    ThreadSpec, TokenUsageBreakdown, Turn, TurnInput, given,
 };
-use sdk_process::{ChildError, find_program};
+use sdk_process::{ChildError, ThreadTable, find_program};
 use tokio::sync::mpsc;
 
 pub use config::{
@@ -54,7 +53,7 @@ pub const SDK_NAME: &str = "claude-code";
 /// The `claude-code` adapter.
 pub struct ClaudeAdapter {
     config: ClaudeConfig,
-    threads: Mutex<HashMap<String, Arc<Slot>>>,
+    threads: ThreadTable<Slot>,
 }
 
 /// What a thread's turns share across processes.
@@ -67,7 +66,6 @@ pub(crate) struct ThreadShared {
 }
 
 struct Slot {
-    agent_id: String,
     session_id: String,
     shared: Arc<ThreadShared>,
     session: tokio::sync::Mutex<Option<Session>>,
@@ -77,16 +75,12 @@ impl ClaudeAdapter {
     pub fn new(config: ClaudeConfig) -> Self {
         Self {
             config,
-            threads: Mutex::new(HashMap::new()),
+            threads: ThreadTable::new(),
         }
     }
 
     pub fn config(&self) -> &ClaudeConfig {
         &self.config
-    }
-
-    fn threads(&self) -> MutexGuard<'_, HashMap<String, Arc<Slot>>> {
-        self.threads.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn check_binary(&self) -> Result<(), SdkError> {
@@ -99,20 +93,17 @@ impl ClaudeAdapter {
     /// The thread's slot; a thread not seen yet (re-opened by a turn
     /// without `create_thread`) is registered from the spec.
     fn slot(&self, spec: &ThreadSpec) -> Result<Arc<Slot>, SdkError> {
-        let mut threads = self.threads();
-        if let Some(slot) = threads.get(&spec.thread_id) {
-            return Ok(slot.clone());
-        }
-        let session_id = given(&spec.sdk_thread_id)
-            .ok_or_else(|| SdkError::Failed("the thread has no Claude Code session id".into()))?;
-        let slot = Arc::new(Slot {
-            agent_id: spec.agent_id.clone(),
-            session_id: session_id.to_owned(),
-            shared: Arc::default(),
-            session: tokio::sync::Mutex::new(None),
-        });
-        threads.insert(spec.thread_id.clone(), slot.clone());
-        Ok(slot)
+        self.threads
+            .get_or_try_insert(&spec.thread_id, &spec.agent_id, || {
+                let session_id = given(&spec.sdk_thread_id).ok_or_else(|| {
+                    SdkError::Failed("the thread has no Claude Code session id".into())
+                })?;
+                Ok(Slot {
+                    session_id: session_id.to_owned(),
+                    shared: Arc::default(),
+                    session: tokio::sync::Mutex::new(None),
+                })
+            })
     }
 
     fn start_session(
@@ -140,7 +131,7 @@ impl ClaudeAdapter {
 
 impl Drop for ClaudeAdapter {
     fn drop(&mut self) {
-        for slot in self.threads().values() {
+        for slot in self.threads.all() {
             if let Ok(mut session) = slot.session.try_lock() {
                 *session = None;
             }
@@ -176,15 +167,7 @@ impl SdkAdapter for ClaudeAdapter {
     }
 
     async fn delete_agent(&self, agent_id: &str) -> Result<(), SdkError> {
-        let slots: Vec<Arc<Slot>> = {
-            let mut threads = self.threads();
-            let ids: Vec<String> = threads
-                .iter()
-                .filter(|(_, slot)| slot.agent_id == agent_id)
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.iter().filter_map(|id| threads.remove(id)).collect()
-        };
+        let slots = self.threads.remove_agent(agent_id);
         for slot in slots {
             *slot.session.lock().await = None;
         }
@@ -195,14 +178,7 @@ impl SdkAdapter for ClaudeAdapter {
     /// and creates the workspace; the process starts with the first turn.
     async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
         self.check_binary()?;
-        tokio::fs::create_dir_all(&spec.workspace)
-            .await
-            .map_err(|e| {
-                SdkError::Failed(format!(
-                    "cannot create workspace {}: {e}",
-                    spec.workspace.display()
-                ))
-            })?;
+        spec.create_workspace().await?;
         let mut spec = spec.clone();
         if given(&spec.sdk_thread_id).is_none() {
             spec.sdk_thread_id = Some(uuid::Uuid::new_v4().to_string());
@@ -214,7 +190,7 @@ impl SdkAdapter for ClaudeAdapter {
     }
 
     async fn delete_thread(&self, spec: &ThreadSpec) -> Result<(), SdkError> {
-        let slot = self.threads().remove(&spec.thread_id);
+        let slot = self.threads.remove(&spec.thread_id);
         if let Some(slot) = slot {
             *slot.session.lock().await = None;
         }
@@ -304,9 +280,4 @@ fn missing(config: &ClaudeConfig) -> String {
         "the claude binary `{}` was not found (install it with `npm install -g @anthropic-ai/claude-code`, or set --claude-bin)",
         config.bin.display()
     )
-}
-
-/// An optional string that is present and non-empty.
-fn given(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|v| !v.is_empty())
 }

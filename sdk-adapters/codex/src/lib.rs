@@ -34,13 +34,14 @@ mod server;
 pub mod testing;
 mod turn;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+
+use sdk_process::ThreadTable;
 
 use async_trait::async_trait;
 use sdk_adapter::{
     AgentSpec, SdkAdapter, SdkDescription, SdkError, TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec,
-    Turn, TurnInput,
+    Turn, TurnInput, given,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -62,12 +63,11 @@ pub const SDK_NAME: &str = "codex";
 pub struct CodexAdapter {
     config: CodexConfig,
     describer: Describer,
-    threads: Mutex<HashMap<String, Arc<Slot>>>,
+    threads: ThreadTable<Slot>,
 }
 
 /// One runner thread.
 struct Slot {
-    agent_id: String,
     state: tokio::sync::Mutex<SlotState>,
 }
 
@@ -83,7 +83,7 @@ impl CodexAdapter {
         Self {
             config,
             describer: Describer::default(),
-            threads: Mutex::new(HashMap::new()),
+            threads: ThreadTable::new(),
         }
     }
 
@@ -91,23 +91,21 @@ impl CodexAdapter {
         &self.config
     }
 
-    fn threads(&self) -> MutexGuard<'_, HashMap<String, Arc<Slot>>> {
-        self.threads.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn slot(&self, spec: &ThreadSpec) -> Arc<Slot> {
-        self.threads()
-            .entry(spec.thread_id.clone())
-            .or_insert_with(|| {
-                Arc::new(Slot {
-                    agent_id: spec.agent_id.clone(),
+        let made = self
+            .threads
+            .get_or_try_insert(&spec.thread_id, &spec.agent_id, || {
+                Ok::<_, std::convert::Infallible>(Slot {
                     state: tokio::sync::Mutex::new(SlotState {
                         codex_thread: given(&spec.sdk_thread_id).map(str::to_owned),
                         server: None,
                     }),
                 })
-            })
-            .clone()
+            });
+        match made {
+            Ok(slot) => slot,
+            Err(never) => match never {},
+        }
     }
 
     /// `thread/start` / `thread/resume` parameters for `spec`.
@@ -138,7 +136,7 @@ impl CodexAdapter {
             return Ok(());
         }
         state.server = None;
-        create_workspace(spec).await?;
+        spec.create_workspace().await?;
         let label = format!("codex app-server (thread {})", spec.thread_id);
         let server = AppServer::start(
             &self.config,
@@ -201,7 +199,7 @@ impl Drop for CodexAdapter {
     fn drop(&mut self) {
         // Each slot's server kills its process tree as it drops; a slot
         // still borrowed by a running call is killed here explicitly.
-        for slot in self.threads().values() {
+        for slot in self.threads.all() {
             if let Ok(mut state) = slot.state.try_lock() {
                 state.server = None;
             }
@@ -224,15 +222,7 @@ impl SdkAdapter for CodexAdapter {
     }
 
     async fn delete_agent(&self, agent_id: &str) -> Result<(), SdkError> {
-        let slots: Vec<Arc<Slot>> = {
-            let mut threads = self.threads();
-            let ids: Vec<String> = threads
-                .iter()
-                .filter(|(_, slot)| slot.agent_id == agent_id)
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.iter().filter_map(|id| threads.remove(id)).collect()
-        };
+        let slots = self.threads.remove_agent(agent_id);
         for slot in slots {
             slot.state.lock().await.server = None;
         }
@@ -253,7 +243,7 @@ impl SdkAdapter for CodexAdapter {
         let result = self.ensure_server(spec, &mut state).await;
         if let Err(e) = result {
             drop(state);
-            self.threads().remove(&spec.thread_id);
+            self.threads.remove(&spec.thread_id);
             return Err(e);
         }
         let sdk_thread_id = state
@@ -264,7 +254,7 @@ impl SdkAdapter for CodexAdapter {
     }
 
     async fn delete_thread(&self, spec: &ThreadSpec) -> Result<(), SdkError> {
-        let slot = self.threads().remove(&spec.thread_id);
+        let slot = self.threads.remove(&spec.thread_id);
         if let Some(slot) = slot {
             slot.state.lock().await.server = None;
         }
@@ -354,22 +344,6 @@ impl SdkAdapter for CodexAdapter {
             control,
         })
     }
-}
-
-/// An optional string that is present and non-empty.
-fn given(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|v| !v.is_empty())
-}
-
-async fn create_workspace(spec: &ThreadSpec) -> Result<(), SdkError> {
-    tokio::fs::create_dir_all(&spec.workspace)
-        .await
-        .map_err(|e| {
-            SdkError::Failed(format!(
-                "cannot create workspace {}: {e}",
-                spec.workspace.display()
-            ))
-        })
 }
 
 fn thread_id_of(result: &Value) -> Result<String, SdkError> {

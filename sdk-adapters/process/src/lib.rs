@@ -15,6 +15,7 @@
 //!   item update.
 //! - [`TurnSink`]: routes a long-lived child's unsolicited lines to the turn
 //!   that is running.
+//! - [`ThreadTable`]: the adapter's per-thread slots, by thread and by agent.
 //!
 //! The protocol on top (JSON-RPC ids, Claude Code `request_id`s) stays in the
 //! adapter: it passes a function that says which lines are responses and
@@ -25,8 +26,10 @@ mod child;
 mod lines;
 mod program;
 mod sink;
+mod threads;
 
 pub use cap::{CappedText, OUTPUT_CAP_BYTES, cap_text};
 pub use child::{ChildError, ChildHandle, ChildSpec, Inbound, JsonChild, ResponseKey};
 pub use program::find_program;
 pub use sink::TurnSink;
+pub use threads::ThreadTable;

@@ -37,7 +37,7 @@ mod turn;
 use async_trait::async_trait;
 use sdk_adapter::{
     AgentSpec, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus, ThreadHandle,
-    ThreadSpec, Turn, TurnInput,
+    ThreadSpec, Turn, TurnInput, given,
 };
 
 pub use output::OUTPUT_CAP_BYTES;
@@ -94,14 +94,7 @@ impl SdkAdapter for ScriptedAdapter {
     /// `spec.sdk_thread_id` when re-opening, else a fresh `thread-<uuid>`.
     async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
         check_model(&spec.model, given(&spec.reasoning_level))?;
-        tokio::fs::create_dir_all(&spec.workspace)
-            .await
-            .map_err(|e| {
-                SdkError::Failed(format!(
-                    "cannot create workspace {}: {e}",
-                    spec.workspace.display()
-                ))
-            })?;
+        spec.create_workspace().await?;
         let sdk_thread_id = match given(&spec.sdk_thread_id) {
             Some(id) => id.to_owned(),
             None => format!("thread-{}", uuid::Uuid::new_v4()),
@@ -129,12 +122,6 @@ impl SdkAdapter for ScriptedAdapter {
         check_model(model, level)?;
         Ok(turn::start(spec.workspace.clone(), input.text))
     }
-}
-
-/// An optional string that is present and non-empty (an empty one means
-/// "not given", as proto3 strings do).
-fn given(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|v| !v.is_empty())
 }
 
 /// `model` must be advertised, and `level` (when given) advertised for it.
