@@ -202,3 +202,73 @@ fn request_kind(msg: &ServerMessage) -> &'static str {
         Some(Request::HeartbeatRequest(_)) => "heartbeat_request",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use agent_runner_proto::runner::client_message::Payload;
+    use agent_runner_proto::runner::{InterruptTurnRequest, ThreadStatus};
+    use sdk_adapter::ThreadSpec;
+
+    use super::*;
+    use crate::sdks::Sdks;
+    use crate::state::Store;
+    use crate::workspace::Workspaces;
+
+    /// A thread whose task is stuck (the outbox is full of terminal updates
+    /// and nothing drains it) fills its mailbox; the next request is
+    /// answered at once by the dispatcher itself, and once the outbox drains
+    /// every request has exactly one answer.
+    #[tokio::test]
+    async fn a_full_thread_mailbox_answers_at_once_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let sdks = Sdks::from_adapters(vec![Arc::new(sdk_scripted::ScriptedAdapter::new())]);
+        let store = Store::open(&dir.path().join("state")).unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        let rt = Runtime::new(sdks, store, ws, 16, 8, 1024);
+        for _ in 0..16 {
+            let filler = updates::thread(None, "filler", ThreadStatus::Ready);
+            rt.outbox.push(filler).await;
+        }
+        let spec = ThreadSpec {
+            agent_id: "a".into(),
+            thread_id: "t".into(),
+            workspace: dir.path().join("ws/a/threads/t"),
+            model: "scripted-fast".into(),
+            reasoning_level: None,
+            sdk_thread_id: None,
+        };
+        rt.spawn_thread("scripted".into(), spec, None);
+        let total = MAILBOX + 10;
+        for i in 0..total {
+            let msg = ServerMessage {
+                request_id: format!("r{i}"),
+                request: Some(Request::InterruptTurnRequest(InterruptTurnRequest {
+                    agent_id: "a".into(),
+                    thread_id: "t".into(),
+                })),
+            };
+            dispatch(&rt, msg);
+        }
+        // Refusals were queued past the bound while the thread was stuck.
+        assert!(rt.outbox.stats().depth > 16, "{:?}", rt.outbox.stats());
+
+        let mut answered = HashSet::new();
+        let mut refused = 0;
+        while answered.len() < total {
+            let msg = tokio::time::timeout(std::time::Duration::from_secs(10), rt.outbox.pop())
+                .await
+                .expect("every request is answered");
+            let Some(rid) = msg.request_id.clone() else {
+                continue;
+            };
+            if let Some(Payload::RequestError(e)) = &msg.payload {
+                assert!(e.error_message.contains("requests waiting"), "{e:?}");
+                refused += 1;
+            }
+            assert!(answered.insert(rid.clone()), "{rid} answered twice");
+        }
+        assert!(refused >= 9, "only {refused} refused");
+    }
+}

@@ -9,6 +9,7 @@ mod codex;
 mod harness;
 mod health;
 mod lifecycle;
+mod limits;
 mod link;
 mod protocol;
 mod scale;

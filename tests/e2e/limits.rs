@@ -1,0 +1,71 @@
+//! Limits and formats the README promises: the concurrent-turn cap, a
+//! thread addressed through the wrong agent, JSON log lines.
+
+use crate::support::*;
+
+#[tokio::test]
+async fn turns_beyond_max_concurrent_turns_are_refused() {
+    let cp = mock().await;
+    let _r = RunnerProc::start(
+        RunnerOpts::new(cp.url())
+            .arg("--max-concurrent-turns")
+            .arg("1"),
+    );
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+    let t1 = create_thread(&cp, "a", "t1").await;
+    let t2 = create_thread(&cp, "a", "t2").await;
+    start_turn(&cp, "busy", "a", &t1, "sleep 60000").await;
+    send(&cp, "over", user_message("a", &t2, "say hi", false)).await;
+    let text = expect_error(&cp, "over").await;
+    assert!(text.contains("limit of 1 turns"), "{text}");
+    // Once the slot is free again, the same thread can run.
+    send(
+        &cp,
+        "stop",
+        agent_runner_proto::runner::server_message::Request::InterruptTurnRequest(
+            agent_runner_proto::runner::InterruptTurnRequest {
+                agent_id: "a".into(),
+                thread_id: t1.clone(),
+            },
+        ),
+    )
+    .await;
+    turn_completed(&cp, "stop").await;
+    send(&cp, "after", user_message("a", &t2, "say hi", false)).await;
+    turn_completed(&cp, "after").await;
+}
+
+#[tokio::test]
+async fn a_thread_addressed_through_another_agent_is_refused() {
+    let (cp, _r) = connected().await;
+    create_agent(&cp, "a").await;
+    create_agent(&cp, "b").await;
+    let t = create_thread(&cp, "a", "t").await;
+    send(&cp, "wrong", user_message("b", &t, "say hi", false)).await;
+    let text = expect_error(&cp, "wrong").await;
+    assert!(text.contains("belongs to agent a"), "{text}");
+}
+
+#[tokio::test]
+async fn json_log_format_writes_one_json_object_per_line() {
+    let cp = mock().await;
+    let r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--log-format").arg("json"));
+    cp.wait_connected(WAIT).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !r.logs().contains("control channel open") {
+        assert!(tokio::time::Instant::now() < deadline, "{}", r.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let logs = r.logs();
+    let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty());
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v.get("level").is_some() && v.get("timestamp").is_some(),
+            "{line}"
+        );
+    }
+}
