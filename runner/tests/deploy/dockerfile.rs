@@ -3,14 +3,11 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use mock_control_plane::{MockConfig, MockControlPlane};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::support::*;
 
@@ -416,24 +413,9 @@ async fn binary_runs_like_the_image() {
     };
     cmd.env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&stand_in[1])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("start the runner");
-    let logs = Arc::new(Mutex::new(String::new()));
-    let sink = logs.clone();
-    let stderr = child.stderr.take().expect("stderr");
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let mut l = sink.lock().unwrap();
-            l.push_str(&line);
-            l.push('\n');
-        }
-    });
-    let logs_now = || logs.lock().unwrap().clone();
+        .current_dir(&stand_in[1]);
+    let (mut child, logs) = spawn_logged(&mut cmd);
+    let logs_now = || logs.text();
 
     // It listens (the image's HEALTHCHECK passes) and registers.
     let deadline = tokio::time::Instant::now() + WAIT;

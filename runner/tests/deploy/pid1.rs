@@ -5,14 +5,10 @@
 //! and an orphan an agent leaves behind stays a zombie; under tini, the
 //! orphan is reaped. The Dockerfile's ENTRYPOINT is checked in dockerfile.rs.
 
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use mock_control_plane::{MockConfig, MockControlPlane};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
 use crate::support::*;
@@ -39,7 +35,7 @@ fn can_unshare_pid() -> bool {
 
 struct Namespaced {
     child: Child,
-    logs: Arc<Mutex<String>>,
+    logs: Logs,
     _dirs: tempfile::TempDir,
 }
 
@@ -65,23 +61,8 @@ impl Namespaced {
             .arg("")
             .arg("--log-level")
             .arg("info")
-            .env_remove("AGENT_RUNNER_SECRET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn unshare");
-        let logs = Arc::new(Mutex::new(String::new()));
-        let sink = logs.clone();
-        let stderr = child.stderr.take().expect("stderr");
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut l = sink.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
+            .env_remove("AGENT_RUNNER_SECRET");
+        let (child, logs) = spawn_logged(&mut cmd);
         Self {
             child,
             logs,
@@ -90,7 +71,7 @@ impl Namespaced {
     }
 
     fn logs(&self) -> String {
-        self.logs.lock().unwrap().clone()
+        self.logs.text()
     }
 
     /// Host pid of `unshare` (every namespaced process descends from it).

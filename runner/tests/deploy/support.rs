@@ -234,3 +234,35 @@ pub fn proc_state(pid: u32) -> Option<char> {
     let close = stat.rfind(')')?;
     stat[close + 1..].split_whitespace().next()?.chars().next()
 }
+
+/// A child's stderr, collected line by line as it runs.
+#[derive(Clone, Default)]
+pub struct Logs(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl Logs {
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Spawn `cmd` with stderr piped into [`Logs`] (stdout and stdin null).
+pub fn spawn_logged(cmd: &mut tokio::process::Command) -> (tokio::process::Child, Logs) {
+    use tokio::io::AsyncBufReadExt;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn");
+    let logs = Logs::default();
+    let sink = logs.0.clone();
+    let stderr = child.stderr.take().expect("stderr piped");
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut l = sink.lock().unwrap();
+            l.push_str(&line);
+            l.push('\n');
+        }
+    });
+    (child, logs)
+}
