@@ -175,12 +175,16 @@ impl Store {
         Ok(())
     }
 
+    // The two statements below run for every turn: cached, so SQLite
+    // parses them once per connection, not once per turn.
+
     pub fn start_turn(&self, turn: &RunningTurnRow) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT OR REPLACE INTO running_turns (thread_id, sdk_turn_id, request_id)
-             VALUES (?1, ?2, ?3)",
-            params![turn.thread_id, turn.sdk_turn_id, turn.request_id],
-        )?;
+        self.conn()
+            .prepare_cached(
+                "INSERT OR REPLACE INTO running_turns (thread_id, sdk_turn_id, request_id)
+                 VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![turn.thread_id, turn.sdk_turn_id, turn.request_id])?;
         Ok(())
     }
 
@@ -188,14 +192,10 @@ impl Store {
     pub fn finish_turn(&self, thread_id: &str, sdk_turn_id: &str) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute(
-            "DELETE FROM running_turns WHERE thread_id = ?1",
-            [thread_id],
-        )?;
-        tx.execute(
-            "UPDATE threads SET last_turn_id = ?2 WHERE thread_id = ?1",
-            [thread_id, sdk_turn_id],
-        )?;
+        tx.prepare_cached("DELETE FROM running_turns WHERE thread_id = ?1")?
+            .execute([thread_id])?;
+        tx.prepare_cached("UPDATE threads SET last_turn_id = ?2 WHERE thread_id = ?1")?
+            .execute([thread_id, sdk_turn_id])?;
         tx.commit()?;
         Ok(())
     }
