@@ -1,9 +1,6 @@
 //! Process lifecycle: restart with state, drain on SIGTERM, config errors,
 //! the demo and `sdk list`.
 
-use agent_runner_proto::runner::client_message::Payload;
-use agent_runner_proto::runner::*;
-
 use crate::support::*;
 
 #[tokio::test]
@@ -149,5 +146,4 @@ async fn demo_prints_a_live_transcript() {
     ] {
         assert!(text.contains(needle), "missing {needle} in:\n{text}");
     }
-    let _ = Payload::HeartbeatResponse(HeartbeatResponse {});
 }

@@ -106,7 +106,7 @@ async fn path_prefix_is_prepended_to_every_rpc() {
     // Without the prefix the runner cannot register.
     let bare = cp.url().trim_end_matches("/grpc").to_owned();
     let r2 = RunnerProc::start(RunnerOpts::new(bare));
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    r2.wait_log("control plane link lost").await;
     assert_eq!(cp.registrations().len(), 1, "{}", r2.logs());
 }
 
@@ -143,7 +143,7 @@ async fn tls_with_a_test_ca() {
             .unwrap();
     let url2 = format!("https://localhost:{}", cp2.addr().port());
     let r2 = RunnerProc::start(RunnerOpts::new(&url2));
-    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    r2.wait_log("control plane link lost").await;
     assert!(cp2.registrations().is_empty(), "{}", r2.logs());
 }
 

@@ -99,6 +99,19 @@ impl RunnerProc {
         self.logs.lock().unwrap().clone()
     }
 
+    /// Wait until the log shows `needle` (evidence that something was tried).
+    pub async fn wait_log(&self, needle: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.logs().contains(needle) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {needle:?} in the log:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn workspace_root(&self) -> PathBuf {
         self.dirs.path().join("ws")
     }
