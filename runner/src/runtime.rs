@@ -258,7 +258,8 @@ impl Runtime {
 
     pub fn turn_finished(&self, thread_id: &str, outcome: &TurnOutcome) {
         let mut ended = None;
-        self.running.send_modify(|turns| ended = turns.remove(thread_id));
+        self.running
+            .send_modify(|turns| ended = turns.remove(thread_id));
         if let Some(turn) = ended {
             crate::metrics::turn_ended(&turn.sdk, outcome, turn.started.elapsed());
         }
