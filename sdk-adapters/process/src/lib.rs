@@ -7,7 +7,8 @@
 //!   line (malformed lines are logged and skipped, over-long ones cut off),
 //!   stderr forwarded to `tracing` at debug (its tail kept for error
 //!   messages), responses routed to the request that waits for them, and the
-//!   whole process tree killed on [`JsonChild::kill`] or drop.
+//!   whole process tree killed on [`ChildHandle::kill`] (also reachable
+//!   through the `JsonChild`) or drop.
 //! - [`ChildHandle`]: a cheap clone for writers (turn controls, routers) that
 //!   does not keep the process alive.
 //! - [`find_program`]: a fast "is the binary there" check for `describe()`.
@@ -17,12 +18,17 @@
 //!   that is running.
 //! - [`ThreadTable`]: the adapter's per-thread slots, by thread and by agent.
 //!
+//! With the `fake` feature (test support only), the `fake` module holds
+//! what the fake agent CLIs of the adapters' test suites share.
+//!
 //! The protocol on top (JSON-RPC ids, Claude Code `request_id`s) stays in the
 //! adapter: it passes a function that says which lines are responses and
 //! under which key.
 
 mod cap;
 mod child;
+#[cfg(feature = "fake")]
+pub mod fake;
 mod lines;
 mod program;
 mod sink;
