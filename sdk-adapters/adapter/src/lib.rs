@@ -11,6 +11,8 @@
 
 mod event;
 mod sdk;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use event::{
     CommandInfo, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent,

@@ -9,14 +9,16 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use sdk_adapter::testing::{
+    PATIENCE, alive, completed, outcome, rest, said, texts, until, wait_dead,
+};
 use sdk_adapter::{
-    ItemEvent, ItemKind, ItemStatus, SdkAdapter, SdkError, SdkStatus, SteerError, ThreadSpec, Turn,
-    TurnEvent, TurnInput, TurnOutcome,
+    ItemKind, ItemStatus, SdkAdapter, SdkError, SdkStatus, SteerError, ThreadSpec, TurnEvent,
+    TurnInput, TurnOutcome,
 };
 use sdk_claude_code::{ClaudeAdapter, ClaudeConfig};
+use sdk_process::fake::FakeLog;
 use tempfile::TempDir;
-
-const PATIENCE: Duration = Duration::from_secs(30);
 
 fn config(dir: &Path) -> ClaudeConfig {
     let _ = tracing_subscriber::fmt()
@@ -67,47 +69,6 @@ async fn setup() -> (TempDir, ClaudeAdapter, ThreadSpec) {
     setup_with(config, dir).await
 }
 
-async fn next(turn: &mut Turn, seen: &[TurnEvent]) -> TurnEvent {
-    match tokio::time::timeout(PATIENCE, turn.events.recv()).await {
-        Ok(Some(event)) => event,
-        Ok(None) => panic!("the stream ended before Finished; seen: {seen:#?}"),
-        Err(_) => panic!("no event in time; seen: {seen:#?}"),
-    }
-}
-
-async fn rest(turn: &mut Turn) -> Vec<TurnEvent> {
-    let mut events = Vec::new();
-    loop {
-        let event = next(turn, &events).await;
-        let done = matches!(event, TurnEvent::Finished(_));
-        events.push(event);
-        if done {
-            break;
-        }
-    }
-    let end = tokio::time::timeout(PATIENCE, turn.events.recv())
-        .await
-        .expect("the stream ends after Finished");
-    assert_eq!(end, None, "nothing may follow Finished");
-    events
-}
-
-async fn until(turn: &mut Turn, pred: impl Fn(&TurnEvent) -> bool) -> Vec<TurnEvent> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next(turn, &seen).await;
-        let hit = pred(&event);
-        seen.push(event);
-        if hit {
-            return seen;
-        }
-    }
-}
-
-fn said(text: &'static str) -> impl Fn(&TurnEvent) -> bool {
-    move |e| matches!(e, TurnEvent::Item(i) if i.text.as_deref() == Some(text) && i.status == ItemStatus::Completed)
-}
-
 async fn run(adapter: &ClaudeAdapter, spec: &ThreadSpec, text: &str) -> Vec<TurnEvent> {
     let mut turn = adapter
         .start_turn(spec, input(text))
@@ -116,73 +77,19 @@ async fn run(adapter: &ClaudeAdapter, spec: &ThreadSpec, text: &str) -> Vec<Turn
     rest(&mut turn).await
 }
 
-fn outcome(events: &[TurnEvent]) -> TurnOutcome {
-    match events.last() {
-        Some(TurnEvent::Finished(outcome)) => outcome.clone(),
-        other => panic!("last event is not Finished: {other:?}"),
-    }
+/// What fake-claude logged under the config dir of `dir`.
+fn log(dir: &Path) -> FakeLog {
+    FakeLog::new(dir.join("cfg/fake.log"))
 }
 
-fn completed(events: &[TurnEvent]) -> Vec<ItemEvent> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            TurnEvent::Item(item) if item.status == ItemStatus::Completed => Some(item.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn texts(events: &[TurnEvent], kind: ItemKind) -> Vec<String> {
-    completed(events)
-        .into_iter()
-        .filter(|i| i.kind == kind)
-        .map(|i| i.text.unwrap_or_default())
-        .collect()
-}
-
-fn log(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("cfg/fake.log"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
+/// The command line of every fake-claude started, in order.
 fn args(dir: &Path) -> Vec<String> {
-    log(dir)
-        .into_iter()
-        .filter_map(|l| l.strip_prefix("args ").map(str::to_owned))
-        .collect()
+    log(dir).tagged("args")
 }
 
+/// The pid of every fake-claude started, in order.
 fn pids(dir: &Path) -> Vec<i32> {
-    log(dir)
-        .iter()
-        .filter_map(|l| l.strip_prefix("pid "))
-        .map(|p| p.parse().unwrap())
-        .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    if unsafe { libc::kill(pid, 0) } != 0 {
-        return false;
-    }
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit_once(')')
-                .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-async fn wait_dead(pid: i32) {
-    let deadline = Instant::now() + PATIENCE;
-    while alive(pid) {
-        assert!(Instant::now() < deadline, "process {pid} still alive");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    log(dir).pids()
 }
 
 #[tokio::test]
@@ -375,7 +282,11 @@ async fn interrupt_sends_the_control_request() {
     let events = rest(&mut turn).await;
     assert_eq!(outcome(&events), TurnOutcome::Interrupted);
     assert_eq!(
-        log(dir.path()).iter().filter(|l| *l == "interrupt").count(),
+        log(dir.path())
+            .lines()
+            .iter()
+            .filter(|l| *l == "interrupt")
+            .count(),
         1
     );
     assert!(matches!(

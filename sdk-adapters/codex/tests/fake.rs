@@ -9,14 +9,14 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use sdk_adapter::testing::{PATIENCE, alive, items, outcome, rest, texts, until, wait_dead};
 use sdk_adapter::{
     ItemEvent, ItemKind, ItemStatus, SdkAdapter, SdkStatus, SteerError, ThreadSpec, Turn,
     TurnEvent, TurnInput, TurnOutcome,
 };
 use sdk_codex::{CodexAdapter, CodexConfig};
+use sdk_process::fake::FakeLog;
 use tempfile::TempDir;
-
-const PATIENCE: Duration = Duration::from_secs(30);
 
 fn config(dir: &Path) -> CodexConfig {
     let _ = tracing_subscriber::fmt()
@@ -63,44 +63,6 @@ async fn setup() -> (TempDir, CodexAdapter, ThreadSpec) {
     (dir, adapter, spec)
 }
 
-async fn next(turn: &mut Turn, seen: &[TurnEvent]) -> TurnEvent {
-    match tokio::time::timeout(PATIENCE, turn.events.recv()).await {
-        Ok(Some(event)) => event,
-        Ok(None) => panic!("the stream ended before Finished; seen: {seen:#?}"),
-        Err(_) => panic!("no event in time; seen: {seen:#?}"),
-    }
-}
-
-/// Events up to and including `Finished`; checks nothing follows it.
-async fn rest(turn: &mut Turn) -> Vec<TurnEvent> {
-    let mut events = Vec::new();
-    loop {
-        let event = next(turn, &events).await;
-        let done = matches!(event, TurnEvent::Finished(_));
-        events.push(event);
-        if done {
-            break;
-        }
-    }
-    let end = tokio::time::timeout(PATIENCE, turn.events.recv())
-        .await
-        .expect("the stream ends after Finished");
-    assert_eq!(end, None, "nothing may follow Finished");
-    events
-}
-
-async fn until(turn: &mut Turn, pred: impl Fn(&TurnEvent) -> bool) -> Vec<TurnEvent> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next(turn, &seen).await;
-        let hit = pred(&event);
-        seen.push(event);
-        if hit {
-            return seen;
-        }
-    }
-}
-
 async fn run(adapter: &CodexAdapter, spec: &ThreadSpec, text: &str) -> (Turn, Vec<TurnEvent>) {
     let mut turn = adapter
         .start_turn(spec, input(text))
@@ -110,66 +72,14 @@ async fn run(adapter: &CodexAdapter, spec: &ThreadSpec, text: &str) -> (Turn, Ve
     (turn, events)
 }
 
-fn outcome(events: &[TurnEvent]) -> TurnOutcome {
-    match events.last() {
-        Some(TurnEvent::Finished(outcome)) => outcome.clone(),
-        other => panic!("last event is not Finished: {other:?}"),
-    }
-}
-
-fn items(events: &[TurnEvent], status: ItemStatus) -> Vec<ItemEvent> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            TurnEvent::Item(item) if item.status == status => Some(item.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn texts(events: &[TurnEvent], kind: ItemKind) -> Vec<String> {
-    items(events, ItemStatus::Completed)
-        .into_iter()
-        .filter(|i| i.kind == kind)
-        .map(|i| i.text.unwrap_or_default())
-        .collect()
-}
-
+/// What fake-codex logged in its state dir `dir`.
 fn log(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("log"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    FakeLog::new(dir.join("log")).lines()
 }
 
+/// The pid of every fake-codex started on `dir`, in order.
 fn pids(dir: &Path) -> Vec<i32> {
-    log(dir)
-        .iter()
-        .filter_map(|l| l.strip_prefix("pid "))
-        .map(|p| p.parse().unwrap())
-        .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    if unsafe { libc::kill(pid, 0) } != 0 {
-        return false;
-    }
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit_once(')')
-                .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-async fn wait_dead(pid: i32) {
-    let deadline = Instant::now() + PATIENCE;
-    while alive(pid) {
-        assert!(Instant::now() < deadline, "process {pid} still alive");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    FakeLog::new(dir.join("log")).pids()
 }
 
 #[tokio::test]

@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sdk_adapter::testing::{PATIENCE, wait_dead};
 use sdk_process::{ChildError, ChildSpec, JsonChild, ResponseKey};
 use serde_json::{Value, json};
-
-const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Lines with an `"id"` and no `"method"` are responses, keyed by the id.
 fn by_id() -> ResponseKey {
@@ -22,27 +21,6 @@ fn by_id() -> ResponseKey {
 
 fn sh(script: &str) -> ChildSpec {
     ChildSpec::new("test child", "sh").arg("-c").arg(script)
-}
-
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    if unsafe { libc::kill(pid, 0) } != 0 {
-        return false;
-    }
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit_once(')')
-                .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-async fn wait_dead(pid: i32) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while alive(pid) {
-        assert!(tokio::time::Instant::now() < deadline, "{pid} still alive");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]

@@ -8,15 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sdk_adapter::testing::{PATIENCE, alive, outcome, rest, until, wait_until_dead};
 use sdk_adapter::{
     CommandInfo, ItemEvent, ItemKind, ItemStatus, SdkAdapter, SdkError, SdkStatus, SteerError,
     ThreadSpec, TokenUsage, TokenUsageBreakdown, Turn, TurnEvent, TurnInput, TurnOutcome,
 };
 use sdk_scripted::{OUTPUT_CAP_BYTES, ScriptedAdapter};
 use tempfile::TempDir;
-
-/// Upper bound for anything that should be quick.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 fn spec(dir: &TempDir) -> ThreadSpec {
     ThreadSpec {
@@ -48,44 +46,6 @@ async fn start(script: &str) -> (TempDir, ThreadSpec, Turn) {
         .await
         .expect("start_turn");
     (dir, spec, turn)
-}
-
-async fn next(turn: &mut Turn) -> TurnEvent {
-    tokio::time::timeout(PATIENCE, turn.events.recv())
-        .await
-        .expect("an event in time")
-        .expect("the stream ended before Finished")
-}
-
-/// Events up to and including `Finished`; checks the stream ends after it.
-async fn rest(turn: &mut Turn) -> Vec<TurnEvent> {
-    let mut events = Vec::new();
-    loop {
-        let event = next(turn).await;
-        let done = matches!(event, TurnEvent::Finished(_));
-        events.push(event);
-        if done {
-            break;
-        }
-    }
-    let end = tokio::time::timeout(PATIENCE, turn.events.recv())
-        .await
-        .expect("the stream ends after Finished");
-    assert_eq!(end, None, "nothing may follow Finished");
-    events
-}
-
-/// Skip events until `pred` matches one; returns the skipped ones and it.
-async fn until(turn: &mut Turn, pred: impl Fn(&TurnEvent) -> bool) -> Vec<TurnEvent> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next(turn).await;
-        let hit = pred(&event);
-        seen.push(event);
-        if hit {
-            return seen;
-        }
-    }
 }
 
 fn is_running_command(event: &TurnEvent) -> bool {
@@ -137,13 +97,6 @@ fn completed_commands(events: &[TurnEvent]) -> Vec<CommandInfo> {
         .collect()
 }
 
-fn outcome(events: &[TurnEvent]) -> TurnOutcome {
-    match events.last() {
-        Some(TurnEvent::Finished(outcome)) => outcome.clone(),
-        other => panic!("last event is not Finished: {other:?}"),
-    }
-}
-
 fn usage(last: (i64, i64), total: (i64, i64)) -> TurnEvent {
     let breakdown = |(input, output): (i64, i64)| TokenUsageBreakdown {
         input_tokens: input,
@@ -156,33 +109,6 @@ fn usage(last: (i64, i64), total: (i64, i64)) -> TurnEvent {
         last: breakdown(last),
         model_context_window: None,
     })
-}
-
-/// Alive and not a zombie (a killed orphan may linger as a zombie when
-/// nothing reaps it, e.g. in a container without an init).
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    if unsafe { libc::kill(pid, 0) } != 0 {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
-}
-
-async fn wait_until_dead(pids: &[i32]) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while pids.iter().any(|&pid| alive(pid)) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still alive: {:?}",
-            pids.iter().filter(|&&pid| alive(pid)).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Wait until `path` holds `count` lines of pids and return them.

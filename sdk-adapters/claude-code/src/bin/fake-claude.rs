@@ -31,15 +31,17 @@
 //! `$CLAUDE_CONFIG_DIR/fake.log`.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc;
 
+use sdk_process::fake::{FakeLog, out, raw, read_stdin};
 use serde_json::{Value, json};
 
 struct Fake {
     input: mpsc::Receiver<Value>,
-    config_dir: PathBuf,
+    /// `$CLAUDE_CONFIG_DIR/fake.log`.
+    log: FakeLog,
     transcript: PathBuf,
     session: String,
     model: String,
@@ -52,18 +54,6 @@ struct Fake {
     /// A steering message was folded into the running turn.
     steered: bool,
     counter: u64,
-}
-
-fn out(value: &Value) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{value}");
-    let _ = stdout.flush();
-}
-
-fn raw(line: &str) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{line}");
-    let _ = stdout.flush();
 }
 
 fn fail_start(message: &str) -> ! {
@@ -109,23 +99,9 @@ fn main() {
         .join("projects")
         .join(project)
         .join(format!("{session}.jsonl"));
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            match serde_json::from_str::<Value>(&line) {
-                Ok(value) => {
-                    if tx.send(value).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => eprintln!("fake-claude: bad input: {e}"),
-            }
-        }
-    });
     let mut fake = Fake {
-        input: rx,
-        config_dir,
+        input: read_stdin("fake-claude"),
+        log: FakeLog::new(config_dir.join("fake.log")),
         transcript,
         session,
         model: value("--model").unwrap_or_else(|| "default".into()),
@@ -136,8 +112,8 @@ fn main() {
         steered: false,
         counter: 0,
     };
-    fake.log(&format!("pid {}", std::process::id()));
-    fake.log(&format!("args {}", args.join(" ")));
+    fake.log.append_pid();
+    fake.log.append(&format!("args {}", args.join(" ")));
     if resume && !fake.transcript.exists() {
         // Like the real CLI: it reads the first message, then gives up.
         let _ = fake.input.recv();
@@ -174,16 +150,6 @@ fn usage() -> Value {
 }
 
 impl Fake {
-    fn log(&self, line: &str) {
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.config_dir.join("fake.log"))
-        {
-            let _ = writeln!(file, "{line}");
-        }
-    }
-
     fn fresh(&mut self, prefix: &str) -> String {
         self.counter += 1;
         format!("{prefix}_{}_{}", std::process::id(), self.counter)
@@ -199,14 +165,14 @@ impl Fake {
                     .as_str()
                     .unwrap_or("")
                     .to_owned();
-                self.log(&format!("user {text}"));
+                self.log.append(&format!("user {text}"));
                 self.queued.push_back((uuid, text));
             }
             Some("control_request") => {
                 let id = message["request_id"].clone();
                 match message["request"]["subtype"].as_str() {
                     Some("interrupt") => {
-                        self.log("interrupt");
+                        self.log.append("interrupt");
                         self.interrupted = true;
                         if message["request"]["cancel_queued"] == json!(true) {
                             self.queued.clear();

@@ -27,15 +27,17 @@
 //! `fake-fast`, which `model/list` already lists).
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::mpsc;
 
+use sdk_process::fake::{FakeLog, out, raw, read_stdin};
 use serde_json::{Value, json};
 
 struct Fake {
     input: mpsc::Receiver<Value>,
     state: PathBuf,
+    /// `$FAKE_CODEX_STATE/log`.
+    log: FakeLog,
     thread: Option<String>,
     turn: Option<String>,
     next_request: i64,
@@ -54,23 +56,9 @@ fn main() {
     let state = std::env::var_os("FAKE_CODEX_STATE")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
-            let Ok(line) = line else { break };
-            match serde_json::from_str::<Value>(&line) {
-                Ok(value) => {
-                    if tx.send(value).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => eprintln!("fake-codex: bad input line: {e}"),
-            }
-        }
-    });
     let mut fake = Fake {
-        input: rx,
+        input: read_stdin("fake-codex"),
+        log: FakeLog::new(state.join("log")),
         state,
         thread: None,
         turn: None,
@@ -80,23 +68,11 @@ fn main() {
         steered: false,
         interrupted: false,
     };
-    fake.log(&format!("pid {}", std::process::id()));
+    fake.log.append_pid();
     eprintln!("fake-codex: started");
     while let Ok(message) = fake.input.recv() {
         fake.dispatch(message);
     }
-}
-
-fn out(value: &Value) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{value}");
-    let _ = stdout.flush();
-}
-
-fn raw(line: &str) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{line}");
-    let _ = stdout.flush();
 }
 
 fn notify(method: &str, params: Value) {
@@ -116,16 +92,6 @@ fn is_response(value: &Value) -> bool {
 }
 
 impl Fake {
-    fn log(&self, line: &str) {
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.state.join("log"))
-        {
-            let _ = writeln!(file, "{line}");
-        }
-    }
-
     fn fresh(&mut self, prefix: &str) -> String {
         self.counter += 1;
         format!("{prefix}-{}-{}", std::process::id(), self.counter)
@@ -143,7 +109,7 @@ impl Fake {
         let id = message.get("id").cloned().unwrap_or(Value::Null);
         let params = message.get("params").cloned().unwrap_or(Value::Null);
         if !id.is_null() {
-            self.log(&method);
+            self.log.append(&method);
         }
         match method.as_str() {
             "initialize" => {
@@ -244,7 +210,7 @@ impl Fake {
         let id = message.get("id").cloned().unwrap_or(Value::Null);
         match method {
             "turn/steer" => {
-                self.log("turn/steer");
+                self.log.append("turn/steer");
                 let expected = message["params"]["expectedTurnId"].as_str();
                 if expected != self.turn.as_deref() {
                     error(
@@ -263,7 +229,7 @@ impl Fake {
                 self.steered = true;
             }
             "turn/interrupt" => {
-                self.log("turn/interrupt");
+                self.log.append("turn/interrupt");
                 respond(&id, json!({}));
                 self.interrupted = true;
             }
@@ -312,7 +278,7 @@ impl Fake {
         self.interrupted = false;
         self.steered = false;
         self.steers.clear();
-        self.log(&format!(
+        self.log.append(&format!(
             "turn model={} effort={}",
             params["model"].as_str().unwrap_or("-"),
             params["effort"].as_str().unwrap_or("-")
