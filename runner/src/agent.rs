@@ -268,6 +268,7 @@ impl AgentTask {
             model: model.clone(),
             reasoning_level: reasoning_level.clone(),
             sdk_thread_id: None,
+            env: Vec::new(),
         };
         let handle = match adapter.create_thread(&spec).await {
             Ok(h) => h,

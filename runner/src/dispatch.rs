@@ -238,6 +238,7 @@ mod tests {
             model: "scripted-fast".into(),
             reasoning_level: None,
             sdk_thread_id: None,
+            env: Vec::new(),
         };
         rt.spawn_thread("scripted".into(), spec, None);
         let total = MAILBOX + 10;

@@ -19,6 +19,7 @@ pub mod logging;
 pub mod metrics;
 pub mod outbox;
 pub mod procs;
+pub mod redact;
 pub mod runner;
 pub mod runtime;
 pub mod sdks;

@@ -158,6 +158,7 @@ impl Runtime {
             model: row.model.clone(),
             reasoning_level: row.reasoning_level.clone(),
             sdk_thread_id: Some(row.sdk_thread_id.clone()),
+            env: Vec::new(),
         }
     }
 

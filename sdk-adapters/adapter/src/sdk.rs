@@ -68,6 +68,10 @@ pub struct ThreadSpec {
     pub reasoning_level: Option<String>,
     /// The SDK's own id from an earlier `create_thread`, when re-opening.
     pub sdk_thread_id: Option<String>,
+    /// Extra environment for every process the thread's agent starts
+    /// (e.g. the runner's `GIT_CONFIG_*` credential-helper settings).
+    /// Adapters add it on top of their own environment.
+    pub env: Vec<(String, String)>,
 }
 
 impl ThreadSpec {

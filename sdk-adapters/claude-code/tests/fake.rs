@@ -43,6 +43,7 @@ fn spec(dir: &Path) -> ThreadSpec {
         model: "sonnet".into(),
         reasoning_level: Some("low".into()),
         sdk_thread_id: None,
+        env: Vec::new(),
     }
 }
 

@@ -42,6 +42,7 @@ fn spec(dir: &Path) -> ThreadSpec {
         model: "fake-fast".into(),
         reasoning_level: Some("low".into()),
         sdk_thread_id: None,
+        env: Vec::new(),
     }
 }
 

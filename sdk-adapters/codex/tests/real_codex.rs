@@ -139,6 +139,7 @@ async fn a_real_codex_runs_a_command_and_resumes_after_a_restart() {
         model: "mock-model".into(),
         reasoning_level: None,
         sdk_thread_id: None,
+        env: Vec::new(),
     };
     let handle = adapter.create_thread(&spec).await.expect("create_thread");
     spec.sdk_thread_id = Some(handle.sdk_thread_id.clone());

@@ -24,6 +24,7 @@ fn spec(dir: &TempDir) -> ThreadSpec {
         model: "scripted-fast".into(),
         reasoning_level: Some("low".into()),
         sdk_thread_id: None,
+        env: Vec::new(),
     }
 }
 

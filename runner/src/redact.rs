@@ -1,0 +1,104 @@
+//! Replaces secret values (GitHub installation tokens) with `***` in text
+//! that leaves the runner: item text and command output in updates, and log
+//! lines that quote an agent's output.
+//!
+//! The token broker registers every token it mints; a token stays
+//! registered after it expires (an old token in a transcript is still worth
+//! hiding). The set is small (one live token per installation, plus the ones
+//! they replaced), so a linear scan per string is cheap.
+
+use std::borrow::Cow;
+use std::sync::{Arc, RwLock};
+
+/// What a redacted secret is replaced with.
+pub const MASK: &str = "***";
+
+/// Secrets shorter than this are not registered: masking every occurrence
+/// of a short string would mangle ordinary text and protects nothing.
+const MIN_SECRET_LEN: usize = 8;
+
+/// Keeps at most this many secrets; the oldest go first.
+const MAX_SECRETS: usize = 1024;
+
+/// A shared, cheaply cloned set of secrets to mask.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    secrets: Arc<RwLock<Vec<String>>>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.secrets.read().map(|s| s.len()).unwrap_or(0);
+        f.debug_struct("Redactor").field("secrets", &n).finish()
+    }
+}
+
+impl Redactor {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Masks `secret` from now on.
+    pub fn add(&self, secret: &str) {
+        if secret.len() < MIN_SECRET_LEN {
+            return;
+        }
+        let mut secrets = self.secrets.write().unwrap_or_else(|e| e.into_inner());
+        if secrets.iter().any(|s| s == secret) {
+            return;
+        }
+        if secrets.len() >= MAX_SECRETS {
+            secrets.remove(0);
+        }
+        secrets.push(secret.to_owned());
+    }
+
+    /// `text` with every registered secret replaced by [`MASK`]; borrowed
+    /// when nothing matched.
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let secrets = self.secrets.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = Cow::Borrowed(text);
+        for secret in secrets.iter() {
+            if out.contains(secret.as_str()) {
+                out = Cow::Owned(out.replace(secret.as_str(), MASK));
+            }
+        }
+        out
+    }
+
+    /// Redacts `text` in place.
+    pub fn redact_in_place(&self, text: &mut String) {
+        if let Cow::Owned(clean) = self.redact(text) {
+            *text = clean;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_every_registered_secret_and_leaves_other_text() {
+        let r = Redactor::new();
+        r.add("ghs_abcdefghijklmnop");
+        r.add("ghs_second_token_xyz");
+        r.add("short");
+        let text = "url https://x-access-token:ghs_abcdefghijklmnop@github.com and ghs_second_token_xyz, short";
+        assert_eq!(
+            r.redact(text),
+            "url https://x-access-token:***@github.com and ***, short"
+        );
+        assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn clones_share_the_set() {
+        let r = Redactor::new();
+        let c = r.clone();
+        c.add("ghs_shared_secret_1");
+        let mut s = String::from("a ghs_shared_secret_1 b");
+        r.redact_in_place(&mut s);
+        assert_eq!(s, "a *** b");
+    }
+}

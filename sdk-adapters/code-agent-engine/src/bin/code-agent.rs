@@ -1,0 +1,3 @@
+//! `code-agent serve --listen ADDR`: the engine as a standalone gRPC server.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! OpenAI-compatible Chat Completions client (streaming) and the model types the agent loop speaks.

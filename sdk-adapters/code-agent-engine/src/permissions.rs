@@ -1,0 +1,1 @@
+//! Allow/deny/ask permission rules (`Bash(cargo:*)`, `Read(src/**/*.rs)`).

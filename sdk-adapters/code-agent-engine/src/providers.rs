@@ -1,0 +1,1 @@
+//! Model providers: persisted configuration, API keys from config or env.

@@ -1,0 +1,1 @@
+//! Claude Code skill directories (`SKILL.md` with front matter) read from a workspace.

@@ -1,0 +1,1 @@
+//! Tools the model can call, confined to the session workspace.

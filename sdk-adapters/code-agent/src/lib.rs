@@ -1,0 +1,1 @@
+//! The `code-agent` SDK adapter.
