@@ -257,9 +257,9 @@ impl AgentTask {
             .check_model(&agent.sdk, &model, reasoning_level.as_deref())
             .map_err(|e| (rid.clone(), format!("create_thread_request: {e}")))?;
         let thread_id = format!("thr-{}", uuid::Uuid::new_v4().simple());
-        let workspace = rt.workspaces.thread_dir(&self.agent_id, &thread_id);
-        rt.workspaces
-            .create(&workspace)
+        let workspace = rt
+            .workspaces
+            .create_thread(&self.agent_id, &thread_id)
             .map_err(|e| (rid.clone(), format!("creating the thread's workspace: {e}")))?;
         let mut spec = ThreadSpec {
             agent_id: self.agent_id.clone(),

@@ -5,6 +5,13 @@
 //! `<agent_id>/` is the agent's home (skills under `.agents/skills/`), and
 //! `<agent_id>/threads/<thread_id>/` is a thread's workspace, where its
 //! commands run. An id becomes a path component only after [`check_id`].
+//!
+//! Skills installed for an agent must be visible to whichever SDK runs its
+//! threads, and each SDK looks in its own place relative to the directory it
+//! works in: Codex and the local engine in `.agents/skills/`, Claude Code in
+//! `.claude/skills/`. So every thread workspace gets those two entries as
+//! symlinks to the agent's one skills directory: an install (or upgrade)
+//! shows up in every thread at once, with nothing copied.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -62,9 +69,34 @@ impl Workspaces {
         self.agent_home(agent_id).join("threads").join(thread_id)
     }
 
+    /// Where the agent's skills are installed.
+    pub fn agent_skills(&self, agent_id: &str) -> PathBuf {
+        self.agent_home(agent_id).join(".agents").join("skills")
+    }
+
     pub fn create(&self, dir: &Path) -> io::Result<()> {
         debug_assert!(dir.starts_with(&self.root));
         std::fs::create_dir_all(dir)
+    }
+
+    /// Create a thread's workspace (if missing) with the agent's skills
+    /// linked in where each SDK looks for them. Idempotent: a thread
+    /// re-opened after a restart gets links it lacks; an entry the agent
+    /// replaced with something of its own is left alone.
+    pub fn create_thread(&self, agent_id: &str, thread_id: &str) -> io::Result<PathBuf> {
+        let dir = self.thread_dir(agent_id, thread_id);
+        self.create(&dir)?;
+        let skills = self.agent_skills(agent_id);
+        std::fs::create_dir_all(&skills)?;
+        for sdk_dir in [".agents", ".claude"] {
+            let parent = dir.join(sdk_dir);
+            std::fs::create_dir_all(&parent)?;
+            match std::os::unix::fs::symlink(&skills, parent.join("skills")) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                other => other?,
+            }
+        }
+        Ok(dir)
     }
 
     /// Remove a directory tree under the root; a missing one is fine.
@@ -106,6 +138,24 @@ mod tests {
         for good in ["a", "agent-1", "A.b_c", &"x".repeat(128)] {
             check_id("agent_id", good).unwrap();
         }
+    }
+
+    #[test]
+    fn thread_workspaces_see_the_agents_skills() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        let t = ws.create_thread("a", "t").unwrap();
+        assert_eq!(t, ws.thread_dir("a", "t"));
+        // Installed after the thread exists: still visible through both links.
+        let skill = ws.agent_skills("a").join("lint");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(skill.join("SKILL.md"), "---\nname: lint\n---\n").unwrap();
+        for sdk_dir in [".agents", ".claude"] {
+            let seen = t.join(sdk_dir).join("skills/lint/SKILL.md");
+            assert!(seen.is_file(), "{} missing", seen.display());
+        }
+        // Re-opening is harmless.
+        ws.create_thread("a", "t").unwrap();
     }
 
     #[test]

@@ -68,6 +68,8 @@ fn lock(ws: &Path, agent: &str) -> serde_json::Value {
 async fn single_skill_from_a_directory() {
     let (cp, r) = connected().await;
     create_agent(&cp, "a").await;
+    // A thread that exists before the install sees the skill too.
+    let thread = create_thread(&cp, "a", "t1").await;
     let src = tempfile::tempdir().unwrap();
     write(&src.path().join("SKILL.md"), &skill_md("lint"));
     write(&src.path().join("scripts/run.sh"), "echo lint\n");
@@ -90,6 +92,20 @@ async fn single_skill_from_a_directory() {
             .starts_with("sha256:")
     );
     assert!(entry["resolved_commit"].is_null());
+
+    // Visible to the thread's agent where Codex/the engine (.agents) and
+    // Claude Code (.claude) look for project skills.
+    start_turn(
+        &cp,
+        "m1",
+        "a",
+        &thread,
+        "run cat .agents/skills/lint/SKILL.md .claude/skills/lint/SKILL.md",
+    )
+    .await;
+    turn_completed(&cp, "m1").await;
+    let output = command_outputs(&replies(&cp, "m1")).join("\n");
+    assert_eq!(output.matches("name: lint").count(), 2, "{output}");
 }
 
 #[tokio::test]

@@ -297,3 +297,16 @@ pub fn said(msgs: &[ClientMessage]) -> Vec<String> {
 pub fn texts(msgs: &[ClientMessage]) -> Vec<String> {
     items(msgs).into_iter().filter_map(|(_, _, t)| t).collect()
 }
+
+/// The outputs of the COMPLETED command executions among `msgs`, in order.
+pub fn command_outputs(msgs: &[ClientMessage]) -> Vec<String> {
+    msgs.iter()
+        .filter_map(|m| match payload(m) {
+            Some(Payload::ItemUpdate(i)) if i.status == ItemStatus::Completed as i32 => i
+                .command_execution_item
+                .as_ref()
+                .and_then(|c| c.output.clone()),
+            _ => None,
+        })
+        .collect()
+}
