@@ -2,9 +2,36 @@
 //!
 //! Used as a library (the runner embeds it behind the `code-agent` adapter)
 //! and as a standalone gRPC server (`code-agent serve --listen ADDR`).
+//! [`Engine::start`] builds one, [`Engine::grpc_service`] serves it, and
+//! [`serve`] runs it on a listener until shut down.
 
 pub mod llm;
 pub mod permissions;
 pub mod providers;
 pub mod skills;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tools;
+
+mod agent_loop;
+mod chunks;
+mod context;
+mod engine;
+mod env_registry;
+mod events;
+mod generation;
+mod hitl;
+mod lanes;
+mod model;
+mod prompt;
+mod serve;
+mod service;
+mod session;
+mod store;
+mod structured;
+mod tool_call;
+
+pub use engine::{Engine, EngineConfig};
+pub use serve::serve;
+pub use service::Service;
+pub use store::validate_session_id;

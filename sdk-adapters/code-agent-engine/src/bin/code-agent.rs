@@ -1,3 +1,104 @@
 //! `code-agent serve --listen ADDR`: the engine as a standalone gRPC server.
+//! Logs go to stderr (`RUST_LOG` filters them); SIGTERM or Ctrl-C stop it
+//! gracefully (generations cancelled, FILE sessions written).
 
-fn main() {}
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use code_agent_engine::{Engine, EngineConfig, serve};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "code-agent",
+    version,
+    about = "A coding-agent engine serving a3s.code.agent.v1.CodeAgentService"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve CodeAgentService over gRPC.
+    Serve {
+        /// Address to listen on, e.g. 127.0.0.1:50051.
+        #[arg(long, env = "CODE_AGENT_LISTEN")]
+        listen: SocketAddr,
+        /// Where FILE sessions and providers.json are kept.
+        #[arg(long, env = "CODE_AGENT_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// Workspace of sessions that name none.
+        #[arg(long, env = "CODE_AGENT_WORKSPACE")]
+        workspace: Option<PathBuf>,
+        /// Model calls per generation at most.
+        #[arg(long, default_value_t = 50)]
+        max_steps: u32,
+    },
+}
+
+async fn stop_signal(stop: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("stop signal received");
+    stop.cancel();
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let Cli { command } = Cli::parse();
+    match command {
+        Command::Serve {
+            listen,
+            state_dir,
+            workspace,
+            max_steps,
+        } => {
+            if let Some(dir) = &state_dir {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating the state dir {}", dir.display()))?;
+            }
+            let engine = Engine::start(EngineConfig {
+                state_dir,
+                default_workspace: workspace,
+                max_steps,
+                ..EngineConfig::default()
+            })
+            .await?;
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("listening on {listen}"))?;
+            let stop = CancellationToken::new();
+            tokio::spawn(stop_signal(stop.clone()));
+            serve(engine, listener, stop).await
+        }
+    }
+}

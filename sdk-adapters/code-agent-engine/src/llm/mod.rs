@@ -1,1 +1,38 @@
 //! OpenAI-compatible Chat Completions client (streaming) and the model types the agent loop speaks.
+//!
+//! * [`types`]: messages, tool specs, requests, usage, stream events.
+//! * [`OpenAiClient`]: the HTTP client (SSE, retries, timeouts, cancellation).
+//! * [`ChatModel`]: what the agent loop calls; tests may implement it directly.
+
+mod assemble;
+mod client;
+mod error;
+mod retry;
+mod stream;
+pub mod types;
+mod wire;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+pub use client::{ClientOptions, OpenAiClient};
+pub use error::LlmError;
+pub use types::{ChatMessage, ChatRequest, Role, StreamEvent, ToolCallRequest, ToolSpec, Usage};
+
+/// The events of one completion; ends after `Finished` or an `Err` item.
+pub type EventStream = futures::stream::BoxStream<'static, Result<StreamEvent, LlmError>>;
+
+/// A chat model that streams its answer.
+///
+/// Retries (429 honouring Retry-After, 5xx, connect errors) happen inside
+/// `stream` before the first event; once events flow, a failure is an `Err`
+/// item and the stream ends. Cancelling `cancel` ends the call (or the stream)
+/// with [`LlmError::Cancelled`] and drops the connection.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    async fn stream(
+        &self,
+        request: ChatRequest,
+        cancel: CancellationToken,
+    ) -> Result<EventStream, LlmError>;
+}

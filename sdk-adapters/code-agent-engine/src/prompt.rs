@@ -1,0 +1,52 @@
+//! The system prompt of a session's model calls: the session's own prompt
+//! (or a default one naming the workspace) followed by every loaded skill.
+
+use std::path::Path;
+
+use crate::session::record::SkillRecord;
+
+fn default_prompt(workspace: &Path) -> String {
+    format!(
+        "You are a coding agent working in the workspace {}. Paths you pass to tools are relative \
+         to it (absolute paths must stay inside it). Use the tools to read and change files and to \
+         run commands; keep going until the task is done, then answer briefly with what you did.",
+        workspace.display()
+    )
+}
+
+/// The system message text.
+pub fn system_prompt(configured: &str, workspace: &Path, skills: &[SkillRecord]) -> String {
+    let mut prompt = if configured.trim().is_empty() {
+        default_prompt(workspace)
+    } else {
+        configured.to_string()
+    };
+    for skill in skills {
+        prompt.push_str(&format!("\n\n# Skill: {}\n", skill.name));
+        if !skill.description.is_empty() {
+            prompt.push_str(&format!("{}\n\n", skill.description));
+        }
+        prompt.push_str(&skill.content);
+    }
+    prompt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skills_join_the_prompt() {
+        let skill = SkillRecord {
+            name: "review".into(),
+            description: "How to review".into(),
+            content: "Check the tests first.".into(),
+            allowed_tools: None,
+        };
+        let prompt = system_prompt("Be terse.", Path::new("/w"), &[skill]);
+        assert!(prompt.starts_with("Be terse."));
+        assert!(prompt.contains("# Skill: review"));
+        assert!(prompt.contains("Check the tests first."));
+        assert!(system_prompt("", Path::new("/w/x"), &[]).contains("/w/x"));
+    }
+}

@@ -1,0 +1,100 @@
+//! Provider RPCs, delegated to the persisted provider store.
+
+use agent_runner_proto::code_agent::*;
+use tonic::Status;
+
+use super::Service;
+
+impl Service {
+    pub(super) async fn list_providers(
+        &self,
+        _request: ListProvidersRequest,
+    ) -> Result<ListProvidersResponse, Status> {
+        Ok(self.engine.providers.list())
+    }
+
+    pub(super) async fn get_provider(
+        &self,
+        request: GetProviderRequest,
+    ) -> Result<GetProviderResponse, Status> {
+        if request.name.is_empty() {
+            return Err(Status::invalid_argument("name: required"));
+        }
+        Ok(GetProviderResponse {
+            provider: Some(self.engine.providers.get(&request.name)?),
+        })
+    }
+
+    pub(super) async fn add_provider(
+        &self,
+        request: AddProviderRequest,
+    ) -> Result<AddProviderResponse, Status> {
+        let provider = request
+            .provider
+            .ok_or_else(|| Status::invalid_argument("provider: required"))?;
+        let provider = self.engine.providers.add(provider)?;
+        Ok(AddProviderResponse {
+            success: true,
+            error: String::new(),
+            provider: Some(provider),
+        })
+    }
+
+    pub(super) async fn update_provider(
+        &self,
+        request: UpdateProviderRequest,
+    ) -> Result<UpdateProviderResponse, Status> {
+        let provider = request
+            .provider
+            .ok_or_else(|| Status::invalid_argument("provider: required"))?;
+        let provider = self.engine.providers.update(provider)?;
+        Ok(UpdateProviderResponse {
+            success: true,
+            error: String::new(),
+            provider: Some(provider),
+        })
+    }
+
+    pub(super) async fn remove_provider(
+        &self,
+        request: RemoveProviderRequest,
+    ) -> Result<RemoveProviderResponse, Status> {
+        if request.name.is_empty() {
+            return Err(Status::invalid_argument("name: required"));
+        }
+        self.engine.providers.remove(&request.name)?;
+        Ok(RemoveProviderResponse {
+            success: true,
+            error: String::new(),
+        })
+    }
+
+    pub(super) async fn set_default_model(
+        &self,
+        request: SetDefaultModelRequest,
+    ) -> Result<SetDefaultModelResponse, Status> {
+        if request.provider.is_empty() {
+            return Err(Status::invalid_argument("provider: required"));
+        }
+        if request.model.is_empty() {
+            return Err(Status::invalid_argument("model: required"));
+        }
+        let (provider, model) = self
+            .engine
+            .providers
+            .set_default(&request.provider, &request.model)?;
+        Ok(SetDefaultModelResponse {
+            success: true,
+            error: String::new(),
+            provider,
+            model,
+        })
+    }
+
+    pub(super) async fn get_default_model(
+        &self,
+        _request: GetDefaultModelRequest,
+    ) -> Result<GetDefaultModelResponse, Status> {
+        Ok(self.engine.providers.get_default())
+    }
+}

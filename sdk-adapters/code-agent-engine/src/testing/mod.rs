@@ -1,0 +1,24 @@
+//! Test support (feature `testing`): [`MockLlm`], a mock OpenAI-compatible
+//! Chat Completions server with real HTTP and SSE on loopback, scripted with
+//! [`MockReply`]s. Used by this crate's tests, the `code-agent` adapter's
+//! tests and the runner's end-to-end suite.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use code_agent_engine::testing::{MockLlm, MockReply};
+//! use serde_json::json;
+//! let mock = MockLlm::start(vec![
+//!     MockReply::tool_call("call_1", "read", json!({"path": "README.md"})),
+//!     MockReply::text("done"),
+//! ])
+//! .await;
+//! // point a provider (or OPENAI_BASE_URL) at mock.base_url(), run a turn, then:
+//! assert_eq!(mock.requests().len(), 2);
+//! # }
+//! ```
+
+mod mock_llm;
+mod script;
+
+pub use mock_llm::MockLlm;
+pub use script::{MockChunk, MockReply};

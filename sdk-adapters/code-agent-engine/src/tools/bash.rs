@@ -1,0 +1,429 @@
+//! The `bash` tool: one shell command in the workspace, in its own process
+//! group, with a timeout, an output cap and the whole group killed on
+//! timeout or cancel.
+//!
+//! stdout and stderr share one pipe so their lines interleave as a terminal
+//! would show them. When the shell exits, whatever it left running in its
+//! group (`server &`) is ended too, so a call never leaks processes; a
+//! process that left the group with `setsid` is beyond reach, and reading
+//! its output stops after a short wait.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::process::{Child, Command};
+
+use super::args::{object, optional_u64, required_str};
+use super::cap::HeadTail;
+use super::child_env::child_env;
+use super::process_group::{TERM_GRACE, group_alive, kill_group, signal_group};
+use super::{Lane, Tool, ToolContext, ToolOutput};
+
+/// Longest timeout a call may ask for.
+const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// How long to keep reading after the group is gone (a process outside the
+/// group may still hold the pipe).
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+pub struct BashTool;
+
+#[async_trait]
+impl Tool for BashTool {
+    fn name(&self) -> &'static str {
+        "bash"
+    }
+
+    fn description(&self) -> &'static str {
+        "Run a shell command in the workspace (cwd = workspace root). Returns combined \
+         stdout and stderr (long output keeps its start and end) and the exit code. \
+         The command is killed with everything it started when it times out \
+         (timeout_ms, default 120000) or the turn is cancelled; background processes \
+         do not outlive the call."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The shell command to run."},
+                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Timeout in milliseconds (default 120000, at most 3600000)."}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        })
+    }
+
+    fn lane(&self) -> Lane {
+        Lane::Execute
+    }
+
+    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let command = match object(&args).and_then(|()| required_str(&args, "command")) {
+            Ok(command) => command.to_string(),
+            Err(err) => return ToolOutput::err(err),
+        };
+        if command.trim().is_empty() {
+            return ToolOutput::err("argument `command` is empty");
+        }
+        let timeout = match optional_u64(&args, "timeout_ms") {
+            Ok(Some(0)) => return ToolOutput::err("argument `timeout_ms` must be at least 1"),
+            Ok(Some(ms)) => Duration::from_millis(ms).min(MAX_TIMEOUT),
+            Ok(None) => ctx.bash_timeout,
+            Err(err) => return ToolOutput::err(err),
+        };
+        run_command(&command, timeout, ctx).await
+    }
+}
+
+async fn run_command(command: &str, timeout: Duration, ctx: &ToolContext) -> ToolOutput {
+    let cwd = ctx.workspace.display().to_string();
+    let base = |output: ToolOutput| output.with("command", command).with("cwd", cwd.as_str());
+    let (reader, writer) = match std::io::pipe() {
+        Ok(pair) => pair,
+        Err(err) => return base(ToolOutput::err(format!("cannot create a pipe: {err}"))),
+    };
+    let spawned = spawn(command, &ctx.workspace, &ctx.env, writer);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(err) => return base(ToolOutput::err(format!("cannot start the shell: {err}"))),
+    };
+    let Some(pid) = child.id() else {
+        return base(ToolOutput::err(
+            "the shell exited before it could be tracked",
+        ));
+    };
+    let pgid = pid as i32;
+    let mut guard = GroupGuard(Some(pgid));
+    let reading = tokio::spawn(read_capped(reader, ctx.output_cap));
+
+    let mut timed_out = false;
+    let mut cancelled = false;
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = tokio::time::sleep(timeout) => {
+            timed_out = true;
+            stop(&mut child, pgid).await
+        }
+        () = ctx.cancel.cancelled() => {
+            cancelled = true;
+            stop(&mut child, pgid).await
+        }
+    };
+    // Whatever the shell left running in its group goes with it.
+    if group_alive(pgid) {
+        kill_group(pgid, TERM_GRACE).await;
+    }
+    guard.0 = None;
+    let output = match tokio::time::timeout(DRAIN_WAIT, reading).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(err)) => format!("[output lost: {err}]"),
+        Err(_) => "[output unavailable: a process outside the group kept the pipe open]".into(),
+    };
+    finish(base, output, pid, status, timeout, timed_out, cancelled)
+}
+
+fn finish(
+    base: impl Fn(ToolOutput) -> ToolOutput,
+    output: String,
+    pid: u32,
+    status: std::io::Result<ExitStatus>,
+    timeout: Duration,
+    timed_out: bool,
+    cancelled: bool,
+) -> ToolOutput {
+    let (exit_code, signal) = match &status {
+        Ok(status) => (status.code(), status.signal()),
+        Err(_) => (None, None),
+    };
+    let error = if timed_out {
+        Some(format!(
+            "command timed out after {} ms",
+            timeout.as_millis()
+        ))
+    } else if cancelled {
+        Some("command cancelled".to_string())
+    } else {
+        match (&status, exit_code, signal) {
+            (Err(err), _, _) => Some(format!("cannot wait for the shell: {err}")),
+            (_, Some(0), _) => None,
+            (_, Some(code), _) => Some(format!("command exited with code {code}")),
+            (_, None, Some(signal)) => Some(format!("command killed by signal {signal}")),
+            (_, None, None) => Some("command ended without an exit status".to_string()),
+        }
+    };
+    let mut result = ToolOutput {
+        success: error.is_none(),
+        output,
+        error,
+        metadata: Default::default(),
+    };
+    result = base(result)
+        .with("pid", pid.to_string())
+        .with("timed_out", timed_out.to_string())
+        .with("cancelled", cancelled.to_string());
+    if let Some(code) = exit_code {
+        result = result.with("exit_code", code.to_string());
+    }
+    if let Some(signal) = signal {
+        result = result.with("signal", signal.to_string());
+    }
+    result
+}
+
+/// SIGKILLs the group if the call is dropped before it cleaned up (the
+/// caller aborted the future instead of cancelling), so no process leaks.
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Kills the group and reaps the shell.
+async fn stop(child: &mut Child, pgid: i32) -> std::io::Result<ExitStatus> {
+    kill_group(pgid, TERM_GRACE).await;
+    // The shell is dead (or was SIGKILLed with its group); reap it.
+    let _ = child.start_kill();
+    child.wait().await
+}
+
+fn spawn(
+    command: &str,
+    workspace: &Path,
+    extra_env: &[(String, String)],
+    writer: std::io::PipeWriter,
+) -> std::io::Result<Child> {
+    let stderr = writer.try_clone()?;
+    let mut cmd = Command::new(shell());
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(workspace)
+        .env_clear()
+        .envs(child_env(std::env::vars_os(), extra_env))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(stderr))
+        .process_group(0)
+        .kill_on_drop(true);
+    // `cmd` (holding the write ends) is dropped on return, so the pipe
+    // reaches EOF once the group has closed its copies.
+    cmd.spawn()
+}
+
+/// `bash` when it is on PATH, else `/bin/sh`.
+fn shell() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("bash"))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| PathBuf::from("/bin/sh"))
+}
+
+/// Reads the pipe to EOF under the cap.
+async fn read_capped(reader: std::io::PipeReader, cap: usize) -> String {
+    let mut kept = HeadTail::new(cap);
+    let fd = std::os::fd::OwnedFd::from(reader);
+    let mut receiver = match pipe::Receiver::from_owned_fd(fd) {
+        Ok(receiver) => receiver,
+        Err(err) => return format!("[cannot read output: {err}]"),
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match receiver.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => kept.push(&buf[..n]),
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                kept.push(format!("\n[output read failed: {err}]").as_bytes());
+                break;
+            }
+        }
+    }
+    kept.text()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn ctx() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+        (dir, ctx)
+    }
+
+    /// No live process of the group remains now, and the group disappears
+    /// entirely (zombies reaped) within a generous bound.
+    async fn assert_group_gone(pgid: i32) {
+        assert!(!group_alive(pgid), "a live process of group {pgid} remains");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            // SAFETY: signal 0 only checks for existence.
+            let rc = unsafe { libc::kill(-pgid, 0) };
+            if rc != 0 {
+                assert_eq!(
+                    std::io::Error::last_os_error().raw_os_error(),
+                    Some(libc::ESRCH)
+                );
+                return;
+            }
+            assert!(Instant::now() < deadline, "group {pgid} still exists");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_in_the_workspace_and_reports_exit_code() {
+        let (_dir, ctx) = ctx();
+        std::fs::write(ctx.workspace.join("hello.txt"), "hi\n").unwrap();
+        let out = BashTool
+            .run(json!({"command": "cat hello.txt; echo err >&2; pwd"}), &ctx)
+            .await;
+        assert!(out.success, "{out:?}");
+        assert_eq!(
+            out.output,
+            format!("hi\nerr\n{}\n", ctx.workspace.display())
+        );
+        assert_eq!(out.metadata["exit_code"], "0");
+        assert_eq!(out.metadata["cwd"], ctx.workspace.display().to_string());
+        assert_eq!(out.metadata["timed_out"], "false");
+        assert!(out.metadata["pid"].parse::<u32>().unwrap() > 1);
+
+        let failed = BashTool
+            .run(json!({"command": "echo no; exit 3"}), &ctx)
+            .await;
+        assert!(!failed.success);
+        assert_eq!(failed.output, "no\n");
+        assert_eq!(failed.metadata["exit_code"], "3");
+        assert!(failed.error.unwrap().contains("code 3"));
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_are_tool_errors() {
+        let (_dir, ctx) = ctx();
+        assert!(!BashTool.run(json!({}), &ctx).await.success);
+        assert!(!BashTool.run(json!({"command": "  "}), &ctx).await.success);
+        let out = BashTool
+            .run(json!({"command": "true", "timeout_ms": "soon"}), &ctx)
+            .await;
+        assert!(out.error.unwrap().contains("timeout_ms"));
+    }
+
+    #[tokio::test]
+    async fn output_is_capped_keeping_head_and_tail() {
+        let (_dir, mut ctx) = ctx();
+        ctx.output_cap = 100;
+        let out = BashTool
+            .run(
+                json!({"command": "echo FIRST; seq 1 5000; echo LAST"}),
+                &ctx,
+            )
+            .await;
+        assert!(out.success);
+        assert!(out.output.starts_with("FIRST\n"), "{}", out.output);
+        assert!(out.output.ends_with("LAST\n"), "{}", out.output);
+        assert!(out.output.contains("bytes of output omitted"));
+        assert!(out.output.len() < 200);
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let (_dir, ctx) = ctx();
+        let out = BashTool
+            .run(
+                json!({"command": "sh -c 'sleep 30 & sleep 30'", "timeout_ms": 300}),
+                &ctx,
+            )
+            .await;
+        assert!(!out.success);
+        assert_eq!(out.metadata["timed_out"], "true");
+        assert!(out.error.unwrap().contains("timed out"));
+        let pgid: i32 = out.metadata["pid"].parse().unwrap();
+        assert_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn cancel_kills_the_whole_group() {
+        let (_dir, ctx) = ctx();
+        std::fs::write(ctx.workspace.join("started"), "").unwrap();
+        let cancel = ctx.cancel.clone();
+        let marker = ctx.workspace.join("running");
+        let run = BashTool.run(
+            json!({"command": "sh -c 'sleep 30 & touch running; sleep 30'"}),
+            &ctx,
+        );
+        let trigger = async {
+            while !marker.exists() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            cancel.cancel();
+        };
+        let (out, ()) = tokio::join!(run, trigger);
+        assert!(!out.success);
+        assert_eq!(out.metadata["cancelled"], "true");
+        assert_eq!(out.metadata["timed_out"], "false");
+        let pgid: i32 = out.metadata["pid"].parse().unwrap();
+        assert_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn dropping_the_call_kills_the_group() {
+        let (_dir, ctx) = ctx();
+        let marker = ctx.workspace.join("running");
+        let pid_file = ctx.workspace.join("pgid");
+        let run = BashTool.run(
+            json!({"command": "sh -c 'sleep 300 & echo $$ > pgid; touch running; sleep 300'"}),
+            &ctx,
+        );
+        let wait_started = async {
+            while !marker.exists() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            _ = run => panic!("the command finished"),
+            () = wait_started => {}
+        }
+        // The inner sh is in the tool's group; its pgid is the tool's pid.
+        let inner: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let pgid = std::fs::read_to_string(format!("/proc/{inner}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let rest = stat.rsplit_once(')')?.1.to_string();
+                rest.split_whitespace().nth(2)?.parse::<i32>().ok()
+            })
+            .unwrap_or(inner);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while group_alive(pgid) {
+            assert!(Instant::now() < deadline, "group {pgid} survived the drop");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn background_jobs_do_not_outlive_the_call() {
+        let (_dir, ctx) = ctx();
+        let out = BashTool
+            .run(json!({"command": "sleep 30 & echo started"}), &ctx)
+            .await;
+        assert!(out.success, "{out:?}");
+        assert_eq!(out.output, "started\n");
+        let pgid: i32 = out.metadata["pid"].parse().unwrap();
+        assert_group_gone(pgid).await;
+    }
+}

@@ -1,0 +1,298 @@
+//! The `grep` tool: search file contents with a regular expression (the
+//! `regex` crate), walking the workspace the `.gitignore`-aware way (see
+//! `walk`). Results are `path:line:text`, capped in count and in bytes.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use async_trait::async_trait;
+use globset::GlobMatcher;
+use regex::{Regex, RegexBuilder};
+use serde_json::{Value, json};
+
+use super::args::{object, optional_bool, optional_str, required_str};
+use super::confine::{confine, relative_display};
+use super::walk::files;
+use super::{Lane, Tool, ToolContext, ToolOutput, blocking};
+
+/// Matching lines returned at most.
+const MAX_MATCHES: usize = 500;
+/// Characters kept of one matching line.
+const MAX_LINE_CHARS: usize = 500;
+/// Files larger than this are skipped.
+const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Compiled regex size limit (guards against patterns that explode).
+const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
+
+pub struct GrepTool;
+
+#[async_trait]
+impl Tool for GrepTool {
+    fn name(&self) -> &'static str {
+        "grep"
+    }
+
+    fn description(&self) -> &'static str {
+        "Search file contents with a regular expression (Rust regex syntax). Respects \
+         .gitignore; binary files are skipped. Output lines are `path:line:text`. \
+         Narrow with path (a directory or file) and glob (e.g. `*.rs` or `src/**/*.ts`)."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Regular expression to search for."},
+                "path": {"type": "string", "description": "Directory or file to search (default: the workspace)."},
+                "glob": {"type": "string", "description": "Only files matching this glob (a pattern without `/` matches file names)."},
+                "case_insensitive": {"type": "boolean", "description": "Ignore case (default false)."}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        })
+    }
+
+    fn lane(&self) -> Lane {
+        Lane::Query
+    }
+
+    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let workspace = ctx.workspace.clone();
+        let cap = ctx.output_cap;
+        let cancel = ctx.cancel.clone();
+        blocking(
+            move || match grep(&args, &workspace, cap, &|| cancel.is_cancelled()) {
+                Ok(output) => output,
+                Err(err) => ToolOutput::err(err),
+            },
+        )
+        .await
+    }
+}
+
+/// Which files the `glob` argument keeps.
+enum FileFilter {
+    All,
+    Name(GlobMatcher),
+    Path(GlobMatcher),
+}
+
+impl FileFilter {
+    fn parse(glob: Option<&str>) -> Result<Self, String> {
+        let Some(glob) = glob.filter(|glob| !glob.is_empty()) else {
+            return Ok(Self::All);
+        };
+        let matcher = globset::GlobBuilder::new(glob)
+            .literal_separator(true)
+            .build()
+            .map_err(|err| format!("argument `glob` is not a valid glob: {err}"))?
+            .compile_matcher();
+        Ok(if glob.contains('/') {
+            Self::Path(matcher)
+        } else {
+            Self::Name(matcher)
+        })
+    }
+
+    fn keeps(&self, relative: &Path) -> bool {
+        match self {
+            Self::All => true,
+            Self::Name(matcher) => relative
+                .file_name()
+                .is_some_and(|name| matcher.is_match(name)),
+            Self::Path(matcher) => matcher.is_match(relative),
+        }
+    }
+}
+
+fn grep(
+    args: &Value,
+    workspace: &Path,
+    cap: usize,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<ToolOutput, String> {
+    object(args)?;
+    let pattern = required_str(args, "pattern")?;
+    let requested = optional_str(args, "path")?.unwrap_or(".");
+    let filter = FileFilter::parse(optional_str(args, "glob")?)?;
+    let case_insensitive = optional_bool(args, "case_insensitive")?.unwrap_or(false);
+    let regex = RegexBuilder::new(pattern)
+        .case_insensitive(case_insensitive)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|err| format!("argument `pattern` is not a valid regex: {err}"))?;
+    let root = confine(workspace, requested)?;
+    let shown_root = relative_display(workspace, &root);
+    if !root.exists() {
+        return Err(format!("{shown_root} does not exist"));
+    }
+
+    let mut output = String::new();
+    let mut matches = 0usize;
+    let mut files_matched = 0usize;
+    let mut truncated = false;
+    'files: for file in files(workspace, &root) {
+        if cancelled() {
+            return Err("grep cancelled".to_string());
+        }
+        let relative = Path::new(&file.display);
+        if !filter.keeps(relative) {
+            continue;
+        }
+        let found = search_file(&file.real, &regex);
+        if !found.is_empty() {
+            files_matched += 1;
+        }
+        for (line_number, text) in found {
+            let entry = format!("{}:{line_number}:{text}\n", file.display);
+            if matches >= MAX_MATCHES || output.len() + entry.len() > cap {
+                truncated = true;
+                break 'files;
+            }
+            output.push_str(&entry);
+            matches += 1;
+        }
+    }
+    if truncated {
+        output.push_str(&format!(
+            "[results truncated after {matches} matches; narrow the pattern, path or glob]\n"
+        ));
+    } else if matches == 0 {
+        output.push_str("No matches found.\n");
+    }
+    Ok(ToolOutput::ok(output)
+        .with("pattern", pattern)
+        .with("path", shown_root)
+        .with("matches", matches.to_string())
+        .with("files", files_matched.to_string())
+        .with("truncated", truncated.to_string()))
+}
+
+/// Matching lines of one file (empty for unreadable, binary or huge files).
+fn search_file(path: &Path, regex: &Regex) -> Vec<(u64, String)> {
+    let Ok(file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    if file.metadata().map(|meta| meta.len()).unwrap_or(0) > MAX_FILE_BYTES {
+        return Vec::new();
+    }
+    let mut reader = BufReader::new(file);
+    let Ok(start) = reader.fill_buf() else {
+        return Vec::new();
+    };
+    if start[..start.len().min(8 * 1024)].contains(&0) {
+        return Vec::new();
+    }
+    let mut found = Vec::new();
+    let mut number = 0u64;
+    for line in reader.take(MAX_FILE_BYTES).split(b'\n') {
+        let Ok(line) = line else { break };
+        number += 1;
+        let text = String::from_utf8_lossy(&line);
+        let text = text.strip_suffix('\r').unwrap_or(&text);
+        if regex.is_match(text) {
+            found.push((number, cut(text)));
+            if found.len() >= MAX_MATCHES {
+                break;
+            }
+        }
+    }
+    found
+}
+
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_LINE_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn ctx() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+        let ws = &ctx.workspace;
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::create_dir_all(ws.join("target")).unwrap();
+        std::fs::write(ws.join(".gitignore"), "target/\n").unwrap();
+        std::fs::write(ws.join("src/lib.rs"), "fn alpha() {}\nfn beta() {}\n").unwrap();
+        std::fs::write(ws.join("src/notes.md"), "alpha notes\n").unwrap();
+        std::fs::write(ws.join("target/gen.rs"), "fn alpha_generated() {}\n").unwrap();
+        (dir, ctx)
+    }
+
+    #[tokio::test]
+    async fn finds_matches_and_respects_gitignore() {
+        let (_dir, ctx) = ctx();
+        let out = GrepTool.run(json!({"pattern": "alpha"}), &ctx).await;
+        assert!(out.success, "{out:?}");
+        let mut lines: Vec<&str> = out.output.lines().collect();
+        lines.sort();
+        assert_eq!(
+            lines,
+            vec!["src/lib.rs:1:fn alpha() {}", "src/notes.md:1:alpha notes"]
+        );
+        assert_eq!(out.metadata["matches"], "2");
+    }
+
+    #[tokio::test]
+    async fn glob_path_and_case_filters() {
+        let (_dir, ctx) = ctx();
+        let out = GrepTool
+            .run(
+                json!({"pattern": "ALPHA", "glob": "*.rs", "case_insensitive": true}),
+                &ctx,
+            )
+            .await;
+        assert_eq!(out.output, "src/lib.rs:1:fn alpha() {}\n");
+        let out = GrepTool
+            .run(json!({"pattern": "fn \\w+", "path": "src/lib.rs"}), &ctx)
+            .await;
+        assert_eq!(
+            out.output,
+            "src/lib.rs:1:fn alpha() {}\nsrc/lib.rs:2:fn beta() {}\n"
+        );
+        let out = GrepTool.run(json!({"pattern": "zzz"}), &ctx).await;
+        assert!(out.success);
+        assert_eq!(out.output, "No matches found.\n");
+    }
+
+    #[tokio::test]
+    async fn caps_results() {
+        let (_dir, mut ctx) = ctx();
+        ctx.output_cap = 40;
+        let out = GrepTool.run(json!({"pattern": "."}), &ctx).await;
+        assert!(out.success);
+        assert_eq!(out.metadata["matches"], "1", "{}", out.output);
+        assert!(out.output.contains("results truncated"), "{}", out.output);
+        assert_eq!(out.metadata["truncated"], "true");
+    }
+
+    #[tokio::test]
+    async fn errors_and_escapes() {
+        let (_dir, ctx) = ctx();
+        let out = GrepTool.run(json!({"pattern": "("}), &ctx).await;
+        assert!(out.error.unwrap().contains("`pattern`"));
+        let out = GrepTool
+            .run(json!({"pattern": "root", "path": "/etc"}), &ctx)
+            .await;
+        assert!(!out.success);
+        let out = GrepTool
+            .run(json!({"pattern": "root", "path": "../"}), &ctx)
+            .await;
+        assert!(!out.success);
+        symlink("/etc", ctx.workspace.join("etc")).unwrap();
+        let out = GrepTool
+            .run(json!({"pattern": "root", "path": "etc"}), &ctx)
+            .await;
+        assert!(!out.success);
+        // A symlink to a file outside is skipped by the walk.
+        symlink("/etc/passwd", ctx.workspace.join("src/passwd")).unwrap();
+        let out = GrepTool.run(json!({"pattern": "root"}), &ctx).await;
+        assert_eq!(out.output, "No matches found.\n");
+    }
+}

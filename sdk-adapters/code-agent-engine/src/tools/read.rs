@@ -1,0 +1,229 @@
+//! The `read` tool: a text file's lines with line numbers, optionally a
+//! range (`offset` = first line, 1-based; `limit` = how many lines).
+//!
+//! Binary files are refused (a NUL byte in the first 8 KiB), long lines are
+//! cut, and the output stops at the context's cap with a note saying which
+//! lines were shown and how to read on.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::args::{object, optional_u64, required_str};
+use super::confine::{confine, relative_display};
+use super::{Lane, Tool, ToolContext, ToolOutput, blocking};
+
+/// Lines returned when the call gives no `limit`.
+const DEFAULT_LIMIT: u64 = 2000;
+/// Characters kept of one line.
+const MAX_LINE_CHARS: usize = 2000;
+/// Bytes inspected for binary detection.
+const SNIFF_BYTES: usize = 8 * 1024;
+
+pub struct ReadTool;
+
+#[async_trait]
+impl Tool for ReadTool {
+    fn name(&self) -> &'static str {
+        "read"
+    }
+
+    fn description(&self) -> &'static str {
+        "Read a text file in the workspace. Output lines are numbered (`   N\\tline`). \
+         Use offset (first line, 1-based) and limit (number of lines, default 2000) \
+         to read part of a large file."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the workspace or absolute inside it."},
+                "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to read."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        })
+    }
+
+    fn lane(&self) -> Lane {
+        Lane::Query
+    }
+
+    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let workspace = ctx.workspace.clone();
+        let cap = ctx.output_cap;
+        blocking(move || match read(&args, &workspace, cap) {
+            Ok(output) => output,
+            Err(err) => ToolOutput::err(err),
+        })
+        .await
+    }
+}
+
+fn read(args: &Value, workspace: &Path, cap: usize) -> Result<ToolOutput, String> {
+    object(args)?;
+    let requested = required_str(args, "path")?;
+    let offset = optional_u64(args, "offset")?.unwrap_or(1).max(1);
+    let limit = optional_u64(args, "limit")?.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 {
+        return Err("argument `limit` must be at least 1".to_string());
+    }
+    let path = confine(workspace, requested)?;
+    let shown = relative_display(workspace, &path);
+    if path.is_dir() {
+        return Err(format!("{shown} is a directory (use ls)"));
+    }
+    let mut file = File::open(&path).map_err(|err| format!("cannot open {shown}: {err}"))?;
+    let mut sniff = vec![0u8; SNIFF_BYTES];
+    let sniffed =
+        read_up_to(&mut file, &mut sniff).map_err(|err| format!("cannot read {shown}: {err}"))?;
+    if sniff[..sniffed].contains(&0) {
+        return Err(format!("{shown} looks like a binary file; not shown"));
+    }
+    let reader = BufReader::new(std::io::Cursor::new(sniff[..sniffed].to_vec()).chain(file));
+
+    let mut output = String::new();
+    let mut total: u64 = 0;
+    let mut first_shown: Option<u64> = None;
+    let mut last_shown: u64 = 0;
+    let mut capped = false;
+    for line in reader.split(b'\n') {
+        let line = line.map_err(|err| format!("cannot read {shown}: {err}"))?;
+        total += 1;
+        if total < offset || total >= offset.saturating_add(limit) || capped {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.strip_suffix('\r').unwrap_or(&text);
+        let numbered = format!("{total:>6}\t{}\n", cut_line(text));
+        if output.len() + numbered.len() > cap {
+            capped = true;
+            continue;
+        }
+        output.push_str(&numbered);
+        first_shown.get_or_insert(total);
+        last_shown = total;
+    }
+    if total > 0 && offset > total {
+        return Err(format!(
+            "offset {offset} is past the end of {shown} ({total} lines)"
+        ));
+    }
+    let first = first_shown.unwrap_or(offset);
+    if capped || (last_shown < total && first_shown.is_some()) {
+        let reason = if capped { "output cap reached; " } else { "" };
+        output.push_str(&format!(
+            "[{reason}showing lines {first}-{last_shown} of {total}; use offset/limit to read more]\n"
+        ));
+    }
+    if total == 0 {
+        output.push_str("[empty file]\n");
+    }
+    Ok(ToolOutput::ok(output)
+        .with("path", shown)
+        .with("total_lines", total.to_string())
+        .with("start_line", first.to_string())
+        .with("end_line", last_shown.to_string()))
+}
+
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(filled)
+}
+
+fn cut_line(text: &str) -> String {
+    match text.char_indices().nth(MAX_LINE_CHARS) {
+        Some((at, _)) => format!("{}… [line cut]", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ToolContext;
+
+    fn ctx() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+        std::fs::create_dir_all(ctx.workspace.join("src")).unwrap();
+        std::fs::write(ctx.workspace.join("src/a.txt"), "one\ntwo\nthree\nfour\n").unwrap();
+        (dir, ctx)
+    }
+
+    #[tokio::test]
+    async fn reads_numbered_lines() {
+        let (_dir, ctx) = ctx();
+        let out = ReadTool.run(json!({"path": "src/a.txt"}), &ctx).await;
+        assert!(out.success, "{out:?}");
+        assert_eq!(
+            out.output,
+            "     1\tone\n     2\ttwo\n     3\tthree\n     4\tfour\n"
+        );
+        assert_eq!(out.metadata["path"], "src/a.txt");
+        assert_eq!(out.metadata["total_lines"], "4");
+    }
+
+    #[tokio::test]
+    async fn reads_a_line_range() {
+        let (_dir, ctx) = ctx();
+        let out = ReadTool
+            .run(json!({"path": "src/a.txt", "offset": 2, "limit": 2}), &ctx)
+            .await;
+        assert!(out.success, "{out:?}");
+        assert_eq!(
+            out.output,
+            "     2\ttwo\n     3\tthree\n[showing lines 2-3 of 4; use offset/limit to read more]\n"
+        );
+        let past = ReadTool
+            .run(json!({"path": "src/a.txt", "offset": 9}), &ctx)
+            .await;
+        assert!(past.error.unwrap().contains("past the end"));
+    }
+
+    #[tokio::test]
+    async fn caps_output_and_says_so() {
+        let (_dir, mut ctx) = ctx();
+        ctx.output_cap = 30;
+        let out = ReadTool.run(json!({"path": "src/a.txt"}), &ctx).await;
+        assert!(out.success);
+        assert!(
+            out.output.starts_with("     1\tone\n     2\ttwo\n"),
+            "{}",
+            out.output
+        );
+        assert!(
+            out.output
+                .contains("output cap reached; showing lines 1-2 of 4")
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_binary_directories_missing_and_escapes() {
+        let (_dir, ctx) = ctx();
+        std::fs::write(ctx.workspace.join("bin"), b"\x7fELF\0\0\x01").unwrap();
+        let out = ReadTool.run(json!({"path": "bin"}), &ctx).await;
+        assert!(out.error.unwrap().contains("binary"));
+        let out = ReadTool.run(json!({"path": "src"}), &ctx).await;
+        assert!(out.error.unwrap().contains("directory"));
+        let out = ReadTool.run(json!({"path": "nope.txt"}), &ctx).await;
+        assert!(out.error.unwrap().contains("cannot open"));
+        let out = ReadTool.run(json!({"path": "../x"}), &ctx).await;
+        assert!(!out.success);
+        let out = ReadTool.run(json!({}), &ctx).await;
+        assert!(out.error.unwrap().contains("`path`"));
+    }
+}

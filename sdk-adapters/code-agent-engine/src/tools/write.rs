@@ -1,0 +1,151 @@
+//! The `write` tool: create or replace a file in the workspace with the
+//! given content. Missing parent directories are created (inside the
+//! workspace only: the path is confined first). Metadata says whether the
+//! file was added or updated and carries a unified diff.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::args::{object, required_str};
+use super::cap::cap_head_tail;
+use super::confine::{confine, relative_display};
+use super::diff::unified_diff;
+use super::{Lane, Tool, ToolContext, ToolOutput, blocking};
+
+pub struct WriteTool;
+
+#[async_trait]
+impl Tool for WriteTool {
+    fn name(&self) -> &'static str {
+        "write"
+    }
+
+    fn description(&self) -> &'static str {
+        "Create a file in the workspace, or replace its whole content. Parent \
+         directories are created. Prefer edit for changing part of an existing file."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the workspace or absolute inside it."},
+                "content": {"type": "string", "description": "The complete new content of the file."}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        })
+    }
+
+    fn lane(&self) -> Lane {
+        Lane::Execute
+    }
+
+    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let workspace = ctx.workspace.clone();
+        let cap = ctx.output_cap;
+        blocking(move || match write(&args, &workspace, cap) {
+            Ok(output) => output,
+            Err(err) => ToolOutput::err(err),
+        })
+        .await
+    }
+}
+
+fn write(args: &Value, workspace: &Path, cap: usize) -> Result<ToolOutput, String> {
+    object(args)?;
+    let requested = required_str(args, "path")?;
+    let content = required_str(args, "content")?;
+    let path = confine(workspace, requested)?;
+    let shown = relative_display(workspace, &path);
+    if path.is_dir() {
+        return Err(format!("{shown} is a directory"));
+    }
+    let old = if path.exists() {
+        let bytes = std::fs::read(&path).map_err(|err| format!("cannot read {shown}: {err}"))?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    } else {
+        None
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|err| format!("cannot create the directories of {shown}: {err}"))?;
+    }
+    std::fs::write(&path, content).map_err(|err| format!("cannot write {shown}: {err}"))?;
+    let kind = if old.is_some() { "update" } else { "add" };
+    let diff = cap_head_tail(&unified_diff(&shown, old.as_deref(), content), cap);
+    let verb = if old.is_some() { "Updated" } else { "Created" };
+    Ok(
+        ToolOutput::ok(format!("{verb} {shown} ({} bytes)", content.len()))
+            .with("path", shown)
+            .with("kind", kind)
+            .with("diff", diff),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn ctx() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+        (dir, ctx)
+    }
+
+    #[tokio::test]
+    async fn creates_then_updates_with_diffs() {
+        let (_dir, ctx) = ctx();
+        let out = WriteTool
+            .run(json!({"path": "new/dir/f.txt", "content": "a\nb\n"}), &ctx)
+            .await;
+        assert!(out.success, "{out:?}");
+        assert_eq!(out.metadata["kind"], "add");
+        assert_eq!(out.metadata["path"], "new/dir/f.txt");
+        assert!(out.metadata["diff"].contains("+a\n+b\n"));
+        assert_eq!(
+            std::fs::read_to_string(ctx.workspace.join("new/dir/f.txt")).unwrap(),
+            "a\nb\n"
+        );
+        let out = WriteTool
+            .run(json!({"path": "new/dir/f.txt", "content": "a\nc\n"}), &ctx)
+            .await;
+        assert_eq!(out.metadata["kind"], "update");
+        assert!(
+            out.metadata["diff"].contains("-b\n+c\n"),
+            "{}",
+            out.metadata["diff"]
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_escapes_and_bad_arguments() {
+        let (_dir, ctx) = ctx();
+        let outside = tempfile::tempdir().unwrap();
+        symlink(outside.path(), ctx.workspace.join("out")).unwrap();
+        symlink("/etc", ctx.workspace.join("etc")).unwrap();
+        for path in [
+            "../escape.txt".to_string(),
+            outside.path().join("abs.txt").display().to_string(),
+            "out/x.txt".to_string(),
+            "out/deeper/x.txt".to_string(),
+            "etc/x.conf".to_string(),
+        ] {
+            let out = WriteTool
+                .run(json!({"path": path, "content": "x"}), &ctx)
+                .await;
+            assert!(!out.success, "{path} was written");
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        let out = WriteTool.run(json!({"path": "a.txt"}), &ctx).await;
+        assert!(out.error.unwrap().contains("`content`"));
+        std::fs::create_dir(ctx.workspace.join("d")).unwrap();
+        let out = WriteTool
+            .run(json!({"path": "d", "content": ""}), &ctx)
+            .await;
+        assert!(out.error.unwrap().contains("directory"));
+    }
+}
