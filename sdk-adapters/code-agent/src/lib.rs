@@ -1,1 +1,497 @@
-//! The `code-agent` SDK adapter.
+//! The `code-agent` SDK: drives an `a3s.code.agent.v1.CodeAgentService`
+//! through its gRPC API only, whether the engine is embedded in the runner
+//! (the default: `code_agent_engine` served over in-memory pipes, no port)
+//! or remote (`CodeAgentConfig::endpoint`, any server of that interface).
+//! One code path for both (module `connect`).
+//!
+//! How a runner thread maps onto the service:
+//! - `create_thread` ⇒ `Initialize{workspace, env}` (the engine gives the
+//!   thread's env to its tool processes) and a FILE session whose id is the
+//!   thread id (so it survives restarts; re-opening finds it with
+//!   `GetSession`, else creates it again). The session id is the runner's
+//!   `sdk_thread_id`.
+//! - A turn is `StreamGenerate` with the user's text (metadata
+//!   `reasoning_effort` when a level applies); its chunks become
+//!   [`TurnEvent`](sdk_adapter::TurnEvent)s (module `turn`, tool calls via
+//!   module `tools`). A turn on another model than the session's first
+//!   `ConfigureSession`s it (every turn names its model, so an override
+//!   lasts one turn).
+//! - Steering is a second `StreamGenerate` with metadata `steer = "true"`;
+//!   interrupt is `Cancel` (module `control`).
+//! - `delete_thread` ⇒ `DestroySession`; `delete_agent` does it for each
+//!   of the agent's threads this adapter knows.
+//! - `describe` ⇒ `ListProviders` (module `describe`).
+
+mod config;
+mod connect;
+mod control;
+mod describe;
+mod tools;
+mod turn;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_runner_proto::code_agent::code_agent_service_server::{
+    CodeAgentService, CodeAgentServiceServer,
+};
+use agent_runner_proto::code_agent::{
+    ConfigureSessionRequest, CreateSessionRequest, DestroySessionRequest, GenerateRequest,
+    GetSessionRequest, InitializeRequest, LlmConfig, SessionConfig, StorageType,
+};
+use async_trait::async_trait;
+use sdk_adapter::{
+    AgentSpec, SdkAdapter, SdkDescription, SdkError, SdkStatus, TURN_EVENT_BUFFER, ThreadHandle,
+    ThreadSpec, TokenUsageBreakdown, Turn, TurnInput, given,
+};
+use sdk_process::ThreadTable;
+use tokio::sync::{OnceCell, mpsc};
+use tonic::Code;
+
+pub use config::{CodeAgentConfig, check_endpoint};
+pub use connect::{InMemoryClient, in_memory_client};
+
+use crate::connect::{Backend, Client};
+use crate::control::{CodeAgentControl, TURN_MSG_BUFFER, user_message};
+use crate::turn::TurnTask;
+
+/// The SDK's name on the wire.
+pub const SDK_NAME: &str = "code-agent";
+
+/// How long a steer may wait for the engine's next step boundary (a tool
+/// call in progress, such as a long `bash`, delays it).
+const STEER_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The `code-agent` adapter.
+pub struct CodeAgentAdapter {
+    config: CodeAgentConfig,
+    backend: OnceCell<Backend>,
+    threads: ThreadTable<Slot>,
+    /// Each advertised model's context window, from the last `describe`.
+    context_windows: Mutex<HashMap<String, i64>>,
+}
+
+/// One runner thread.
+#[derive(Default)]
+struct Slot {
+    state: tokio::sync::Mutex<SlotState>,
+    /// The thread's token usage since this adapter started.
+    usage: Arc<Mutex<TokenUsageBreakdown>>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// The session exists in the engine (created or found) and the thread's
+    /// env is registered.
+    ready: bool,
+    /// The model the session is configured with, once known.
+    model: Option<String>,
+    /// The session, once ensured.
+    session_id: Option<String>,
+}
+
+/// A status as one line for users: the engine's message and the code.
+pub(crate) fn status_text(status: &tonic::Status) -> String {
+    let message = status.message();
+    if message.is_empty() {
+        format!("{:?}", status.code())
+    } else {
+        format!("{message} ({:?})", status.code())
+    }
+}
+
+fn sdk_error(what: &str, status: &tonic::Status) -> SdkError {
+    let text = format!("code-agent {what}: {}", status_text(status));
+    match status.code() {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown => SdkError::Unavailable(text),
+        Code::InvalidArgument | Code::NotFound | Code::OutOfRange => SdkError::InvalidRequest(text),
+        _ => SdkError::Failed(text),
+    }
+}
+
+/// The session id of a thread: the runner's id, checked to be safe for the
+/// engine to use as a file name.
+fn session_id(spec: &ThreadSpec) -> Result<String, SdkError> {
+    let id = given(&spec.sdk_thread_id).unwrap_or(&spec.thread_id);
+    let safe = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if safe {
+        Ok(id.to_owned())
+    } else {
+        Err(SdkError::InvalidRequest(format!(
+            "thread id {id:?} cannot be a code-agent session id (1-128 of [A-Za-z0-9._-], not starting with '.')"
+        )))
+    }
+}
+
+impl CodeAgentAdapter {
+    /// Nothing is started or dialled until the adapter is first used.
+    pub fn new(config: CodeAgentConfig) -> Self {
+        Self {
+            config,
+            backend: OnceCell::new(),
+            threads: ThreadTable::new(),
+            context_windows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Drive `service` in this process: an engine the caller started (and
+    /// perhaps configured) itself. `config.endpoint` and `config.state_dir`
+    /// are not used.
+    pub fn with_service<T: CodeAgentService>(
+        service: CodeAgentServiceServer<T>,
+        config: CodeAgentConfig,
+    ) -> Self {
+        let backend = OnceCell::new_with(Some(Backend::from(in_memory_client(service))));
+        Self {
+            backend,
+            ..Self::new(config)
+        }
+    }
+
+    pub fn config(&self) -> &CodeAgentConfig {
+        &self.config
+    }
+
+    /// The client; starts the embedded engine on first use (a failure is
+    /// retried on the next call).
+    async fn client(&self) -> Result<Client, SdkError> {
+        self.backend
+            .get_or_try_init(|| Backend::open(&self.config))
+            .await
+            .map(|b| b.client.clone())
+            .map_err(SdkError::Unavailable)
+    }
+
+    fn slot(&self, spec: &ThreadSpec) -> Arc<Slot> {
+        let made = self
+            .threads
+            .get_or_try_insert(&spec.thread_id, &spec.agent_id, || {
+                Ok::<_, std::convert::Infallible>(Slot::default())
+            });
+        match made {
+            Ok(slot) => slot,
+            Err(never) => match never {},
+        }
+    }
+
+    /// A unary call under the request timeout.
+    async fn call<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, tonic::Status> {
+        match tokio::time::timeout(self.config.request_timeout, call).await {
+            Ok(result) => result.map(tonic::Response::into_inner),
+            Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+                "{what}: no answer within {:?}",
+                self.config.request_timeout
+            ))),
+        }
+    }
+
+    fn session_config(spec: &ThreadSpec, model: &str) -> SessionConfig {
+        SessionConfig {
+            name: spec.thread_id.clone(),
+            workspace: spec.workspace.to_string_lossy().into_owned(),
+            llm: Some(LlmConfig {
+                model: model.to_owned(),
+                ..Default::default()
+            }),
+            storage_type: StorageType::File.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Make sure the thread's session exists and its env is registered.
+    async fn ensure_session(
+        &self,
+        spec: &ThreadSpec,
+        state: &mut SlotState,
+    ) -> Result<String, SdkError> {
+        let id = session_id(spec)?;
+        if state.ready {
+            return Ok(id);
+        }
+        let mut client = self.client().await?;
+        spec.create_workspace().await?;
+        let workspace = spec.workspace.to_string_lossy().into_owned();
+        let init = InitializeRequest {
+            workspace: workspace.clone(),
+            env: spec.env.iter().cloned().collect(),
+        };
+        match self.call("Initialize", client.initialize(init)).await {
+            Ok(_) => {}
+            Err(status) if status.code() == Code::Unimplemented && spec.env.is_empty() => {
+                tracing::debug!(error = %status_text(&status), "the engine has no Initialize; no env to pass");
+            }
+            Err(status) => return Err(sdk_error("Initialize", &status)),
+        }
+        let found = self
+            .call(
+                "GetSession",
+                client.get_session(GetSessionRequest {
+                    session_id: id.clone(),
+                }),
+            )
+            .await;
+        match found {
+            Ok(found) => {
+                state.model = found
+                    .session
+                    .and_then(|s| s.config)
+                    .and_then(|c| c.llm)
+                    .map(|l| l.model)
+                    .filter(|m| !m.is_empty());
+            }
+            Err(status) if status.code() == Code::NotFound => {
+                if given(&spec.sdk_thread_id).is_some() {
+                    tracing::warn!(thread_id = %spec.thread_id, session_id = %id, "the code-agent session is gone; starting it afresh (its history is lost)");
+                }
+                let request = CreateSessionRequest {
+                    session_id: Some(id.clone()),
+                    config: Some(Self::session_config(spec, &spec.model)),
+                    initial_context: Vec::new(),
+                };
+                match self
+                    .call("CreateSession", client.create_session(request))
+                    .await
+                {
+                    Ok(_) => state.model = Some(spec.model.clone()),
+                    Err(status) if status.code() == Code::AlreadyExists => state.model = None,
+                    Err(status) => return Err(sdk_error("CreateSession", &status)),
+                }
+            }
+            Err(status) => return Err(sdk_error("GetSession", &status)),
+        }
+        state.ready = true;
+        state.session_id = Some(id.clone());
+        Ok(id)
+    }
+
+    async fn destroy(&self, session_id: String) -> Result<(), SdkError> {
+        let mut client = self.client().await?;
+        let request = DestroySessionRequest {
+            session_id: session_id.clone(),
+        };
+        match self
+            .call("DestroySession", client.destroy_session(request))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(status) if status.code() == Code::NotFound => Ok(()),
+            Err(status) => Err(sdk_error("DestroySession", &status)),
+        }
+    }
+
+    async fn open_stream(
+        &self,
+        spec: &ThreadSpec,
+        state: &mut SlotState,
+        input: &TurnInput,
+    ) -> Result<
+        (
+            String,
+            tonic::Streaming<agent_runner_proto::code_agent::GenerateChunk>,
+        ),
+        SdkError,
+    > {
+        let model_override = given(&input.model);
+        let effort = match (given(&input.reasoning_level), model_override) {
+            (Some(level), _) => Some(level),
+            (None, None) => given(&spec.reasoning_level),
+            (None, Some(_)) => None,
+        };
+        let model = model_override.unwrap_or(&spec.model);
+        let mut retried = false;
+        loop {
+            let id = self.ensure_session(spec, state).await?;
+            let mut client = self.client().await?;
+            if state.model.as_deref() != Some(model) {
+                let request = ConfigureSessionRequest {
+                    session_id: id.clone(),
+                    config: Some(Self::session_config(spec, model)),
+                };
+                self.call("ConfigureSession", client.configure_session(request))
+                    .await
+                    .map_err(|s| sdk_error("ConfigureSession", &s))?;
+                state.model = Some(model.to_owned());
+            }
+            let metadata: Vec<(&str, &str)> = effort
+                .map(|e| ("reasoning_effort", e))
+                .into_iter()
+                .collect();
+            let request = GenerateRequest {
+                session_id: id.clone(),
+                messages: vec![user_message(input.text.clone(), &metadata)],
+            };
+            match self
+                .call("StreamGenerate", client.stream_generate(request))
+                .await
+            {
+                Ok(stream) => return Ok((id, stream)),
+                // The engine lost the session (a remote one restarted
+                // without it): create it again, once.
+                Err(status) if status.code() == Code::NotFound && !retried => {
+                    retried = true;
+                    state.ready = false;
+                    state.model = None;
+                }
+                Err(status) if status.code() == Code::FailedPrecondition => {
+                    return Err(SdkError::Failed(format!(
+                        "code-agent session {id} is busy: {}",
+                        status_text(&status)
+                    )));
+                }
+                Err(status) => return Err(sdk_error("StreamGenerate", &status)),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SdkAdapter for CodeAgentAdapter {
+    fn name(&self) -> &str {
+        SDK_NAME
+    }
+
+    async fn describe(&self) -> SdkDescription {
+        let client = match self.client().await {
+            Ok(client) => client,
+            Err(e) => {
+                let status = if self.config.endpoint.is_some() {
+                    SdkStatus::Unconfigured
+                } else {
+                    SdkStatus::Error
+                };
+                return describe::description(status, Some(e.to_string()), Vec::new());
+            }
+        };
+        let described = describe::probe(&client, self.config.describe_timeout).await;
+        *self
+            .context_windows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = described.context_windows;
+        described.description
+    }
+
+    async fn create_agent(&self, _agent: &AgentSpec) -> Result<(), SdkError> {
+        Ok(())
+    }
+
+    /// The runner deletes the agent's threads first; sessions of threads
+    /// still known here are destroyed too (the first error is returned).
+    async fn delete_agent(&self, agent_id: &str) -> Result<(), SdkError> {
+        let mut first_error = None;
+        for slot in self.threads.remove_agent(agent_id) {
+            let session = slot.state.lock().await.session_id.take();
+            if let Some(session) = session
+                && let Err(e) = self.destroy(session).await
+            {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
+        let slot = self.slot(spec);
+        let mut state = slot.state.lock().await;
+        let result = self.ensure_session(spec, &mut state).await;
+        match result {
+            Ok(sdk_thread_id) => Ok(ThreadHandle { sdk_thread_id }),
+            Err(e) => {
+                drop(state);
+                if given(&spec.sdk_thread_id).is_none() {
+                    self.threads.remove(&spec.thread_id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn delete_thread(&self, spec: &ThreadSpec) -> Result<(), SdkError> {
+        if let Some(slot) = self.threads.remove(&spec.thread_id) {
+            // Wait for a start_turn in progress to let go.
+            let _ = slot.state.lock().await;
+        }
+        self.destroy(session_id(spec)?).await
+    }
+
+    async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError> {
+        let slot = self.slot(spec);
+        let mut state = slot.state.lock().await;
+        let (session_id, stream) = self.open_stream(spec, &mut state, &input).await?;
+        drop(state);
+        let client = self.client().await?;
+        let turn_id = format!("turn-{}", uuid::Uuid::new_v4().simple());
+        let (events, receiver) = mpsc::channel(TURN_EVENT_BUFFER);
+        let (msgs_tx, msgs) = mpsc::channel(TURN_MSG_BUFFER);
+        let control = Arc::new(CodeAgentControl::new(
+            client,
+            session_id,
+            self.config.request_timeout,
+            STEER_TIMEOUT,
+            msgs_tx,
+        ));
+        let model = given(&input.model).unwrap_or(&spec.model);
+        let context_window = self
+            .context_windows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(model)
+            .copied();
+        let task = TurnTask {
+            turn_id: turn_id.clone(),
+            cwd: spec.workspace.to_string_lossy().into_owned(),
+            user_text: input.text,
+            events,
+            stream,
+            msgs,
+            control: control.clone(),
+            coalesce: self.config.coalesce,
+            interrupt_grace: self.config.interrupt_grace,
+            thread_usage: slot.usage.clone(),
+            context_window,
+        };
+        tokio::spawn(task.run());
+        Ok(Turn {
+            sdk_turn_id: turn_id,
+            events: receiver,
+            control,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(thread_id: &str, sdk_thread_id: Option<&str>) -> ThreadSpec {
+        ThreadSpec {
+            agent_id: "a".into(),
+            thread_id: thread_id.into(),
+            workspace: "/w".into(),
+            model: "m".into(),
+            reasoning_level: None,
+            sdk_thread_id: sdk_thread_id.map(str::to_owned),
+            env: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn session_ids_come_from_the_thread_and_are_checked() {
+        assert_eq!(session_id(&spec("thr-1", None)).unwrap(), "thr-1");
+        assert_eq!(session_id(&spec("thr-1", Some("s-2"))).unwrap(), "s-2");
+        assert_eq!(session_id(&spec("thr-1", Some(""))).unwrap(), "thr-1");
+        for bad in ["../x", ".hidden", "a/b", ""] {
+            assert!(session_id(&spec(bad, None)).is_err(), "{bad}");
+        }
+        assert!(session_id(&spec(&"x".repeat(129), None)).is_err());
+    }
+}

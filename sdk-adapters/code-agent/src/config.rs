@@ -1,0 +1,69 @@
+//! How the runner configures the `code-agent` adapter: which
+//! `CodeAgentService` to drive (the embedded engine, or a remote one) and
+//! the adapter's own timings.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Settings of the `code-agent` adapter.
+#[derive(Debug, Clone)]
+pub struct CodeAgentConfig {
+    /// A remote `CodeAgentService` (`http://host:port` or `https://…`).
+    /// `None` embeds the engine in this process (no port is opened).
+    pub endpoint: Option<String>,
+    /// The embedded engine's state directory (FILE sessions, providers).
+    /// `None` keeps its state in memory. Unused with `endpoint`.
+    pub state_dir: Option<PathBuf>,
+    /// Longest wait for one unary call (session create, cancel…).
+    pub request_timeout: Duration,
+    /// Longest wait for the calls `describe()` makes.
+    pub describe_timeout: Duration,
+    /// After `Cancel`, how long the turn's stream may take to end before the
+    /// adapter stops reading it and reports the turn interrupted.
+    pub interrupt_grace: Duration,
+    /// At most one RUNNING update per streamed item per this interval.
+    pub coalesce: Duration,
+}
+
+impl Default for CodeAgentConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            state_dir: None,
+            request_timeout: Duration::from_secs(30),
+            describe_timeout: Duration::from_secs(10),
+            interrupt_grace: Duration::from_secs(10),
+            coalesce: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Check a remote endpoint URL (for the runner's config): `http://` or
+/// `https://` with a host.
+pub fn check_endpoint(url: &str) -> Result<(), String> {
+    let uri: tonic::transport::Uri = url
+        .parse()
+        .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(format!("{url:?} must start with http:// or https://")),
+    }
+    if uri.authority().is_none() {
+        return Err(format!("{url:?} has no host"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_need_a_scheme_and_host() {
+        assert!(check_endpoint("http://127.0.0.1:50051").is_ok());
+        assert!(check_endpoint("https://engine.example.com").is_ok());
+        assert!(check_endpoint("127.0.0.1:50051").is_err());
+        assert!(check_endpoint("ftp://x").is_err());
+        assert!(check_endpoint("not a url").is_err());
+    }
+}
