@@ -212,8 +212,11 @@ impl AgentTask {
         let home = rt.workspaces.agent_home(&self.agent_id);
         let max = rt.skill_max_bytes;
         let pkg = package.clone();
-        let result =
-            tokio::task::spawn_blocking(move || skills::install_package(&home, &pkg, max)).await;
+        let git_env = self.skill_git_env(&package).await;
+        let result = tokio::task::spawn_blocking(move || {
+            skills::install_package(&home, &pkg, max, &git_env)
+        })
+        .await;
         match result {
             Ok(Ok(installed)) => {
                 tracing::info!(agent_id = %self.agent_id, package = %package, ?installed, "skill package installed");
@@ -222,8 +225,37 @@ impl AgentTask {
                     .await;
                 Ok(())
             }
-            Ok(Err(e)) => Err((rid, e.to_string())),
+            // git's message could quote a URL; tokens never leave.
+            Ok(Err(e)) => Err((rid, rt.redactor.redact(&e.to_string()).into_owned())),
             Err(join) => Err((rid, format!("skill installation crashed: {join}"))),
+        }
+    }
+
+    /// Git environment carrying an installation token when the package is a
+    /// repository on the GitHub host that an installation covers; empty
+    /// otherwise (public repositories and other hosts need none, and a
+    /// broker failure is logged and the fetch tried without a token).
+    async fn skill_git_env(&self, package: &str) -> Vec<(String, String)> {
+        let Some(broker) = self.rt.github() else {
+            return Vec::new();
+        };
+        let Ok(source) = skills::coordinate::parse(package) else {
+            return Vec::new();
+        };
+        let Some((target, url)) = skills::auth::github_repo(&source, broker.git_host()) else {
+            return Vec::new();
+        };
+        match broker.token_for_repo(&target.owner, &target.repo).await {
+            Ok(token) => skills::auth::git_env(&url, token.token.expose()),
+            Err(e) => {
+                tracing::info!(
+                    agent_id = %self.agent_id,
+                    repo = %format!("{}/{}", target.owner, target.repo),
+                    error = %e,
+                    "fetching the skill package without an installation token"
+                );
+                Vec::new()
+            }
         }
     }
 
@@ -268,7 +300,7 @@ impl AgentTask {
             model: model.clone(),
             reasoning_level: reasoning_level.clone(),
             sdk_thread_id: None,
-            env: Vec::new(),
+            env: rt.thread_env(&thread_id),
         };
         let handle = match adapter.create_thread(&spec).await {
             Ok(h) => h,

@@ -82,6 +82,12 @@ pub struct RunArgs {
     /// Settings of the codex and claude-code adapters (see `ExternalSdkArgs`).
     #[command(flatten)]
     pub external_sdks: ExternalSdkArgs,
+    /// Where GitHub installation tokens come from (see `GithubArgs`).
+    #[command(flatten)]
+    pub github: GithubArgs,
+    /// Settings of the code-agent adapter (see `CodeAgentArgs`).
+    #[command(flatten)]
+    pub code_agent: CodeAgentArgs,
 }
 
 /// Where the health endpoints listen unless told otherwise.
@@ -150,6 +156,14 @@ struct FileConfig {
     claude_bin: Option<PathBuf>,
     claude_permission_mode: Option<String>,
     claude_models: Option<String>,
+    // GitHub installation tokens (see `GithubArgs`).
+    github_app_id: Option<u64>,
+    github_app_private_key_file: Option<PathBuf>,
+    github_api_url: Option<String>,
+    github_host: Option<String>,
+    // The code-agent adapter (see `CodeAgentArgs`).
+    code_agent_endpoint: Option<String>,
+    code_agent_state_dir: Option<PathBuf>,
 }
 
 /// A configuration problem, naming the key it concerns.
@@ -248,6 +262,8 @@ pub struct RunConfig {
     pub health: Option<HealthListen>,
     /// Settings of the adapters that drive external CLIs.
     pub sdk_options: crate::sdks::SdkOptions,
+    /// Where GitHub installation tokens come from.
+    pub github: GithubConfig,
 }
 
 impl RunConfig {
@@ -258,6 +274,11 @@ impl RunConfig {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
+        let github = args
+            .github
+            .clone()
+            .or(GithubArgs::from_file(&file))
+            .resolve()?;
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("."));
@@ -328,6 +349,17 @@ impl RunConfig {
             claude_models: file.claude_models,
         };
         let sdk_options = args.external_sdks.or(from_file).resolve()?;
+
+        let sdk_options = crate::sdks::SdkOptions {
+            code_agent: args
+                .code_agent
+                .or(CodeAgentArgs {
+                    code_agent_endpoint: file.code_agent_endpoint,
+                    code_agent_state_dir: file.code_agent_state_dir,
+                })
+                .resolve()?,
+            ..sdk_options
+        };
 
         let duration = |key: &'static str,
                         flag: Option<Duration>,
@@ -400,7 +432,13 @@ impl RunConfig {
                 .unwrap_or_else(|| "info".to_owned()),
             health,
             sdk_options,
+            github,
         };
+        let mut config = config;
+        config
+            .sdk_options
+            .code_agent
+            .default_state_dir(&config.state_dir);
         config.check()?;
         Ok(config)
     }
@@ -427,6 +465,20 @@ impl RunConfig {
         }
         Ok(())
     }
+}
+
+/// Only the GitHub settings of `args` and its config file: what
+/// `agent-runner github` needs when it talks to GitHub as the App (no
+/// control plane involved).
+pub fn resolve_github(args: &RunArgs) -> Result<GithubConfig, ConfigError> {
+    let file = match &args.config {
+        Some(path) => load_file(path)?,
+        None => FileConfig::default(),
+    };
+    args.github
+        .clone()
+        .or(GithubArgs::from_file(&file))
+        .resolve()
 }
 
 fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -533,6 +585,497 @@ impl ExternalSdkArgs {
                 sdk_claude_code::parse_models(&models).map_err(|m| key_err("claude_models", m))?;
         }
         Ok(options)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The code-agent adapter: flags, env vars and file keys. Kept in one block;
+// `RunArgs`, `FileConfig` and `resolve` only hook it in. The engine itself
+// reads its model provider from the environment (OPENAI_API_KEY,
+// OPENAI_BASE_URL, CODE_AGENT_MODELS); the key never appears here.
+// ---------------------------------------------------------------------------
+
+/// Flags of the code-agent adapter.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CodeAgentArgs {
+    /// A remote a3s CodeAgentService for the code-agent SDK (`http://host:port`
+    /// or `https://…`, e.g. `agent-runner code-agent serve` elsewhere; it must
+    /// see the same workspace paths). Default: the engine embedded in the
+    /// runner (no port opened).
+    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_ENDPOINT")]
+    pub code_agent_endpoint: Option<String>,
+    /// State directory of the embedded engine (sessions, providers).
+    /// Default: <state dir>/code-agent.
+    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_STATE_DIR")]
+    pub code_agent_state_dir: Option<PathBuf>,
+}
+
+impl CodeAgentArgs {
+    /// Each setting from `self`, else from `other`.
+    fn or(self, other: Self) -> Self {
+        Self {
+            code_agent_endpoint: self.code_agent_endpoint.or(other.code_agent_endpoint),
+            code_agent_state_dir: self.code_agent_state_dir.or(other.code_agent_state_dir),
+        }
+    }
+
+    /// Checked settings; the state dir default comes later
+    /// ([`CodeAgentDefaults::default_state_dir`]), once the runner's is known.
+    fn resolve(self) -> Result<sdk_code_agent::CodeAgentConfig, ConfigError> {
+        let mut config = sdk_code_agent::CodeAgentConfig::default();
+        if let Some(url) = self
+            .code_agent_endpoint
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+        {
+            sdk_code_agent::check_endpoint(&url).map_err(|m| key_err("code_agent_endpoint", m))?;
+            config.endpoint = Some(url);
+        }
+        config.state_dir = self.code_agent_state_dir;
+        Ok(config)
+    }
+}
+
+/// The embedded engine's state dir defaults to `<state dir>/code-agent`.
+trait CodeAgentDefaults {
+    fn default_state_dir(&mut self, runner_state_dir: &Path);
+}
+
+impl CodeAgentDefaults for sdk_code_agent::CodeAgentConfig {
+    fn default_state_dir(&mut self, runner_state_dir: &Path) {
+        if self.endpoint.is_none() && self.state_dir.is_none() {
+            self.state_dir = Some(runner_state_dir.join("code-agent"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod code_agent_tests {
+    use super::*;
+
+    fn with(code_agent: CodeAgentArgs, config: Option<PathBuf>) -> Result<RunConfig, ConfigError> {
+        RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some("http://x:1".into()),
+                state_dir: Some("/var/lib/ar".into()),
+                config,
+                code_agent,
+                ..Default::default()
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn embedded_by_default_with_state_under_the_runners() {
+        let c = with(CodeAgentArgs::default(), None).unwrap();
+        let o = &c.sdk_options.code_agent;
+        assert_eq!(o.endpoint, None);
+        assert_eq!(o.state_dir, Some(PathBuf::from("/var/lib/ar/code-agent")));
+    }
+
+    #[test]
+    fn flag_over_file_and_bad_endpoints_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(
+            &file,
+            "code_agent_endpoint = \"http://file:1\"\ncode_agent_state_dir = \"/srv/ca\"\n",
+        )
+        .unwrap();
+        let c = with(CodeAgentArgs::default(), Some(file.clone())).unwrap();
+        let o = &c.sdk_options.code_agent;
+        assert_eq!(o.endpoint.as_deref(), Some("http://file:1"));
+        assert_eq!(o.state_dir, Some(PathBuf::from("/srv/ca")));
+
+        let flag = CodeAgentArgs {
+            code_agent_endpoint: Some("https://engine:443".into()),
+            ..Default::default()
+        };
+        let c = with(flag, Some(file)).unwrap();
+        assert_eq!(
+            c.sdk_options.code_agent.endpoint.as_deref(),
+            Some("https://engine:443")
+        );
+
+        let blank = CodeAgentArgs {
+            code_agent_endpoint: Some(" ".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            with(blank, None).unwrap().sdk_options.code_agent.endpoint,
+            None
+        );
+
+        let bad = CodeAgentArgs {
+            code_agent_endpoint: Some("engine:50051".into()),
+            ..Default::default()
+        };
+        let err = with(bad, None).unwrap_err().to_string();
+        assert!(err.starts_with("code_agent_endpoint:"), "{err}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// GitHub installation tokens: flags, env vars and file keys. Kept in one
+// block; `RunArgs`, `FileConfig`, `RunConfig` and `resolve` only hook it in.
+// ---------------------------------------------------------------------------
+
+/// Where installation tokens come from: the control plane (default), or the
+/// runner's own GitHub App when `--github-app-id` is set.
+#[derive(Debug, Clone, Default, Args)]
+pub struct GithubArgs {
+    /// GitHub App id: mint installation tokens as this App instead of asking
+    /// the control plane (needs --github-app-private-key-file).
+    #[arg(long, env = "AGENT_RUNNER_GITHUB_APP_ID")]
+    pub github_app_id: Option<u64>,
+    /// The App's private key (PEM), read at start-up; never logged.
+    #[arg(long, env = "AGENT_RUNNER_GITHUB_APP_PRIVATE_KEY_FILE")]
+    pub github_app_private_key_file: Option<PathBuf>,
+    /// GitHub API URL for the App (GitHub Enterprise Server:
+    /// `https://HOST/api/v3`). Default: https://api.github.com.
+    #[arg(long, env = "AGENT_RUNNER_GITHUB_API_URL")]
+    pub github_api_url: Option<String>,
+    /// The git host tokens are for (`host` or `host:port`). Default:
+    /// github.com, or the host of --github-api-url (without `api.`).
+    #[arg(long, env = "AGENT_RUNNER_GITHUB_HOST")]
+    pub github_host: Option<String>,
+}
+
+/// The runner's own GitHub App.
+#[derive(Debug, Clone)]
+pub struct GithubAppConfig {
+    pub app_id: u64,
+    /// Checked at start-up; prints as `***`.
+    pub key: crate::github::jwt::AppKey,
+    /// Without a trailing `/`.
+    pub api_url: String,
+}
+
+/// Where installation tokens come from and what host they are for.
+#[derive(Debug, Clone)]
+pub struct GithubConfig {
+    /// `None`: from the control plane.
+    pub app: Option<GithubAppConfig>,
+    /// The git host (`github.com`, `ghe.example.com`, `127.0.0.1:8080`).
+    pub host: String,
+}
+
+/// The default git host.
+pub const DEFAULT_GITHUB_HOST: &str = "github.com";
+
+impl Default for GithubConfig {
+    /// Tokens from the control plane, for github.com.
+    fn default() -> Self {
+        Self {
+            app: None,
+            host: DEFAULT_GITHUB_HOST.to_owned(),
+        }
+    }
+}
+
+impl GithubArgs {
+    fn from_file(file: &FileConfig) -> Self {
+        Self {
+            github_app_id: file.github_app_id,
+            github_app_private_key_file: file.github_app_private_key_file.clone(),
+            github_api_url: file.github_api_url.clone(),
+            github_host: file.github_host.clone(),
+        }
+    }
+
+    /// Each setting from `self`, else from `other`.
+    fn or(self, other: Self) -> Self {
+        Self {
+            github_app_id: self.github_app_id.or(other.github_app_id),
+            github_app_private_key_file: self
+                .github_app_private_key_file
+                .or(other.github_app_private_key_file),
+            github_api_url: self.github_api_url.or(other.github_api_url),
+            github_host: self.github_host.or(other.github_host),
+        }
+    }
+
+    fn resolve(self) -> Result<GithubConfig, ConfigError> {
+        let api_url_given = self.github_api_url.is_some();
+        let app = match (self.github_app_id, self.github_app_private_key_file) {
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(key_err(
+                    "github_app_private_key_file",
+                    "required with github_app_id",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(key_err(
+                    "github_app_id",
+                    "required with github_app_private_key_file",
+                ));
+            }
+            (Some(0), Some(_)) => return Err(key_err("github_app_id", "must be at least 1")),
+            (Some(app_id), Some(path)) => {
+                let pem = std::fs::read(&path).map_err(|e| {
+                    key_err(
+                        "github_app_private_key_file",
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                // The message never quotes the file.
+                let key = crate::github::jwt::AppKey::from_pem(&pem).map_err(|m| {
+                    key_err(
+                        "github_app_private_key_file",
+                        format!("{}: {m}", path.display()),
+                    )
+                })?;
+                let api_url = match self.github_api_url {
+                    Some(url) => check_api_url(&url).map_err(|m| key_err("github_api_url", m))?,
+                    None => crate::github::app::DEFAULT_API_URL.to_owned(),
+                };
+                Some(GithubAppConfig {
+                    app_id,
+                    key,
+                    api_url,
+                })
+            }
+        };
+        if app.is_none() && api_url_given {
+            return Err(key_err(
+                "github_api_url",
+                "only applies with github_app_id (the control plane mints tokens otherwise)",
+            ));
+        }
+        let host = match self.github_host {
+            Some(host) => check_git_host(&host).map_err(|m| key_err("github_host", m))?,
+            None => match &app {
+                Some(app) => git_host_of_api(&app.api_url),
+                None => DEFAULT_GITHUB_HOST.to_owned(),
+            },
+        };
+        Ok(GithubConfig { app, host })
+    }
+}
+
+/// An `http(s)://host[:port][/path]` URL, without a trailing `/`.
+fn check_api_url(text: &str) -> Result<String, String> {
+    let text = text.trim().trim_end_matches('/');
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!("{text:?} must start with http:// or https://"));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{text:?} has no host"));
+    }
+    if uri.query().is_some() {
+        return Err(format!("{text:?} must not have a query"));
+    }
+    Ok(text.to_owned())
+}
+
+/// `host` or `host:port`, nothing else.
+fn check_git_host(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let authority: http::uri::Authority = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a host or host:port"))?;
+    if text.is_empty() || text.contains('@') || authority.host().is_empty() {
+        return Err(format!("{text:?} is not a host or host:port"));
+    }
+    Ok(text.to_owned())
+}
+
+/// The git host of an API URL: `api.github.com` → `github.com`,
+/// `https://ghe.example.com/api/v3` → `ghe.example.com`, else its
+/// `host:port`.
+fn git_host_of_api(api_url: &str) -> String {
+    let Ok(uri) = api_url.parse::<http::Uri>() else {
+        return DEFAULT_GITHUB_HOST.to_owned();
+    };
+    let Some(authority) = uri.authority() else {
+        return DEFAULT_GITHUB_HOST.to_owned();
+    };
+    let text = authority.as_str();
+    text.strip_prefix("api.").unwrap_or(text).to_owned()
+}
+
+#[cfg(test)]
+mod github_tests {
+    use super::*;
+
+    fn with(github: GithubArgs) -> Result<RunConfig, ConfigError> {
+        RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some("http://x:1".into()),
+                github,
+                ..Default::default()
+            },
+            None,
+        )
+    }
+
+    fn key_file(dir: &Path) -> PathBuf {
+        mock_control_plane::github_api::test_app_key()
+            .write_private_key(dir, "app.pem")
+            .unwrap()
+    }
+
+    #[test]
+    fn control_plane_by_default() {
+        let c = with(GithubArgs::default()).unwrap();
+        assert!(c.github.app.is_none());
+        assert_eq!(c.github.host, "github.com");
+        let c = with(GithubArgs {
+            github_host: Some("127.0.0.1:8080".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(c.github.host, "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn app_mode_hosts_from_the_api_url() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = key_file(dir.path());
+        for (api, host) in [
+            (None, "github.com"),
+            (Some("https://ghe.example.com/api/v3/"), "ghe.example.com"),
+            (Some("https://api.acme.ghe.com"), "acme.ghe.com"),
+            (Some("http://127.0.0.1:9999"), "127.0.0.1:9999"),
+        ] {
+            let c = with(GithubArgs {
+                github_app_id: Some(42),
+                github_app_private_key_file: Some(key.clone()),
+                github_api_url: api.map(str::to_owned),
+                ..Default::default()
+            })
+            .unwrap();
+            let app = c.github.app.as_ref().unwrap();
+            assert_eq!(app.app_id, 42);
+            assert_eq!(c.github.host, host, "{api:?}");
+            assert!(!app.api_url.ends_with('/'));
+            let printed = format!("{c:?}");
+            assert!(!printed.contains("PRIVATE KEY"), "{printed}");
+        }
+    }
+
+    #[test]
+    fn file_keys_and_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = key_file(dir.path());
+        let file = dir.path().join("runner.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "github_app_id = 7\ngithub_app_private_key_file = {:?}\ngithub_api_url = \"http://file:1\"\ngithub_host = \"file-host\"\n",
+                key.display().to_string()
+            ),
+        )
+        .unwrap();
+        let c = RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some("http://x:1".into()),
+                config: Some(file.clone()),
+                github: GithubArgs {
+                    github_app_id: Some(8),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
+        let app = c.github.app.as_ref().unwrap();
+        assert_eq!(app.app_id, 8, "the flag wins over the file");
+        assert_eq!(app.api_url, "http://file:1");
+        assert_eq!(c.github.host, "file-host");
+        // `agent-runner github` in App mode needs no control plane URL.
+        let g = resolve_github(&RunArgs {
+            config: Some(file),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(g.app.unwrap().app_id, 7);
+    }
+
+    #[test]
+    fn bad_settings_name_their_key_and_never_quote_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = key_file(dir.path());
+        let bad = dir.path().join("bad.pem");
+        std::fs::write(
+            &bad,
+            "-----BEGIN RSA PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END RSA PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let cases = [
+            (
+                GithubArgs {
+                    github_app_id: Some(1),
+                    ..Default::default()
+                },
+                "github_app_private_key_file:",
+            ),
+            (
+                GithubArgs {
+                    github_app_private_key_file: Some(good.clone()),
+                    ..Default::default()
+                },
+                "github_app_id:",
+            ),
+            (
+                GithubArgs {
+                    github_app_id: Some(0),
+                    github_app_private_key_file: Some(good.clone()),
+                    ..Default::default()
+                },
+                "github_app_id:",
+            ),
+            (
+                GithubArgs {
+                    github_app_id: Some(1),
+                    github_app_private_key_file: Some(dir.path().join("missing.pem")),
+                    ..Default::default()
+                },
+                "github_app_private_key_file:",
+            ),
+            (
+                GithubArgs {
+                    github_app_id: Some(1),
+                    github_app_private_key_file: Some(bad),
+                    ..Default::default()
+                },
+                "github_app_private_key_file:",
+            ),
+            (
+                GithubArgs {
+                    github_app_id: Some(1),
+                    github_app_private_key_file: Some(good),
+                    github_api_url: Some("ftp://x".into()),
+                    ..Default::default()
+                },
+                "github_api_url:",
+            ),
+            (
+                GithubArgs {
+                    github_api_url: Some("https://ghe.example.com/api/v3".into()),
+                    ..Default::default()
+                },
+                "github_api_url:",
+            ),
+            (
+                GithubArgs {
+                    github_host: Some("https://github.com/".into()),
+                    ..Default::default()
+                },
+                "github_host:",
+            ),
+        ];
+        for (github, key) in cases {
+            let err = with(github).unwrap_err().to_string();
+            assert!(err.starts_with(key), "{err}");
+            assert!(!err.contains("c2VjcmV0"), "{err}");
+        }
     }
 }
 

@@ -3,6 +3,11 @@
 //! Starts the mock control plane on loopback, a runner with the scripted
 //! adapter against it (temporary state and workspaces), creates an agent and
 //! a thread, sends a short script, and prints every update as it arrives.
+//!
+//! With `OPENAI_API_KEY` (or `OPENAI_BASE_URL`) in the environment the
+//! runner also enables the `code-agent` SDK (its engine embedded), and the
+//! demo agent uses it with `--prompt` instead of the script, on the first
+//! model it advertises (`CODE_AGENT_MODELS` picks them).
 
 use std::time::Duration;
 
@@ -15,7 +20,8 @@ use mock_control_plane::{MockConfig, MockControlPlane};
 use crate::config::{ControlPlaneUrl, LogFormat, RunConfig};
 use crate::runner::Runner;
 
-const WAIT: Duration = Duration::from_secs(30);
+/// Longest wait for the next update (a real model may think for a while).
+const WAIT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -25,6 +31,12 @@ pub struct DemoArgs {
         default_value = "say Hello from the scripted agent!\nthink Which files are here?\nrun printf 'fn main() {}\\n' > main.rs && ls -l && wc -c main.rs\nusage 1200 340\nsay Done."
     )]
     pub script: String,
+    /// What the code-agent demo asks (used when OPENAI_API_KEY or OPENAI_BASE_URL is set).
+    #[arg(
+        long,
+        default_value = "Create a shell script hello.sh that prints 'Hello from the code-agent!', run it with sh, then say in one sentence what you did."
+    )]
+    pub prompt: String,
     /// Show the runner's own log lines (e.g. `info`) on stderr.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -34,6 +46,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     if let Some(level) = &args.log_level {
         crate::logging::init(LogFormat::Text, level).map_err(anyhow::Error::msg)?;
     }
+    crate::code_agent_cmd::redact_provider_keys();
+    let want_code_agent = ["OPENAI_API_KEY", "OPENAI_BASE_URL"]
+        .iter()
+        .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));
     let dir = tempfile_dir()?;
     let cp = MockControlPlane::start(MockConfig::default()).await?;
     println!("mock control plane listening on {}", cp.url());
@@ -43,7 +59,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         secret: None,
         state_dir: dir.join("state"),
         workspace_root: dir.join("workspaces"),
-        sdks: vec!["scripted".into()],
+        sdks: if want_code_agent {
+            vec!["scripted".into(), sdk_code_agent::SDK_NAME.into()]
+        } else {
+            vec!["scripted".into()]
+        },
         max_concurrent_turns: 16,
         drain_timeout: Duration::from_secs(5),
         outbox_capacity: 1000,
@@ -55,7 +75,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         log_format: LogFormat::Text,
         log_level: "info".into(),
         health: None,
-        sdk_options: Default::default(),
+        github: Default::default(),
+        sdk_options: crate::sdks::SdkOptions {
+            code_agent: sdk_code_agent::CodeAgentConfig {
+                state_dir: Some(dir.join("state").join("code-agent")),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
     };
     let runner = Runner::start(&config).await?;
     cp.wait_connected(WAIT).await?;
@@ -69,13 +96,43 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             );
         }
     }
+    // (sdk, model, reasoning level, message) of the demo thread.
+    let mut plan = (
+        "scripted".to_owned(),
+        "scripted-fast".to_owned(),
+        Some("low".to_owned()),
+        args.script.clone(),
+    );
+    if want_code_agent {
+        let code_agent = cp
+            .registrations()
+            .into_iter()
+            .flat_map(|r| r.request.agent_sdks)
+            .find(|s| s.name == sdk_code_agent::SDK_NAME);
+        match code_agent {
+            Some(sdk) if sdk.status == AgentSdkStatus::Ready as i32 && !sdk.models.is_empty() => {
+                plan = (
+                    sdk.name.clone(),
+                    sdk.models[0].name.clone(),
+                    None,
+                    args.prompt.clone(),
+                );
+            }
+            Some(sdk) => println!(
+                "code-agent is not ready ({}); the demo uses the scripted SDK",
+                sdk.error_message.as_deref().unwrap_or("no reason given")
+            ),
+            None => println!("code-agent was not advertised; the demo uses the scripted SDK"),
+        }
+    }
+    let (sdk, model, reasoning_level, message) = plan;
     let mut cursor = 0;
 
     cp.send_request(
         "req-1",
         Request::CreateAgentRequest(CreateAgentRequest {
             agent_id: "demo-agent".into(),
-            agent_sdk: "scripted".into(),
+            agent_sdk: sdk.clone(),
         }),
     )
     .await?;
@@ -88,8 +145,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "req-2",
         Request::CreateThreadRequest(CreateThreadRequest {
             agent_id: "demo-agent".into(),
-            model: "scripted-fast".into(),
-            reasoning_level: Some("low".into()),
+            model: model.clone(),
+            reasoning_level,
         }),
     )
     .await?;
@@ -101,13 +158,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         anyhow::bail!("thread creation failed: {created:?}");
     };
 
-    println!("\n> user message:\n{}\n", indent(&args.script));
+    println!(
+        "\n> user message to {sdk} ({model}):\n{}\n",
+        indent(&message)
+    );
     cp.send_request(
         "req-3",
         Request::CreateUserMessageRequest(CreateUserMessageRequest {
             agent_id: "demo-agent".into(),
             thread_id: thread.thread_id.clone(),
-            text: args.script.clone(),
+            text: message,
             allow_steer: false,
             model: None,
             model_reasoning_level: None,

@@ -10,9 +10,14 @@
 //! See `docs/architecture.md`.
 
 pub mod agent;
+pub mod code_agent_cmd;
 pub mod config;
+pub mod credentials;
 pub mod demo;
 pub mod dispatch;
+pub mod git_credential_cmd;
+pub mod github;
+pub mod github_cmd;
 pub mod health;
 pub mod link;
 pub mod logging;

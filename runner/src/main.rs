@@ -1,4 +1,5 @@
-//! The `agent-runner` command line: `run`, `status`, `demo`, `sdk list`.
+//! The `agent-runner` command line: `run`, `status`, `demo`, `github`, `sdk list`,
+//! `code-agent serve`, and `git-credential` (what agents' git calls; not for people).
 //!
 //! Secrets: `AGENT_RUNNER_SECRET` is read and removed from the environment
 //! before any thread starts, so no agent process ever inherits it.
@@ -7,7 +8,9 @@ use std::process::ExitCode;
 
 use agent_runner::config::{RunArgs, RunConfig, Secret};
 use agent_runner::runner::Runner;
-use agent_runner::{demo, logging, procs, sdks, status_cmd};
+use agent_runner::{
+    code_agent_cmd, demo, git_credential_cmd, github_cmd, logging, procs, sdks, status_cmd,
+};
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -33,6 +36,23 @@ enum Command {
     /// Run a mock control plane and a runner in-process and print a live
     /// transcript of one scripted turn.
     Demo(demo::DemoArgs),
+    /// Git credential helper for agents' git (the runner configures it
+    /// through GIT_CONFIG_* in every agent's environment): answers
+    /// get/store/erase from the running runner's credential socket.
+    #[command(hide = true)]
+    GitCredential(git_credential_cmd::GitCredentialArgs),
+    /// GitHub installations and tokens, as `run` would get them (never
+    /// printing a token).
+    Github {
+        #[command(subcommand)]
+        command: Box<github_cmd::GithubCommand>,
+    },
+    /// The code-agent engine (`code-agent serve --listen ADDR`: a standalone
+    /// a3s CodeAgentService for `run --code-agent-endpoint`).
+    CodeAgent {
+        #[command(subcommand)]
+        command: code_agent_cmd::CodeAgentCommand,
+    },
     /// SDK adapters.
     Sdk {
         #[command(subcommand)]
@@ -49,6 +69,16 @@ enum SdkCommand {
 fn main() -> ExitCode {
     let env_secret = take_env_secret();
     let cli = Cli::parse();
+    // Git runs the helper once per credential: no async runtime needed.
+    if let Command::GitCredential(args) = &cli.command {
+        return match git_credential_cmd::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agent-runner git-credential: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -64,6 +94,9 @@ fn main() -> ExitCode {
             Command::Run(args) => run(*args, env_secret).await,
             Command::Status(args) => status_cmd::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::CodeAgent { command } => code_agent_cmd::run(command).await,
+            Command::Github { command } => github_cmd::run(*command, env_secret).await,
+            Command::GitCredential(_) => Ok(()),
             Command::Sdk {
                 command: SdkCommand::List,
             } => sdk_list().await,
@@ -90,6 +123,7 @@ fn take_env_secret() -> Option<Secret> {
 
 async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
     let config = RunConfig::resolve(args, env_secret)?;
+    code_agent_cmd::redact_provider_keys();
     logging::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
     procs::warn_if_pid1();
     let mut term = signal(SignalKind::terminate())?;

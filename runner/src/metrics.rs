@@ -139,6 +139,7 @@ pub struct Metrics {
     child_processes: Gauge,
     adapter_errors: Family<AdapterErrorLabels, Counter>,
     token_refreshes: Counter,
+    token_refresh_failures: Counter,
     /// Request id → (kind, arrival) until its first reply is sent.
     pending: Mutex<HashMap<String, (&'static str, Instant)>>,
 }
@@ -169,6 +170,7 @@ impl Metrics {
             child_processes: Gauge::default(),
             adapter_errors: Family::default(),
             token_refreshes: Counter::default(),
+            token_refresh_failures: Counter::default(),
             pending: Mutex::new(HashMap::new()),
         };
         let info: Family<VersionLabel, Gauge> = Family::default();
@@ -252,8 +254,13 @@ impl Metrics {
         );
         m.registry.register(
             "token_refreshes",
-            "GitHub installation token refreshes (stays 0 until GitHub support lands)",
+            "GitHub installation tokens minted (first tokens and refreshes)",
             m.token_refreshes.clone(),
+        );
+        m.registry.register(
+            "token_refresh_failures",
+            "Failed attempts to mint a GitHub installation token (each retry counts)",
+            m.token_refresh_failures.clone(),
         );
         for state in STATES {
             m.connection_state
@@ -420,10 +427,19 @@ pub fn adapter_error(sdk: &str, operation: &'static str) {
         .inc();
 }
 
-/// A GitHub installation token was refreshed. Nothing calls this yet: the
-/// runner has no GitHub support so far, and the counter stays 0 until then.
+/// A GitHub installation token was minted (see [`crate::github`]).
 pub fn token_refreshed() {
     get().token_refreshes.inc();
+}
+
+/// An attempt to mint a GitHub installation token failed.
+pub fn token_refresh_failed() {
+    get().token_refresh_failures.inc();
+}
+
+/// Failed attempts to mint a token so far.
+pub fn get_token_refresh_failures() -> u64 {
+    get().token_refresh_failures.get()
 }
 
 /// Values read when scraped.
@@ -515,7 +531,9 @@ mod tests {
             "agent_runner_turn_duration_seconds_bucket{le=\"5.0\",sdk=\"unit-test-sdk\",outcome=\"completed\"} 1",
             "agent_runner_child_processes 2",
             "agent_runner_adapter_errors_total{sdk=\"unit-test-sdk\",operation=\"start_turn\"} 1",
-            "agent_runner_token_refreshes_total 0",
+            // Other tests of this process mint tokens: no value asserted.
+            "agent_runner_token_refreshes_total ",
+            "agent_runner_token_refresh_failures_total ",
         ] {
             assert!(text.contains(name), "missing {name:?} in\n{text}");
         }

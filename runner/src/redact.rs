@@ -38,6 +38,14 @@ impl Redactor {
         Self::default()
     }
 
+    /// The process-wide set: what every runtime of this process and the log
+    /// writer share (a token minted by any runner in the process is masked
+    /// everywhere in it).
+    pub fn process() -> Self {
+        static PROCESS: std::sync::LazyLock<Redactor> = std::sync::LazyLock::new(Redactor::new);
+        PROCESS.clone()
+    }
+
     /// Masks `secret` from now on.
     pub fn add(&self, secret: &str) {
         if secret.len() < MIN_SECRET_LEN {

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RunConfig;
+use crate::credentials::{CredentialServer, GitEnv, ThreadCheck};
 use crate::health::{self, HealthServer};
 use crate::link::{Link, LinkState, Refused};
 use crate::runtime::Runtime;
@@ -27,6 +28,24 @@ pub struct Runner {
     close: CancellationToken,
     link: JoinHandle<Result<(), Refused>>,
     health: Option<HealthServer>,
+    credentials: CredentialServer,
+}
+
+/// The git credential socket for agents, and the environment that points
+/// their git at it (set before any thread is restored).
+fn start_credentials(
+    rt: &Arc<Runtime>,
+    config: &RunConfig,
+    broker: crate::github::TokenBroker,
+) -> anyhow::Result<CredentialServer> {
+    let weak = Arc::downgrade(rt);
+    let threads: ThreadCheck =
+        Arc::new(move |id: &str| weak.upgrade().is_some_and(|rt| rt.has_thread(id)));
+    let server = CredentialServer::start(&config.state_dir, Arc::new(broker), threads)?;
+    let exe = std::env::current_exe()
+        .context("finding this agent-runner binary for the git credential helper")?;
+    rt.set_git_env(GitEnv::new(exe, server.path().to_owned()));
+    Ok(server)
 }
 
 impl Runner {
@@ -56,9 +75,21 @@ impl Runner {
             config.skill_max_bytes,
         );
         crate::metrics::sdks_enabled(&rt.sdks.names());
+        // The link's client is made now (it connects lazily): GitHub tokens
+        // from the control plane go through it.
+        let link = Link::new(rt.clone(), config)?;
+        let github =
+            crate::github::broker(&config.github, Some(link.client()), rt.redactor.clone())
+                .context("github")?;
+        tracing::info!(
+            source = %github.describe_source(),
+            git_host = github.git_host(),
+            "GitHub installation tokens"
+        );
+        let credentials = start_credentials(&rt, config, github.clone())?;
+        rt.set_github(github);
         rt.sdks.describe_all().await;
         rt.restore().await.context("restoring state")?;
-        let link = Link::new(rt.clone(), config)?;
         let link_state = link.state();
         let close = CancellationToken::new();
         let token = close.clone();
@@ -76,6 +107,7 @@ impl Runner {
             close,
             link,
             health,
+            credentials,
         })
     }
 
@@ -124,6 +156,7 @@ impl Runner {
             Ok(_) => {}
             Err(_) => tracing::warn!("control channel did not close in time"),
         }
+        self.credentials.stop().await;
         self.rt.tasks.close();
         tracing::info!("runner stopped");
         Ok(())

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::TurnStatus;
@@ -19,7 +19,10 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::task::TaskTracker;
 
 use crate::agent::{self, AgentCmd};
+use crate::credentials::GitEnv;
+use crate::github::TokenBroker;
 use crate::outbox::Outbox;
+use crate::redact::Redactor;
 use crate::sdks::Sdks;
 use crate::state::{Store, StoreError, ThreadRow};
 use crate::thread::{self, ThreadCmd};
@@ -65,6 +68,16 @@ pub struct Runtime {
     /// empty.
     running: watch::Sender<HashMap<String, RunningTurn>>,
     pub tasks: TaskTracker,
+    /// Masks installation tokens in updates and logs; the token broker
+    /// registers every token it mints here (the process-wide set, see
+    /// [`Redactor::process`], which the log writer uses too).
+    pub redactor: Redactor,
+    /// The git credential-helper environment every thread's agent gets;
+    /// unset while the credential socket is not running.
+    git_env: OnceLock<GitEnv>,
+    /// GitHub installation tokens (control plane or the runner's own App);
+    /// set once by [`crate::runner::Runner::start`], unset in bare runtimes.
+    github: OnceLock<TokenBroker>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -94,6 +107,9 @@ impl Runtime {
             draining: AtomicBool::new(false),
             running: watch::Sender::new(HashMap::new()),
             tasks: TaskTracker::new(),
+            redactor: Redactor::process(),
+            git_env: OnceLock::new(),
+            github: OnceLock::new(),
         })
     }
 
@@ -150,6 +166,31 @@ impl Runtime {
         Ok(())
     }
 
+    /// The runner's GitHub token broker (set once, before threads are
+    /// restored; later calls are ignored).
+    pub fn set_github(&self, broker: TokenBroker) {
+        let _ = self.github.set(broker);
+    }
+
+    /// The runner's GitHub token broker, once set.
+    pub fn github(&self) -> Option<&TokenBroker> {
+        self.github.get()
+    }
+
+    /// From now on, threads' agents use the runner's git credential helper
+    /// (set once, before threads are restored; later calls are ignored).
+    pub fn set_git_env(&self, env: GitEnv) {
+        let _ = self.git_env.set(env);
+    }
+
+    /// The extra environment of every process `thread_id`'s agent starts.
+    pub fn thread_env(&self, thread_id: &str) -> Vec<(String, String)> {
+        self.git_env
+            .get()
+            .map(|env| env.for_thread(thread_id))
+            .unwrap_or_default()
+    }
+
     pub fn thread_spec(&self, row: &ThreadRow) -> ThreadSpec {
         ThreadSpec {
             agent_id: row.agent_id.clone(),
@@ -158,7 +199,7 @@ impl Runtime {
             model: row.model.clone(),
             reasoning_level: row.reasoning_level.clone(),
             sdk_thread_id: Some(row.sdk_thread_id.clone()),
-            env: Vec::new(),
+            env: self.thread_env(&row.thread_id),
         }
     }
 
@@ -240,6 +281,11 @@ impl Runtime {
     /// A deleted thread's task leaves the routing table.
     pub fn forget_thread(&self, thread_id: &str) {
         lock(&self.threads).remove(thread_id);
+    }
+
+    /// Whether `thread_id` is a live thread of this runner.
+    pub fn has_thread(&self, thread_id: &str) -> bool {
+        lock(&self.threads).contains_key(thread_id)
     }
 
     pub fn thread_count(&self) -> usize {

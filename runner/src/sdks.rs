@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use sdk_adapter::{SdkAdapter, SdkDescription, SdkStatus};
 
 /// Every adapter compiled into this binary.
-pub const BUILT_IN: &[&str] = &["scripted", "codex", "claude-code"];
+pub const BUILT_IN: &[&str] = &["scripted", "codex", "claude-code", "code-agent"];
 
 /// Settings of the adapters that drive external CLIs (from `RunConfig`).
 /// An adapter whose CLI is missing is still built: it advertises itself
@@ -20,6 +20,8 @@ pub const BUILT_IN: &[&str] = &["scripted", "codex", "claude-code"];
 pub struct SdkOptions {
     pub codex: sdk_codex::CodexConfig,
     pub claude: sdk_claude_code::ClaudeConfig,
+    /// The `code-agent` adapter: embedded engine (default) or remote.
+    pub code_agent: sdk_code_agent::CodeAgentConfig,
 }
 
 fn build(name: &str, options: &SdkOptions) -> Option<Arc<dyn SdkAdapter>> {
@@ -30,6 +32,9 @@ fn build(name: &str, options: &SdkOptions) -> Option<Arc<dyn SdkAdapter>> {
         ))),
         "claude-code" => Some(Arc::new(sdk_claude_code::ClaudeAdapter::new(
             options.claude.clone(),
+        ))),
+        "code-agent" => Some(Arc::new(sdk_code_agent::CodeAgentAdapter::new(
+            options.code_agent.clone(),
         ))),
         _ => None,
     }

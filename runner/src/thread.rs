@@ -150,7 +150,10 @@ impl ThreadTask {
         }
     }
 
-    async fn send(&self, msg: agent_runner_proto::runner::ClientMessage) {
+    /// Every update of this thread leaves through here: secrets (tokens)
+    /// that turned up in the agent's output are masked first.
+    async fn send(&self, mut msg: agent_runner_proto::runner::ClientMessage) {
+        updates::redact(&mut msg, &self.rt.redactor);
         self.rt.outbox.push(msg).await;
     }
 

@@ -9,6 +9,8 @@ use agent_runner_proto::runner::{
 };
 use sdk_adapter::{ItemEvent, ItemKind, TokenUsage};
 
+use crate::redact::Redactor;
+
 /// The request id a reply carries: none when the request had none.
 pub type RequestId = Option<String>;
 
@@ -114,10 +116,17 @@ pub fn item(
         sdk_adapter::ItemStatus::Running => ItemStatus::Running,
         sdk_adapter::ItemStatus::Completed => ItemStatus::Completed,
     };
+    // The contract requires a process id, but Claude Code never reports one
+    // and codex only sometimes does: the item id stands in (stable for the
+    // item, unique in the thread) rather than the update being invalid.
     let command_execution_item = event.command.map(|c| CommandExecutionItem {
         command: c.command,
         cwd: c.cwd,
-        process_id: c.process_id,
+        process_id: if c.process_id.is_empty() {
+            event.item_id.clone()
+        } else {
+            c.process_id
+        },
         output: c.output,
     });
     message(
@@ -162,6 +171,28 @@ pub fn token_usage(
     )
 }
 
+/// Mask every registered secret in the free text of `msg`: item text,
+/// command line, cwd and output, and error messages (a failed turn's
+/// reason often quotes the agent's output). Ids and enums are left alone.
+pub fn redact(msg: &mut ClientMessage, redactor: &Redactor) {
+    match &mut msg.payload {
+        Some(Payload::ItemUpdate(item)) => {
+            if let Some(text) = &mut item.text {
+                redactor.redact_in_place(text);
+            }
+            if let Some(c) = &mut item.command_execution_item {
+                redactor.redact_in_place(&mut c.command);
+                redactor.redact_in_place(&mut c.cwd);
+                if let Some(output) = &mut c.output {
+                    redactor.redact_in_place(output);
+                }
+            }
+        }
+        Some(Payload::RequestError(e)) => redactor.redact_in_place(&mut e.error_message),
+        _ => {}
+    }
+}
+
 /// A short name of a message's kind, for logs and counters.
 pub fn kind(msg: &ClientMessage) -> &'static str {
     match &msg.payload {
@@ -174,5 +205,53 @@ pub fn kind(msg: &ClientMessage) -> &'static str {
         Some(Payload::SkillMpUpdate(_)) => "skill_mp_update",
         Some(Payload::HeartbeatResponse(_)) => "heartbeat_response",
         Some(Payload::ThreadTokenUsageUpdate(_)) => "thread_token_usage_update",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_runner_proto::Validate;
+    use sdk_adapter::{CommandInfo, ItemStatus as SdkStatus};
+
+    use super::*;
+
+    fn command_item(process_id: &str) -> ClientMessage {
+        item(
+            request_id("r1"),
+            "thr-1",
+            "turn-1",
+            ItemEvent {
+                item_id: "turn-1:tool-7".into(),
+                kind: ItemKind::CommandExecution,
+                status: SdkStatus::Running,
+                text: None,
+                command: Some(CommandInfo {
+                    command: "ls".into(),
+                    cwd: "/w".into(),
+                    process_id: process_id.into(),
+                    output: None,
+                    exit_code: None,
+                }),
+            },
+        )
+    }
+
+    fn process_id(m: &ClientMessage) -> String {
+        match &m.payload {
+            Some(Payload::ItemUpdate(u)) => u
+                .command_execution_item
+                .as_ref()
+                .map(|c| c.process_id.clone())
+                .unwrap_or_default(),
+            other => panic!("not an item update: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_command_without_a_process_id_is_still_a_valid_update() {
+        let m = command_item("");
+        assert!(m.validate().is_ok(), "{:?}", m.validate());
+        assert_eq!(process_id(&m), "turn-1:tool-7");
+        assert_eq!(process_id(&command_item("4242")), "4242");
     }
 }

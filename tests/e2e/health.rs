@@ -244,7 +244,7 @@ async fn every_metric_moves_when_its_event_happens() {
     assert_eq!(
         metric(&addr, "agent_runner_token_refreshes_total").await,
         Some(0.0),
-        "no GitHub support yet: stays 0"
+        "nothing has asked for a GitHub token yet"
     );
     assert_eq!(metric(&addr, "agent_runner_outbox_depth").await, Some(0.0));
     assert_eq!(

@@ -5,7 +5,10 @@
 
 mod support;
 
+mod code_agent;
 mod codex;
+mod credentials;
+mod github;
 mod harness;
 mod health;
 mod lifecycle;

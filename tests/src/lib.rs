@@ -14,6 +14,7 @@
 
 mod auth;
 mod config;
+pub mod github_api;
 pub mod json;
 pub mod matcher;
 mod plane;

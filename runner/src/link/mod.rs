@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-pub use transport::TransportError;
+pub use transport::{Client, TransportError, client};
 
 use crate::config::RunConfig;
 use crate::outbox::Outbox;
@@ -95,6 +95,12 @@ impl Link {
             max_delay: config.reconnect_max_delay,
             state: watch::Sender::new(LinkState::Connecting),
         })
+    }
+
+    /// The link's authenticated client (a clone shares its channel): other
+    /// control-plane RPCs, such as GitHub tokens, go through it too.
+    pub fn client(&self) -> Client {
+        self.client.clone()
     }
 
     pub fn state(&self) -> watch::Receiver<LinkState> {

@@ -5,7 +5,7 @@
 //! | `owner/repo[/path/to/skill][@ref]` | GitHub repository (`https://github.com/owner/repo.git`) |
 //! | `https://github.com/owner/repo[/tree/REF[/path]]` | the same, as a browser URL |
 //! | `file:///abs/dir` | a local directory (a git work tree is read at its HEAD) |
-//! | `<git URL>[#ref]` (`https://…`, `ssh://…`, `git@host:…`, `file:///….git`) | any git repository; `#ref` picks a branch, tag or commit |
+//! | `<git URL>[#ref]` (`https://…`, `http://…`, `ssh://…`, `git@host:…`, `file:///….git`) | any git repository; `#ref` picks a branch, tag or commit |
 
 /// Where a package comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +22,19 @@ pub enum Source {
 }
 
 pub fn parse(text: &str) -> Result<Source, String> {
+    let source = parse_source(text)?;
+    if let Source::Git {
+        git_ref: Some(r), ..
+    } = &source
+        && r.starts_with('-')
+    {
+        // It would reach git's command line as an option.
+        return Err(format!("{text:?}: ref {r:?} may not start with '-'"));
+    }
+    Ok(source)
+}
+
+fn parse_source(text: &str) -> Result<Source, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("empty".into());
@@ -48,7 +61,10 @@ pub fn parse(text: &str) -> Result<Source, String> {
             path: path.to_owned(),
         });
     }
-    if text.starts_with("https://") || text.starts_with("ssh://") || text.starts_with("git@") {
+    if ["https://", "http://", "ssh://", "git@"]
+        .iter()
+        .any(|p| text.starts_with(p))
+    {
         let (url, git_ref) = split_ref(text, '#');
         return Ok(Source::Git {
             url: url.to_owned(),
@@ -183,6 +199,7 @@ mod tests {
             "o/r/../x",
             "../r",
             "o/r@--upload-pack=x",
+            "https://git.example.com/s.git#--orphan=x",
             "ftp://x/y",
             "file://relative",
             "o /r",

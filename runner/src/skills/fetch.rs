@@ -23,14 +23,18 @@ pub struct Fetched {
 }
 
 /// Fetch `source`; git sources are cloned into `dest`.
-pub fn fetch(source: &Source, dest: &Path) -> Result<Fetched, SkillError> {
+pub fn fetch(
+    source: &Source,
+    dest: &Path,
+    git_env: &[(String, String)],
+) -> Result<Fetched, SkillError> {
     match source {
         Source::Dir { path } => {
             let dir = PathBuf::from(path);
             if dir.join(".git").exists() {
                 // A work tree: read what is committed at HEAD.
                 let url = format!("file://{path}");
-                return fetch_git(&url, None, "", dest);
+                return fetch_git(&url, None, "", dest, git_env);
             }
             if !dir.is_dir() {
                 return Err(fetch_err(path, "not a directory"));
@@ -44,7 +48,7 @@ pub fn fetch(source: &Source, dest: &Path) -> Result<Fetched, SkillError> {
             url,
             git_ref,
             subpath,
-        } => fetch_git(url, git_ref.as_deref(), subpath, dest),
+        } => fetch_git(url, git_ref.as_deref(), subpath, dest, git_env),
     }
 }
 
@@ -60,11 +64,13 @@ fn fetch_git(
     git_ref: Option<&str>,
     subpath: &str,
     dest: &Path,
+    git_env: &[(String, String)],
 ) -> Result<Fetched, SkillError> {
     let dest_str = dest.to_string_lossy();
     git(
         &["clone", "--quiet", "--no-checkout", "--", url, &dest_str],
         None,
+        git_env,
     )
     .map_err(|m| fetch_err(url, m))?;
     let target = git_ref.unwrap_or("HEAD");
@@ -79,9 +85,10 @@ fn fetch_git(
             "--",
         ],
         Some(dest),
+        &[],
     )
     .map_err(|m| fetch_err(url, format!("ref {target:?}: {m}")))?;
-    let commit = git(&["rev-parse", "HEAD"], Some(dest)).map_err(|m| fetch_err(url, m))?;
+    let commit = git(&["rev-parse", "HEAD"], Some(dest), &[]).map_err(|m| fetch_err(url, m))?;
     let root = if subpath.is_empty() {
         dest.to_owned()
     } else {
@@ -100,9 +107,10 @@ fn fetch_git(
 }
 
 /// Run git; its stdout, or a message with its stderr.
-fn git(args: &[&str], cwd: Option<&Path>) -> Result<String, String> {
+fn git(args: &[&str], cwd: Option<&Path>, env: &[(String, String)]) -> Result<String, String> {
     let mut cmd = Command::new("git");
     cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_ASKPASS", "true")
         .stdin(Stdio::null())

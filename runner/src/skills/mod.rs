@@ -10,6 +10,7 @@
 //! package onto disk (git or a local directory), [`package`] finds and checks
 //! the skills, [`install`] swaps them into place atomically and keeps the lock.
 
+pub mod auth;
 pub mod coordinate;
 pub mod fetch;
 pub mod install;
@@ -36,16 +37,23 @@ pub enum SkillError {
 
 /// Install the package `coordinate` names into `agent_home`. Blocking (git
 /// and file system work): run it on a blocking thread.
+///
+/// `git_env` is extra environment for git (a token for a private
+/// repository, from [`auth::git_env`]).
 pub fn install_package(
     agent_home: &Path,
     coordinate: &str,
     max_bytes: u64,
+    git_env: &[(String, String)],
 ) -> Result<Vec<Installed>, SkillError> {
     let source = coordinate::parse(coordinate).map_err(SkillError::Coordinate)?;
     let scratch = tempdir_in(agent_home)?;
-    let fetched = fetch::fetch(&source, &scratch.join("package"))?;
-    let skills = package::find_skills(&fetched.root, max_bytes)?;
-    let result = install::install(agent_home, coordinate, fetched.commit.as_deref(), &skills);
+    let result = (|| {
+        let fetched = fetch::fetch(&source, &scratch.join("package"), git_env)?;
+        let skills = package::find_skills(&fetched.root, max_bytes)?;
+        install::install(agent_home, coordinate, fetched.commit.as_deref(), &skills)
+    })();
+    // Whatever happened, the scratch copy goes.
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }

@@ -118,6 +118,7 @@ impl ClaudeAdapter {
             &self.config,
             &spec.thread_id,
             &spec.workspace,
+            &spec.env,
             &slot.session_id,
             resume,
             flavor,

@@ -56,10 +56,14 @@ impl Drop for Session {
 }
 
 impl Session {
+    /// Start claude for a thread: in `cwd`, with the runner's environment
+    /// plus `config.env` plus `thread_env` (the thread's `ThreadSpec::env`,
+    /// which wins), so every tool command claude runs inherits them.
     pub(crate) fn start(
         config: &ClaudeConfig,
         thread_id: &str,
         cwd: &Path,
+        thread_env: &[(String, String)],
         session_id: &str,
         resume: bool,
         flavor: Flavor,
@@ -85,7 +89,7 @@ impl Session {
             .arg("stdio")
             .arg(if resume { "--resume" } else { "--session-id" })
             .arg(session_id);
-        for (key, value) in &config.env {
+        for (key, value) in config.env.iter().chain(thread_env) {
             spec = spec.env(key, value);
         }
         let (child, inbound) = JsonChild::spawn(spec, protocol::response_key())?;

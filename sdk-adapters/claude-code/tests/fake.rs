@@ -93,6 +93,26 @@ fn pids(dir: &Path) -> Vec<i32> {
     log(dir).pids()
 }
 
+/// `ThreadSpec::env` reaches the claude process (so every tool command it
+/// runs) and wins over the adapter's own environment: the fake logs under
+/// the config dir the thread names, not the configured one.
+#[tokio::test]
+async fn the_thread_env_reaches_claude_and_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(other.path().join("cfg")).unwrap();
+    let config = config(dir.path());
+    let (dir, adapter, mut spec) = setup_with(config, dir).await;
+    spec.env = vec![(
+        "CLAUDE_CONFIG_DIR".into(),
+        other.path().join("cfg").to_string_lossy().into_owned(),
+    )];
+    let events = run(&adapter, &spec, "say plain").await;
+    assert!(matches!(events.last(), Some(TurnEvent::Finished(_))));
+    assert_eq!(pids(other.path()).len(), 1);
+    assert!(pids(dir.path()).is_empty());
+}
+
 #[tokio::test]
 async fn describe_advertises_the_configured_models() {
     let dir = tempfile::tempdir().unwrap();

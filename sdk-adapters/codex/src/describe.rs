@@ -64,6 +64,7 @@ async fn probe(config: &CodexConfig) -> SdkDescription {
         config,
         "codex app-server (describe)".to_owned(),
         None,
+        &[],
         timeout,
     )
     .await

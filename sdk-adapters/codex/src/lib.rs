@@ -3,7 +3,8 @@
 //! against `codex app-server generate-json-schema` and a live app-server).
 //!
 //! How a runner thread maps onto codex:
-//! - One app-server process per thread, in the thread's workspace, started
+//! - One app-server process per thread, in the thread's workspace, with the
+//!   thread's `ThreadSpec::env` in its environment, started
 //!   by `create_thread` (`initialize`, `initialized`, `thread/start` with
 //!   model, cwd, approval policy and sandbox from [`CodexConfig`]). Codex's
 //!   thread id is the runner's `sdk_thread_id`.
@@ -142,6 +143,7 @@ impl CodexAdapter {
             &self.config,
             label,
             Some(&spec.workspace),
+            &spec.env,
             self.config.request_timeout,
         )
         .await

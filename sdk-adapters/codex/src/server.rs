@@ -65,18 +65,22 @@ impl Drop for AppServer {
 
 impl AppServer {
     /// Start `codex app-server` (in `cwd`, if given) and initialize it;
-    /// each request may take up to `timeout`.
+    /// each request may take up to `timeout`. Its environment is the
+    /// runner's, plus `config.env`, plus `thread_env` (a thread's
+    /// `ThreadSpec::env`, which wins), so every command codex runs inherits
+    /// them.
     pub(crate) async fn start(
         config: &CodexConfig,
         label: String,
         cwd: Option<&Path>,
+        thread_env: &[(String, String)],
         timeout: Duration,
     ) -> Result<Self, StartError> {
         let mut spec = ChildSpec::new(label, &config.bin).arg("app-server");
         if let Some(cwd) = cwd {
             spec = spec.cwd(cwd);
         }
-        for (key, value) in &config.env {
+        for (key, value) in config.env.iter().chain(thread_env) {
             spec = spec.env(key, value);
         }
         let (child, inbound) = JsonChild::spawn(spec, rpc::response_key())?;

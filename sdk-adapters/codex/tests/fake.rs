@@ -150,6 +150,24 @@ async fn describe_logged_out_is_unconfigured_with_a_reason() {
     assert!(desc.error_message.unwrap().contains("not logged in"));
 }
 
+/// `ThreadSpec::env` reaches the app-server (so every command codex runs)
+/// and wins over the adapter's own environment: the fake keeps its log in
+/// the state dir the thread names, not the configured one.
+#[tokio::test]
+async fn the_thread_env_reaches_the_app_server_and_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let adapter = CodexAdapter::new(config(dir.path()));
+    let mut spec = spec(dir.path());
+    spec.env = vec![(
+        "FAKE_CODEX_STATE".into(),
+        other.path().to_string_lossy().into_owned(),
+    )];
+    adapter.create_thread(&spec).await.expect("create_thread");
+    assert_eq!(pids(other.path()).len(), 1);
+    assert!(pids(dir.path()).is_empty());
+}
+
 #[tokio::test]
 async fn a_turn_maps_every_item_kind() {
     let (dir, adapter, spec) = setup().await;

@@ -52,8 +52,13 @@ pub(crate) struct CommandResult {
 }
 
 /// Start `sh -c command` in `cwd` (stdin null, stdout+stderr one pipe, a new
-/// process group).
-pub(crate) fn spawn(command: &str, cwd: &Path) -> io::Result<RunningCommand> {
+/// process group), with `env` added to the adapter's own environment (the
+/// thread's `ThreadSpec::env`, e.g. the runner's git credential settings).
+pub(crate) fn spawn(
+    command: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+) -> io::Result<RunningCommand> {
     let (reader, writer) = io::pipe()?;
     let writer_for_stderr = writer.try_clone()?;
     // Register the read end before spawning, so no failure can leave a
@@ -68,7 +73,8 @@ pub(crate) fn spawn(command: &str, cwd: &Path) -> io::Result<RunningCommand> {
             .stdout(writer)
             .stderr(writer_for_stderr)
             .process_group(0)
-            .kill_on_drop(true);
+            .kill_on_drop(true)
+            .envs(env.iter().map(|(k, v)| (k, v)));
         if cwd.is_absolute() {
             cmd.env("PWD", cwd);
         }

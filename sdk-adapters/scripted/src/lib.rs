@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `say TEXT` | an `AgentMessage` item with TEXT |
 //! | `think TEXT` | a `Reasoning` item with TEXT |
-//! | `run COMMAND` | a `CommandExecution` item; `sh -c COMMAND` really runs in the thread's workspace |
+//! | `run COMMAND` | a `CommandExecution` item; `sh -c COMMAND` really runs in the thread's workspace, with the thread's `ThreadSpec::env` added to its environment |
 //! | `sleep MS` | waits MS milliseconds; an interrupt cuts it short |
 //! | `usage INPUT OUTPUT` | a [`TurnEvent::Usage`](sdk_adapter::TurnEvent::Usage) |
 //! | `fail TEXT` | the turn ends `Failed(TEXT)` |
@@ -120,7 +120,11 @@ impl SdkAdapter for ScriptedAdapter {
             (None, Some(_)) => None,
         };
         check_model(model, level)?;
-        Ok(turn::start(spec.workspace.clone(), input.text))
+        Ok(turn::start(
+            spec.workspace.clone(),
+            spec.env.clone(),
+            input.text,
+        ))
     }
 }
 

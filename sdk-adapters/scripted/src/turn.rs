@@ -32,9 +32,10 @@ use crate::control::{Next, ScriptedControl};
 use crate::plan::{Entry, Plan};
 use crate::script::Step;
 
-/// Start a turn running `text` in `workspace`; the script runs on a spawned
-/// task (so this must be called inside a tokio runtime).
-pub(crate) fn start(workspace: PathBuf, text: String) -> Turn {
+/// Start a turn running `text` in `workspace`, its commands with `env` added
+/// to their environment; the script runs on a spawned task (so this must be
+/// called inside a tokio runtime).
+pub(crate) fn start(workspace: PathBuf, env: Vec<(String, String)>, text: String) -> Turn {
     let turn_id = format!("turn-{}", uuid::Uuid::new_v4());
     let (events, receiver) = mpsc::channel(TURN_EVENT_BUFFER);
     let control = Arc::new(ScriptedControl::default());
@@ -42,6 +43,7 @@ pub(crate) fn start(workspace: PathBuf, text: String) -> Turn {
         turn_id: turn_id.clone(),
         cwd: workspace.to_string_lossy().into_owned(),
         workspace,
+        env,
         events,
         control: control.clone(),
         items: 0,
@@ -69,6 +71,8 @@ struct TurnTask {
     workspace: PathBuf,
     /// `workspace` as reported in command items.
     cwd: String,
+    /// Extra environment of every command (`ThreadSpec::env`).
+    env: Vec<(String, String)>,
     events: mpsc::Sender<TurnEvent>,
     control: Arc<ScriptedControl>,
     /// Items created so far.
@@ -145,7 +149,7 @@ impl TurnTask {
 
     async fn run_command(&mut self, command: String) -> Result<Flow, Gone> {
         let item_id = self.next_item_id();
-        let running = match command::spawn(&command, &self.workspace) {
+        let running = match command::spawn(&command, &self.workspace, &self.env) {
             Ok(running) => running,
             Err(error) => {
                 return Ok(Flow::Finish(TurnOutcome::Failed(format!(

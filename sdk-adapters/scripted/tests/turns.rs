@@ -211,6 +211,30 @@ async fn run_runs_in_the_workspace() {
     assert!(ws.join("made-here").exists());
 }
 
+/// `ThreadSpec::env` reaches every `run` step, on top of (and overriding)
+/// the adapter's own environment; other variables are still inherited.
+#[tokio::test]
+async fn run_steps_see_the_thread_env() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut spec = spec(&dir);
+    spec.env = vec![
+        ("AGENT_RUNNER_TEST_SPEC_VAR".into(), "from the spec".into()),
+        ("GIT_CONFIG_COUNT".into(), "1".into()),
+    ];
+    let adapter = ScriptedAdapter::new();
+    adapter.create_thread(&spec).await.expect("create_thread");
+    let script = "run printf '%s|%s|%s' \"$AGENT_RUNNER_TEST_SPEC_VAR\" \"$GIT_CONFIG_COUNT\" \"${PATH:+path}\"\nrun echo \"$AGENT_RUNNER_TEST_SPEC_VAR\"";
+    let mut turn = adapter
+        .start_turn(&spec, input(script))
+        .await
+        .expect("start_turn");
+    let events = rest(&mut turn).await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    let commands = completed_commands(&events);
+    assert_eq!(commands[0].output.as_deref(), Some("from the spec|1|path"));
+    assert_eq!(commands[1].output.as_deref(), Some("from the spec\n"));
+}
+
 #[tokio::test]
 async fn stdout_and_stderr_are_one_interleaved_stream() {
     let (_dir, _spec, mut turn) =

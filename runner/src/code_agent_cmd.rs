@@ -1,0 +1,106 @@
+//! `agent-runner code-agent serve --listen ADDR`: the code-agent engine as
+//! a standalone `a3s.code.agent.v1.CodeAgentService` gRPC server, for
+//! runners started with `--code-agent-endpoint` (an engine in another
+//! container) and for any other client of that interface.
+//!
+//! Also where model-provider keys are handed to the log redactor: the
+//! engine reads `OPENAI_API_KEY` (and `<PROVIDER>_API_KEY`) from the
+//! environment, and no log line of this process may ever show one.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::LogFormat;
+use crate::redact::Redactor;
+
+/// `agent-runner code-agent …`.
+#[derive(Debug, Subcommand)]
+pub enum CodeAgentCommand {
+    /// Serve the engine's CodeAgentService on ADDR until SIGTERM/SIGINT.
+    /// Its model provider comes from the environment: OPENAI_API_KEY,
+    /// OPENAI_BASE_URL (any OpenAI-compatible server), CODE_AGENT_MODELS.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// `IP:PORT` to listen on (port 0 picks a free one; the address is
+    /// printed on stdout as `code-agent listening on ADDR`).
+    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_LISTEN")]
+    pub listen: String,
+    /// Where sessions (FILE storage) and providers persist.
+    /// Default: ~/.agent-runner/code-agent.
+    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Log level or tracing filter. Default: info.
+    #[arg(long, env = "AGENT_RUNNER_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "AGENT_RUNNER_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// Hand every `*_API_KEY` value of the environment to the process-wide
+/// redactor, so a key quoted anywhere (an upstream error, a tool's output)
+/// is logged as `***`.
+pub fn redact_provider_keys() {
+    let redactor = Redactor::process();
+    for (name, value) in std::env::vars_os() {
+        let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
+            continue;
+        };
+        if name.ends_with("_API_KEY") && !value.trim().is_empty() {
+            redactor.add(value.trim());
+        }
+    }
+}
+
+pub async fn run(command: CodeAgentCommand) -> anyhow::Result<()> {
+    match command {
+        CodeAgentCommand::Serve(args) => serve(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    redact_provider_keys();
+    crate::logging::init(args.log_format, &args.log_level).map_err(anyhow::Error::msg)?;
+    let addr: std::net::SocketAddr = args
+        .listen
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("listen: {:?} is not IP:PORT", args.listen))?;
+    let state_dir = match args.state_dir {
+        Some(dir) => dir,
+        None => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join(".agent-runner/code-agent"),
+    };
+    std::fs::create_dir_all(&state_dir)
+        .map_err(|e| anyhow::anyhow!("state_dir: {}: {e}", state_dir.display()))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("listen: {addr}: {e}"))?;
+    let engine = code_agent_engine::Engine::start(code_agent_engine::EngineConfig {
+        state_dir: Some(state_dir),
+        ..Default::default()
+    })
+    .await?;
+    let local = listener.local_addr()?;
+    println!("code-agent listening on {local}");
+    let shutdown = CancellationToken::new();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        stop.cancel();
+    });
+    code_agent_engine::serve(engine, listener, shutdown).await
+}

@@ -1,0 +1,29 @@
+//! The credential socket's tokens come from the runner's
+//! [`TokenBroker`](crate::github::TokenBroker).
+
+use async_trait::async_trait;
+
+use super::server::{IssuedToken, Tokens};
+use crate::github::TokenBroker;
+
+#[async_trait]
+impl Tokens for TokenBroker {
+    fn git_host(&self) -> String {
+        TokenBroker::git_host(self).to_owned()
+    }
+
+    async fn token(&self, owner: &str, repo: &str) -> Result<IssuedToken, String> {
+        let issued = self
+            .token_for_repo(owner, repo)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(IssuedToken {
+            installation_id: issued.installation_id,
+            token: issued.token.expose().to_owned(),
+        })
+    }
+
+    fn invalidate(&self, installation_id: i64) {
+        TokenBroker::invalidate(self, installation_id);
+    }
+}

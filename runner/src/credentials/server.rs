@@ -1,0 +1,332 @@
+//! The runner's end of the credential socket: a Unix socket (0600, in a
+//! 0700 directory under the state dir) that answers
+//! `agent-runner git-credential` with installation tokens.
+//!
+//! Each connection carries one [`Request`] line and gets one [`Answer`]
+//! line. Connections run on their own tasks, at most [`MAX_CONNECTIONS`] at
+//! once (the accept loop waits for a free slot), each within
+//! [`CONNECTION_TIMEOUT`]. Only processes of the runner's own user may ask
+//! (checked with `SO_PEERCRED` on top of the file permissions). Log lines
+//! name the thread, the repository and the installation, never a token.
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::protocol::{Answer, MAX_REQUEST_BYTES, Op, Request, Target};
+use crate::workspace::check_id;
+
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 32;
+/// How long one connection may take, token minting included.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long the helper may take to send its request.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest socket path (`sun_path` is 108 bytes with its NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The socket's directory under the state dir, and its file name: short,
+/// to stay far from [`MAX_SOCKET_PATH`].
+pub const SOCKET_DIR: &str = "cred";
+pub const SOCKET_FILE: &str = "git.sock";
+
+/// An installation token as the socket hands it out.
+pub struct IssuedToken {
+    pub installation_id: i64,
+    pub token: String,
+}
+
+/// What the server needs from the token broker (implemented for
+/// [`crate::github::TokenBroker`]).
+#[async_trait]
+pub trait Tokens: Send + Sync + 'static {
+    /// The host tokens are for (`github.com`, or `host:port`).
+    fn git_host(&self) -> String;
+    /// A token covering `owner/repo`; the error text is shown to git's user.
+    async fn token(&self, owner: &str, repo: &str) -> Result<IssuedToken, String>;
+    /// A token of this installation was refused.
+    fn invalidate(&self, installation_id: i64);
+}
+
+/// Whether a thread id names a thread of this runner.
+pub type ThreadCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Why the socket could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error(
+        "credential socket path {path} is {len} bytes, over the {MAX_SOCKET_PATH}-byte limit of Unix sockets; choose a shorter state_dir"
+    )]
+    PathTooLong { path: PathBuf, len: usize },
+    #[error("credential socket directory {path}: {source}")]
+    Dir { path: PathBuf, source: io::Error },
+    #[error("credential socket {path}: {source}")]
+    Bind { path: PathBuf, source: io::Error },
+}
+
+/// A running credential socket; [`CredentialServer::stop`] (or dropping it)
+/// closes it and removes the socket file.
+pub struct CredentialServer {
+    path: PathBuf,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+struct Ctx {
+    tokens: Arc<dyn Tokens>,
+    threads: ThreadCheck,
+}
+
+/// Where the socket of a runner with this state dir lives.
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(SOCKET_DIR).join(SOCKET_FILE)
+}
+
+impl CredentialServer {
+    /// Listen on [`socket_path`]`(state_dir)`, replacing a stale socket left
+    /// by an earlier runner. Must be called inside a tokio runtime.
+    pub fn start(
+        state_dir: &Path,
+        tokens: Arc<dyn Tokens>,
+        threads: ThreadCheck,
+    ) -> Result<Self, CredentialError> {
+        let path = socket_path(state_dir);
+        let len = path.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(CredentialError::PathTooLong { path, len });
+        }
+        let dir = state_dir.join(SOCKET_DIR);
+        let dir_err = |source| CredentialError::Dir {
+            path: dir.clone(),
+            source,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(dir_err)?;
+        // An existing directory keeps its mode; make sure it is ours alone.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
+        let bind_err = |source| CredentialError::Bind {
+            path: path.clone(),
+            source,
+        };
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_socket() => {
+                std::fs::remove_file(&path).map_err(bind_err)?
+            }
+            Ok(_) => {
+                return Err(bind_err(io::Error::other(
+                    "exists and is not a socket; remove it",
+                )));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(bind_err(e)),
+        }
+        let listener = UnixListener::bind(&path).map_err(bind_err)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(bind_err)?;
+        let stop = CancellationToken::new();
+        let ctx = Arc::new(Ctx { tokens, threads });
+        let task = tokio::spawn(accept_loop(listener, ctx, stop.clone()));
+        tracing::info!(socket = %path.display(), "git credential socket listening");
+        Ok(Self {
+            path,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stop accepting and remove the socket file. Connections in progress
+    /// finish on their own (within [`CONNECTION_TIMEOUT`]).
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        self.remove_file();
+    }
+
+    fn remove_file(&self) {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(socket = %self.path.display(), error = %e, "removing the credential socket failed")
+            }
+        }
+    }
+}
+
+impl Drop for CredentialServer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            self.stop.cancel();
+            task.abort();
+            self.remove_file();
+        }
+    }
+}
+
+async fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            () = stop.cancelled() => return,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => return,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    if tokio::time::timeout(CONNECTION_TIMEOUT, serve(stream, &ctx))
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!("git credential request timed out");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting on the credential socket failed");
+                // Out of file descriptors, typically: do not spin.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn serve(stream: UnixStream, ctx: &Ctx) {
+    match stream.peer_cred() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        Ok(peer) if peer.uid() == unsafe { libc::geteuid() } => {}
+        Ok(peer) => {
+            tracing::warn!(
+                uid = peer.uid(),
+                "credential request from another user refused"
+            );
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "credential request without peer credentials refused");
+            return;
+        }
+    }
+    let (read, mut write) = stream.into_split();
+    let mut line = Vec::new();
+    let limit = u64::try_from(MAX_REQUEST_BYTES + 1).unwrap_or(u64::MAX);
+    let mut reader = BufReader::new(read.take(limit));
+    match tokio::time::timeout(READ_TIMEOUT, reader.read_until(b'\n', &mut line)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "reading a credential request failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("credential request not sent in time");
+            return;
+        }
+    }
+    if line.len() > MAX_REQUEST_BYTES {
+        // Unread bytes make closing reset the connection: the helper sees
+        // an error, which is all it deserves.
+        tracing::warn!(
+            limit = MAX_REQUEST_BYTES,
+            "credential request over the size limit refused"
+        );
+        return;
+    }
+    let answer = match serde_json::from_slice::<Request>(&line) {
+        Ok(request) => answer(ctx, request).await,
+        Err(e) => {
+            tracing::warn!(error = %e, "malformed credential request");
+            Answer::nothing(format!("malformed request: {e}"))
+        }
+    };
+    let mut out = match serde_json::to_vec(&answer) {
+        Ok(out) => out,
+        Err(e) => {
+            tracing::error!(error = %e, "encoding a credential answer failed");
+            return;
+        }
+    };
+    out.push(b'\n');
+    if let Err(e) = write.write_all(&out).await {
+        tracing::debug!(error = %e, "sending a credential answer failed");
+    }
+}
+
+/// The answer to one well-formed request.
+async fn answer(ctx: &Ctx, request: Request) -> Answer {
+    if let Err(e) = check_id("thread", &request.thread) {
+        tracing::warn!(error = %e, "credential request with an invalid thread id");
+        return Answer::nothing(e);
+    }
+    let thread = request.thread.as_str();
+    if !(ctx.threads)(thread) {
+        tracing::info!(thread_id = %thread, "credential request for an unknown thread; no credentials");
+        return Answer::nothing(format!("unknown thread {thread}"));
+    }
+    let git_host = ctx.tokens.git_host();
+    let target = match Target::parse(&request.protocol, &request.host, &request.path, &git_host) {
+        Ok(target) => target,
+        Err(why) => {
+            tracing::debug!(thread_id = %thread, %why, "no credentials for this URL");
+            return Answer::nothing(why);
+        }
+    };
+    let repo = format!("{}/{}", target.owner, target.repo);
+    match request.op {
+        Op::Get => match ctx.tokens.token(&target.owner, &target.repo).await {
+            Ok(issued) => {
+                tracing::info!(thread_id = %thread, %repo, installation_id = issued.installation_id, "git credentials issued");
+                Answer::credentials(issued.token)
+            }
+            Err(why) => {
+                tracing::warn!(thread_id = %thread, %repo, error = %why, "no git credentials");
+                Answer::nothing(why)
+            }
+        },
+        Op::Erase => {
+            let Some(refused) = request.password else {
+                return Answer::default();
+            };
+            // Only the token we would hand out now is worth forgetting; an
+            // older one was already replaced.
+            match ctx.tokens.token(&target.owner, &target.repo).await {
+                Ok(current) if current.token == refused => {
+                    tracing::info!(thread_id = %thread, %repo, installation_id = current.installation_id, "git refused an installation token; it will be refreshed");
+                    ctx.tokens.invalidate(current.installation_id);
+                }
+                Ok(_) => {
+                    tracing::debug!(thread_id = %thread, %repo, "git refused a token that was already replaced");
+                }
+                Err(why) => {
+                    tracing::debug!(thread_id = %thread, %repo, error = %why, "erase for a repository without a token");
+                }
+            }
+            Answer::default()
+        }
+    }
+}

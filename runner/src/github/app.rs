@@ -1,0 +1,316 @@
+//! Tokens straight from GitHub, as the runner's own GitHub App
+//! (`--github-app-id`, `--github-app-private-key-file`, `--github-api-url`):
+//! the App JWT ([`super::jwt`]) lists installations
+//! (`GET /app/installations`) and mints installation tokens
+//! (`POST /app/installations/{id}/access_tokens`); each new token then lists
+//! the repositories it covers (`GET /installation/repositories`).
+//!
+//! HTTP goes through `octocrab` (one client: base URL with a GitHub
+//! Enterprise path kept, rustls with ring and the system roots, timeouts);
+//! the `Authorization` header is set per request (the JWT changes every few
+//! minutes, and the repository listing uses the installation token) and
+//! marked sensitive. Answers are read into the few fields used here, so
+//! extra or missing optional fields in GitHub's JSON do not matter.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use http::header::{ACCEPT, AUTHORIZATION, HeaderValue};
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::jwt::{AppKey, app_jwt};
+use super::source::{ASSUMED_LIFETIME, ListedInstallation, MintedToken, TokenSource};
+use super::{GithubError, SecretString};
+
+/// GitHub's public API.
+pub const DEFAULT_API_URL: &str = "https://api.github.com";
+/// Items asked for per page.
+const PER_PAGE: usize = 100;
+/// Pages read at most per listing (10 000 items).
+const MAX_PAGES: usize = 100;
+/// How long one request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest error body quoted in a message.
+const MAX_QUOTED: usize = 300;
+
+/// Installation tokens minted by the runner's own GitHub App.
+pub struct AppSource {
+    app_id: u64,
+    key: AppKey,
+    api_url: String,
+    api: octocrab::Octocrab,
+}
+
+#[derive(Deserialize)]
+struct ApiInstallation {
+    id: i64,
+    #[serde(default)]
+    account: Option<ApiAccount>,
+}
+
+#[derive(Deserialize)]
+struct ApiAccount {
+    #[serde(default)]
+    login: Option<String>,
+    #[serde(default)]
+    slug: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ApiToken {
+    token: String,
+    #[serde(default)]
+    expires_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ApiRepositories {
+    total_count: usize,
+    repositories: Vec<ApiRepository>,
+}
+
+#[derive(Deserialize)]
+struct ApiRepository {
+    full_name: String,
+}
+
+#[derive(Deserialize)]
+struct ApiMessage {
+    message: String,
+}
+
+impl AppSource {
+    /// A source for App `app_id` at `api_url` (`https://api.github.com`, or
+    /// `https://HOST/api/v3` for GitHub Enterprise Server).
+    pub fn new(app_id: u64, key: AppKey, api_url: &str) -> Result<Self, GithubError> {
+        let config_err =
+            |e: octocrab::Error| GithubError::Rejected(format!("github_api_url {api_url}: {e}"));
+        let api = octocrab::Octocrab::builder()
+            .base_uri(api_url)
+            .map_err(config_err)?
+            .set_connect_timeout(Some(Duration::from_secs(10)))
+            .set_read_timeout(Some(REQUEST_TIMEOUT))
+            .build()
+            .map_err(config_err)?;
+        Ok(Self {
+            app_id,
+            key,
+            api_url: api_url.trim_end_matches('/').to_owned(),
+            api,
+        })
+    }
+
+    fn jwt(&self) -> Result<SecretString, GithubError> {
+        app_jwt(self.app_id, &self.key, SystemTime::now())
+    }
+
+    /// One request with `bearer` as its credential; the parsed JSON body of
+    /// a 2xx answer, else an error naming `what` and GitHub's message (and
+    /// the HTTP status, when there was an answer).
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        bearer: &SecretString,
+        what: &str,
+    ) -> Result<T, Failure> {
+        let mut auth =
+            HeaderValue::try_from(format!("Bearer {}", bearer.expose())).map_err(|_| {
+                GithubError::Rejected(format!("{what}: credential is not a valid header"))
+            })?;
+        auth.set_sensitive(true);
+        let builder = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(AUTHORIZATION, auth)
+            .header(ACCEPT, "application/vnd.github+json")
+            .header("x-github-api-version", "2022-11-28");
+        let request = self
+            .api
+            .build_request(builder, None::<&()>)
+            .map_err(|e| GithubError::Rejected(format!("{what}: {e}")))?;
+        let fetched = tokio::time::timeout(REQUEST_TIMEOUT, async {
+            let response = self.api.execute(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, octocrab::Error>((status, body))
+        })
+        .await;
+        let (status, body) = match fetched {
+            Err(_) => {
+                return Err(GithubError::Source(format!(
+                    "{what}: {} did not answer within {}s",
+                    self.api_url,
+                    REQUEST_TIMEOUT.as_secs()
+                ))
+                .into());
+            }
+            Ok(Err(e)) => {
+                return Err(GithubError::Source(format!("{what}: {}: {e}", self.api_url)).into());
+            }
+            Ok(Ok(answer)) => answer,
+        };
+        if !status.is_success() {
+            return Err(Failure {
+                status: Some(status),
+                error: http_error(what, status, &body),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| {
+            GithubError::Rejected(format!("{what}: unexpected answer from GitHub: {e}")).into()
+        })
+    }
+
+    /// Every repository `token` covers, as `owner/repo`.
+    async fn repositories(
+        &self,
+        installation_id: i64,
+        token: &SecretString,
+    ) -> Result<Vec<String>, GithubError> {
+        let what = format!("listing the repositories of installation {installation_id}");
+        let mut names = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let path = format!("/installation/repositories?per_page={PER_PAGE}&page={page}");
+            let answer: ApiRepositories = self.call(Method::GET, &path, token, &what).await?;
+            let got = answer.repositories.len();
+            names.extend(answer.repositories.into_iter().map(|r| r.full_name));
+            if got == 0 || names.len() >= answer.total_count {
+                return Ok(names);
+            }
+        }
+        tracing::warn!(
+            installation_id,
+            listed = names.len(),
+            "installation covers more repositories than are listed; the rest are not matched"
+        );
+        Ok(names)
+    }
+}
+
+/// A failed call: the error, and the HTTP status if GitHub answered.
+struct Failure {
+    status: Option<StatusCode>,
+    error: GithubError,
+}
+
+impl From<GithubError> for Failure {
+    fn from(error: GithubError) -> Self {
+        Self {
+            status: None,
+            error,
+        }
+    }
+}
+
+impl From<Failure> for GithubError {
+    fn from(f: Failure) -> Self {
+        f.error
+    }
+}
+
+/// The error for a non-2xx answer; 5xx and 429 are worth retrying.
+fn http_error(what: &str, status: StatusCode, body: &[u8]) -> GithubError {
+    let message = serde_json::from_slice::<ApiMessage>(body)
+        .map(|m| m.message)
+        .unwrap_or_else(|_| String::from_utf8_lossy(body).into_owned());
+    let message: String = message.chars().take(MAX_QUOTED).collect();
+    let text = format!("{what}: GitHub answered {status}: {message}");
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        GithubError::Source(text)
+    } else {
+        GithubError::Rejected(text)
+    }
+}
+
+/// GitHub's `expires_at` (RFC 3339), or [`ASSUMED_LIFETIME`] from `now`.
+fn parse_expiry(text: Option<&str>, now: SystemTime) -> SystemTime {
+    text.and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+        .unwrap_or(now + ASSUMED_LIFETIME)
+}
+
+#[async_trait]
+impl TokenSource for AppSource {
+    fn describe(&self) -> String {
+        format!("GitHub App {} at {}", self.app_id, self.api_url)
+    }
+
+    async fn installations(&self) -> Result<Vec<ListedInstallation>, GithubError> {
+        let jwt = self.jwt()?;
+        let mut listed = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let path = format!("/app/installations?per_page={PER_PAGE}&page={page}");
+            let answer: Vec<ApiInstallation> = self
+                .call(Method::GET, &path, &jwt, "listing the App's installations")
+                .await?;
+            let got = answer.len();
+            listed.extend(answer.into_iter().map(|i| ListedInstallation {
+                id: i.id,
+                account: i.account.and_then(|a| a.login.or(a.slug)),
+            }));
+            if got < PER_PAGE {
+                break;
+            }
+        }
+        Ok(listed)
+    }
+
+    async fn mint(&self, installation_id: i64) -> Result<MintedToken, GithubError> {
+        let jwt = self.jwt()?;
+        let what = format!("minting a token for installation {installation_id}");
+        let path = format!("/app/installations/{installation_id}/access_tokens");
+        let answer: ApiToken = match self.call(Method::POST, &path, &jwt, &what).await {
+            Ok(answer) => answer,
+            Err(Failure {
+                status: Some(StatusCode::NOT_FOUND),
+                ..
+            }) => return Err(GithubError::UnknownInstallation(installation_id)),
+            Err(f) => return Err(f.error),
+        };
+        let token = SecretString::new(answer.token);
+        let expires_at = parse_expiry(answer.expires_at.as_deref(), SystemTime::now());
+        let repositories = self.repositories(installation_id, &token).await?;
+        Ok(MintedToken {
+            token,
+            expires_at,
+            repositories,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_is_parsed_or_assumed() {
+        let now = SystemTime::UNIX_EPOCH;
+        let t = parse_expiry(Some("2016-07-11T22:14:10Z"), now);
+        assert_eq!(
+            t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
+            1_468_275_250
+        );
+        assert_eq!(parse_expiry(Some("soon"), now), now + ASSUMED_LIFETIME);
+        assert_eq!(parse_expiry(None, now), now + ASSUMED_LIFETIME);
+    }
+
+    #[test]
+    fn server_errors_are_retried_refusals_are_not() {
+        let e = http_error(
+            "x",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            b"{\"message\":\"boom\"}",
+        );
+        assert!(e.is_transient());
+        assert!(e.to_string().contains("boom"));
+        let e = http_error(
+            "x",
+            StatusCode::UNAUTHORIZED,
+            b"{\"message\":\"Bad credentials\"}",
+        );
+        assert!(!e.is_transient());
+        assert!(e.to_string().contains("401"));
+    }
+}

@@ -1,0 +1,42 @@
+//! Where installation tokens come from: the control plane
+//! ([`super::control_plane`]) or a GitHub App of the runner's own
+//! ([`super::app`]). The broker ([`super::broker`]) caches and refreshes what
+//! a source mints; a source itself keeps nothing.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+
+use super::{GithubError, SecretString};
+
+/// Assumed lifetime of a token whose expiry the source did not give
+/// (GitHub's installation tokens live one hour).
+pub const ASSUMED_LIFETIME: Duration = Duration::from_secs(60 * 60);
+
+/// One installation as a source lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedInstallation {
+    pub id: i64,
+    /// The user or organisation it is installed on, when the source says.
+    pub account: Option<String>,
+}
+
+/// A token just minted.
+#[derive(Debug, Clone)]
+pub struct MintedToken {
+    pub token: SecretString,
+    pub expires_at: SystemTime,
+    /// `owner/repo` of every repository the token covers.
+    pub repositories: Vec<String>,
+}
+
+/// A source of installation tokens.
+#[async_trait]
+pub trait TokenSource: Send + Sync + 'static {
+    /// For messages: "control plane", "GitHub App 123".
+    fn describe(&self) -> String;
+    /// The installations available to this runner.
+    async fn installations(&self) -> Result<Vec<ListedInstallation>, GithubError>;
+    /// A new token for one installation.
+    async fn mint(&self, installation_id: i64) -> Result<MintedToken, GithubError>;
+}

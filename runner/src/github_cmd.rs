@@ -1,0 +1,166 @@
+//! `agent-runner github installations` and `agent-runner github check
+//! --repo owner/repo`: what an operator asks to see whether the runner's
+//! GitHub set-up works. They take the same settings as `run` (flags, env,
+//! `--config`) and get tokens the way `run` would: as the runner's GitHub
+//! App when `--github-app-id` is set, else from the control plane, dialled
+//! with the runner's URL, CA and bearer secret (the GitHub RPCs need no
+//! registration). They print installations, repositories and token expiry,
+//! never a token.
+
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Subcommand};
+
+use crate::config::{self, LogFormat, RunArgs, RunConfig, Secret};
+use crate::github::{self, GithubError, TokenBroker};
+use crate::redact::Redactor;
+
+/// `agent-runner github …`
+#[derive(Debug, Subcommand)]
+pub enum GithubCommand {
+    /// List the installations available to this runner, the repositories
+    /// each covers and when its current token expires.
+    Installations(InstallationsArgs),
+    /// Say which installation covers a repository and when its token
+    /// expires (exit 1 when none covers it).
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InstallationsArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The repository, `owner/repo`.
+    #[arg(long)]
+    pub repo: String,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+pub async fn run(command: GithubCommand, env_secret: Option<Secret>) -> anyhow::Result<()> {
+    match command {
+        GithubCommand::Installations(args) => {
+            let broker = connect(args.run, env_secret)?;
+            let installations = broker.installations().await?;
+            print!("{}", render_installations(&broker, &installations));
+            Ok(())
+        }
+        GithubCommand::Check(args) => {
+            let (owner, repo) = split_repo(&args.repo)?;
+            let broker = connect(args.run, env_secret)?;
+            let token = broker.token_for_repo(owner, repo).await?;
+            println!(
+                "{}: covered by installation {}; token expires {}",
+                args.repo,
+                token.installation_id,
+                when(token.expires_at)
+            );
+            Ok(())
+        }
+    }
+}
+
+fn split_repo(text: &str) -> Result<(&str, &str), GithubError> {
+    let bad = || GithubError::BadRepo {
+        repo: text.to_owned(),
+    };
+    let (owner, repo) = text.split_once('/').ok_or_else(bad)?;
+    github::repo_key(owner, repo).ok_or_else(bad)?;
+    Ok((owner, repo))
+}
+
+/// The broker `run` would use, from the same settings.
+fn connect(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<TokenBroker> {
+    let level = args.log_level.clone().unwrap_or_else(|| "warn".to_owned());
+    let format = args.log_format.unwrap_or_default();
+    let github_config = config::resolve_github(&args)?;
+    let client = if github_config.app.is_some() {
+        None
+    } else {
+        let config = RunConfig::resolve(args, env_secret)?;
+        Some(crate::link::client(&config)?)
+    };
+    init_logging(format, &level)?;
+    Ok(github::broker(&github_config, client, Redactor::process())?)
+}
+
+fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    crate::logging::init(format, level).map_err(anyhow::Error::msg)
+}
+
+fn render_installations(broker: &TokenBroker, installations: &[github::Installation]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} installation(s) from {} (git host {})",
+        installations.len(),
+        broker.describe_source(),
+        broker.git_host()
+    );
+    for i in installations {
+        let account = i
+            .account
+            .as_deref()
+            .map(|a| format!(" ({a})"))
+            .unwrap_or_default();
+        match (&i.error, i.token_expires_at) {
+            (Some(error), _) => {
+                let _ = writeln!(out, "installation {}{account}: error: {error}", i.id);
+            }
+            (None, expires) => {
+                let _ = writeln!(
+                    out,
+                    "installation {}{account}: {} repositories; token expires {}",
+                    i.id,
+                    i.repositories.len(),
+                    expires.map(when).unwrap_or_else(|| "(unknown)".to_owned())
+                );
+                for r in &i.repositories {
+                    let _ = writeln!(out, "    {r}");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `2026-05-01T12:00:00Z (in 59m 58s)`.
+fn when(t: SystemTime) -> String {
+    let stamp = humantime::format_rfc3339_seconds(t);
+    match t.duration_since(SystemTime::now()) {
+        Ok(left) => format!(
+            "{stamp} (in {})",
+            humantime::format_duration(Duration::from_secs(left.as_secs()))
+        ),
+        Err(_) => format!("{stamp} (expired)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_argument_must_be_owner_slash_repo() {
+        assert_eq!(split_repo("acme/widgets").unwrap(), ("acme", "widgets"));
+        for bad in ["acme", "acme/", "/w", "a/b/c", "a b/c"] {
+            assert!(
+                matches!(split_repo(bad), Err(GithubError::BadRepo { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn expiry_is_shown_with_time_left() {
+        let t = SystemTime::now() + Duration::from_secs(3600);
+        assert!(when(t).contains("(in 59m"), "{}", when(t));
+        let t = SystemTime::now() - Duration::from_secs(5);
+        assert!(when(t).ends_with("(expired)"));
+    }
+}

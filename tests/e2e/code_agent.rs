@@ -1,0 +1,263 @@
+//! The `code-agent` SDK through the whole runner: the runner binary with
+//! `--sdk code-agent`, the mock control plane, and the engine's model
+//! provider pointed at a mock OpenAI-compatible server on loopback
+//! (`code_agent_engine::testing::MockLlm`, via OPENAI_BASE_URL). A user
+//! message makes the agent run a shell command and answer; the Turn, Item
+//! and token-usage updates reach the control plane. Once with the engine
+//! embedded in the runner, once with it in its own process
+//! (`agent-runner code-agent serve`) and the runner pointed at it with
+//! `--code-agent-endpoint`.
+
+use std::process::Stdio;
+
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
+use code_agent_engine::testing::{MockLlm, MockReply};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::support::*;
+
+const MODEL: &str = "mock-model";
+const API_KEY: &str = "sk-e2e-never-logged";
+const COMMAND: &str =
+    "echo from-code-agent > proof.txt && cat proof.txt && echo key=${OPENAI_API_KEY:-none}";
+
+fn script() -> Vec<MockReply> {
+    vec![
+        MockReply::tool_call("call_1", "bash", json!({ "command": COMMAND })).with_usage(40, 8),
+        MockReply::text("All done.").with_usage(60, 3),
+    ]
+}
+
+/// The engine's model settings, as an operator would export them.
+fn model_env(mock: &MockLlm) -> Vec<(String, String)> {
+    vec![
+        ("OPENAI_API_KEY".into(), API_KEY.into()),
+        ("OPENAI_BASE_URL".into(), mock.base_url()),
+        ("CODE_AGENT_MODELS".into(), MODEL.into()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_agent_turn_in_process() {
+    let mock = MockLlm::start(script()).await;
+    let cp = mock_cp().await;
+    let mut opts = RunnerOpts::new(cp.url()).arg("--sdk").arg("code-agent");
+    for (k, v) in model_env(&mock) {
+        opts = opts.env(&k, &v);
+    }
+    let runner = RunnerProc::start(opts);
+    coding_turn(&cp, &runner, &mock).await;
+    assert!(
+        runner.dirs.path().join("state/code-agent").is_dir(),
+        "the embedded engine keeps its state under the runner's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_agent_turn_against_a_remote_engine() {
+    let mock = MockLlm::start(script()).await;
+    let engine_dir = tempfile::tempdir().expect("tempdir");
+    let (mut engine, addr) = serve_engine(&mock, engine_dir.path()).await;
+    let cp = mock_cp().await;
+    // The runner itself has no model settings: everything is the engine's.
+    let runner = RunnerProc::start(
+        RunnerOpts::new(cp.url())
+            .arg("--sdk")
+            .arg("code-agent")
+            .arg("--code-agent-endpoint")
+            .arg(&format!("http://{addr}"))
+            .env("OPENAI_API_KEY", "")
+            .env("OPENAI_BASE_URL", ""),
+    );
+    coding_turn(&cp, &runner, &mock).await;
+    assert!(
+        !runner.dirs.path().join("state/code-agent").exists(),
+        "no embedded engine was started"
+    );
+    let _ = engine.start_kill();
+}
+
+async fn mock_cp() -> mock_control_plane::MockControlPlane {
+    mock().await
+}
+
+/// `agent-runner code-agent serve` on a free port; the process and its address.
+async fn serve_engine(mock: &MockLlm, state: &std::path::Path) -> (Child, String) {
+    let mut child = Command::new(runner_bin())
+        .arg("code-agent")
+        .arg("serve")
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--state-dir")
+        .arg(state)
+        .envs(model_env(mock))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn code-agent serve");
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("the engine prints its address in time")
+        .expect("read stdout")
+        .expect("a line");
+    let addr = line
+        .strip_prefix("code-agent listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .trim()
+        .to_owned();
+    (child, addr)
+}
+
+/// Register, create an agent and a thread on `code-agent`, run one coding
+/// turn, and check every update it produced.
+async fn coding_turn(
+    cp: &mock_control_plane::MockControlPlane,
+    runner: &RunnerProc,
+    mock: &MockLlm,
+) {
+    cp.wait_connected(WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("runner connects: {e:?}\n{}", runner.logs()));
+    let registration = cp.registrations().remove(0).request;
+    let sdk = registration
+        .agent_sdks
+        .iter()
+        .find(|s| s.name == "code-agent")
+        .expect("code-agent advertised");
+    assert_eq!(
+        sdk.status,
+        AgentSdkStatus::Ready as i32,
+        "{sdk:?}\n{}",
+        runner.logs()
+    );
+    let models: Vec<&str> = sdk.models.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(models, [MODEL]);
+
+    send(
+        cp,
+        "ca",
+        Request::CreateAgentRequest(CreateAgentRequest {
+            agent_id: "a".into(),
+            agent_sdk: "code-agent".into(),
+        }),
+    )
+    .await;
+    let m = reply(cp, "ca").await;
+    assert!(
+        matches!(payload(&m), Some(Payload::AgentUpdate(u)) if u.status == AgentStatus::Ready as i32),
+        "{m:?}"
+    );
+    send(
+        cp,
+        "ct",
+        Request::CreateThreadRequest(CreateThreadRequest {
+            agent_id: "a".into(),
+            model: MODEL.into(),
+            reasoning_level: None,
+        }),
+    )
+    .await;
+    let m = reply(cp, "ct").await;
+    let thread = match payload(&m) {
+        Some(Payload::ThreadUpdate(u)) if u.status == ThreadStatus::Ready as i32 => {
+            u.thread_id.clone()
+        }
+        _ => panic!("expected ThreadUpdate READY, got {m:?}\n{}", runner.logs()),
+    };
+
+    send(
+        cp,
+        "m1",
+        user_message("a", &thread, "write the proof", false),
+    )
+    .await;
+    cp.wait_for(
+        |m| rid_is(m, "m1") && is_turn(m, TurnStatus::Completed),
+        WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("turn completes: {e:?}\n{}", runner.logs()));
+    let msgs = replies(cp, "m1");
+    assert!(
+        !msgs.iter().any(|m| error_text(m).is_some()),
+        "no RequestError: {msgs:#?}"
+    );
+    assert!(is_turn(&msgs[0], TurnStatus::Running), "{msgs:#?}");
+    let items = items(&msgs);
+    assert!(
+        items.contains(&(
+            ItemType::UserMessage,
+            ItemStatus::Completed,
+            Some("write the proof".into())
+        )),
+        "{items:#?}"
+    );
+    assert_eq!(said(&msgs), ["All done."]);
+    let command = msgs
+        .iter()
+        .find_map(|m| match payload(m) {
+            Some(Payload::ItemUpdate(i))
+                if i.status == ItemStatus::Completed as i32
+                    && i.item_type == ItemType::CommandExecution as i32 =>
+            {
+                i.command_execution_item.clone()
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("a completed command item in {msgs:#?}\n{}", runner.logs()));
+    assert_eq!(command.command, COMMAND);
+    assert!(
+        command.process_id.parse::<u32>().is_ok_and(|pid| pid > 1),
+        "{command:?}"
+    );
+    let output = command.output.unwrap_or_default();
+    assert!(output.contains("from-code-agent"), "{output}");
+    assert!(
+        output.contains("key=none"),
+        "the API key must not reach the agent's processes: {output}"
+    );
+    // A RUNNING update of the command went out too (valid: it has a process id).
+    assert!(
+        items
+            .iter()
+            .any(|(k, s, _)| *k == ItemType::CommandExecution && *s == ItemStatus::Running),
+        "{items:#?}"
+    );
+    let usage: Vec<ThreadTokenUsageUpdate> = msgs
+        .iter()
+        .filter_map(|m| match payload(m) {
+            Some(Payload::ThreadTokenUsageUpdate(u)) => Some(u.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(usage.len(), 2, "{msgs:#?}");
+    assert_eq!(usage[0].thread_id, thread);
+    assert_eq!(usage[1].last_usage.map(|u| u.total_tokens), Some(63));
+    assert_eq!(usage[1].total_usage.map(|u| u.total_tokens), Some(111));
+
+    let proof = runner
+        .workspace_root()
+        .join("a")
+        .join("threads")
+        .join(&thread)
+        .join("proof.txt");
+    assert_eq!(
+        std::fs::read_to_string(&proof).unwrap_or_default(),
+        "from-code-agent\n",
+        "{}",
+        proof.display()
+    );
+    assert_eq!(mock.requests().len(), 2);
+    assert!(
+        !runner.logs().contains(API_KEY),
+        "the API key reached the runner's log"
+    );
+}
