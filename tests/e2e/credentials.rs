@@ -6,7 +6,7 @@
 //! the server refuses, and redaction: the token never appears in the
 //! runner's logs or in any update (an agent printing it gets `***`).
 
-mod git_server;
+pub(crate) mod git_server;
 
 use std::path::Path;
 use std::process::Command;
@@ -22,7 +22,7 @@ use crate::support::*;
 const TOKEN_A: &str = "ghs_e2eCredTokenAlpha0123456789";
 const TOKEN_B: &str = "ghs_e2eCredTokenBravo9876543210";
 const TOKEN_NEVER: &str = "ghs_e2eCredTokenNobodyHandsOut00";
-const REPO: &str = "owner/repo.git";
+pub(crate) const REPO: &str = "owner/repo.git";
 const INSTALLATION: i64 = 4242;
 
 fn installation(token: &str, lifetime: Duration) -> GithubInstallation {
@@ -35,7 +35,7 @@ fn installation(token: &str, lifetime: Duration) -> GithubInstallation {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
         .args(args)
@@ -48,7 +48,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// A bare `owner/repo.git` under `root` with one commit on main.
-fn seed_repo(root: &Path) {
+pub(crate) fn seed_repo(root: &Path) {
     let bare = root.join(REPO);
     std::fs::create_dir_all(&bare).unwrap();
     git(&bare, &["init", "--bare", "-b", "main"]);
@@ -62,12 +62,12 @@ fn seed_repo(root: &Path) {
     git(&work, &["push", bare.to_str().unwrap(), "main"]);
 }
 
-struct World {
-    cp: MockControlPlane,
-    runner: RunnerProc,
-    git: GitServer,
-    root: tempfile::TempDir,
-    thread: String,
+pub(crate) struct World {
+    pub(crate) cp: MockControlPlane,
+    pub(crate) runner: RunnerProc,
+    pub(crate) git: GitServer,
+    pub(crate) root: tempfile::TempDir,
+    pub(crate) thread: String,
 }
 
 /// A git server accepting `accepted`, a mock handing out `served` (living
@@ -82,16 +82,26 @@ async fn world(served: &str, accepted: &str, lifetime: Duration) -> World {
     )
     .await
     .unwrap();
+    start_world(root, git, cp, &[]).await
+}
+
+/// A runner against `cp` (with `extra` arguments), told `git` is its GitHub
+/// host, with agent `a` and one thread; `root` holds the repositories.
+pub(crate) async fn start_world(
+    root: tempfile::TempDir,
+    git: GitServer,
+    cp: MockControlPlane,
+    extra: &[&str],
+) -> World {
     let home = root.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let runner = RunnerProc::start(
-        RunnerOpts::new(cp.url())
-            .arg("--github-host")
-            .arg(&git.host())
-            // Keep the host's own git configuration out of the agent's git.
-            .env("HOME", home.to_str().unwrap())
-            .env("GIT_CONFIG_NOSYSTEM", "1"),
-    );
+    let opts = RunnerOpts::new(cp.url())
+        .arg("--github-host")
+        .arg(&git.host())
+        // Keep the host's own git configuration out of the agent's git.
+        .env("HOME", home.to_str().unwrap())
+        .env("GIT_CONFIG_NOSYSTEM", "1");
+    let runner = RunnerProc::start(extra.iter().fold(opts, |o, a| o.arg(a)));
     cp.wait_connected(WAIT).await.expect("runner connects");
     create_agent(&cp, "a").await;
     let thread = create_thread(&cp, "a", "ct").await;
@@ -106,7 +116,7 @@ async fn world(served: &str, accepted: &str, lifetime: Duration) -> World {
 
 impl World {
     /// Run `script` as one turn; the output of each completed command.
-    async fn turn(&self, rid: &str, script: &str) -> Vec<String> {
+    pub(crate) async fn turn(&self, rid: &str, script: &str) -> Vec<String> {
         send(
             &self.cp,
             rid,
@@ -130,12 +140,12 @@ impl World {
             .collect()
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.git.url(REPO)
     }
 
     /// The subject of the bare repository's main.
-    fn head_subject(&self) -> String {
+    pub(crate) fn head_subject(&self) -> String {
         git(
             &self.root.path().join(REPO),
             &["log", "-1", "--format=%s", "main"],
@@ -146,9 +156,16 @@ impl World {
 
     /// No token in the runner's log, nor in anything the mock received.
     fn assert_no_token_leaked(&self) {
+        self.assert_none_leaked(&[TOKEN_A, TOKEN_B, TOKEN_NEVER]);
+    }
+
+    /// None of `tokens` in the runner's log, nor in anything the mock
+    /// received.
+    pub(crate) fn assert_none_leaked(&self, tokens: &[&str]) {
+        assert!(!tokens.is_empty(), "no token to look for");
         let logs = self.runner.logs();
         let updates = format!("{:?}", self.cp.received());
-        for token in [TOKEN_A, TOKEN_B, TOKEN_NEVER] {
+        for token in tokens {
             assert!(!logs.contains(token), "token in the runner's log:\n{logs}");
             assert!(!updates.contains(token), "token in an update: {updates}");
         }

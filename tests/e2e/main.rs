@@ -9,6 +9,7 @@ mod code_agent;
 mod codex;
 mod credentials;
 mod github;
+mod github_git;
 mod harness;
 mod health;
 mod lifecycle;

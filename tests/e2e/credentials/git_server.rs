@@ -1,7 +1,8 @@
 //! A smart-HTTP git server on loopback for the credential tests: git's own
 //! `git-http-backend` (found under `git --exec-path`) run as CGI behind a
 //! small hyper server that demands HTTP Basic auth with one token (the
-//! installation token the test says is current).
+//! installation token the test says is current), or any token a callback
+//! accepts (e.g. every live token a mock GitHub API issued).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,11 +20,18 @@ use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinHandle;
 
+/// Decides whether a token (the password of user x-access-token) opens the
+/// repositories.
+type Accept = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
 struct State {
     root: PathBuf,
     backend: PathBuf,
-    /// The only token accepted (as the password of user x-access-token).
+    /// The only token accepted (as the password of user x-access-token),
+    /// unless `accept` is set.
     token: Mutex<String>,
+    /// When set, decides instead of `token`.
+    accept: Option<Accept>,
     /// Requests that carried credentials and were refused.
     refused: AtomicUsize,
     /// Requests that carried the right credentials.
@@ -45,6 +53,19 @@ impl Drop for GitServer {
 impl GitServer {
     /// Serve the bare repositories under `root`, accepting only `token`.
     pub async fn start(root: &Path, token: &str) -> Self {
+        Self::serve(root, token, None).await
+    }
+
+    /// Serve the bare repositories under `root`, accepting the tokens
+    /// `accept` says yes to (asked on every request).
+    pub async fn start_accepting(
+        root: &Path,
+        accept: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        Self::serve(root, "", Some(Box::new(accept))).await
+    }
+
+    async fn serve(root: &Path, token: &str, accept: Option<Accept>) -> Self {
         let exec_path = std::process::Command::new("git")
             .arg("--exec-path")
             .output()
@@ -56,6 +77,7 @@ impl GitServer {
             root: root.to_owned(),
             backend,
             token: Mutex::new(token.to_owned()),
+            accept,
             refused: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
         });
@@ -121,8 +143,12 @@ async fn handle(
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let allowed = |a: &str| match &st.accept {
+        Some(accept) => basic_password(a).is_some_and(|token| accept(&token)),
+        None => a == want,
+    };
     match auth {
-        Some(a) if a == want => {
+        Some(a) if allowed(&a) => {
             st.accepted.fetch_add(1, Ordering::SeqCst);
         }
         other => {
@@ -140,6 +166,18 @@ async fn handle(
     Ok(cgi(req, &st)
         .await
         .unwrap_or_else(|e| text(StatusCode::INTERNAL_SERVER_ERROR, &e)))
+}
+
+/// The password of an `x-access-token` HTTP Basic `Authorization` value.
+fn basic_password(auth: &str) -> Option<String> {
+    use base64::Engine as _;
+    let encoded = auth.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    (user == "x-access-token").then(|| password.to_owned())
 }
 
 /// Run git-http-backend for `req` (CGI/1.1) and turn its output into a
@@ -238,6 +276,18 @@ fn base64(input: &[u8]) -> String {
         }
     }
     out
+}
+
+#[test]
+fn basic_password_reads_only_x_access_token() {
+    let header = |creds: &str| format!("Basic {}", base64(creds.as_bytes()));
+    assert_eq!(
+        basic_password(&header("x-access-token:ghs_abc:d")).as_deref(),
+        Some("ghs_abc:d")
+    );
+    assert_eq!(basic_password(&header("someone:ghs_abc")), None);
+    assert_eq!(basic_password("Bearer ghs_abc"), None);
+    assert_eq!(basic_password("Basic !!!"), None);
 }
 
 #[test]
