@@ -192,22 +192,9 @@ async fn steps(
         join_steering(run, lease.take_steered()).await;
         context::auto_compact(run.engine, run.session, &run.model, &run.cancel).await;
 
-        let (messages, configured, skills) = run.session.read(|d| {
-            (
-                d.messages
-                    .iter()
-                    .map(StoredMessage::to_chat)
-                    .collect::<Vec<_>>(),
-                d.config.system_prompt.clone(),
-                d.skills.values().cloned().collect::<Vec<_>>(),
-            )
-        });
-        let mut request_messages = vec![crate::llm::ChatMessage::system(prompt::system_prompt(
-            &configured,
-            &run.workspace,
-            &skills,
-        ))];
-        request_messages.extend(messages);
+        let (system, history) = prompt::conversation(run.session, &run.workspace);
+        let mut request_messages = vec![crate::llm::ChatMessage::system(system)];
+        request_messages.extend(history);
         let request = run.model.request(
             request_messages,
             run.engine.tools.specs(),

@@ -1,8 +1,12 @@
 //! The system prompt of a session's model calls: the session's own prompt
-//! (or a default one naming the workspace) followed by every loaded skill.
+//! (or a default one naming the workspace) followed by every loaded skill;
+//! and, with it, the history every model call of a session starts from.
 
 use std::path::Path;
 
+use crate::llm::ChatMessage;
+use crate::session::Session;
+use crate::session::message::StoredMessage;
 use crate::session::record::SkillRecord;
 
 fn default_prompt(workspace: &Path) -> String {
@@ -29,6 +33,22 @@ pub fn system_prompt(configured: &str, workspace: &Path, skills: &[SkillRecord])
         prompt.push_str(&skill.content);
     }
     prompt
+}
+
+/// What a model call in `session` starts from, read at one moment: the
+/// system prompt text and the session's history as chat messages.
+pub fn conversation(session: &Session, workspace: &Path) -> (String, Vec<ChatMessage>) {
+    let (history, configured, skills) = session.read(|d| {
+        (
+            d.messages
+                .iter()
+                .map(StoredMessage::to_chat)
+                .collect::<Vec<_>>(),
+            d.config.system_prompt.clone(),
+            d.skills.values().cloned().collect::<Vec<_>>(),
+        )
+    });
+    (system_prompt(&configured, workspace, &skills), history)
 }
 
 #[cfg(test)]

@@ -95,20 +95,9 @@ pub async fn run(
     let workspace = engine.workspace_of(&session).ok();
     let llm = session.read(|d| d.config.llm.clone());
     let model = engine.models.for_session(&engine.providers, llm.as_ref())?;
-    let (history, configured, skills) = session.read(|d| {
-        (
-            d.messages
-                .iter()
-                .map(StoredMessage::to_chat)
-                .collect::<Vec<_>>(),
-            d.config.system_prompt.clone(),
-            d.skills.values().cloned().collect::<Vec<_>>(),
-        )
-    });
-    let base = prompt::system_prompt(
-        &configured,
+    let (base, history) = prompt::conversation(
+        &session,
         workspace.as_deref().unwrap_or(std::path::Path::new(".")),
-        &skills,
     );
     let mut messages = vec![ChatMessage::system(format!(
         "{base}\n\nAnswer with one JSON document that validates against this JSON Schema, and nothing else:\n{}",

@@ -46,6 +46,32 @@ async fn run(client: &OpenAiClient, request: ChatRequest) -> Result<Vec<StreamEv
     collect(stream).await.into_iter().collect()
 }
 
+/// The default request to `mock` through a client with `options`.
+async fn run_on(mock: &MockLlm, options: ClientOptions) -> Result<Vec<StreamEvent>, LlmError> {
+    run(&client(mock, options), request()).await
+}
+
+/// Every item of the default request's stream from `mock`, errors
+/// included; the request itself must be answered.
+async fn stream_items(
+    mock: &MockLlm,
+    options: ClientOptions,
+) -> Vec<Result<StreamEvent, LlmError>> {
+    let stream = client(mock, options)
+        .stream(request(), CancellationToken::new())
+        .await
+        .expect("headers");
+    collect(stream).await
+}
+
+/// A mock scripted with `replies` answering the default request: the
+/// answer's text and how many requests the mock saw.
+async fn answer_after(replies: Vec<MockReply>) -> (String, usize) {
+    let mock = MockLlm::start(replies).await;
+    let events = run_on(&mock, options()).await.expect("answered");
+    (finished(&events).0.content.clone(), mock.request_count())
+}
+
 fn finished(events: &[StreamEvent]) -> (&ChatMessage, &str, Option<Usage>) {
     match events.last() {
         Some(StreamEvent::Finished {
@@ -125,9 +151,7 @@ async fn reasoning_field_variant_is_understood() {
         MockChunk::Finish("stop".into()),
     ])])
     .await;
-    let events = run(&client(&mock, options()), request())
-        .await
-        .expect("stream");
+    let events = run_on(&mock, options()).await.expect("stream");
     assert_eq!(
         events[0],
         StreamEvent::ReasoningDelta("via openrouter".into())
@@ -141,9 +165,7 @@ async fn reasoning_field_variant_is_understood() {
 async fn tool_call_split_across_chunks_is_assembled() {
     let args = json!({"path": "src/main.rs", "content": "fn main() { println!(\"hé\"); }"});
     let mock = MockLlm::start(vec![MockReply::tool_call("call_1", "write", args.clone())]).await;
-    let events = run(&client(&mock, options()), request())
-        .await
-        .expect("stream");
+    let events = run_on(&mock, options()).await.expect("stream");
     assert_eq!(
         events[0],
         StreamEvent::ToolCallStarted {
@@ -182,9 +204,7 @@ async fn parallel_tool_calls_interleaved_are_assembled_by_index() {
         },
     ])])
     .await;
-    let events = run(&client(&mock, options()), request())
-        .await
-        .expect("stream");
+    let events = run_on(&mock, options()).await.expect("stream");
     let started: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
@@ -238,16 +258,13 @@ async fn wrong_key_is_unauthorized_without_retry_and_right_key_works() {
 
 #[tokio::test]
 async fn rate_limit_with_retry_after_is_retried_then_succeeds() {
-    let mock = MockLlm::start(vec![
+    let (answer, requests) = answer_after(vec![
         MockReply::rate_limited(1),
         MockReply::text("after wait"),
     ])
     .await;
-    let events = run(&client(&mock, options()), request())
-        .await
-        .expect("retried");
-    assert_eq!(finished(&events).0.content, "after wait");
-    assert_eq!(mock.request_count(), 2);
+    assert_eq!(answer, "after wait");
+    assert_eq!(requests, 2);
 }
 
 #[tokio::test]
@@ -257,9 +274,7 @@ async fn retry_after_longer_than_allowed_is_returned_at_once() {
         MockReply::text("never"),
     ])
     .await;
-    let err = run(&client(&mock, options()), request())
-        .await
-        .expect_err("429");
+    let err = run_on(&mock, options()).await.expect_err("429");
     match &err {
         LlmError::RateLimited {
             retry_after,
@@ -279,17 +294,14 @@ async fn retry_after_longer_than_allowed_is_returned_at_once() {
 
 #[tokio::test]
 async fn server_errors_are_retried_with_backoff() {
-    let mock = MockLlm::start(vec![
+    let (answer, requests) = answer_after(vec![
         MockReply::error(500, "boom"),
         MockReply::error(503, "busy"),
         MockReply::text("third time"),
     ])
     .await;
-    let events = run(&client(&mock, options()), request())
-        .await
-        .expect("retried");
-    assert_eq!(finished(&events).0.content, "third time");
-    assert_eq!(mock.request_count(), 3);
+    assert_eq!(answer, "third time");
+    assert_eq!(requests, 3);
 }
 
 #[tokio::test]
@@ -305,9 +317,7 @@ async fn exhausted_retries_return_the_last_error() {
         max_retries: 2,
         ..options()
     };
-    let err = run(&client(&mock, opts), request())
-        .await
-        .expect_err("exhausted");
+    let err = run_on(&mock, opts).await.expect_err("exhausted");
     assert_eq!(
         err,
         LlmError::Server {
@@ -327,7 +337,7 @@ async fn unscripted_request_gets_the_mock_500() {
         max_retries: 0,
         ..options()
     };
-    let err = run(&client(&mock, opts), request()).await.expect_err("500");
+    let err = run_on(&mock, opts).await.expect_err("500");
     match err {
         LlmError::Server { status, message } => {
             assert_eq!(status, 500);
@@ -344,9 +354,7 @@ async fn bad_request_is_not_retried() {
         MockReply::text("x"),
     ])
     .await;
-    let err = run(&client(&mock, options()), request())
-        .await
-        .expect_err("400");
+    let err = run_on(&mock, options()).await.expect_err("400");
     assert_eq!(
         err,
         LlmError::BadRequest {
@@ -385,9 +393,7 @@ async fn a_server_that_never_answers_times_out() {
         request_timeout: Duration::from_millis(300),
         ..options()
     };
-    let err = run(&client(&mock, opts), request())
-        .await
-        .expect_err("timeout");
+    let err = run_on(&mock, opts).await.expect_err("timeout");
     assert_eq!(err, LlmError::Timeout);
     assert_eq!(mock.request_count(), 1, "timeouts are not retried");
     assert_eq!(
@@ -408,11 +414,7 @@ async fn a_stalled_stream_hits_the_idle_timeout() {
         idle_timeout: Duration::from_millis(300),
         ..options()
     };
-    let stream = client(&mock, opts)
-        .stream(request(), CancellationToken::new())
-        .await
-        .expect("headers");
-    let items = collect(stream).await;
+    let items = stream_items(&mock, opts).await;
     assert_eq!(
         items,
         vec![
@@ -480,11 +482,7 @@ async fn a_connection_broken_mid_stream_is_an_error_item() {
         MockReply::text("not reached"),
     ])
     .await;
-    let stream = client(&mock, options())
-        .stream(request(), CancellationToken::new())
-        .await
-        .expect("headers");
-    let items = collect(stream).await;
+    let items = stream_items(&mock, options()).await;
     assert_eq!(items.len(), 2, "{items:?}");
     assert_eq!(items[0], Ok(StreamEvent::ContentDelta("half".into())));
     assert!(matches!(items[1], Err(LlmError::Transport(_))), "{items:?}");
@@ -498,11 +496,7 @@ async fn an_error_inside_the_stream_is_an_error_item() {
         MockChunk::Raw(json!({"error": {"message": "upstream overloaded", "code": 503}})),
     ])])
     .await;
-    let stream = client(&mock, options())
-        .stream(request(), CancellationToken::new())
-        .await
-        .expect("headers");
-    let items = collect(stream).await;
+    let items = stream_items(&mock, options()).await;
     assert_eq!(
         items.last(),
         Some(&Err(LlmError::Server {
@@ -526,9 +520,7 @@ async fn a_non_streaming_json_answer_is_replayed_as_events() {
         "usage": {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
     }))])
     .await;
-    let events = run(&client(&mock, options()), request())
-        .await
-        .expect("json");
+    let events = run_on(&mock, options()).await.expect("json");
     assert_eq!(events[0], StreamEvent::ContentDelta("let me look".into()));
     let (message, reason, usage) = finished(&events);
     assert_eq!(reason, "tool_calls");
@@ -543,13 +535,7 @@ async fn garbage_in_the_stream_is_a_protocol_error() {
         "not a chunk"
     ))])])
     .await;
-    let items = collect(
-        client(&mock, options())
-            .stream(request(), CancellationToken::new())
-            .await
-            .expect("headers"),
-    )
-    .await;
+    let items = stream_items(&mock, options()).await;
     assert!(
         matches!(items.last(), Some(Err(LlmError::Protocol(_)))),
         "{items:?}"

@@ -14,6 +14,9 @@ use super::message::StoredMessage;
 /// Bumped when the layout changes incompatibly.
 pub const RECORD_VERSION: u32 = 1;
 
+/// A session file. The fields after `config` may be missing (a file
+/// written before they existed): they load empty, the `Option`s as `None`
+/// (serde's rule for a missing `Option`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionRecord {
     pub version: u32,
@@ -29,9 +32,7 @@ pub struct SessionRecord {
     pub usage: UsageRecord,
     #[serde(default)]
     pub skills: Vec<SkillRecord>,
-    #[serde(default)]
     pub permissions: Option<PolicyRecord>,
-    #[serde(default)]
     pub confirmation: Option<ConfirmationRecord>,
     #[serde(default)]
     pub lanes: Vec<LaneRecord>,
@@ -141,7 +142,6 @@ pub struct SkillRecord {
     pub name: String,
     pub description: String,
     pub content: String,
-    #[serde(default)]
     pub allowed_tools: Option<String>,
 }
 
@@ -247,6 +247,22 @@ impl LaneRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fields_added_later_may_be_missing() {
+        let text = r#"{"version": 1, "session_id": "s1", "created_at": 1, "updated_at": 2,
+            "config": {"name": "", "workspace": "", "llm": null, "system_prompt": "",
+                "max_context_length": 0, "auto_compact": false, "storage_type": 0},
+            "skills": [{"name": "n", "description": "d", "content": "c"}]}"#;
+        let record: SessionRecord = serde_json::from_str(text).unwrap();
+        assert!(record.messages.is_empty() && record.todos.is_empty() && record.lanes.is_empty());
+        assert_eq!(record.usage, UsageRecord::default());
+        assert!(record.permissions.is_none() && record.confirmation.is_none());
+        assert_eq!(record.skills[0].allowed_tools, None);
+        // The fields every file has stay required.
+        let no_id = text.replace(r#""session_id": "s1","#, "");
+        assert!(serde_json::from_str::<SessionRecord>(&no_id).is_err());
+    }
 
     #[test]
     fn api_keys_are_not_persisted() {

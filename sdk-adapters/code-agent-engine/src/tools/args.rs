@@ -1,6 +1,26 @@
-//! Reading a tool call's JSON arguments, with errors that name the field.
+//! A tool call's JSON arguments: the schema a tool declares for them, and
+//! reading them with errors that name the field.
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+/// The schema of a tool's arguments: an object with these `properties`
+/// (name → schema), the `required` ones among them, and no others.
+pub(crate) fn object_schema(properties: Value, required: &[&str]) -> Value {
+    let mut schema = json!({
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": false
+    });
+    if !required.is_empty() {
+        schema["required"] = json!(required);
+    }
+    schema
+}
+
+/// The schema of the `path` argument of the tools that work on one file.
+pub(crate) fn file_path_schema() -> Value {
+    json!({"type": "string", "description": "File path, relative to the workspace or absolute inside it."})
+}
 
 /// A required string argument.
 pub(crate) fn required_str<'a>(args: &'a Value, key: &str) -> Result<&'a str, String> {
@@ -65,7 +85,21 @@ pub(crate) fn object(args: &Value) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    #[test]
+    fn schemas_are_closed_objects() {
+        let schema = object_schema(json!({"path": file_path_schema()}), &["path"]);
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "File path, relative to the workspace or absolute inside it."}},
+                "required": ["path"],
+                "additionalProperties": false
+            })
+        );
+        assert!(object_schema(json!({}), &[]).get("required").is_none());
+    }
 
     #[test]
     fn errors_name_the_field() {

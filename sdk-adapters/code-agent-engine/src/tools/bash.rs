@@ -20,11 +20,11 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
-use super::args::{object, optional_u64, required_str};
+use super::args::{object, object_schema, optional_u64, required_str};
 use super::cap::HeadTail;
 use super::child_env::child_env;
 use super::process_group::{TERM_GRACE, group_alive, kill_group, signal_group};
-use super::{Lane, Tool, ToolContext, ToolOutput};
+use super::{Lane, Tool, ToolContext, ToolInfo, ToolOutput};
 
 /// Longest timeout a call may ask for.
 const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
@@ -34,34 +34,31 @@ const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 pub struct BashTool;
 
+static INFO: ToolInfo = ToolInfo {
+    name: "bash",
+    description: "Run a shell command in the workspace (cwd = workspace root). Returns combined \
+                  stdout and stderr (long output keeps its start and end) and the exit code. \
+                  The command is killed with everything it started when it times out \
+                  (timeout_ms, default 120000) or the turn is cancelled; background processes \
+                  do not outlive the call.",
+    lane: Lane::Execute,
+    parameters,
+};
+
+fn parameters() -> Value {
+    object_schema(
+        json!({
+            "command": {"type": "string", "description": "The shell command to run."},
+            "timeout_ms": {"type": "integer", "minimum": 1, "description": "Timeout in milliseconds (default 120000, at most 3600000)."}
+        }),
+        &["command"],
+    )
+}
+
 #[async_trait]
 impl Tool for BashTool {
-    fn name(&self) -> &'static str {
-        "bash"
-    }
-
-    fn description(&self) -> &'static str {
-        "Run a shell command in the workspace (cwd = workspace root). Returns combined \
-         stdout and stderr (long output keeps its start and end) and the exit code. \
-         The command is killed with everything it started when it times out \
-         (timeout_ms, default 120000) or the turn is cancelled; background processes \
-         do not outlive the call."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The shell command to run."},
-                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Timeout in milliseconds (default 120000, at most 3600000)."}
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        })
-    }
-
-    fn lane(&self) -> Lane {
-        Lane::Execute
+    fn info(&self) -> &'static ToolInfo {
+        &INFO
     }
 
     async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
@@ -255,13 +252,8 @@ async fn read_capped(reader: std::io::PipeReader, cap: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::temp_context as ctx;
     use std::time::Instant;
-
-    fn ctx() -> (tempfile::TempDir, ToolContext) {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
-        (dir, ctx)
-    }
 
     /// No live process of the group remains now, and the group disappears
     /// entirely (zombies reaped) within a generous bound.

@@ -1,7 +1,29 @@
 //! Unified diffs of file changes (the `diff` metadata of write and edit),
-//! made with the `similar` crate.
+//! made with the `similar` crate, and the result those tools report.
 
 use similar::TextDiff;
+
+use super::ToolOutput;
+use super::cap::cap_head_tail;
+
+/// The result of a call that wrote the file shown as `shown`: `summary`,
+/// and metadata naming the file (`path`), the change (`kind`: `add` when
+/// there was no file before, else `update`) and its unified `diff`, capped
+/// at `cap` bytes.
+pub(crate) fn file_changed(
+    summary: String,
+    shown: String,
+    old: Option<&str>,
+    new: &str,
+    cap: usize,
+) -> ToolOutput {
+    let diff = cap_head_tail(&unified_diff(&shown, old, new), cap);
+    let kind = if old.is_some() { "update" } else { "add" };
+    ToolOutput::ok(summary)
+        .with("path", shown)
+        .with("kind", kind)
+        .with("diff", diff)
+}
 
 /// A unified diff from `old` to `new` with `a/`/`b/` headers naming `path`
 /// (`/dev/null` for a new file).

@@ -2,118 +2,93 @@
 //! occur exactly once unless `replace_all` is set, so the model cannot
 //! change a place it did not mean. Metadata carries a unified diff.
 
-use std::path::Path;
-
-use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::args::{object, optional_bool, required_str};
-use super::cap::cap_head_tail;
-use super::confine::{confine, relative_display};
-use super::diff::unified_diff;
-use super::{Lane, Tool, ToolContext, ToolOutput, blocking};
+use super::args::{file_path_schema, object_schema, optional_bool, required_str};
+use super::diff::file_changed;
+use super::file_tool::{Confined, FileTool, Workspace};
+use super::{Lane, ToolInfo, ToolOutput};
 
 pub struct EditTool;
 
-#[async_trait]
-impl Tool for EditTool {
-    fn name(&self) -> &'static str {
-        "edit"
-    }
+impl FileTool for EditTool {
+    const INFO: &'static ToolInfo = &ToolInfo {
+        name: "edit",
+        description: "Replace old_string with new_string in a file. old_string must match the file \
+                      exactly (whitespace included) and occur exactly once, unless replace_all is \
+                      true. Include enough surrounding lines to make it unique.",
+        lane: Lane::Execute,
+        parameters,
+    };
 
-    fn description(&self) -> &'static str {
-        "Replace old_string with new_string in a file. old_string must match the file \
-         exactly (whitespace included) and occur exactly once, unless replace_all is true. \
-         Include enough surrounding lines to make it unique."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the workspace or absolute inside it."},
-                "old_string": {"type": "string", "description": "The exact text to replace."},
-                "new_string": {"type": "string", "description": "The replacement text."},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."}
-            },
-            "required": ["path", "old_string", "new_string"],
-            "additionalProperties": false
-        })
-    }
-
-    fn lane(&self) -> Lane {
-        Lane::Execute
-    }
-
-    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        let workspace = ctx.workspace.clone();
-        let cap = ctx.output_cap;
-        blocking(move || match edit(&args, &workspace, cap) {
-            Ok(output) => output,
-            Err(err) => ToolOutput::err(err),
-        })
-        .await
+    fn call(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
+        let requested = required_str(args, "path")?;
+        let old_string = required_str(args, "old_string")?;
+        let new_string = required_str(args, "new_string")?;
+        let replace_all = optional_bool(args, "replace_all")?.unwrap_or(false);
+        if old_string.is_empty() {
+            return Err("argument `old_string` is empty (use write to create a file)".to_string());
+        }
+        if old_string == new_string {
+            return Err(
+                "`old_string` and `new_string` are the same; nothing to change".to_string(),
+            );
+        }
+        let Confined { path, shown } = workspace.confine(requested)?;
+        if path.is_dir() {
+            return Err(format!("{shown} is a directory"));
+        }
+        let bytes = std::fs::read(&path).map_err(|err| format!("cannot read {shown}: {err}"))?;
+        let old = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
+        let count = old.matches(old_string).count();
+        if count == 0 {
+            return Err(format!("`old_string` not found in {shown}"));
+        }
+        if count > 1 && !replace_all {
+            return Err(format!(
+                "`old_string` occurs {count} times in {shown}; include more context to make it \
+                 unique, or set replace_all"
+            ));
+        }
+        let new = if replace_all {
+            old.replace(old_string, new_string)
+        } else {
+            old.replacen(old_string, new_string, 1)
+        };
+        std::fs::write(&path, &new).map_err(|err| format!("cannot write {shown}: {err}"))?;
+        let noun = if count == 1 {
+            "occurrence"
+        } else {
+            "occurrences"
+        };
+        let summary = format!("Edited {shown}: replaced {count} {noun}");
+        Ok(
+            file_changed(summary, shown, Some(&old), &new, workspace.cap)
+                .with("replacements", count.to_string()),
+        )
     }
 }
 
-fn edit(args: &Value, workspace: &Path, cap: usize) -> Result<ToolOutput, String> {
-    object(args)?;
-    let requested = required_str(args, "path")?;
-    let old_string = required_str(args, "old_string")?;
-    let new_string = required_str(args, "new_string")?;
-    let replace_all = optional_bool(args, "replace_all")?.unwrap_or(false);
-    if old_string.is_empty() {
-        return Err("argument `old_string` is empty (use write to create a file)".to_string());
-    }
-    if old_string == new_string {
-        return Err("`old_string` and `new_string` are the same; nothing to change".to_string());
-    }
-    let path = confine(workspace, requested)?;
-    let shown = relative_display(workspace, &path);
-    if path.is_dir() {
-        return Err(format!("{shown} is a directory"));
-    }
-    let bytes = std::fs::read(&path).map_err(|err| format!("cannot read {shown}: {err}"))?;
-    let old = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
-    let count = old.matches(old_string).count();
-    if count == 0 {
-        return Err(format!("`old_string` not found in {shown}"));
-    }
-    if count > 1 && !replace_all {
-        return Err(format!(
-            "`old_string` occurs {count} times in {shown}; include more context to make it \
-             unique, or set replace_all"
-        ));
-    }
-    let new = if replace_all {
-        old.replace(old_string, new_string)
-    } else {
-        old.replacen(old_string, new_string, 1)
-    };
-    std::fs::write(&path, &new).map_err(|err| format!("cannot write {shown}: {err}"))?;
-    let diff = cap_head_tail(&unified_diff(&shown, Some(&old), &new), cap);
-    let noun = if count == 1 {
-        "occurrence"
-    } else {
-        "occurrences"
-    };
-    Ok(
-        ToolOutput::ok(format!("Edited {shown}: replaced {count} {noun}"))
-            .with("path", shown)
-            .with("kind", "update")
-            .with("replacements", count.to_string())
-            .with("diff", diff),
+fn parameters() -> Value {
+    object_schema(
+        json!({
+            "path": file_path_schema(),
+            "old_string": {"type": "string", "description": "The exact text to replace."},
+            "new_string": {"type": "string", "description": "The replacement text."},
+            "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."}
+        }),
+        &["path", "old_string", "new_string"],
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::{Tool, ToolContext, temp_context};
     use std::os::unix::fs::symlink;
 
     fn ctx() -> (tempfile::TempDir, ToolContext) {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+        let (dir, ctx) = temp_context();
         std::fs::write(ctx.workspace.join("f.rs"), "let a = 1;\nlet b = 1;\n").unwrap();
         (dir, ctx)
     }

@@ -5,124 +5,92 @@
 
 use std::path::{Component, Path};
 
-use async_trait::async_trait;
 use globset::GlobBuilder;
 use serde_json::{Value, json};
 
-use super::args::{object, optional_str, required_str};
-use super::confine::{confine, relative_display};
+use super::args::{object_schema, optional_str, required_str};
+use super::file_tool::{FileTool, Workspace};
+use super::lines::capped_lines;
 use super::walk::files;
-use super::{Lane, Tool, ToolContext, ToolOutput, blocking};
+use super::{Lane, ToolInfo, ToolOutput};
 
 /// Paths returned at most.
 const MAX_RESULTS: usize = 1000;
 
 pub struct GlobTool;
 
-#[async_trait]
-impl Tool for GlobTool {
-    fn name(&self) -> &'static str {
-        "glob"
-    }
+impl FileTool for GlobTool {
+    const INFO: &'static ToolInfo = &ToolInfo {
+        name: "glob",
+        description: "Find files by glob pattern (e.g. `**/*.rs`, `src/*.ts`; `*` stays within one \
+                      directory, `**` crosses directories). Respects .gitignore. Returns sorted \
+                      workspace-relative paths.",
+        lane: Lane::Query,
+        parameters,
+    };
 
-    fn description(&self) -> &'static str {
-        "Find files by glob pattern (e.g. `**/*.rs`, `src/*.ts`; `*` stays within one \
-         directory, `**` crosses directories). Respects .gitignore. Returns sorted \
-         workspace-relative paths."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "Glob, relative to path."},
-                "path": {"type": "string", "description": "Directory to search from (default: the workspace)."}
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        })
-    }
-
-    fn lane(&self) -> Lane {
-        Lane::Query
-    }
-
-    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        let workspace = ctx.workspace.clone();
-        let cap = ctx.output_cap;
-        blocking(move || match glob(&args, &workspace, cap) {
-            Ok(output) => output,
-            Err(err) => ToolOutput::err(err),
-        })
-        .await
+    fn call(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
+        let pattern = required_str(args, "pattern")?;
+        let requested = optional_str(args, "path")?.unwrap_or(".");
+        let pattern_path = Path::new(pattern);
+        if pattern.is_empty()
+            || pattern_path.is_absolute()
+            || pattern_path.components().any(|c| c == Component::ParentDir)
+        {
+            return Err(format!(
+                "argument `pattern` must be a relative glob without `..` (got {pattern:?})"
+            ));
+        }
+        let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
+        let matcher = GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .build()
+            .map_err(|err| format!("argument `pattern` is not a valid glob: {err}"))?
+            .compile_matcher();
+        let root = workspace.confine_dir(requested)?;
+        let mut found: Vec<String> = files(&workspace.root, &root.path)
+            .filter(|file| {
+                file.walked
+                    .strip_prefix(&root.path)
+                    .is_ok_and(|relative| matcher.is_match(relative))
+            })
+            .map(|file| file.display)
+            .collect();
+        found.sort();
+        let total = found.len();
+        let (mut output, shown) = capped_lines(&found, MAX_RESULTS, workspace.cap);
+        if total == 0 {
+            output.push_str("No files found.\n");
+        } else if shown < total {
+            output.push_str(&format!(
+                "[showing {shown} of {total} files; narrow the pattern]\n"
+            ));
+        }
+        Ok(ToolOutput::ok(output)
+            .with("pattern", pattern)
+            .with("path", root.shown)
+            .with("count", total.to_string()))
     }
 }
 
-fn glob(args: &Value, workspace: &Path, cap: usize) -> Result<ToolOutput, String> {
-    object(args)?;
-    let pattern = required_str(args, "pattern")?;
-    let requested = optional_str(args, "path")?.unwrap_or(".");
-    let pattern_path = Path::new(pattern);
-    if pattern.is_empty()
-        || pattern_path.is_absolute()
-        || pattern_path.components().any(|c| c == Component::ParentDir)
-    {
-        return Err(format!(
-            "argument `pattern` must be a relative glob without `..` (got {pattern:?})"
-        ));
-    }
-    let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
-    let matcher = GlobBuilder::new(pattern)
-        .literal_separator(true)
-        .build()
-        .map_err(|err| format!("argument `pattern` is not a valid glob: {err}"))?
-        .compile_matcher();
-    let root = confine(workspace, requested)?;
-    let shown_root = relative_display(workspace, &root);
-    if !root.is_dir() {
-        return Err(format!("{shown_root} is not a directory"));
-    }
-    let mut found: Vec<String> = files(workspace, &root)
-        .filter(|file| {
-            file.walked
-                .strip_prefix(&root)
-                .is_ok_and(|relative| matcher.is_match(relative))
-        })
-        .map(|file| file.display)
-        .collect();
-    found.sort();
-    let total = found.len();
-    let mut output = String::new();
-    let mut shown = 0;
-    for path in &found {
-        if shown >= MAX_RESULTS || output.len() + path.len() + 1 > cap {
-            break;
-        }
-        output.push_str(path);
-        output.push('\n');
-        shown += 1;
-    }
-    if total == 0 {
-        output.push_str("No files found.\n");
-    } else if shown < total {
-        output.push_str(&format!(
-            "[showing {shown} of {total} files; narrow the pattern]\n"
-        ));
-    }
-    Ok(ToolOutput::ok(output)
-        .with("pattern", pattern)
-        .with("path", shown_root)
-        .with("count", total.to_string()))
+fn parameters() -> Value {
+    object_schema(
+        json!({
+            "pattern": {"type": "string", "description": "Glob, relative to path."},
+            "path": {"type": "string", "description": "Directory to search from (default: the workspace)."}
+        }),
+        &["pattern"],
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::{Tool, ToolContext, temp_context};
     use std::os::unix::fs::symlink;
 
     fn ctx() -> (tempfile::TempDir, ToolContext) {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+        let (dir, ctx) = temp_context();
         let ws = &ctx.workspace;
         std::fs::create_dir_all(ws.join("src/deep")).unwrap();
         std::fs::create_dir_all(ws.join("target")).unwrap();

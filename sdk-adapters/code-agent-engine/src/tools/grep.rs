@@ -5,15 +5,15 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use async_trait::async_trait;
 use globset::GlobMatcher;
 use regex::{Regex, RegexBuilder};
 use serde_json::{Value, json};
 
-use super::args::{object, optional_bool, optional_str, required_str};
-use super::confine::{confine, relative_display};
+use super::args::{object_schema, optional_bool, optional_str, required_str};
+use super::file_tool::{FileTool, Workspace};
+use super::lines::{cut_chars, line_text};
 use super::walk::files;
-use super::{Lane, Tool, ToolContext, ToolOutput, blocking};
+use super::{Lane, ToolInfo, ToolOutput};
 
 /// Matching lines returned at most.
 const MAX_MATCHES: usize = 500;
@@ -26,48 +26,32 @@ const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
 
 pub struct GrepTool;
 
-#[async_trait]
-impl Tool for GrepTool {
-    fn name(&self) -> &'static str {
-        "grep"
-    }
+impl FileTool for GrepTool {
+    const INFO: &'static ToolInfo = &ToolInfo {
+        name: "grep",
+        description: "Search file contents with a regular expression (Rust regex syntax). Respects \
+                      .gitignore; binary files are skipped. Output lines are `path:line:text`. \
+                      Narrow with path (a directory or file) and glob (e.g. `*.rs` or \
+                      `src/**/*.ts`).",
+        lane: Lane::Query,
+        parameters,
+    };
 
-    fn description(&self) -> &'static str {
-        "Search file contents with a regular expression (Rust regex syntax). Respects \
-         .gitignore; binary files are skipped. Output lines are `path:line:text`. \
-         Narrow with path (a directory or file) and glob (e.g. `*.rs` or `src/**/*.ts`)."
+    fn call(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
+        grep(args, workspace)
     }
+}
 
-    fn parameters(&self) -> Value {
+fn parameters() -> Value {
+    object_schema(
         json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "Regular expression to search for."},
-                "path": {"type": "string", "description": "Directory or file to search (default: the workspace)."},
-                "glob": {"type": "string", "description": "Only files matching this glob (a pattern without `/` matches file names)."},
-                "case_insensitive": {"type": "boolean", "description": "Ignore case (default false)."}
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        })
-    }
-
-    fn lane(&self) -> Lane {
-        Lane::Query
-    }
-
-    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        let workspace = ctx.workspace.clone();
-        let cap = ctx.output_cap;
-        let cancel = ctx.cancel.clone();
-        blocking(
-            move || match grep(&args, &workspace, cap, &|| cancel.is_cancelled()) {
-                Ok(output) => output,
-                Err(err) => ToolOutput::err(err),
-            },
-        )
-        .await
-    }
+            "pattern": {"type": "string", "description": "Regular expression to search for."},
+            "path": {"type": "string", "description": "Directory or file to search (default: the workspace)."},
+            "glob": {"type": "string", "description": "Only files matching this glob (a pattern without `/` matches file names)."},
+            "case_insensitive": {"type": "boolean", "description": "Ignore case (default false)."}
+        }),
+        &["pattern"],
+    )
 }
 
 /// Which files the `glob` argument keeps.
@@ -105,13 +89,7 @@ impl FileFilter {
     }
 }
 
-fn grep(
-    args: &Value,
-    workspace: &Path,
-    cap: usize,
-    cancelled: &dyn Fn() -> bool,
-) -> Result<ToolOutput, String> {
-    object(args)?;
+fn grep(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
     let pattern = required_str(args, "pattern")?;
     let requested = optional_str(args, "path")?.unwrap_or(".");
     let filter = FileFilter::parse(optional_str(args, "glob")?)?;
@@ -121,18 +99,17 @@ fn grep(
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
         .map_err(|err| format!("argument `pattern` is not a valid regex: {err}"))?;
-    let root = confine(workspace, requested)?;
-    let shown_root = relative_display(workspace, &root);
-    if !root.exists() {
-        return Err(format!("{shown_root} does not exist"));
+    let root = workspace.confine(requested)?;
+    if !root.path.exists() {
+        return Err(format!("{} does not exist", root.shown));
     }
 
     let mut output = String::new();
     let mut matches = 0usize;
     let mut files_matched = 0usize;
     let mut truncated = false;
-    'files: for file in files(workspace, &root) {
-        if cancelled() {
+    'files: for file in files(&workspace.root, &root.path) {
+        if workspace.cancel.is_cancelled() {
             return Err("grep cancelled".to_string());
         }
         let relative = Path::new(&file.display);
@@ -145,7 +122,7 @@ fn grep(
         }
         for (line_number, text) in found {
             let entry = format!("{}:{line_number}:{text}\n", file.display);
-            if matches >= MAX_MATCHES || output.len() + entry.len() > cap {
+            if matches >= MAX_MATCHES || output.len() + entry.len() > workspace.cap {
                 truncated = true;
                 break 'files;
             }
@@ -162,7 +139,7 @@ fn grep(
     }
     Ok(ToolOutput::ok(output)
         .with("pattern", pattern)
-        .with("path", shown_root)
+        .with("path", root.shown)
         .with("matches", matches.to_string())
         .with("files", files_matched.to_string())
         .with("truncated", truncated.to_string()))
@@ -188,10 +165,9 @@ fn search_file(path: &Path, regex: &Regex) -> Vec<(u64, String)> {
     for line in reader.take(MAX_FILE_BYTES).split(b'\n') {
         let Ok(line) = line else { break };
         number += 1;
-        let text = String::from_utf8_lossy(&line);
-        let text = text.strip_suffix('\r').unwrap_or(&text);
-        if regex.is_match(text) {
-            found.push((number, cut(text)));
+        let text = line_text(&line);
+        if regex.is_match(&text) {
+            found.push((number, cut_chars(&text, MAX_LINE_CHARS, "…")));
             if found.len() >= MAX_MATCHES {
                 break;
             }
@@ -200,21 +176,14 @@ fn search_file(path: &Path, regex: &Regex) -> Vec<(u64, String)> {
     found
 }
 
-fn cut(text: &str) -> String {
-    match text.char_indices().nth(MAX_LINE_CHARS) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::{Tool, ToolContext, temp_context};
     use std::os::unix::fs::symlink;
 
     fn ctx() -> (tempfile::TempDir, ToolContext) {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+        let (dir, ctx) = temp_context();
         let ws = &ctx.workspace;
         std::fs::create_dir_all(ws.join("src")).unwrap();
         std::fs::create_dir_all(ws.join("target")).unwrap();

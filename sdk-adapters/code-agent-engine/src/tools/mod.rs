@@ -1,6 +1,7 @@
 //! Tools the model can call, confined to the session workspace.
 //!
-//! Each tool lives in its own module and implements [`Tool`]; the
+//! Each tool lives in its own module and implements [`Tool`] (the file
+//! tools through `file_tool::FileTool`, which holds what they share); the
 //! [`ToolRegistry`] holds the built-in set (`bash`, `read`, `write`, `edit`,
 //! `grep`, `glob`, `ls`, `todo`) and turns it into the specs sent to the
 //! model. Every path a tool touches goes through [`confine`]. A tool never
@@ -14,8 +15,10 @@ mod child_env;
 mod confine;
 mod diff;
 mod edit;
+mod file_tool;
 mod glob;
 mod grep;
+mod lines;
 mod ls;
 mod process_group;
 mod read;
@@ -140,15 +143,38 @@ impl ToolOutput {
     }
 }
 
+/// What the model is told about a tool, and the lane its calls run on.
+pub struct ToolInfo {
+    /// `bash`, `read`, `write`, `edit`, `grep`, `glob`, `ls` or `todo`.
+    pub name: &'static str,
+    pub description: &'static str,
+    pub lane: Lane,
+    /// The JSON schema of the arguments.
+    pub parameters: fn() -> serde_json::Value,
+}
+
 /// One tool the model can call.
 #[async_trait]
 pub trait Tool: Send + Sync {
-    /// `bash`, `read`, `write`, `edit`, `grep`, `glob`, `ls` or `todo`.
-    fn name(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    fn info(&self) -> &'static ToolInfo;
+
+    fn name(&self) -> &'static str {
+        self.info().name
+    }
+
+    fn description(&self) -> &'static str {
+        self.info().description
+    }
+
     /// JSON schema of the arguments.
-    fn parameters(&self) -> serde_json::Value;
-    fn lane(&self) -> Lane;
+    fn parameters(&self) -> serde_json::Value {
+        (self.info().parameters)()
+    }
+
+    fn lane(&self) -> Lane {
+        self.info().lane
+    }
+
     /// Runs the call; never panics, errors come back as `success = false`.
     async fn run(&self, args: serde_json::Value, ctx: &ToolContext) -> ToolOutput;
 }
@@ -198,16 +224,12 @@ impl ToolRegistry {
     }
 }
 
-/// Runs blocking file work off the async runtime; a panic in it becomes a
-/// tool error instead of taking the session down.
-async fn blocking<F>(work: F) -> ToolOutput
-where
-    F: FnOnce() -> ToolOutput + Send + 'static,
-{
-    match tokio::task::spawn_blocking(work).await {
-        Ok(output) => output,
-        Err(err) => ToolOutput::err(format!("tool failed internally: {err}")),
-    }
+/// A context on a fresh temporary workspace, for the tools' unit tests.
+#[cfg(test)]
+pub(crate) fn temp_context() -> (tempfile::TempDir, ToolContext) {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+    (dir, ctx)
 }
 
 #[cfg(test)]

@@ -5,16 +5,14 @@
 //! cut, and the output stops at the context's cap with a note saying which
 //! lines were shown and how to read on.
 
+use serde_json::{Value, json};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
 
-use async_trait::async_trait;
-use serde_json::{Value, json};
-
-use super::args::{object, optional_u64, required_str};
-use super::confine::{confine, relative_display};
-use super::{Lane, Tool, ToolContext, ToolOutput, blocking};
+use super::args::{file_path_schema, object_schema, optional_u64, required_str};
+use super::file_tool::{Confined, FileTool, Workspace};
+use super::lines::{cut_chars, line_text};
+use super::{Lane, ToolInfo, ToolOutput};
 
 /// Lines returned when the call gives no `limit`.
 const DEFAULT_LIMIT: u64 = 2000;
@@ -25,110 +23,89 @@ const SNIFF_BYTES: usize = 8 * 1024;
 
 pub struct ReadTool;
 
-#[async_trait]
-impl Tool for ReadTool {
-    fn name(&self) -> &'static str {
-        "read"
-    }
+impl FileTool for ReadTool {
+    const INFO: &'static ToolInfo = &ToolInfo {
+        name: "read",
+        description: "Read a text file in the workspace. Output lines are numbered (`   N\\tline`). \
+                      Use offset (first line, 1-based) and limit (number of lines, default 2000) \
+                      to read part of a large file.",
+        lane: Lane::Query,
+        parameters,
+    };
 
-    fn description(&self) -> &'static str {
-        "Read a text file in the workspace. Output lines are numbered (`   N\\tline`). \
-         Use offset (first line, 1-based) and limit (number of lines, default 2000) \
-         to read part of a large file."
-    }
+    fn call(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
+        let requested = required_str(args, "path")?;
+        let offset = optional_u64(args, "offset")?.unwrap_or(1).max(1);
+        let limit = optional_u64(args, "limit")?.unwrap_or(DEFAULT_LIMIT);
+        if limit == 0 {
+            return Err("argument `limit` must be at least 1".to_string());
+        }
+        let Confined { path, shown } = workspace.confine(requested)?;
+        if path.is_dir() {
+            return Err(format!("{shown} is a directory (use ls)"));
+        }
+        let mut file = File::open(&path).map_err(|err| format!("cannot open {shown}: {err}"))?;
+        let mut sniff = vec![0u8; SNIFF_BYTES];
+        let sniffed = read_up_to(&mut file, &mut sniff)
+            .map_err(|err| format!("cannot read {shown}: {err}"))?;
+        if sniff[..sniffed].contains(&0) {
+            return Err(format!("{shown} looks like a binary file; not shown"));
+        }
+        let reader = BufReader::new(std::io::Cursor::new(sniff[..sniffed].to_vec()).chain(file));
 
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the workspace or absolute inside it."},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to read."}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        })
-    }
-
-    fn lane(&self) -> Lane {
-        Lane::Query
-    }
-
-    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        let workspace = ctx.workspace.clone();
-        let cap = ctx.output_cap;
-        blocking(move || match read(&args, &workspace, cap) {
-            Ok(output) => output,
-            Err(err) => ToolOutput::err(err),
-        })
-        .await
+        let mut output = String::new();
+        let mut total: u64 = 0;
+        let mut first_shown: Option<u64> = None;
+        let mut last_shown: u64 = 0;
+        let mut capped = false;
+        for line in reader.split(b'\n') {
+            let line = line.map_err(|err| format!("cannot read {shown}: {err}"))?;
+            total += 1;
+            if total < offset || total >= offset.saturating_add(limit) || capped {
+                continue;
+            }
+            let text = cut_chars(&line_text(&line), MAX_LINE_CHARS, "… [line cut]");
+            let numbered = format!("{total:>6}\t{text}\n");
+            if output.len() + numbered.len() > workspace.cap {
+                capped = true;
+                continue;
+            }
+            output.push_str(&numbered);
+            first_shown.get_or_insert(total);
+            last_shown = total;
+        }
+        if total > 0 && offset > total {
+            return Err(format!(
+                "offset {offset} is past the end of {shown} ({total} lines)"
+            ));
+        }
+        let first = first_shown.unwrap_or(offset);
+        if capped || (last_shown < total && first_shown.is_some()) {
+            let reason = if capped { "output cap reached; " } else { "" };
+            output.push_str(&format!(
+                "[{reason}showing lines {first}-{last_shown} of {total}; use offset/limit to read more]\n"
+            ));
+        }
+        if total == 0 {
+            output.push_str("[empty file]\n");
+        }
+        Ok(ToolOutput::ok(output)
+            .with("path", shown)
+            .with("total_lines", total.to_string())
+            .with("start_line", first.to_string())
+            .with("end_line", last_shown.to_string()))
     }
 }
 
-fn read(args: &Value, workspace: &Path, cap: usize) -> Result<ToolOutput, String> {
-    object(args)?;
-    let requested = required_str(args, "path")?;
-    let offset = optional_u64(args, "offset")?.unwrap_or(1).max(1);
-    let limit = optional_u64(args, "limit")?.unwrap_or(DEFAULT_LIMIT);
-    if limit == 0 {
-        return Err("argument `limit` must be at least 1".to_string());
-    }
-    let path = confine(workspace, requested)?;
-    let shown = relative_display(workspace, &path);
-    if path.is_dir() {
-        return Err(format!("{shown} is a directory (use ls)"));
-    }
-    let mut file = File::open(&path).map_err(|err| format!("cannot open {shown}: {err}"))?;
-    let mut sniff = vec![0u8; SNIFF_BYTES];
-    let sniffed =
-        read_up_to(&mut file, &mut sniff).map_err(|err| format!("cannot read {shown}: {err}"))?;
-    if sniff[..sniffed].contains(&0) {
-        return Err(format!("{shown} looks like a binary file; not shown"));
-    }
-    let reader = BufReader::new(std::io::Cursor::new(sniff[..sniffed].to_vec()).chain(file));
-
-    let mut output = String::new();
-    let mut total: u64 = 0;
-    let mut first_shown: Option<u64> = None;
-    let mut last_shown: u64 = 0;
-    let mut capped = false;
-    for line in reader.split(b'\n') {
-        let line = line.map_err(|err| format!("cannot read {shown}: {err}"))?;
-        total += 1;
-        if total < offset || total >= offset.saturating_add(limit) || capped {
-            continue;
-        }
-        let text = String::from_utf8_lossy(&line);
-        let text = text.strip_suffix('\r').unwrap_or(&text);
-        let numbered = format!("{total:>6}\t{}\n", cut_line(text));
-        if output.len() + numbered.len() > cap {
-            capped = true;
-            continue;
-        }
-        output.push_str(&numbered);
-        first_shown.get_or_insert(total);
-        last_shown = total;
-    }
-    if total > 0 && offset > total {
-        return Err(format!(
-            "offset {offset} is past the end of {shown} ({total} lines)"
-        ));
-    }
-    let first = first_shown.unwrap_or(offset);
-    if capped || (last_shown < total && first_shown.is_some()) {
-        let reason = if capped { "output cap reached; " } else { "" };
-        output.push_str(&format!(
-            "[{reason}showing lines {first}-{last_shown} of {total}; use offset/limit to read more]\n"
-        ));
-    }
-    if total == 0 {
-        output.push_str("[empty file]\n");
-    }
-    Ok(ToolOutput::ok(output)
-        .with("path", shown)
-        .with("total_lines", total.to_string())
-        .with("start_line", first.to_string())
-        .with("end_line", last_shown.to_string()))
+fn parameters() -> Value {
+    object_schema(
+        json!({
+            "path": file_path_schema(),
+            "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)."},
+            "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to read."}
+        }),
+        &["path"],
+    )
 }
 
 fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -144,21 +121,13 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(filled)
 }
 
-fn cut_line(text: &str) -> String {
-    match text.char_indices().nth(MAX_LINE_CHARS) {
-        Some((at, _)) => format!("{}… [line cut]", &text[..at]),
-        None => text.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolContext;
+    use crate::tools::{Tool, ToolContext, temp_context};
 
     fn ctx() -> (tempfile::TempDir, ToolContext) {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+        let (dir, ctx) = temp_context();
         std::fs::create_dir_all(ctx.workspace.join("src")).unwrap();
         std::fs::write(ctx.workspace.join("src/a.txt"), "one\ntwo\nthree\nfour\n").unwrap();
         (dir, ctx)

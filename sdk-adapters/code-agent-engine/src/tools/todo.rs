@@ -9,8 +9,8 @@ use agent_runner_proto::code_agent::Todo;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::args::object;
-use super::{Lane, Tool, ToolContext, ToolOutput};
+use super::args::{object, object_schema};
+use super::{Lane, Tool, ToolContext, ToolInfo, ToolOutput};
 
 /// Items one list may hold.
 pub const MAX_TODOS: usize = 200;
@@ -19,42 +19,39 @@ const PRIORITIES: [&str; 3] = ["high", "medium", "low"];
 
 pub struct TodoTool;
 
+static INFO: ToolInfo = ToolInfo {
+    name: "todo",
+    description: "Replace your todo list for this session with the given items (send the whole \
+                  list every time). Use it to plan multi-step work and track progress.",
+    lane: Lane::Query,
+    parameters,
+};
+
+fn parameters() -> Value {
+    object_schema(
+        json!({
+            "todos": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "content": {"type": "string"},
+                        "status": {"type": "string", "enum": STATUSES},
+                        "priority": {"type": "string", "enum": PRIORITIES}
+                    },
+                    "required": ["id", "content", "status"]
+                }
+            }
+        }),
+        &["todos"],
+    )
+}
+
 #[async_trait]
 impl Tool for TodoTool {
-    fn name(&self) -> &'static str {
-        "todo"
-    }
-
-    fn description(&self) -> &'static str {
-        "Replace your todo list for this session with the given items (send the whole \
-         list every time). Use it to plan multi-step work and track progress."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "todos": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": "string"},
-                            "content": {"type": "string"},
-                            "status": {"type": "string", "enum": STATUSES},
-                            "priority": {"type": "string", "enum": PRIORITIES}
-                        },
-                        "required": ["id", "content", "status"]
-                    }
-                }
-            },
-            "required": ["todos"],
-            "additionalProperties": false
-        })
-    }
-
-    fn lane(&self) -> Lane {
-        Lane::Query
+    fn info(&self) -> &'static ToolInfo {
+        &INFO
     }
 
     async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
@@ -167,11 +164,11 @@ fn render(todos: &[Todo]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::temp_context;
 
     #[tokio::test]
     async fn replaces_the_session_list() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext::new(dir.path().to_path_buf());
+        let (_dir, ctx) = temp_context();
         let out = TodoTool
             .run(
                 json!({"todos": [
@@ -196,8 +193,7 @@ mod tests {
 
     #[tokio::test]
     async fn rejects_bad_items_and_keeps_the_list() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext::new(dir.path().to_path_buf());
+        let (_dir, ctx) = temp_context();
         ctx.todos.lock().unwrap().push(Todo {
             id: "keep".into(),
             content: "c".into(),

@@ -3,98 +3,70 @@
 //! workspace only: the path is confined first). Metadata says whether the
 //! file was added or updated and carries a unified diff.
 
-use std::path::Path;
-
-use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::args::{object, required_str};
-use super::cap::cap_head_tail;
-use super::confine::{confine, relative_display};
-use super::diff::unified_diff;
-use super::{Lane, Tool, ToolContext, ToolOutput, blocking};
+use super::args::{file_path_schema, object_schema, required_str};
+use super::diff::file_changed;
+use super::file_tool::{Confined, FileTool, Workspace};
+use super::{Lane, ToolInfo, ToolOutput};
 
 pub struct WriteTool;
 
-#[async_trait]
-impl Tool for WriteTool {
-    fn name(&self) -> &'static str {
-        "write"
-    }
+impl FileTool for WriteTool {
+    const INFO: &'static ToolInfo = &ToolInfo {
+        name: "write",
+        description: "Create a file in the workspace, or replace its whole content. Parent \
+                      directories are created. Prefer edit for changing part of an existing file.",
+        lane: Lane::Execute,
+        parameters,
+    };
 
-    fn description(&self) -> &'static str {
-        "Create a file in the workspace, or replace its whole content. Parent \
-         directories are created. Prefer edit for changing part of an existing file."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the workspace or absolute inside it."},
-                "content": {"type": "string", "description": "The complete new content of the file."}
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false
-        })
-    }
-
-    fn lane(&self) -> Lane {
-        Lane::Execute
-    }
-
-    async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        let workspace = ctx.workspace.clone();
-        let cap = ctx.output_cap;
-        blocking(move || match write(&args, &workspace, cap) {
-            Ok(output) => output,
-            Err(err) => ToolOutput::err(err),
-        })
-        .await
+    fn call(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
+        let requested = required_str(args, "path")?;
+        let content = required_str(args, "content")?;
+        let Confined { path, shown } = workspace.confine(requested)?;
+        if path.is_dir() {
+            return Err(format!("{shown} is a directory"));
+        }
+        let old = if path.exists() {
+            let bytes =
+                std::fs::read(&path).map_err(|err| format!("cannot read {shown}: {err}"))?;
+            Some(String::from_utf8_lossy(&bytes).into_owned())
+        } else {
+            None
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|err| format!("cannot create the directories of {shown}: {err}"))?;
+        }
+        std::fs::write(&path, content).map_err(|err| format!("cannot write {shown}: {err}"))?;
+        let verb = if old.is_some() { "Updated" } else { "Created" };
+        let summary = format!("{verb} {shown} ({} bytes)", content.len());
+        Ok(file_changed(
+            summary,
+            shown,
+            old.as_deref(),
+            content,
+            workspace.cap,
+        ))
     }
 }
 
-fn write(args: &Value, workspace: &Path, cap: usize) -> Result<ToolOutput, String> {
-    object(args)?;
-    let requested = required_str(args, "path")?;
-    let content = required_str(args, "content")?;
-    let path = confine(workspace, requested)?;
-    let shown = relative_display(workspace, &path);
-    if path.is_dir() {
-        return Err(format!("{shown} is a directory"));
-    }
-    let old = if path.exists() {
-        let bytes = std::fs::read(&path).map_err(|err| format!("cannot read {shown}: {err}"))?;
-        Some(String::from_utf8_lossy(&bytes).into_owned())
-    } else {
-        None
-    };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|err| format!("cannot create the directories of {shown}: {err}"))?;
-    }
-    std::fs::write(&path, content).map_err(|err| format!("cannot write {shown}: {err}"))?;
-    let kind = if old.is_some() { "update" } else { "add" };
-    let diff = cap_head_tail(&unified_diff(&shown, old.as_deref(), content), cap);
-    let verb = if old.is_some() { "Updated" } else { "Created" };
-    Ok(
-        ToolOutput::ok(format!("{verb} {shown} ({} bytes)", content.len()))
-            .with("path", shown)
-            .with("kind", kind)
-            .with("diff", diff),
+fn parameters() -> Value {
+    object_schema(
+        json!({
+            "path": file_path_schema(),
+            "content": {"type": "string", "description": "The complete new content of the file."}
+        }),
+        &["path", "content"],
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::{Tool, temp_context as ctx};
     use std::os::unix::fs::symlink;
-
-    fn ctx() -> (tempfile::TempDir, ToolContext) {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
-        (dir, ctx)
-    }
 
     #[tokio::test]
     async fn creates_then_updates_with_diffs() {

@@ -139,14 +139,7 @@ impl Harness {
         metadata: HashMap<String, String>,
     ) -> tonic::Streaming<GenerateChunk> {
         self.client
-            .stream_generate(GenerateRequest {
-                session_id: session.into(),
-                messages: vec![Message {
-                    role: "user".into(),
-                    content: text.into(),
-                    metadata,
-                }],
-            })
+            .stream_generate(user_request(session, text, metadata))
             .await
             .unwrap()
             .into_inner()
@@ -170,6 +163,91 @@ impl Harness {
             .into_inner()
     }
 
+    /// The session as `GetSession` shows it.
+    pub async fn session_info(&mut self, session: &str) -> Session {
+        self.client
+            .get_session(GetSessionRequest {
+                session_id: session.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+            .unwrap()
+    }
+
+    pub async fn context_usage(&mut self, session: &str) -> ContextUsage {
+        self.client
+            .get_context_usage(GetContextUsageRequest {
+                session_id: session.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .usage
+            .unwrap()
+    }
+
+    pub async fn todos(&mut self, session: &str) -> Vec<Todo> {
+        self.client
+            .get_todos(GetTodosRequest {
+                session_id: session.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .todos
+    }
+
+    pub async fn destroy(&mut self, session: &str) {
+        self.client
+            .destroy_session(DestroySessionRequest {
+                session_id: session.into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    pub async fn set_confirmation_policy(&mut self, session: &str, policy: ConfirmationPolicy) {
+        self.client
+            .set_confirmation_policy(SetConfirmationPolicyRequest {
+                session_id: session.into(),
+                policy: Some(policy),
+            })
+            .await
+            .unwrap();
+    }
+
+    pub async fn set_permission_policy(&mut self, session: &str, policy: PermissionPolicy) {
+        self.client
+            .set_permission_policy(SetPermissionPolicyRequest {
+                session_id: session.into(),
+                policy: Some(policy),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// Answers a CONFIRMATION_REQUIRED for the tool call `tool_id`.
+    pub async fn confirm(
+        &mut self,
+        session: &str,
+        tool_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> ConfirmToolExecutionResponse {
+        self.client
+            .confirm_tool_execution(ConfirmToolExecutionRequest {
+                session_id: session.into(),
+                tool_id: tool_id.into(),
+                approved,
+                reason: reason.map(Into::into),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     pub async fn messages(&mut self, session: &str) -> Vec<ConversationMessage> {
         self.client
             .get_messages(GetMessagesRequest {
@@ -181,6 +259,34 @@ impl Harness {
             .unwrap()
             .into_inner()
             .messages
+    }
+}
+
+pub fn user_message(text: &str, metadata: HashMap<String, String>) -> Message {
+    Message {
+        role: "user".into(),
+        content: text.into(),
+        metadata,
+    }
+}
+
+/// A generate request with one user message.
+pub fn user_request(
+    session: &str,
+    text: &str,
+    metadata: HashMap<String, String>,
+) -> GenerateRequest {
+    GenerateRequest {
+        session_id: session.into(),
+        messages: vec![user_message(text, metadata)],
+    }
+}
+
+/// A confirmation policy that asks before every tool call.
+pub fn ask_all() -> ConfirmationPolicy {
+    ConfirmationPolicy {
+        enabled: true,
+        ..Default::default()
     }
 }
 

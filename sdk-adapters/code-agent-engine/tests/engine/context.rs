@@ -70,16 +70,7 @@ async fn compaction_summarises_older_turns_through_the_model() {
         })
         .await
         .unwrap();
-    let usage = h
-        .client
-        .get_context_usage(GetContextUsageRequest {
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .usage
-        .unwrap();
+    let usage = h.context_usage(&s).await;
     assert_eq!((usage.message_count, usage.total_tokens), (0, 0));
 }
 

@@ -30,17 +30,7 @@ async fn pause_holds_the_loop_at_a_step_boundary_until_resume() {
         0,
         "the model was called while paused"
     );
-    let state = h
-        .client
-        .get_session(GetSessionRequest {
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap()
-        .state;
+    let state = h.session_info(&s).await.state;
     assert_eq!(state, SessionState::Paused as i32);
     h.client
         .resume(ResumeRequest {
@@ -59,16 +49,8 @@ async fn subscriptions_filter_by_session_and_type() {
     let watched = h.session().await;
     let mut events = h.events(&watched, &["session_destroyed"]).await;
     let other = h.session().await;
-    h.client
-        .destroy_session(DestroySessionRequest { session_id: other })
-        .await
-        .unwrap();
-    h.client
-        .destroy_session(DestroySessionRequest {
-            session_id: watched.clone(),
-        })
-        .await
-        .unwrap();
+    h.destroy(&other).await;
+    h.destroy(&watched).await;
     let first = events.next().await.unwrap().unwrap();
     assert_eq!(first.r#type, EventType::SessionDestroyed as i32);
     assert_eq!(first.session_id.as_deref(), Some(watched.as_str()));

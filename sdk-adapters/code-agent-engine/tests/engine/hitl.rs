@@ -18,16 +18,6 @@ fn write_call() -> MockReply {
     )
 }
 
-async fn set_policy(h: &mut Harness, s: &str, policy: ConfirmationPolicy) {
-    h.client
-        .set_confirmation_policy(SetConfirmationPolicyRequest {
-            session_id: s.into(),
-            policy: Some(policy),
-        })
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn a_denied_call_is_a_tool_error_and_the_loop_continues() {
     let mut h = Harness::start(vec![
@@ -37,19 +27,14 @@ async fn a_denied_call_is_a_tool_error_and_the_loop_continues() {
     .await;
     std::fs::write(h.ws().join("keep.txt"), "keep").unwrap();
     let s = h.session().await;
-    h.client
-        .set_permission_policy(SetPermissionPolicyRequest {
-            session_id: s.clone(),
-            policy: Some(PermissionPolicy {
-                deny: vec![PermissionRule {
-                    rule: "Bash(rm:*)".into(),
-                }],
-                enabled: true,
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    let policy = PermissionPolicy {
+        deny: vec![PermissionRule {
+            rule: "Bash(rm:*)".into(),
+        }],
+        enabled: true,
+        ..Default::default()
+    };
+    h.set_permission_policy(&s, policy).await;
     let check = h
         .client
         .check_permission(CheckPermissionRequest {
@@ -95,7 +80,7 @@ async fn confirmed_write(
 ) -> (Harness, ToolResult, Vec<AgentEvent>) {
     let mut h = Harness::start(vec![write_call(), MockReply::text("done")]).await;
     let s = h.session().await;
-    set_policy(&mut h, &s, policy).await;
+    h.set_confirmation_policy(&s, policy).await;
     let mut events = h.events(&s, &[]).await;
     let stream = h.open_stream(&s, "write it", HashMap::new()).await;
     let asked = next_event(&mut events, EventType::ConfirmationRequired).await;
@@ -103,17 +88,7 @@ async fn confirmed_write(
     assert_eq!(asked.data["tool_id"], "w1");
     assert!(asked.data["arguments"].contains("out.txt"));
     if let Some(approved) = answer {
-        let r = h
-            .client
-            .confirm_tool_execution(ConfirmToolExecutionRequest {
-                session_id: s.clone(),
-                tool_id: "w1".into(),
-                approved,
-                reason: Some("because".into()),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let r = h.confirm(&s, "w1", approved, Some("because")).await;
         assert!(r.success, "{r:?}");
     }
     let chunks = drain(stream).await;
@@ -127,13 +102,6 @@ async fn confirmed_write(
         }
     }
     (h, results(&chunks)[0].clone(), seen)
-}
-
-fn ask_all() -> ConfirmationPolicy {
-    ConfirmationPolicy {
-        enabled: true,
-        ..Default::default()
-    }
 }
 
 #[tokio::test]
@@ -196,31 +164,18 @@ async fn ask_timed_out_with_auto_approve_runs_the_call() {
 async fn permission_ask_rules_also_wait_for_confirmation() {
     let mut h = Harness::start(vec![write_call(), MockReply::text("done")]).await;
     let s = h.session().await;
-    h.client
-        .set_permission_policy(SetPermissionPolicyRequest {
-            session_id: s.clone(),
-            policy: Some(PermissionPolicy {
-                ask: vec![PermissionRule {
-                    rule: "Write(*.txt)".into(),
-                }],
-                enabled: true,
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    let policy = PermissionPolicy {
+        ask: vec![PermissionRule {
+            rule: "Write(*.txt)".into(),
+        }],
+        enabled: true,
+        ..Default::default()
+    };
+    h.set_permission_policy(&s, policy).await;
     let mut events = h.events(&s, &["CONFIRMATION_REQUIRED"]).await;
     let stream = h.open_stream(&s, "write", HashMap::new()).await;
     let asked = next_event(&mut events, EventType::ConfirmationRequired).await;
-    h.client
-        .confirm_tool_execution(ConfirmToolExecutionRequest {
-            session_id: s.clone(),
-            tool_id: asked.data["tool_id"].clone(),
-            approved: true,
-            reason: None,
-        })
-        .await
-        .unwrap();
+    h.confirm(&s, &asked.data["tool_id"], true, None).await;
     assert!(results(&drain(stream).await)[0].success);
 }
 
@@ -228,15 +183,11 @@ async fn permission_ask_rules_also_wait_for_confirmation() {
 async fn yolo_lanes_auto_approve() {
     let mut h = Harness::start(vec![write_call(), MockReply::text("done")]).await;
     let s = h.session().await;
-    set_policy(
-        &mut h,
-        &s,
-        ConfirmationPolicy {
-            yolo_lanes: vec![SessionLane::Execute as i32],
-            ..ask_all()
-        },
-    )
-    .await;
+    let policy = ConfirmationPolicy {
+        yolo_lanes: vec![SessionLane::Execute as i32],
+        ..ask_all()
+    };
+    h.set_confirmation_policy(&s, policy).await;
     let mut events = h.events(&s, &[]).await;
     let chunks = h.turn(&s, "write").await;
     assert!(results(&chunks)[0].success);

@@ -89,16 +89,7 @@ async fn multi_step_tool_loop_edits_a_file() {
     assert_eq!(history.len(), 8);
     assert_eq!(history[0].role, "user");
     assert_eq!(history[2].role, "tool");
-    let usage = h
-        .client
-        .get_context_usage(GetContextUsageRequest {
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .usage
-        .unwrap();
+    let usage = h.context_usage(&s).await;
     assert_eq!(
         (
             usage.prompt_tokens,
@@ -117,16 +108,10 @@ async fn generate_collects_the_same_loop() {
     ])
     .await;
     let s = h.session().await;
+    let metadata = HashMap::from([("reasoning_effort".into(), "high".into())]);
     let response = h
         .client
-        .generate(GenerateRequest {
-            session_id: s.clone(),
-            messages: vec![Message {
-                role: "user".into(),
-                content: "run it".into(),
-                metadata: HashMap::from([("reasoning_effort".into(), "high".into())]),
-            }],
-        })
+        .generate(user_request(&s, "run it", metadata))
         .await
         .unwrap()
         .into_inner();
@@ -187,15 +172,7 @@ async fn the_todo_tool_and_set_todos_share_one_list() {
     .await;
     let s = h.session().await;
     h.turn(&s, "plan").await;
-    let todos = h
-        .client
-        .get_todos(GetTodosRequest {
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .todos;
+    let todos = h.todos(&s).await;
     assert_eq!(todos.len(), 1);
     assert_eq!(todos[0].content, "write tests");
     let set = h
@@ -289,32 +266,20 @@ async fn steering_joins_the_running_loop_at_the_next_step() {
     .await;
     let s = h.session().await;
     // Nothing runs yet: steering has nothing to join and starts nothing.
+    let steer = || HashMap::from([("steer".into(), "true".into())]);
     let idle = h
         .client
-        .stream_generate(GenerateRequest {
-            session_id: s.clone(),
-            messages: vec![Message {
-                role: "user".into(),
-                content: "too early".into(),
-                metadata: HashMap::from([("steer".into(), "true".into())]),
-            }],
-        })
+        .stream_generate(user_request(&s, "too early", steer()))
         .await
         .unwrap_err();
     assert_eq!(idle.code(), tonic::Code::FailedPrecondition, "{idle:?}");
     assert_eq!(h.mock.request_count(), 0);
     // The confirmation holds the loop inside its first step, deterministically.
-    h.client
-        .set_confirmation_policy(SetConfirmationPolicyRequest {
-            session_id: s.clone(),
-            policy: Some(ConfirmationPolicy {
-                enabled: true,
-                require_confirm_tools: vec!["bash".into()],
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    let policy = ConfirmationPolicy {
+        require_confirm_tools: vec!["bash".into()],
+        ..ask_all()
+    };
+    h.set_confirmation_policy(&s, policy).await;
     let mut events = h.events(&s, &["CONFIRMATION_REQUIRED"]).await;
     let first = h.open_stream(&s, "do one thing", HashMap::new()).await;
     let asked = next_event(&mut events, EventType::ConfirmationRequired).await;
@@ -322,39 +287,18 @@ async fn steering_joins_the_running_loop_at_the_next_step() {
     // Without steer: busy.
     let busy = h
         .client
-        .stream_generate(GenerateRequest {
-            session_id: s.clone(),
-            messages: vec![Message {
-                role: "user".into(),
-                content: "other".into(),
-                metadata: HashMap::new(),
-            }],
-        })
+        .stream_generate(user_request(&s, "other", HashMap::new()))
         .await
         .unwrap_err();
     assert_eq!(busy.code(), tonic::Code::FailedPrecondition);
 
-    let steer = h
-        .open_stream(
-            &s,
-            "also print two",
-            HashMap::from([("steer".into(), "true".into())]),
-        )
-        .await;
-    let steered = drain(steer).await;
+    let steering = h.open_stream(&s, "also print two", steer()).await;
+    let steered = drain(steering).await;
     assert_eq!(steered.len(), 1);
     assert_eq!(steered[0].r#type, "done");
     assert_eq!(steered[0].metadata["steered"], "true");
 
-    h.client
-        .confirm_tool_execution(ConfirmToolExecutionRequest {
-            session_id: s.clone(),
-            tool_id: asked.data["tool_id"].clone(),
-            approved: true,
-            reason: None,
-        })
-        .await
-        .unwrap();
+    h.confirm(&s, &asked.data["tool_id"], true, None).await;
     let chunks = drain(first).await;
     assert_eq!(done(&chunks).finish_reason, "stop");
     assert_eq!(h.mock.request_count(), 2, "one generation, two model calls");
@@ -374,16 +318,7 @@ async fn a_client_that_disconnects_cancels_the_generation() {
     )])
     .await;
     let s = h.session().await;
-    h.client
-        .set_confirmation_policy(SetConfirmationPolicyRequest {
-            session_id: s.clone(),
-            policy: Some(ConfirmationPolicy {
-                enabled: true,
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    h.set_confirmation_policy(&s, ask_all()).await;
     let mut events = h
         .events(&s, &["CONFIRMATION_REQUIRED", "GENERATION_COMPLETED"])
         .await;
@@ -444,14 +379,7 @@ async fn reasoning_streams_as_metadata_chunks() {
     // Reasoning is kept in the history but not resent to the model.
     let response = h
         .client
-        .generate(GenerateRequest {
-            session_id: s.clone(),
-            messages: vec![Message {
-                role: "user".into(),
-                content: "more".into(),
-                metadata: HashMap::new(),
-            }],
-        })
+        .generate(user_request(&s, "more", HashMap::new()))
         .await
         .unwrap()
         .into_inner();

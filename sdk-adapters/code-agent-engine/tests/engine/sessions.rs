@@ -91,15 +91,7 @@ async fn file_sessions_survive_a_restart_and_memory_ones_do_not() {
     let history = h.messages(&kept).await;
     assert_eq!(history.len(), 2);
     assert_eq!(history[1].role, "assistant");
-    let todos = h
-        .client
-        .get_todos(GetTodosRequest {
-            session_id: kept.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .todos;
+    let todos = h.todos(&kept).await;
     assert_eq!(todos[0].content, "persist me");
     let err = h
         .client
@@ -108,12 +100,7 @@ async fn file_sessions_survive_a_restart_and_memory_ones_do_not() {
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 
-    h.client
-        .destroy_session(DestroySessionRequest {
-            session_id: kept.clone(),
-        })
-        .await
-        .unwrap();
+    h.destroy(&kept).await;
     assert!(!h.state.path().join("sessions/kept-1.json").exists());
 }
 
@@ -174,16 +161,10 @@ async fn invalid_requests_name_the_field() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().starts_with("messages"));
 
+    let metadata = [("reasoning_effort".to_string(), "extreme".to_string())].into();
     let err = h
         .client
-        .generate(GenerateRequest {
-            session_id: s.clone(),
-            messages: vec![Message {
-                role: "user".into(),
-                content: "x".into(),
-                metadata: [("reasoning_effort".to_string(), "extreme".to_string())].into(),
-            }],
-        })
+        .generate(user_request(&s, "x", metadata))
         .await
         .unwrap_err();
     assert!(
@@ -217,16 +198,7 @@ async fn model_errors_end_the_turn_with_a_clear_status() {
         }
     };
     assert_eq!(err.code(), Code::Unauthenticated);
-    let session = h
-        .client
-        .get_session(GetSessionRequest {
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap();
+    let session = h.session_info(&s).await;
     assert_eq!(session.state, SessionState::Error as i32);
     assert_eq!(session.config.unwrap().llm.unwrap().api_key, "***");
 }
@@ -299,16 +271,7 @@ async fn destroying_a_busy_file_session_leaves_no_file_behind() {
     )])
     .await;
     let s = h.session_with(h.config(StorageType::File)).await;
-    h.client
-        .set_confirmation_policy(SetConfirmationPolicyRequest {
-            session_id: s.clone(),
-            policy: Some(ConfirmationPolicy {
-                enabled: true,
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    h.set_confirmation_policy(&s, ask_all()).await;
     let file = h.state.path().join(format!("sessions/{s}.json"));
     assert!(file.exists());
     let mut events = h
@@ -316,12 +279,7 @@ async fn destroying_a_busy_file_session_leaves_no_file_behind() {
         .await;
     let stream = h.open_stream(&s, "wait", Default::default()).await;
     next_event(&mut events, agent_event::EventType::ConfirmationRequired).await;
-    h.client
-        .destroy_session(DestroySessionRequest {
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap();
+    h.destroy(&s).await;
     let chunks = drain(stream).await;
     assert_eq!(done(&chunks).finish_reason, "cancelled");
     next_event(&mut events, agent_event::EventType::GenerationCompleted).await;
@@ -335,18 +293,7 @@ async fn configure_session_moves_between_memory_and_file() {
     let file = h.state.path().join(format!("sessions/{s}.json"));
     assert!(!file.exists());
     // The key comes back redacted; sending that back keeps the real one.
-    let shown = h
-        .client
-        .get_session(GetSessionRequest {
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session
-        .unwrap()
-        .config
-        .unwrap();
+    let shown = h.session_info(&s).await.config.unwrap();
     let mut config = shown.clone();
     config.storage_type = StorageType::File as i32;
     config.system_prompt = "Be brief.".into();

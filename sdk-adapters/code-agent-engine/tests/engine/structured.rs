@@ -11,25 +11,28 @@ const SCHEMA: &str = r#"{"type":"object","properties":{"name":{"type":"string"},
 fn request(session: &str) -> GenerateStructuredRequest {
     GenerateStructuredRequest {
         session_id: session.into(),
-        messages: vec![Message {
-            role: "user".into(),
-            content: "describe the repo".into(),
-            metadata: Default::default(),
-        }],
+        messages: vec![user_message("describe the repo", Default::default())],
         schema: SCHEMA.into(),
     }
 }
 
-#[tokio::test]
-async fn valid_output_is_returned_and_the_schema_is_sent() {
-    let mut h = Harness::start(vec![MockReply::text(r#"{"name": "engine", "count": 3}"#)]).await;
+/// A harness whose model answers `replies`, a session, and that session's
+/// structured generation.
+async fn generated(replies: Vec<MockReply>) -> (Harness, GenerateStructuredResponse) {
+    let mut h = Harness::start(replies).await;
     let s = h.session().await;
-    let r = h
+    let response = h
         .client
         .generate_structured(request(&s))
         .await
         .unwrap()
         .into_inner();
+    (h, response)
+}
+
+#[tokio::test]
+async fn valid_output_is_returned_and_the_schema_is_sent() {
+    let (h, r) = generated(vec![MockReply::text(r#"{"name": "engine", "count": 3}"#)]).await;
     let data: serde_json::Value = serde_json::from_str(&r.data).unwrap();
     assert_eq!(data["count"], 3);
     assert_eq!(r.metadata["attempts"], "1");
@@ -45,18 +48,11 @@ async fn valid_output_is_returned_and_the_schema_is_sent() {
 
 #[tokio::test]
 async fn invalid_output_is_retried_once_with_the_errors() {
-    let mut h = Harness::start(vec![
+    let (h, r) = generated(vec![
         MockReply::text(r#"{"name": "engine", "count": "three"}"#),
         MockReply::text(r#"{"name": "engine", "count": 3}"#),
     ])
     .await;
-    let s = h.session().await;
-    let r = h
-        .client
-        .generate_structured(request(&s))
-        .await
-        .unwrap()
-        .into_inner();
     assert_eq!(r.metadata["attempts"], "2");
     assert_eq!(h.mock.request_count(), 2);
     assert!(request_mentions(&h.mock, 1, "does not validate"));
