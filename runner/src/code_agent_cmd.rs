@@ -5,7 +5,8 @@
 //!
 //! Also where model-provider keys are handed to the log redactor: the
 //! engine reads `OPENAI_API_KEY` (and `<PROVIDER>_API_KEY`) from the
-//! environment, and no log line of this process may ever show one.
+//! environment (and `GITHUB_TOKEN` / `GH_TOKEN` may sit there too), and no
+//! log line or update of this process may ever show one.
 
 use std::path::PathBuf;
 
@@ -43,19 +44,27 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
 }
 
-/// Hand every `*_API_KEY` value of the environment to the process-wide
-/// redactor, so a key quoted anywhere (an upstream error, a tool's output)
-/// is logged as `***`.
+/// Hand every secret-looking value of the environment ([`is_secret_var`])
+/// to the process-wide redactor, so a key quoted anywhere (an upstream
+/// error, a tool's output) is logged as `***`.
 pub fn redact_provider_keys() {
     let redactor = Redactor::process();
     for (name, value) in std::env::vars_os() {
         let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
             continue;
         };
-        if name.ends_with("_API_KEY") && !value.trim().is_empty() {
+        if is_secret_var(name) && !value.trim().is_empty() {
             redactor.add(value.trim());
         }
     }
+}
+
+/// Variables whose values are secrets: model-provider keys (`*_API_KEY`)
+/// and GitHub tokens (`GITHUB_TOKEN`, `GH_TOKEN`), the same set the
+/// engine keeps from its tools' processes.
+pub fn is_secret_var(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper.ends_with("_API_KEY") || matches!(upper.as_str(), "GITHUB_TOKEN" | "GH_TOKEN")
 }
 
 pub async fn run(command: CodeAgentCommand) -> anyhow::Result<()> {
@@ -79,7 +88,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| PathBuf::from("."))
             .join(".agent-runner/code-agent"),
     };
-    std::fs::create_dir_all(&state_dir)
+    tokio::fs::create_dir_all(&state_dir)
+        .await
         .map_err(|e| anyhow::anyhow!("state_dir: {}: {e}", state_dir.display()))?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -103,4 +113,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         stop.cancel();
     });
     code_agent_engine::serve(engine, listener, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_keys_and_github_tokens_are_secret() {
+        for name in [
+            "OPENAI_API_KEY",
+            "anthropic_api_key",
+            "GITHUB_TOKEN",
+            "GH_TOKEN",
+        ] {
+            assert!(is_secret_var(name), "{name}");
+        }
+        for name in [
+            "OPENAI_BASE_URL",
+            "API_KEY_FILE",
+            "PATH",
+            "GITHUB_TOKEN_FILE",
+        ] {
+            assert!(!is_secret_var(name), "{name}");
+        }
+    }
 }

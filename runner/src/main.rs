@@ -124,6 +124,11 @@ fn take_env_secret() -> Option<Secret> {
 async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
     let config = RunConfig::resolve(args, env_secret)?;
     code_agent_cmd::redact_provider_keys();
+    // The bearer secret is never logged on purpose; masking it too covers
+    // an agent or a library that quotes it by accident.
+    if let Some(secret) = &config.secret {
+        agent_runner::redact::Redactor::process().add(secret.expose());
+    }
     logging::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
     procs::warn_if_pid1();
     let mut term = signal(SignalKind::terminate())?;

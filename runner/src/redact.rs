@@ -23,12 +23,21 @@ const MAX_SECRETS: usize = 1024;
 /// A shared, cheaply cloned set of secrets to mask.
 #[derive(Clone, Default)]
 pub struct Redactor {
-    secrets: Arc<RwLock<Vec<String>>>,
+    secrets: Arc<RwLock<Secrets>>,
+}
+
+/// The secrets, longest first (so a secret that contains another is masked
+/// whole, not left with a visible tail), each with the order it came in
+/// (the oldest is dropped when the set is full).
+#[derive(Default)]
+struct Secrets {
+    list: Vec<(u64, String)>,
+    next: u64,
 }
 
 impl std::fmt::Debug for Redactor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.secrets.read().map(|s| s.len()).unwrap_or(0);
+        let n = self.secrets.read().map(|s| s.list.len()).unwrap_or(0);
         f.debug_struct("Redactor").field("secrets", &n).finish()
     }
 }
@@ -52,13 +61,20 @@ impl Redactor {
             return;
         }
         let mut secrets = self.secrets.write().unwrap_or_else(|e| e.into_inner());
-        if secrets.iter().any(|s| s == secret) {
+        if secrets.list.iter().any(|(_, s)| s == secret) {
             return;
         }
-        if secrets.len() >= MAX_SECRETS {
-            secrets.remove(0);
+        if secrets.list.len() >= MAX_SECRETS
+            && let Some(oldest) = (0..secrets.list.len()).min_by_key(|&i| secrets.list[i].0)
+        {
+            secrets.list.remove(oldest);
         }
-        secrets.push(secret.to_owned());
+        let seq = secrets.next;
+        secrets.next += 1;
+        let at = secrets
+            .list
+            .partition_point(|(_, s)| s.len() >= secret.len());
+        secrets.list.insert(at, (seq, secret.to_owned()));
     }
 
     /// `text` with every registered secret replaced by [`MASK`]; borrowed
@@ -66,7 +82,7 @@ impl Redactor {
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let secrets = self.secrets.read().unwrap_or_else(|e| e.into_inner());
         let mut out = Cow::Borrowed(text);
-        for secret in secrets.iter() {
+        for (_, secret) in secrets.list.iter() {
             if out.contains(secret.as_str()) {
                 out = Cow::Owned(out.replace(secret.as_str(), MASK));
             }
@@ -98,6 +114,30 @@ mod tests {
             "url https://x-access-token:***@github.com and ***, short"
         );
         assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+    }
+
+    /// A secret that contains another is masked whole, whichever came first.
+    #[test]
+    fn the_longer_of_overlapping_secrets_is_masked_whole() {
+        let r = Redactor::new();
+        r.add("sk-shared-prefix");
+        r.add("sk-shared-prefix-and-more");
+        assert_eq!(r.redact("k=sk-shared-prefix-and-more;"), "k=***;");
+        assert_eq!(r.redact("k=sk-shared-prefix;"), "k=***;");
+    }
+
+    #[test]
+    fn the_oldest_secret_goes_when_the_set_is_full() {
+        let r = Redactor::new();
+        for i in 0..MAX_SECRETS {
+            r.add(&format!("secret-{i:06}"));
+        }
+        r.add("a-much-longer-newest-secret");
+        assert_eq!(r.redact("secret-000000"), "secret-000000");
+        assert_eq!(
+            r.redact("secret-000001 a-much-longer-newest-secret"),
+            "*** ***"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! name the thread, the repository and the installation, never a token.
 
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,7 +114,17 @@ impl CredentialServer {
             .mode(0o700)
             .create(&dir)
             .map_err(dir_err)?;
-        // An existing directory keeps its mode; make sure it is ours alone.
+        // An existing directory keeps its owner and mode: it must be a real
+        // directory of this user's (not a symlink to somewhere else), then
+        // made ours alone.
+        let meta = std::fs::symlink_metadata(&dir).map_err(dir_err)?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if !meta.file_type().is_dir() || meta.uid() != euid {
+            return Err(dir_err(io::Error::other(
+                "is not a directory owned by this user (a symlink or another user's); remove it",
+            )));
+        }
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
         let bind_err = |source| CredentialError::Bind {
             path: path.clone(),
@@ -157,11 +167,17 @@ impl CredentialServer {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        self.remove_file();
+        let removed = tokio::fs::remove_file(&self.path).await;
+        self.removed(removed);
     }
 
+    /// For `Drop`, where nothing can be awaited.
     fn remove_file(&self) {
-        match std::fs::remove_file(&self.path) {
+        self.removed(std::fs::remove_file(&self.path));
+    }
+
+    fn removed(&self, result: io::Result<()>) {
+        match result {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {

@@ -190,6 +190,30 @@ async fn socket_is_private_and_removed_on_stop() {
     assert!(!sock.exists());
 }
 
+/// A `cred` that is a symlink (to a directory others may read) is refused,
+/// not followed and chmod-ed.
+#[tokio::test]
+async fn a_symlinked_socket_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(elsewhere.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("cred")).unwrap();
+    let err = CredentialServer::start(dir.path(), table("github.com"), known_threads())
+        .err()
+        .expect("a symlinked directory is refused");
+    assert!(
+        matches!(err, CredentialError::Dir { .. }) && err.to_string().contains("symlink"),
+        "{err}"
+    );
+    let mode = std::fs::metadata(elsewhere.path())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o755, "the symlink's target is left alone");
+    assert!(!elsewhere.path().join("git.sock").exists());
+}
+
 #[tokio::test]
 async fn a_too_long_path_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();

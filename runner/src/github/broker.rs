@@ -403,12 +403,23 @@ impl TokenBroker {
     }
 
     /// The refresh runs on its own task, so callers that give up do not
-    /// cancel it for the others.
+    /// cancel it for the others. A task that ends without finishing (a
+    /// panic) never cleared its slot's flight: that is done here, so the
+    /// next caller starts a new refresh instead of getting this failure
+    /// forever.
     fn start_refresh(&self, installation_id: i64) -> Flight {
         let broker = self.clone();
         let task = tokio::spawn(async move { broker.refresh(installation_id).await });
+        // Weak: the flight is kept in the broker's own slots.
+        let inner = Arc::downgrade(&self.inner);
         async move {
             task.await.unwrap_or_else(|e| {
+                if let Some(inner) = inner.upgrade() {
+                    let mut slots = inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(slot) = slots.get_mut(&installation_id) {
+                        slot.inflight = None;
+                    }
+                }
                 Err(GithubError::Source(format!(
                     "refreshing the token of installation {installation_id} stopped: {e}"
                 )))

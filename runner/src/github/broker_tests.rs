@@ -48,6 +48,8 @@ struct Fake {
     failures: Mutex<VecDeque<GithubError>>,
     /// Mints wait until this is true.
     gate: watch::Receiver<bool>,
+    /// The next this many mints panic.
+    panics: AtomicUsize,
 }
 
 impl Fake {
@@ -69,6 +71,7 @@ impl Fake {
             lists: AtomicUsize::new(0),
             failures: Mutex::new(VecDeque::new()),
             gate,
+            panics: AtomicUsize::new(0),
         });
         (fake, open)
     }
@@ -106,6 +109,13 @@ impl TokenSource for Fake {
         let mut gate = self.gate.clone();
         gate.wait_for(|open| *open).await.unwrap();
         let n = self.mints.fetch_add(1, Ordering::SeqCst) + 1;
+        if self
+            .panics
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| p.checked_sub(1))
+            .is_ok()
+        {
+            panic!("the fake source panics on purpose");
+        }
         if let Some(e) = self.failures.lock().unwrap().pop_front() {
             return Err(e);
         }
@@ -254,6 +264,21 @@ async fn retries_give_up_and_refusals_are_not_retried() {
     let err = b.token_for_installation(7).await.unwrap_err();
     assert!(matches!(err, GithubError::Rejected(_)));
     assert_eq!(fake.mints(), 1);
+}
+
+/// A refresh task that dies (a panic) fails its callers once; the next
+/// caller starts a new refresh instead of getting that failure forever.
+#[tokio::test]
+async fn a_refresh_that_panics_does_not_wedge_the_installation() {
+    let clock = TestClock::new();
+    let (fake, _gate) = Fake::new(&clock, &[(7, &["acme/widgets"])]);
+    fake.panics.store(1, Ordering::SeqCst);
+    let b = broker(&fake, &clock, &Redactor::new());
+    let err = b.token_for_installation(7).await.unwrap_err();
+    assert!(err.to_string().contains("stopped"), "{err}");
+    let t = b.token_for_installation(7).await.unwrap();
+    assert_eq!(t.installation_id, 7);
+    assert_eq!(fake.mints(), 2);
 }
 
 #[tokio::test]

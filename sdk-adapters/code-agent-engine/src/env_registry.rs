@@ -7,8 +7,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
-/// At most this many workspaces are registered (the oldest goes first).
-const MAX_ENTRIES: usize = 256;
+/// At most this many workspaces are registered. A workspace's entry goes
+/// when its last session is destroyed ([`EnvRegistry::unregister`]); past
+/// the bound the oldest goes first, with a warning (its sessions' tools
+/// would lose the env, e.g. their git credentials).
+const MAX_ENTRIES: usize = 8192;
 
 /// Environment variables, name and value.
 type Env = Vec<(String, String)>;
@@ -37,9 +40,20 @@ impl EnvRegistry {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         entries.retain(|(p, _)| p != &workspace);
         if entries.len() >= MAX_ENTRIES {
-            entries.remove(0);
+            let (evicted, _) = entries.remove(0);
+            tracing::warn!(
+                workspace = %evicted.display(),
+                limit = MAX_ENTRIES,
+                "Initialize registry full: the oldest workspace's env was forgotten"
+            );
         }
         entries.push((workspace, env));
+    }
+
+    /// Forgets the env registered for exactly `workspace`.
+    pub fn unregister(&self, workspace: &Path) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|(p, _)| p != workspace);
     }
 
     /// The env for a session working in `workspace`.
@@ -67,5 +81,7 @@ mod tests {
         assert_eq!(reg.env_for(Path::new("/w/t2"))[0].1, "outer");
         assert!(reg.env_for(Path::new("/w2")).is_empty());
         assert!(!format!("{reg:?}").contains("inner"));
+        reg.unregister(Path::new("/w/t1"));
+        assert_eq!(reg.env_for(Path::new("/w/t1/sub"))[0].1, "outer");
     }
 }

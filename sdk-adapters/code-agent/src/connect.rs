@@ -30,7 +30,9 @@ pub(crate) type Client = CodeAgentServiceClient<Channel>;
 
 /// Bytes buffered in each direction of an in-memory connection.
 const PIPE_BUFFER: usize = 256 * 1024;
-/// Connections waiting for the in-process server to accept them.
+/// Connections waiting for the in-process server to accept them. When the
+/// queue is full, opening another connection waits for room (tonic's
+/// connect timeout, if any, bounds the wait); nothing is dropped.
 const PENDING_CONNECTIONS: usize = 16;
 
 /// A connected client; keeps an embedded engine's server alive.

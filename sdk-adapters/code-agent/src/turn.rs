@@ -364,37 +364,13 @@ impl TurnTask {
     }
 
     async fn usage(&mut self, chunk: &GenerateChunk) -> Result<(), Gone> {
-        let get = |key: &str| {
-            chunk
-                .metadata
-                .get(key)
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(0)
-                .max(0)
-        };
-        let input = get("prompt_tokens");
-        let output = get("completion_tokens");
-        let total = match get("total_tokens") {
-            0 => input + output,
-            total => total,
-        };
-        let last = TokenUsageBreakdown {
-            input_tokens: input,
-            cached_input_tokens: get("cached_tokens"),
-            output_tokens: output,
-            reasoning_output_tokens: get("reasoning_tokens"),
-            total_tokens: total,
-        };
+        let last = usage_of(chunk);
         let total = {
             let mut sum = self
                 .thread_usage
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            sum.input_tokens += last.input_tokens;
-            sum.cached_input_tokens += last.cached_input_tokens;
-            sum.output_tokens += last.output_tokens;
-            sum.reasoning_output_tokens += last.reasoning_output_tokens;
-            sum.total_tokens += last.total_tokens;
+            add_usage(&mut sum, &last);
             *sum
         };
         self.send(TurnEvent::Usage(TokenUsage {
@@ -408,6 +384,46 @@ impl TurnTask {
     async fn send(&self, event: TurnEvent) -> Result<(), Gone> {
         self.events.send(event).await.map_err(|_| Gone)
     }
+}
+
+/// One model call's usage from a chunk's metadata. The numbers come off
+/// the wire: unparsable or negative ones count as 0, and sums saturate
+/// rather than overflow.
+fn usage_of(chunk: &GenerateChunk) -> TokenUsageBreakdown {
+    let get = |key: &str| {
+        chunk
+            .metadata
+            .get(key)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+            .max(0)
+    };
+    let input = get("prompt_tokens");
+    let output = get("completion_tokens");
+    let total = match get("total_tokens") {
+        0 => input.saturating_add(output),
+        total => total,
+    };
+    TokenUsageBreakdown {
+        input_tokens: input,
+        cached_input_tokens: get("cached_tokens"),
+        output_tokens: output,
+        reasoning_output_tokens: get("reasoning_tokens"),
+        total_tokens: total,
+    }
+}
+
+/// Adds `last` to the thread's running `sum` (saturating).
+fn add_usage(sum: &mut TokenUsageBreakdown, last: &TokenUsageBreakdown) {
+    sum.input_tokens = sum.input_tokens.saturating_add(last.input_tokens);
+    sum.cached_input_tokens = sum
+        .cached_input_tokens
+        .saturating_add(last.cached_input_tokens);
+    sum.output_tokens = sum.output_tokens.saturating_add(last.output_tokens);
+    sum.reasoning_output_tokens = sum
+        .reasoning_output_tokens
+        .saturating_add(last.reasoning_output_tokens);
+    sum.total_tokens = sum.total_tokens.saturating_add(last.total_tokens);
 }
 
 fn next_id(turn_id: &str, run: &mut Run) -> String {
@@ -439,5 +455,62 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage_chunk(pairs: &[(&str, &str)]) -> GenerateChunk {
+        GenerateChunk {
+            r#type: "metadata".into(),
+            metadata: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn usage_is_read_from_metadata_and_summed() {
+        let last = usage_of(&usage_chunk(&[
+            ("prompt_tokens", "10"),
+            ("completion_tokens", "5"),
+            ("cached_tokens", "2"),
+            ("reasoning_tokens", "-3"),
+            ("total_tokens", "x"),
+        ]));
+        assert_eq!(
+            last,
+            TokenUsageBreakdown {
+                input_tokens: 10,
+                cached_input_tokens: 2,
+                output_tokens: 5,
+                reasoning_output_tokens: 0,
+                total_tokens: 15,
+            }
+        );
+        let mut sum = last;
+        add_usage(&mut sum, &last);
+        assert_eq!(sum.total_tokens, 30);
+        assert_eq!(sum.input_tokens, 20);
+    }
+
+    /// Numbers off the wire near i64::MAX saturate instead of overflowing
+    /// (a panic in debug builds, a negative count in release).
+    #[test]
+    fn huge_usage_numbers_saturate() {
+        let max = i64::MAX.to_string();
+        let last = usage_of(&usage_chunk(&[
+            ("prompt_tokens", &max),
+            ("completion_tokens", &max),
+        ]));
+        assert_eq!(last.total_tokens, i64::MAX);
+        let mut sum = last;
+        add_usage(&mut sum, &last);
+        assert_eq!(sum.input_tokens, i64::MAX);
+        assert_eq!(sum.total_tokens, i64::MAX);
     }
 }

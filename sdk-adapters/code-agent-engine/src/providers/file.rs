@@ -26,7 +26,8 @@ pub(crate) struct StoredProviders {
     pub default_model: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+// Debug by hand below: the API keys never print.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StoredProvider {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -37,7 +38,7 @@ pub(crate) struct StoredProvider {
     pub models: Vec<StoredModel>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub(crate) struct StoredModel {
     pub id: String,
@@ -70,36 +71,47 @@ pub(crate) struct StoredCost {
     pub cache_write: f64,
 }
 
-impl From<&StoredModel> for ModelInfo {
-    fn from(m: &StoredModel) -> Self {
-        let has_modalities = !m.input_modalities.is_empty() || !m.output_modalities.is_empty();
-        let has_limit = m.context_limit != 0 || m.output_limit != 0;
-        ModelInfo {
-            id: m.id.clone(),
-            name: m.name.clone(),
-            family: m.family.clone(),
-            api_key: m.api_key.clone(),
-            base_url: m.base_url.clone(),
-            attachment: m.attachment,
-            reasoning: m.reasoning,
-            tool_call: m.tool_call,
-            temperature: m.temperature,
-            release_date: m.release_date.clone(),
-            modalities: has_modalities.then(|| ModelModalitiesInfo {
-                input: m.input_modalities.clone(),
-                output: m.output_modalities.clone(),
-            }),
-            cost: m.cost.map(|c| ModelCostInfo {
+/// `$target { .. }` built from `$m`: the fields `ModelInfo` and
+/// `StoredModel` share by name (cost included, as `$cost`), then the given
+/// ones, which differ in shape between the two.
+macro_rules! model_fields {
+    ($target:ident, $cost:ident, $m:ident, { $($field:ident: $value:expr),* $(,)? }) => {
+        $target {
+            id: $m.id.clone(),
+            name: $m.name.clone(),
+            family: $m.family.clone(),
+            api_key: $m.api_key.clone(),
+            base_url: $m.base_url.clone(),
+            attachment: $m.attachment,
+            reasoning: $m.reasoning,
+            tool_call: $m.tool_call,
+            temperature: $m.temperature,
+            release_date: $m.release_date.clone(),
+            cost: $m.cost.map(|c| $cost {
                 input: c.input,
                 output: c.output,
                 cache_read: c.cache_read,
                 cache_write: c.cache_write,
             }),
+            $($field: $value,)*
+        }
+    };
+}
+
+impl From<&StoredModel> for ModelInfo {
+    fn from(m: &StoredModel) -> Self {
+        let has_modalities = !m.input_modalities.is_empty() || !m.output_modalities.is_empty();
+        let has_limit = m.context_limit != 0 || m.output_limit != 0;
+        model_fields!(ModelInfo, ModelCostInfo, m, {
+            modalities: has_modalities.then(|| ModelModalitiesInfo {
+                input: m.input_modalities.clone(),
+                output: m.output_modalities.clone(),
+            }),
             limit: has_limit.then_some(ModelLimitInfo {
                 context: m.context_limit,
                 output: m.output_limit,
             }),
-        }
+        })
     }
 }
 
@@ -107,28 +119,12 @@ impl From<&ModelInfo> for StoredModel {
     fn from(m: &ModelInfo) -> Self {
         let modalities = m.modalities.clone().unwrap_or_default();
         let limit = m.limit.unwrap_or_default();
-        StoredModel {
-            id: m.id.clone(),
-            name: m.name.clone(),
-            family: m.family.clone(),
-            api_key: m.api_key.clone(),
-            base_url: m.base_url.clone(),
-            attachment: m.attachment,
-            reasoning: m.reasoning,
-            tool_call: m.tool_call,
-            temperature: m.temperature,
-            release_date: m.release_date.clone(),
+        model_fields!(StoredModel, StoredCost, m, {
             input_modalities: modalities.input,
             output_modalities: modalities.output,
-            cost: m.cost.map(|c| StoredCost {
-                input: c.input,
-                output: c.output,
-                cache_read: c.cache_read,
-                cache_write: c.cache_write,
-            }),
             context_limit: limit.context,
             output_limit: limit.output,
-        }
+        })
     }
 }
 
@@ -218,4 +214,89 @@ pub(crate) fn save(path: &Path, stored: &StoredProviders) -> Result<(), FileErro
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// `***` for a key that is set, so a `{:?}` never leaks one.
+fn key_shown(key: &Option<String>) -> Option<&'static str> {
+    key.as_ref().map(|_| "***")
+}
+
+impl std::fmt::Debug for StoredProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredProvider")
+            .field("name", &self.name)
+            .field("api_key", &key_shown(&self.api_key))
+            .field("base_url", &self.base_url)
+            .field("models", &self.models)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for StoredModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredModel")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("api_key", &key_shown(&self.api_key))
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn models_round_trip_through_the_stored_shape() {
+        let full = ModelInfo {
+            id: "m1".into(),
+            name: "Model One".into(),
+            family: "fam".into(),
+            api_key: Some("sk-model".into()),
+            base_url: Some("http://127.0.0.1:1/v1".into()),
+            attachment: true,
+            reasoning: true,
+            tool_call: true,
+            temperature: true,
+            release_date: Some("2025-01-01".into()),
+            modalities: Some(ModelModalitiesInfo {
+                input: vec!["text".into(), "image".into()],
+                output: vec!["text".into()],
+            }),
+            cost: Some(ModelCostInfo {
+                input: 1.5,
+                output: 2.5,
+                cache_read: 0.25,
+                cache_write: 0.75,
+            }),
+            limit: Some(ModelLimitInfo {
+                context: 128_000,
+                output: 4096,
+            }),
+        };
+        assert_eq!(ModelInfo::from(&StoredModel::from(&full)), full);
+        let bare = ModelInfo {
+            id: "m2".into(),
+            ..ModelInfo::default()
+        };
+        assert_eq!(ModelInfo::from(&StoredModel::from(&bare)), bare);
+    }
+
+    #[test]
+    fn debug_never_shows_a_key() {
+        let provider = StoredProvider {
+            name: "p".into(),
+            api_key: Some("sk-provider-secret".into()),
+            models: vec![StoredModel {
+                id: "m".into(),
+                api_key: Some("sk-model-secret".into()),
+                ..StoredModel::default()
+            }],
+            ..StoredProvider::default()
+        };
+        let shown = format!("{provider:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("***"), "{shown}");
+    }
 }

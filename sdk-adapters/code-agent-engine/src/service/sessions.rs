@@ -90,7 +90,19 @@ impl Service {
         request: DestroySessionRequest,
     ) -> Result<DestroySessionResponse, Status> {
         self.session(&request.session_id)?;
-        self.engine.remove(&request.session_id).await?;
+        let gone = self.engine.remove(&request.session_id).await?;
+        // The Initialize env of a workspace no session uses any more goes
+        // too, so the registry only holds live workspaces.
+        if let Some(workspace) = gone.read(|d| d.workspace.clone()) {
+            let in_use = self
+                .engine
+                .session_list()
+                .iter()
+                .any(|s| s.read(|d| d.workspace.as_deref() == Some(workspace.as_path())));
+            if !in_use {
+                self.engine.env.unregister(&workspace);
+            }
+        }
         self.engine.events.emit(
             EventType::SessionDestroyed,
             Some(&request.session_id),
