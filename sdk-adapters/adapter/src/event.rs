@@ -70,6 +70,28 @@ pub struct ItemEvent {
     pub command: Option<CommandInfo>,
 }
 
+/// What an item holds, without its id and status: adapters keep their open
+/// items this way and report a snapshot with [`ItemContent::event`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemContent {
+    pub kind: ItemKind,
+    pub text: Option<String>,
+    pub command: Option<CommandInfo>,
+}
+
+impl ItemContent {
+    /// The item as `item_id` in `status`.
+    pub fn event(&self, item_id: impl Into<String>, status: ItemStatus) -> TurnEvent {
+        TurnEvent::Item(ItemEvent {
+            item_id: item_id.into(),
+            kind: self.kind,
+            status,
+            text: self.text.clone(),
+            command: self.command.clone(),
+        })
+    }
+}
+
 /// A command an agent ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandInfo {
@@ -91,10 +113,73 @@ pub struct TokenUsageBreakdown {
     pub total_tokens: i64,
 }
 
+impl TokenUsageBreakdown {
+    /// Adds `other` to these counts, field by field. The numbers come off
+    /// the wire: sums saturate rather than overflow.
+    pub fn accumulate(&mut self, other: &Self) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(other.cached_input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.reasoning_output_tokens = self
+            .reasoning_output_tokens
+            .saturating_add(other.reasoning_output_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
+    }
+}
+
 /// Cumulative and latest usage of a thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TokenUsage {
     pub total: TokenUsageBreakdown,
     pub last: TokenUsageBreakdown,
     pub model_context_window: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_reports_itself_under_an_id_and_status() {
+        let content = ItemContent {
+            kind: ItemKind::Plan,
+            text: Some("1. look".into()),
+            command: None,
+        };
+        assert_eq!(
+            content.event("turn-1-item-2", ItemStatus::Completed),
+            TurnEvent::Item(ItemEvent {
+                item_id: "turn-1-item-2".into(),
+                kind: ItemKind::Plan,
+                status: ItemStatus::Completed,
+                text: Some("1. look".into()),
+                command: None,
+            })
+        );
+    }
+
+    #[test]
+    fn usage_accumulates_and_saturates() {
+        let last = TokenUsageBreakdown {
+            input_tokens: 10,
+            cached_input_tokens: 2,
+            output_tokens: i64::MAX,
+            reasoning_output_tokens: 1,
+            total_tokens: 15,
+        };
+        let mut sum = last;
+        sum.accumulate(&last);
+        assert_eq!(
+            sum,
+            TokenUsageBreakdown {
+                input_tokens: 20,
+                cached_input_tokens: 4,
+                output_tokens: i64::MAX,
+                reasoning_output_tokens: 2,
+                total_tokens: 30,
+            }
+        );
+    }
 }

@@ -8,17 +8,26 @@
 //! Adapters never see protobuf: the runner core alone turns these events into
 //! `ClientMessage`s. That keeps the wire contract in one place and lets an
 //! adapter be tested without a control plane.
+//!
+//! What several adapters' turn tasks do the same way lives here once:
+//! [`SteerGate`] (steering against the end of a turn), [`finish_turn`] and
+//! [`sleep_until`], and [`ItemContent`] (an item's body, reported as an
+//! event).
 
 mod event;
 mod sdk;
+mod steering;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod turn_task;
 
 pub use event::{
-    CommandInfo, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent,
-    TurnOutcome,
+    CommandInfo, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown,
+    TurnEvent, TurnOutcome,
 };
 pub use sdk::{
     AgentSpec, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus, SteerError,
     TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec, Turn, TurnControl, TurnInput, given,
 };
+pub use steering::SteerGate;
+pub use turn_task::{Gone, finish_turn, sleep_until};

@@ -36,7 +36,7 @@ use sdk_adapter::{
     AgentSpec, SdkAdapter, SdkDescription, SdkError, SdkStatus, TURN_EVENT_BUFFER, ThreadHandle,
     ThreadSpec, TokenUsageBreakdown, Turn, TurnInput, given,
 };
-use sdk_process::{ChildError, ThreadTable, find_program};
+use sdk_process::{ChildError, ThreadTable, TurnInbox, find_program};
 use tokio::sync::mpsc;
 
 pub use config::{
@@ -259,13 +259,15 @@ impl SdkAdapter for ClaudeAdapter {
             text: input.text,
             cwd: spec.workspace.to_string_lossy().into_owned(),
             events,
-            msgs,
+            inbox: TurnInbox::new(
+                turn_id.clone(),
+                "claude",
+                handle,
+                (sink, sink_id, msgs),
+                self.config.interrupt_grace,
+            ),
             control: control.clone(),
-            sink,
-            sink_id,
-            child: handle,
             shared: slot.shared.clone(),
-            interrupt_grace: self.config.interrupt_grace,
         };
         tokio::spawn(task.run());
         Ok(Turn {

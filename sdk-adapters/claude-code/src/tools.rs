@@ -16,17 +16,12 @@
 //! its output, a file change keeps its text (plus the error, if the edit
 //! failed), plans keep theirs, and every other tool appends the result.
 
-use sdk_adapter::{CommandInfo, ItemKind};
+use sdk_adapter::{CommandInfo, ItemContent, ItemKind};
 use sdk_process::{OUTPUT_CAP_BYTES, cap_text};
 use serde_json::Value;
 
 /// A tool call as an item.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ToolItem {
-    pub kind: ItemKind,
-    pub text: Option<String>,
-    pub command: Option<CommandInfo>,
-}
+pub(crate) type ToolItem = ItemContent;
 
 fn field<'a>(input: &'a Value, key: &str) -> &'a str {
     input.get(key).and_then(Value::as_str).unwrap_or("")

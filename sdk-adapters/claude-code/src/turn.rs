@@ -26,24 +26,20 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
-use std::time::Duration;
 
 use sdk_adapter::{
-    ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent, TurnOutcome,
+    Gone, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent, TurnOutcome,
+    finish_turn,
 };
-use sdk_process::ChildHandle;
+use sdk_process::{Next, TurnInbox};
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use crate::ThreadShared;
 use crate::control::{AfterResult, ClaudeControl};
 use crate::protocol::result_text;
-use crate::session::{Sink, TurnMsg};
+use crate::session::TurnMsg;
 use crate::tools::{self, ToolItem};
-
-/// The receiver of the turn's events was dropped.
-struct Gone;
 
 pub(crate) struct TurnTask {
     pub turn_id: String,
@@ -51,13 +47,9 @@ pub(crate) struct TurnTask {
     pub text: String,
     pub cwd: String,
     pub events: mpsc::Sender<TurnEvent>,
-    pub msgs: mpsc::UnboundedReceiver<TurnMsg>,
+    pub inbox: TurnInbox<TurnMsg>,
     pub control: Arc<ClaudeControl>,
-    pub sink: Arc<Sink>,
-    pub sink_id: u64,
-    pub child: ChildHandle,
     pub shared: Arc<ThreadShared>,
-    pub interrupt_grace: Duration,
 }
 
 #[derive(Default)]
@@ -67,7 +59,6 @@ struct Run {
     tools: HashMap<String, (String, ToolItem)>,
     tool_order: Vec<String>,
     last_error: Option<String>,
-    interrupt_deadline: Option<Instant>,
 }
 
 impl TurnTask {
@@ -75,18 +66,9 @@ impl TurnTask {
         let mut run = Run::default();
         let outcome = self.drive(&mut run).await;
         self.control.end();
-        self.sink.clear(self.sink_id);
-        match outcome {
-            Ok(outcome) => {
-                if self.close_open_tools(&mut run).await.is_ok() {
-                    let _ = self.events.send(TurnEvent::Finished(outcome)).await;
-                }
-            }
-            Err(Gone) => {
-                use sdk_adapter::TurnControl as _;
-                self.control.interrupt();
-            }
-        }
+        self.inbox.stop_listening();
+        let closing = close_open_tools(&mut run);
+        finish_turn(&self.events, outcome, closing, &*self.control).await;
     }
 
     async fn drive(&mut self, run: &mut Run) -> Result<TurnOutcome, Gone> {
@@ -94,23 +76,14 @@ impl TurnTask {
         self.text_item(run, ItemKind::UserMessage, Some(text))
             .await?;
         loop {
-            let events = self.events.clone();
-            tokio::select! {
-                biased;
-                () = events.closed() => return Err(Gone),
-                msg = self.msgs.recv() => {
-                    let Some(msg) = msg else {
-                        return Ok(TurnOutcome::Failed("claude connection closed".into()));
-                    };
+            match self.inbox.next(&self.events, None).await? {
+                Next::Message(msg) => {
                     if let Some(outcome) = self.handle(run, msg).await? {
                         return Ok(outcome);
                     }
                 }
-                () = sleep_until(run.interrupt_deadline), if run.interrupt_deadline.is_some() => {
-                    tracing::warn!(turn_id = %self.turn_id, "claude did not stop the turn in time; killing it");
-                    self.child.kill();
-                    return Ok(TurnOutcome::Interrupted);
-                }
+                Next::Tick => {}
+                Next::Ended(outcome) => return Ok(outcome),
             }
         }
     }
@@ -125,15 +98,12 @@ impl TurnTask {
                 Ok(None)
             }
             TurnMsg::Interrupting => {
-                run.interrupt_deadline
-                    .get_or_insert_with(|| Instant::now() + self.interrupt_grace);
+                self.inbox.interrupting();
                 Ok(None)
             }
-            TurnMsg::Exited(reason) => Ok(Some(if self.control.interrupted() {
-                TurnOutcome::Interrupted
-            } else {
-                TurnOutcome::Failed(format!("claude exited during the turn: {reason}"))
-            })),
+            TurnMsg::Exited(reason) => {
+                Ok(Some(self.inbox.exited(self.control.interrupted(), &reason)))
+            }
         }
     }
 
@@ -203,8 +173,7 @@ impl TurnTask {
                     let input = block.get("input").cloned().unwrap_or(Value::Null);
                     let item = tools::classify(name, &input, &self.cwd);
                     let item_id = self.next_item_id(run);
-                    self.send(item_event(&item_id, &item, ItemStatus::Running))
-                        .await?;
+                    self.send(item.event(&item_id, ItemStatus::Running)).await?;
                     run.tool_order.push(id.clone());
                     run.tools.insert(id, (item_id, item));
                 }
@@ -236,7 +205,7 @@ impl TurnTask {
             };
             let is_error = block.get("is_error").and_then(Value::as_bool) == Some(true);
             tools::complete(&mut item, &result_text(block.get("content")), is_error);
-            self.send(item_event(&item_id, &item, ItemStatus::Completed))
+            self.send(item.event(&item_id, ItemStatus::Completed))
                 .await?;
         }
         Ok(())
@@ -309,12 +278,7 @@ impl TurnTask {
                 .usage
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            total.input_tokens = total.input_tokens.saturating_add(last.input_tokens);
-            total.cached_input_tokens = total
-                .cached_input_tokens
-                .saturating_add(last.cached_input_tokens);
-            total.output_tokens = total.output_tokens.saturating_add(last.output_tokens);
-            total.total_tokens = total.total_tokens.saturating_add(last.total_tokens);
+            total.accumulate(&last);
             *total
         };
         let model_context_window = model_usage.and_then(Value::as_object).and_then(|models| {
@@ -343,20 +307,8 @@ impl TurnTask {
             text,
             command: None,
         };
-        self.send(item_event(&item_id, &item, ItemStatus::Running))
-            .await?;
-        self.send(item_event(&item_id, &item, ItemStatus::Completed))
-            .await
-    }
-
-    async fn close_open_tools(&mut self, run: &mut Run) -> Result<(), Gone> {
-        for id in std::mem::take(&mut run.tool_order) {
-            if let Some((item_id, item)) = run.tools.remove(&id) {
-                self.send(item_event(&item_id, &item, ItemStatus::Completed))
-                    .await?;
-            }
-        }
-        Ok(())
+        self.send(item.event(&item_id, ItemStatus::Running)).await?;
+        self.send(item.event(&item_id, ItemStatus::Completed)).await
     }
 
     fn next_item_id(&self, run: &mut Run) -> String {
@@ -369,19 +321,11 @@ impl TurnTask {
     }
 }
 
-fn item_event(item_id: &str, item: &ToolItem, status: ItemStatus) -> TurnEvent {
-    TurnEvent::Item(ItemEvent {
-        item_id: item_id.to_owned(),
-        kind: item.kind,
-        status,
-        text: item.text.clone(),
-        command: item.command.clone(),
-    })
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// COMPLETED snapshots of the tool items still RUNNING, so none dangles.
+fn close_open_tools(run: &mut Run) -> Vec<TurnEvent> {
+    std::mem::take(&mut run.tool_order)
+        .into_iter()
+        .filter_map(|id| run.tools.remove(&id))
+        .map(|(item_id, item)| item.event(item_id, ItemStatus::Completed))
+        .collect()
 }

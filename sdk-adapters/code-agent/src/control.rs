@@ -12,19 +12,17 @@
 //!
 //! The turn task does not finish while a steer is in flight: it waits for
 //! the steer to settle, and refuses steers once it decided to finish; both
-//! decide under one lock (the same race the codex adapter closes).
+//! decide under one lock ([`SteerGate`], shared with the codex adapter).
 //!
 //! Interrupt is `Cancel{session_id}`; the turn task then ends the turn as
 //! interrupted when the stream ends, or after the grace period.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use agent_runner_proto::code_agent::{CancelRequest, GenerateChunk, GenerateRequest, Message};
 use async_trait::async_trait;
-use sdk_adapter::{SteerError, TurnControl};
+use sdk_adapter::{SteerError, SteerGate, TurnControl};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use crate::connect::Client;
@@ -42,22 +40,13 @@ pub(crate) enum TurnMsg {
 /// Room for steer notifications; a full queue makes `steer` wait.
 pub(crate) const TURN_MSG_BUFFER: usize = 16;
 
-#[derive(Debug, Default)]
-struct State {
-    /// The turn task decided to finish: no steering any more.
-    ended: bool,
-    /// Steers sent and not yet answered.
-    inflight: u32,
-}
-
 pub(crate) struct CodeAgentControl {
     client: Client,
     session_id: String,
     request_timeout: Duration,
     steer_timeout: Duration,
     msgs: mpsc::Sender<TurnMsg>,
-    state: Mutex<State>,
-    interrupted: CancellationToken,
+    gate: SteerGate,
 }
 
 /// A user message for `GenerateRequest.messages`.
@@ -86,34 +75,14 @@ impl CodeAgentControl {
             request_timeout,
             steer_timeout,
             msgs,
-            state: Mutex::new(State::default()),
-            interrupted: CancellationToken::new(),
+            gate: SteerGate::new(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The turn task wants to finish: true (and steering closes) unless a
-    /// steer is in flight.
-    pub(crate) fn try_end(&self) -> bool {
-        let mut state = self.lock();
-        if state.inflight > 0 {
-            return false;
-        }
-        state.ended = true;
-        true
-    }
-
-    /// The turn is over, whatever happens to steers still in flight.
-    pub(crate) fn end(&self) {
-        self.lock().ended = true;
-    }
-
-    /// Cancelled once [`TurnControl::interrupt`] was called.
-    pub(crate) fn interrupted(&self) -> &CancellationToken {
-        &self.interrupted
+    /// Steering against the end of the turn (the turn task asks it); its
+    /// token is cancelled once [`TurnControl::interrupt`] was called.
+    pub(crate) fn gate(&self) -> &SteerGate {
+        &self.gate
     }
 
     /// Send `Cancel` for the session (in the background; logged on failure).
@@ -179,36 +148,28 @@ fn steer_status(status: &tonic::Status) -> SteerError {
 #[async_trait]
 impl TurnControl for CodeAgentControl {
     async fn steer(&self, text: String, tag: u64) -> Result<(), SteerError> {
-        {
-            let mut state = self.lock();
-            if state.ended || self.interrupted.is_cancelled() {
-                return Err(SteerError::TurnEnded);
-            }
-            state.inflight += 1;
-        }
+        self.gate.begin_steer()?;
         let outcome = tokio::select! {
             outcome = tokio::time::timeout(self.steer_timeout, self.send_steer(&text)) => {
                 outcome.unwrap_or_else(|_| Err(SteerError::Rejected(format!(
                     "the code-agent engine did not take the text within {:?}", self.steer_timeout
                 ))))
             }
-            () = self.interrupted.cancelled() => Err(SteerError::TurnEnded),
+            () = self.gate.interrupted().cancelled() => Err(SteerError::TurnEnded),
         };
         if outcome.is_ok() {
             // The task waits for SteerSettled before finishing, so it is
             // still there to receive this.
             let _ = self.msgs.send(TurnMsg::Steered { tag, text }).await;
         }
-        self.lock().inflight -= 1;
+        self.gate.settle();
         let _ = self.msgs.send(TurnMsg::SteerSettled).await;
         outcome
     }
 
     fn interrupt(&self) {
-        if self.interrupted.is_cancelled() {
-            return;
+        if self.gate.interrupt() {
+            self.cancel_generation();
         }
-        self.interrupted.cancel();
-        self.cancel_generation();
     }
 }

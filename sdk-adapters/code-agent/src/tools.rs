@@ -11,16 +11,14 @@
 //! Results are capped like every adapter's (`sdk_process::cap_text`).
 
 use agent_runner_proto::code_agent::ToolResult;
-use sdk_adapter::{CommandInfo, ItemKind};
+use sdk_adapter::{CommandInfo, ItemContent, ItemKind};
 use sdk_process::{OUTPUT_CAP_BYTES, cap_text};
 use serde_json::Value;
 
 /// A tool call as an item.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ToolItem {
-    pub kind: ItemKind,
-    pub text: Option<String>,
-    pub command: Option<CommandInfo>,
+    pub content: ItemContent,
     tool: String,
     path: String,
 }
@@ -57,9 +55,11 @@ pub(crate) fn started(tool: &str, call_id: &str, arguments: &str, cwd: &str) -> 
         .unwrap_or("")
         .to_owned();
     let item = |kind, text: String| ToolItem {
-        kind,
-        text: Some(cap_text(&text, OUTPUT_CAP_BYTES)),
-        command: None,
+        content: ItemContent {
+            kind,
+            text: Some(cap_text(&text, OUTPUT_CAP_BYTES)),
+            command: None,
+        },
         tool: tool.to_owned(),
         path: path.clone(),
     };
@@ -70,20 +70,22 @@ pub(crate) fn started(tool: &str, call_id: &str, arguments: &str, cwd: &str) -> 
                 command => command.to_owned(),
             };
             ToolItem {
-                kind: ItemKind::CommandExecution,
-                text: None,
-                command: Some(CommandInfo {
-                    // The control plane requires a non-empty command.
-                    command: if command.is_empty() {
-                        "(no command)".to_owned()
-                    } else {
-                        command
-                    },
-                    cwd: cwd.to_owned(),
-                    process_id: call_id.to_owned(),
-                    output: None,
-                    exit_code: None,
-                }),
+                content: ItemContent {
+                    kind: ItemKind::CommandExecution,
+                    text: None,
+                    command: Some(CommandInfo {
+                        // The control plane requires a non-empty command.
+                        command: if command.is_empty() {
+                            "(no command)".to_owned()
+                        } else {
+                            command
+                        },
+                        cwd: cwd.to_owned(),
+                        process_id: call_id.to_owned(),
+                        output: None,
+                        exit_code: None,
+                    }),
+                },
                 tool: tool.to_owned(),
                 path: String::new(),
             }
@@ -115,9 +117,9 @@ pub(crate) fn complete(item: &mut ToolItem, result: &ToolResult) {
             result.error.clone()
         }
     });
-    match item.kind {
+    match item.content.kind {
         ItemKind::CommandExecution => {
-            if let Some(command) = item.command.as_mut() {
+            if let Some(command) = item.content.command.as_mut() {
                 let mut output = result.output.clone();
                 if let Some(error) = error.as_deref()
                     && !output.contains(error)
@@ -155,13 +157,13 @@ pub(crate) fn complete(item: &mut ToolItem, result: &ToolResult) {
                     text
                 }
             };
-            item.text = Some(cap_text(&text, OUTPUT_CAP_BYTES));
+            item.content.text = Some(cap_text(&text, OUTPUT_CAP_BYTES));
         }
-        _ => {
-            let text = item.text.get_or_insert_with(String::new);
+        kind => {
+            let text = item.content.text.get_or_insert_with(String::new);
             let appended = match error {
                 Some(error) => format!("error: {error}"),
-                None if item.kind == ItemKind::Plan => String::new(),
+                None if kind == ItemKind::Plan => String::new(),
                 None => result.output.clone(),
             };
             if !appended.is_empty() {
@@ -194,8 +196,8 @@ mod tests {
     #[test]
     fn bash_is_a_command_with_its_pid_and_output() {
         let mut item = started("bash", "call_1", r#"{"command":"echo hi"}"#, "/w");
-        assert_eq!(item.kind, ItemKind::CommandExecution);
-        let running = item.command.clone().unwrap();
+        assert_eq!(item.content.kind, ItemKind::CommandExecution);
+        let running = item.content.command.clone().unwrap();
         assert_eq!(
             (running.command.as_str(), running.cwd.as_str()),
             ("echo hi", "/w")
@@ -210,7 +212,7 @@ mod tests {
                 &[("pid", "4242"), ("exit_code", "3"), ("cwd", "/w/sub")],
             ),
         );
-        let done = item.command.unwrap();
+        let done = item.content.command.unwrap();
         assert_eq!(done.process_id, "4242");
         assert_eq!(done.cwd, "/w/sub");
         assert_eq!(done.exit_code, Some(3));
@@ -225,8 +227,8 @@ mod tests {
             r#"{"path":"src/a.rs","old":"x","new":"y"}"#,
             "/w",
         );
-        assert_eq!(item.kind, ItemKind::FileChange);
-        assert_eq!(item.text.as_deref(), Some("edit src/a.rs"));
+        assert_eq!(item.content.kind, ItemKind::FileChange);
+        assert_eq!(item.content.text.as_deref(), Some("edit src/a.rs"));
         complete(
             &mut item,
             &result(
@@ -240,7 +242,10 @@ mod tests {
                 ],
             ),
         );
-        assert_eq!(item.text.as_deref(), Some("update src/a.rs\n-x\n+y"));
+        assert_eq!(
+            item.content.text.as_deref(),
+            Some("update src/a.rs\n-x\n+y")
+        );
 
         let mut failed = started("write", "c", r#"{"path":"../x"}"#, "/w");
         complete(
@@ -248,7 +253,7 @@ mod tests {
             &result(false, "", "path escapes the workspace", &[]),
         );
         assert_eq!(
-            failed.text.as_deref(),
+            failed.content.text.as_deref(),
             Some("write ../x\nerror: path escapes the workspace")
         );
     }
@@ -261,19 +266,22 @@ mod tests {
             r#"{"todos":[{"content":"a","status":"pending"},{"content":"b","status":"completed"}]}"#,
             "/w",
         );
-        assert_eq!(todo.kind, ItemKind::Plan);
-        assert_eq!(todo.text.as_deref(), Some("[pending] a\n[completed] b"));
+        assert_eq!(todo.content.kind, ItemKind::Plan);
+        assert_eq!(
+            todo.content.text.as_deref(),
+            Some("[pending] a\n[completed] b")
+        );
 
         let mut grep = started("grep", "c", r#"{"pattern":"fn main","path":"src"}"#, "/w");
-        assert_eq!(grep.kind, ItemKind::McpToolCall);
+        assert_eq!(grep.content.kind, ItemKind::McpToolCall);
         complete(&mut grep, &result(true, "src/main.rs:1:fn main", "", &[]));
         assert_eq!(
-            grep.text.as_deref(),
+            grep.content.text.as_deref(),
             Some("grep fn main src\nsrc/main.rs:1:fn main")
         );
 
         let other = started("mcp_thing", "c", r#"{"a":1}"#, "/w");
-        assert_eq!(other.kind, ItemKind::McpToolCall);
-        assert_eq!(other.text.as_deref(), Some(r#"mcp_thing {"a":1}"#));
+        assert_eq!(other.content.kind, ItemKind::McpToolCall);
+        assert_eq!(other.content.text.as_deref(), Some(r#"mcp_thing {"a":1}"#));
     }
 }

@@ -30,7 +30,8 @@ use std::time::Duration;
 
 use agent_runner_proto::code_agent::GenerateChunk;
 use sdk_adapter::{
-    ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent, TurnOutcome,
+    Gone, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent,
+    TurnOutcome, sleep_until,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -39,9 +40,6 @@ use tonic::Streaming;
 use crate::control::{CodeAgentControl, TurnMsg};
 use crate::status_text;
 use crate::tools::{self, ToolItem};
-
-/// The receiver of the turn's events was dropped.
-struct Gone;
 
 /// A text item that grows by deltas.
 struct TextItem {
@@ -87,12 +85,12 @@ impl TurnTask {
     pub(crate) async fn run(mut self) {
         let mut run = Run::default();
         let outcome = self.drive(&mut run).await;
-        self.control.end();
+        self.control.gate().end();
         let finished = match outcome {
             Ok(outcome) => self.finish(&mut run, outcome).await,
             Err(Gone) => Err(Gone),
         };
-        if finished.is_err() && !self.control.interrupted().is_cancelled() {
+        if finished.is_err() && !self.control.gate().is_interrupted() {
             // Nobody reads this turn any more: stop the engine working on it.
             self.control.cancel_generation();
         }
@@ -108,7 +106,7 @@ impl TurnTask {
         }
         for call_id in std::mem::take(&mut run.tool_order) {
             if let Some((item_id, item)) = run.tools.remove(&call_id) {
-                self.send(tool_event(item_id, &item, ItemStatus::Completed))
+                self.send(item.content.event(item_id, ItemStatus::Completed))
                     .await?;
             }
         }
@@ -133,7 +131,7 @@ impl TurnTask {
                 msg = self.msgs.recv() => match msg {
                     Some(TurnMsg::Steered { tag, text }) => self.steered(run, tag, text).await?,
                     Some(TurnMsg::SteerSettled) | None => {
-                        if run.deferred.is_some() && self.control.try_end() {
+                        if run.deferred.is_some() && self.control.gate().try_end() {
                             return Ok(run.deferred.take().unwrap_or(TurnOutcome::Completed));
                         }
                     }
@@ -146,13 +144,13 @@ impl TurnTask {
                     };
                     if let Some(outcome) = ended {
                         run.stream_over = true;
-                        if self.control.try_end() {
+                        if self.control.gate().try_end() {
                             return Ok(outcome);
                         }
                         run.deferred = Some(outcome);
                     }
                 }
-                () = control.interrupted().cancelled(), if run.interrupt_deadline.is_none() => {
+                () = control.gate().interrupted().cancelled(), if run.interrupt_deadline.is_none() => {
                     run.interrupt_deadline = Some(Instant::now() + self.interrupt_grace);
                 }
                 () = sleep_until(run.interrupt_deadline), if run.interrupt_deadline.is_some() => {
@@ -165,7 +163,7 @@ impl TurnTask {
     }
 
     fn interrupted(&self) -> bool {
-        self.control.interrupted().is_cancelled()
+        self.control.gate().is_interrupted()
     }
 
     fn ended_without_done(&self) -> TurnOutcome {
@@ -302,16 +300,16 @@ impl TurnTask {
 
     /// A whole text item at once (user messages).
     async fn text_item(&mut self, run: &mut Run, kind: ItemKind, text: String) -> Result<(), Gone> {
-        let mut event = ItemEvent {
-            item_id: next_id(&self.turn_id, run),
+        let item_id = next_id(&self.turn_id, run);
+        let content = ItemContent {
             kind,
-            status: ItemStatus::Running,
             text: Some(text),
             command: None,
         };
-        self.send(TurnEvent::Item(event.clone())).await?;
-        event.status = ItemStatus::Completed;
-        self.send(TurnEvent::Item(event)).await
+        self.send(content.event(item_id.clone(), ItemStatus::Running))
+            .await?;
+        self.send(content.event(item_id, ItemStatus::Completed))
+            .await
     }
 
     async fn tool_call(&mut self, run: &mut Run, chunk: &GenerateChunk) -> Result<(), Gone> {
@@ -327,7 +325,7 @@ impl TurnTask {
             call.id.clone()
         };
         let item = tools::started(&call.name, &call_id, &call.arguments, &self.cwd);
-        let event = tool_event(item_id.clone(), &item, ItemStatus::Running);
+        let event = item.content.event(item_id.clone(), ItemStatus::Running);
         if run.tools.insert(call_id.clone(), (item_id, item)).is_none() {
             run.tool_order.push(call_id);
         }
@@ -359,7 +357,7 @@ impl TurnTask {
             }
         };
         tools::complete(&mut item, result);
-        self.send(tool_event(item_id, &item, ItemStatus::Completed))
+        self.send(item.content.event(item_id, ItemStatus::Completed))
             .await
     }
 
@@ -370,7 +368,7 @@ impl TurnTask {
                 .thread_usage
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            add_usage(&mut sum, &last);
+            sum.accumulate(&last);
             *sum
         };
         self.send(TurnEvent::Usage(TokenUsage {
@@ -413,19 +411,6 @@ fn usage_of(chunk: &GenerateChunk) -> TokenUsageBreakdown {
     }
 }
 
-/// Adds `last` to the thread's running `sum` (saturating).
-fn add_usage(sum: &mut TokenUsageBreakdown, last: &TokenUsageBreakdown) {
-    sum.input_tokens = sum.input_tokens.saturating_add(last.input_tokens);
-    sum.cached_input_tokens = sum
-        .cached_input_tokens
-        .saturating_add(last.cached_input_tokens);
-    sum.output_tokens = sum.output_tokens.saturating_add(last.output_tokens);
-    sum.reasoning_output_tokens = sum
-        .reasoning_output_tokens
-        .saturating_add(last.reasoning_output_tokens);
-    sum.total_tokens = sum.total_tokens.saturating_add(last.total_tokens);
-}
-
 fn next_id(turn_id: &str, run: &mut Run) -> String {
     run.items += 1;
     format!("{turn_id}-item-{}", run.items)
@@ -439,23 +424,6 @@ fn text_event(item: &TextItem, status: ItemStatus) -> TurnEvent {
         text: Some(item.text.clone()),
         command: None,
     })
-}
-
-fn tool_event(item_id: String, item: &ToolItem, status: ItemStatus) -> TurnEvent {
-    TurnEvent::Item(ItemEvent {
-        item_id,
-        kind: item.kind,
-        status,
-        text: item.text.clone(),
-        command: item.command.clone(),
-    })
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]
@@ -493,7 +461,7 @@ mod tests {
             }
         );
         let mut sum = last;
-        add_usage(&mut sum, &last);
+        sum.accumulate(&last);
         assert_eq!(sum.total_tokens, 30);
         assert_eq!(sum.input_tokens, 20);
     }
@@ -509,7 +477,7 @@ mod tests {
         ]));
         assert_eq!(last.total_tokens, i64::MAX);
         let mut sum = last;
-        add_usage(&mut sum, &last);
+        sum.accumulate(&last);
         assert_eq!(sum.input_tokens, i64::MAX);
         assert_eq!(sum.total_tokens, i64::MAX);
     }

@@ -7,7 +7,7 @@
 //! response reaches us. So the turn task does not finish while a steer is
 //! in flight; it waits for it to settle (one request timeout at most), and a
 //! steer once the task decided to finish is refused. Both decide under one
-//! lock.
+//! lock ([`SteerGate`], shared with the code-agent adapter).
 //!
 //! [`TurnEvent::Steered`](sdk_adapter::TurnEvent::Steered) goes out where the
 //! text joins: just before the `userMessage` item codex starts for it, or,
@@ -19,23 +19,12 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use sdk_adapter::{SteerError, TurnControl};
+use sdk_adapter::{SteerError, SteerGate, TurnControl};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::rpc::{Rpc, RpcError};
 use crate::server::TurnMsg;
-
-#[derive(Debug, Default)]
-struct State {
-    /// The turn task decided to finish: no steering any more.
-    ended: bool,
-    /// Steers sent and not yet answered.
-    inflight: u32,
-    /// Their texts and tags, until the turn task saw the text join.
-    unannounced: Vec<(u64, String)>,
-    interrupted: bool,
-}
 
 #[derive(Debug)]
 pub(crate) struct CodexControl {
@@ -43,7 +32,10 @@ pub(crate) struct CodexControl {
     thread_id: String,
     turn_id: String,
     msgs: mpsc::UnboundedSender<TurnMsg>,
-    state: Mutex<State>,
+    gate: SteerGate,
+    /// The texts and tags of steers in flight, until the turn task saw the
+    /// text join.
+    unannounced: Mutex<Vec<(u64, String)>>,
 }
 
 /// The `input` of `turn/start` and `turn/steer` for a text message.
@@ -63,54 +55,37 @@ impl CodexControl {
             thread_id,
             turn_id,
             msgs,
-            state: Mutex::new(State::default()),
+            gate: SteerGate::new(),
+            unannounced: Mutex::new(Vec::new()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Steering against the end of the turn (the turn task asks it).
+    pub(crate) fn gate(&self) -> &SteerGate {
+        &self.gate
     }
 
-    /// The turn task wants to finish: true (and steering closes) unless a
-    /// steer is in flight.
-    pub(crate) fn try_end(&self) -> bool {
-        let mut state = self.lock();
-        if state.inflight > 0 {
-            return false;
-        }
-        state.ended = true;
-        true
-    }
-
-    /// The turn is over, whatever happens to steers still in flight.
-    pub(crate) fn end(&self) {
-        self.lock().ended = true;
+    fn unannounced(&self) -> MutexGuard<'_, Vec<(u64, String)>> {
+        self.unannounced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A user message with `text` joined the turn: the tag of the steer in
     /// flight that sent it, if one did (each is claimed once).
     pub(crate) fn claim_steer(&self, text: &str) -> Option<u64> {
-        let mut state = self.lock();
-        let at = state.unannounced.iter().position(|(_, t)| t == text)?;
-        Some(state.unannounced.remove(at).0)
-    }
-
-    pub(crate) fn interrupted(&self) -> bool {
-        self.lock().interrupted
+        let mut unannounced = self.unannounced();
+        let at = unannounced.iter().position(|(_, t)| t == text)?;
+        Some(unannounced.remove(at).0)
     }
 }
 
 #[async_trait]
 impl TurnControl for CodexControl {
     async fn steer(&self, text: String, tag: u64) -> Result<(), SteerError> {
-        {
-            let mut state = self.lock();
-            if state.ended || state.interrupted {
-                return Err(SteerError::TurnEnded);
-            }
-            state.inflight += 1;
-            state.unannounced.push((tag, text.clone()));
-        }
+        self.gate.begin_steer()?;
+        // Before the request goes out, so the turn task can match the text.
+        self.unannounced().push((tag, text.clone()));
         let params = json!({
             "threadId": self.thread_id,
             "input": text_input(&text),
@@ -135,22 +110,15 @@ impl TurnControl for CodexControl {
             }
             Err(e) => Err(SteerError::Rejected(e.to_string())),
         };
-        {
-            let mut state = self.lock();
-            state.inflight -= 1;
-            state.unannounced.retain(|(t, _)| *t != tag);
-        }
+        self.unannounced().retain(|(t, _)| *t != tag);
+        self.gate.settle();
         let _ = self.msgs.send(TurnMsg::SteerSettled);
         outcome
     }
 
     fn interrupt(&self) {
-        {
-            let mut state = self.lock();
-            if state.interrupted {
-                return;
-            }
-            state.interrupted = true;
+        if !self.gate.interrupt() {
+            return;
         }
         let _ = self.msgs.send(TurnMsg::Interrupting);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -37,7 +37,7 @@ mod turn;
 
 use std::sync::Arc;
 
-use sdk_process::ThreadTable;
+use sdk_process::{ThreadTable, TurnInbox};
 
 use async_trait::async_trait;
 use sdk_adapter::{
@@ -331,13 +331,15 @@ impl SdkAdapter for CodexAdapter {
         let task = TurnTask {
             turn_id: turn_id.clone(),
             events,
-            msgs,
+            inbox: TurnInbox::new(
+                turn_id.clone(),
+                "codex app-server",
+                rpc.handle().clone(),
+                (sink, sink_id, msgs),
+                self.config.interrupt_grace,
+            ),
             control: control.clone(),
-            sink,
-            sink_id,
-            child: rpc.handle().clone(),
             coalesce: self.config.coalesce,
-            interrupt_grace: self.config.interrupt_grace,
         };
         tokio::spawn(task.run());
         Ok(Turn {

@@ -31,20 +31,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sdk_adapter::{
-    CommandInfo, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent,
-    TurnOutcome,
+    CommandInfo, Gone, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent,
+    TurnOutcome, finish_turn,
 };
-use sdk_process::{CappedText, ChildHandle, OUTPUT_CAP_BYTES};
+use sdk_process::{CappedText, Next, OUTPUT_CAP_BYTES, TurnInbox};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::control::CodexControl;
 use crate::items::{self, is_text_kind};
-use crate::server::{Sink, TurnMsg};
-
-/// The receiver of the turn's events was dropped.
-struct Gone;
+use crate::server::TurnMsg;
 
 #[derive(Debug)]
 struct Item {
@@ -99,13 +96,9 @@ impl Item {
 pub(crate) struct TurnTask {
     pub turn_id: String,
     pub events: mpsc::Sender<TurnEvent>,
-    pub msgs: mpsc::UnboundedReceiver<TurnMsg>,
+    pub inbox: TurnInbox<TurnMsg>,
     pub control: Arc<CodexControl>,
-    pub sink: Arc<Sink>,
-    pub sink_id: u64,
-    pub child: ChildHandle,
     pub coalesce: Duration,
-    pub interrupt_grace: Duration,
 }
 
 struct Run {
@@ -115,7 +108,6 @@ struct Run {
     last_error: Option<String>,
     /// `turn/completed` arrived while a steer was in flight.
     deferred: Option<TurnOutcome>,
-    interrupt_deadline: Option<Instant>,
     /// Steer tags already reported.
     announced: Vec<u64>,
 }
@@ -127,24 +119,13 @@ impl TurnTask {
             order: Vec::new(),
             last_error: None,
             deferred: None,
-            interrupt_deadline: None,
             announced: Vec::new(),
         };
         let outcome = self.drive(&mut run).await;
-        self.control.end();
-        self.sink.clear(self.sink_id);
-        match outcome {
-            Ok(outcome) => {
-                if self.close_open_items(&mut run).await.is_ok() {
-                    let _ = self.events.send(TurnEvent::Finished(outcome)).await;
-                }
-            }
-            Err(Gone) => {
-                // Nobody reads this turn any more: stop codex working on it.
-                use sdk_adapter::TurnControl as _;
-                self.control.interrupt();
-            }
-        }
+        self.control.gate().end();
+        self.inbox.stop_listening();
+        let closing = self.close_open_items(&mut run);
+        finish_turn(&self.events, outcome, closing, &*self.control).await;
     }
 
     async fn drive(&mut self, run: &mut Run) -> Result<TurnOutcome, Gone> {
@@ -156,24 +137,14 @@ impl TurnTask {
                 .filter_map(|item| item.last_emit)
                 .min()
                 .map(|at| at + self.coalesce);
-            let events = self.events.clone();
-            tokio::select! {
-                biased;
-                () = events.closed() => return Err(Gone),
-                msg = self.msgs.recv() => {
-                    let Some(msg) = msg else {
-                        return Ok(TurnOutcome::Failed("codex app-server connection closed".into()));
-                    };
+            match self.inbox.next(&self.events, flush_at).await? {
+                Next::Message(msg) => {
                     if let Some(outcome) = self.handle(run, msg).await? {
                         return Ok(outcome);
                     }
                 }
-                () = sleep_until(flush_at), if flush_at.is_some() => self.flush_due(run).await?,
-                () = sleep_until(run.interrupt_deadline), if run.interrupt_deadline.is_some() => {
-                    tracing::warn!(turn_id = %self.turn_id, "codex did not stop the turn in time; killing its app-server");
-                    self.child.kill();
-                    return Ok(TurnOutcome::Interrupted);
-                }
+                Next::Tick => self.flush_due(run).await?,
+                Next::Ended(outcome) => return Ok(outcome),
             }
         }
     }
@@ -191,21 +162,19 @@ impl TurnTask {
                 Ok(None)
             }
             TurnMsg::SteerSettled => {
-                if run.deferred.is_some() && self.control.try_end() {
+                if run.deferred.is_some() && self.control.gate().try_end() {
                     return Ok(run.deferred.take());
                 }
                 Ok(None)
             }
             TurnMsg::Interrupting => {
-                run.interrupt_deadline
-                    .get_or_insert_with(|| Instant::now() + self.interrupt_grace);
+                self.inbox.interrupting();
                 Ok(None)
             }
-            TurnMsg::Exited(reason) => Ok(Some(if self.control.interrupted() {
-                TurnOutcome::Interrupted
-            } else {
-                TurnOutcome::Failed(format!("codex app-server exited during the turn: {reason}"))
-            })),
+            TurnMsg::Exited(reason) => {
+                let interrupted = self.control.gate().is_interrupted();
+                Ok(Some(self.inbox.exited(interrupted, &reason)))
+            }
         }
     }
 
@@ -271,7 +240,7 @@ impl TurnTask {
             }
             "turn/completed" => {
                 let outcome = self.outcome(run, &params);
-                if self.control.try_end() {
+                if self.control.gate().try_end() {
                     return Ok(Some(outcome));
                 }
                 run.deferred = Some(outcome);
@@ -410,17 +379,19 @@ impl TurnTask {
         Ok(())
     }
 
-    async fn close_open_items(&mut self, run: &mut Run) -> Result<(), Gone> {
+    /// COMPLETED snapshots of the items still RUNNING, so none dangles.
+    fn close_open_items(&self, run: &mut Run) -> Vec<TurnEvent> {
+        let mut closing = Vec::new();
         for id in &run.order {
             if let Some(item) = run.items.get_mut(id)
                 && !item.completed
             {
                 item.completed = true;
                 let event = item.snapshot(self.item_id(id), ItemStatus::Completed);
-                self.send(TurnEvent::Item(event)).await?;
+                closing.push(TurnEvent::Item(event));
             }
         }
-        Ok(())
+        closing
     }
 
     fn item_id(&self, codex_id: &str) -> String {
@@ -434,13 +405,6 @@ impl TurnTask {
 
 fn item_id(params: &Value) -> Option<&str> {
     params.get("itemId").and_then(Value::as_str)
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn breakdown(value: &Value) -> TokenUsageBreakdown {

@@ -17,6 +17,9 @@
 //! - [`TurnSink`]: routes a long-lived child's unsolicited lines to the turn
 //!   that is running.
 //! - [`ThreadTable`]: the adapter's per-thread slots, by thread and by agent.
+//! - [`TurnInbox`]: what a turn task waits for — the child's next message
+//!   for it, or the end of the turn (the child gone, or killed when it did
+//!   not stop within the grace period after an interrupt).
 //!
 //! With the `fake` feature (test support only), the `fake` module holds
 //! what the fake agent CLIs of the adapters' test suites share.
@@ -29,6 +32,7 @@ mod cap;
 mod child;
 #[cfg(feature = "fake")]
 pub mod fake;
+mod inbox;
 mod lines;
 mod program;
 mod sink;
@@ -36,6 +40,7 @@ mod threads;
 
 pub use cap::{CappedText, OUTPUT_CAP_BYTES, cap_text};
 pub use child::{ChildError, ChildHandle, ChildSpec, Inbound, JsonChild, ResponseKey};
+pub use inbox::{Next, TurnInbox};
 pub use program::find_program;
 pub use sink::TurnSink;
 pub use threads::ThreadTable;
