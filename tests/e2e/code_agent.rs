@@ -10,14 +10,13 @@
 
 use std::process::Stdio;
 
-use agent_runner_proto::runner::client_message::Payload;
-use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use code_agent_engine::testing::{MockLlm, MockReply};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::real_sdk::{assert_workspace_file, first_command, ready_sdk, sdk_turn};
 use crate::support::*;
 
 const MODEL: &str = "mock-model";
@@ -44,7 +43,7 @@ fn model_env(mock: &MockLlm) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_code_agent_turn_in_process() {
     let mock = MockLlm::start(script()).await;
-    let cp = mock_cp().await;
+    let cp = crate::support::mock().await;
     let mut opts = RunnerOpts::new(cp.url()).arg("--sdk").arg("code-agent");
     for (k, v) in model_env(&mock) {
         opts = opts.env(&k, &v);
@@ -62,7 +61,7 @@ async fn a_code_agent_turn_against_a_remote_engine() {
     let mock = MockLlm::start(script()).await;
     let engine_dir = tempfile::tempdir().expect("tempdir");
     let (mut engine, addr) = serve_engine(&mock, engine_dir.path()).await;
-    let cp = mock_cp().await;
+    let cp = crate::support::mock().await;
     // The runner itself has no model settings: everything is the engine's.
     let runner = RunnerProc::start(
         RunnerOpts::new(cp.url())
@@ -79,10 +78,6 @@ async fn a_code_agent_turn_against_a_remote_engine() {
         "no embedded engine was started"
     );
     let _ = engine.start_kill();
-}
-
-async fn mock_cp() -> mock_control_plane::MockControlPlane {
-    mock().await
 }
 
 /// `agent-runner code-agent serve` on a free port; the process and its address.
@@ -123,96 +118,14 @@ async fn coding_turn(
     runner: &RunnerProc,
     mock: &MockLlm,
 ) {
-    cp.wait_connected(WAIT)
-        .await
-        .unwrap_or_else(|e| panic!("runner connects: {e:?}\n{}", runner.logs()));
-    let registration = cp.registrations().remove(0).request;
-    let sdk = registration
-        .agent_sdks
-        .iter()
-        .find(|s| s.name == "code-agent")
-        .expect("code-agent advertised");
-    assert_eq!(
-        sdk.status,
-        AgentSdkStatus::Ready as i32,
-        "{sdk:?}\n{}",
-        runner.logs()
-    );
+    let sdk = ready_sdk(cp, runner, "code-agent", WAIT).await;
     let models: Vec<&str> = sdk.models.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(models, [MODEL]);
 
-    send(
-        cp,
-        "ca",
-        Request::CreateAgentRequest(CreateAgentRequest {
-            agent_id: "a".into(),
-            agent_sdk: "code-agent".into(),
-        }),
-    )
-    .await;
-    let m = reply(cp, "ca").await;
-    assert!(
-        matches!(payload(&m), Some(Payload::AgentUpdate(u)) if u.status == AgentStatus::Ready as i32),
-        "{m:?}"
-    );
-    send(
-        cp,
-        "ct",
-        Request::CreateThreadRequest(CreateThreadRequest {
-            agent_id: "a".into(),
-            model: MODEL.into(),
-            reasoning_level: None,
-        }),
-    )
-    .await;
-    let m = reply(cp, "ct").await;
-    let thread = match payload(&m) {
-        Some(Payload::ThreadUpdate(u)) if u.status == ThreadStatus::Ready as i32 => {
-            u.thread_id.clone()
-        }
-        _ => panic!("expected ThreadUpdate READY, got {m:?}\n{}", runner.logs()),
-    };
-
-    send(
-        cp,
-        "m1",
-        user_message("a", &thread, "write the proof", false),
-    )
-    .await;
-    cp.wait_for(
-        |m| rid_is(m, "m1") && is_turn(m, TurnStatus::Completed),
-        WAIT,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("turn completes: {e:?}\n{}", runner.logs()));
-    let msgs = replies(cp, "m1");
-    assert!(
-        !msgs.iter().any(|m| error_text(m).is_some()),
-        "no RequestError: {msgs:#?}"
-    );
+    let (thread, msgs) = sdk_turn(cp, runner, ("code-agent", MODEL), "write the proof", WAIT).await;
     assert!(is_turn(&msgs[0], TurnStatus::Running), "{msgs:#?}");
-    let items = items(&msgs);
-    assert!(
-        items.contains(&(
-            ItemType::UserMessage,
-            ItemStatus::Completed,
-            Some("write the proof".into())
-        )),
-        "{items:#?}"
-    );
     assert_eq!(said(&msgs), ["All done."]);
-    let command = msgs
-        .iter()
-        .find_map(|m| match payload(m) {
-            Some(Payload::ItemUpdate(i))
-                if i.status == ItemStatus::Completed as i32
-                    && i.item_type == ItemType::CommandExecution as i32 =>
-            {
-                i.command_execution_item.clone()
-            }
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("a completed command item in {msgs:#?}\n{}", runner.logs()));
+    let command = first_command(&msgs, runner);
     assert_eq!(command.command, COMMAND);
     assert!(
         command.process_id.parse::<u32>().is_ok_and(|pid| pid > 1),
@@ -225,36 +138,20 @@ async fn coding_turn(
         "the API key must not reach the agent's processes: {output}"
     );
     // A RUNNING update of the command went out too (valid: it has a process id).
+    let items = items(&msgs);
     assert!(
         items
             .iter()
             .any(|(k, s, _)| *k == ItemType::CommandExecution && *s == ItemStatus::Running),
         "{items:#?}"
     );
-    let usage: Vec<ThreadTokenUsageUpdate> = msgs
-        .iter()
-        .filter_map(|m| match payload(m) {
-            Some(Payload::ThreadTokenUsageUpdate(u)) => Some(u.clone()),
-            _ => None,
-        })
-        .collect();
+    let usage = token_usages(&msgs);
     assert_eq!(usage.len(), 2, "{msgs:#?}");
     assert_eq!(usage[0].thread_id, thread);
     assert_eq!(usage[1].last_usage.map(|u| u.total_tokens), Some(63));
     assert_eq!(usage[1].total_usage.map(|u| u.total_tokens), Some(111));
 
-    let proof = runner
-        .workspace_root()
-        .join("a")
-        .join("threads")
-        .join(&thread)
-        .join("proof.txt");
-    assert_eq!(
-        std::fs::read_to_string(&proof).unwrap_or_default(),
-        "from-code-agent\n",
-        "{}",
-        proof.display()
-    );
+    assert_workspace_file(runner, &thread, "proof.txt", "from-code-agent\n");
     assert_eq!(mock.requests().len(), 2);
     assert!(
         !runner.logs().contains(API_KEY),

@@ -13,7 +13,6 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_runner_proto::runner::client_message::Payload;
-use agent_runner_proto::runner::{ItemStatus, ItemType};
 use mock_control_plane::{GithubInstallation, MockConfig, MockControlPlane};
 
 use self::git_server::GitServer;
@@ -124,20 +123,57 @@ impl World {
         )
         .await;
         turn_completed(&self.cp, rid).await;
-        replies(&self.cp, rid)
-            .iter()
-            .filter_map(|m| match payload(m) {
-                Some(Payload::ItemUpdate(i))
-                    if i.item_type == ItemType::CommandExecution as i32
-                        && i.status == ItemStatus::Completed as i32 =>
-                {
-                    i.command_execution_item
-                        .as_ref()
-                        .map(|c| c.output.clone().unwrap_or_default())
-                }
-                _ => None,
-            })
+        completed_commands(&replies(&self.cp, rid))
+            .into_iter()
+            .map(|c| c.output.unwrap_or_default())
             .collect()
+    }
+
+    /// Clone into each of `dirs`, one command each, as turn `rid`; the
+    /// outputs.
+    pub(crate) async fn clones(&self, rid: &str, dirs: &[&str]) -> Vec<String> {
+        let url = self.url();
+        let script: Vec<String> = dirs.iter().map(|dir| clone(&url, dir)).collect();
+        self.turn(rid, &script.join("\n")).await
+    }
+
+    /// From now on the control plane hands out `token` (living `lifetime`)
+    /// and the git server accepts only it.
+    fn rotate_to(&self, token: &str, lifetime: Duration) {
+        self.cp
+            .set_github_installations(vec![installation(token, lifetime)]);
+        self.git.set_token(token);
+    }
+
+    /// Run, as turn `rid`: clone into `dir`, commit `subject` there and
+    /// push it, and ask git for the host's credential. Checks the clone and
+    /// the push worked, the server accepted and never refused a token, and
+    /// the credential the agent printed reached the control plane masked.
+    pub(crate) async fn clone_push_and_fill(&self, rid: &str, dir: &str, subject: &str) {
+        let url = self.url();
+        let host = self.git.host();
+        let out = self
+            .turn(
+                rid,
+                &format!(
+                    "{}\n{}\n\
+                     run printf 'protocol=http\\nhost={host}\\npath={REPO}\\n\\n' | git credential fill",
+                    clone(&url, dir),
+                    commit_and_push(dir, subject),
+                ),
+            )
+            .await;
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert!(out[0].contains("CLONED"), "{out:?}");
+        assert!(out[1].contains("PUSHED"), "{out:?}");
+        assert_eq!(self.head_subject(), subject);
+        // The agent printed the token itself: the update carries `***`.
+        assert!(
+            out[2].contains("username=x-access-token") && out[2].contains("password=***"),
+            "{out:?}"
+        );
+        assert!(self.git.accepted() > 0);
+        assert_eq!(self.git.refused(), 0);
     }
 
     pub(crate) fn url(&self) -> String {
@@ -174,32 +210,30 @@ impl World {
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// Commit (empty) and push from the clone in `dir`, saying PUSHED.
+pub(crate) fn commit_and_push(dir: &str, subject: &str) -> String {
+    format!(
+        "run cd {dir} && git -c user.name=agent -c user.email=agent@example.com commit -q --allow-empty -m '{subject}' && git push origin HEAD:main && echo PUSHED"
+    )
+}
+
+/// Clone the repository into `dir`, saying CLONED.
+pub(crate) fn clone(url: &str, dir: &str) -> String {
+    format!("run git clone {url} {dir} && echo CLONED")
+}
+
+/// The command's output says the server refused git's credentials.
+pub(crate) fn assert_refused(out: &str) {
+    assert!(
+        !out.contains("CLONED") && out.contains("Authentication failed"),
+        "{out:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_agent_clones_and_pushes_with_the_installation_token() {
     let w = world(TOKEN_A, TOKEN_A, HOUR).await;
-    let url = w.url();
-    let host = w.git.host();
-    let out = w
-        .turn(
-            "t1",
-            &format!(
-                "run git clone {url} work && echo CLONED\n\
-                 run cd work && git -c user.name=agent -c user.email=agent@example.com commit -q --allow-empty -m 'from the agent' && git push origin HEAD:main && echo PUSHED\n\
-                 run printf 'protocol=http\\nhost={host}\\npath={REPO}\\n\\n' | git credential fill"
-            ),
-        )
-        .await;
-    assert_eq!(out.len(), 3, "{out:?}");
-    assert!(out[0].contains("CLONED"), "{out:?}");
-    assert!(out[1].contains("PUSHED"), "{out:?}");
-    assert_eq!(w.head_subject(), "from the agent");
-    // The agent printed the token itself: the update carries `***`.
-    assert!(
-        out[2].contains("username=x-access-token") && out[2].contains("password=***"),
-        "{out:?}"
-    );
-    assert!(w.git.accepted() > 0);
-    assert_eq!(w.git.refused(), 0);
+    w.clone_push_and_fill("t1", "work", "from the agent").await;
     // A token that reaches item text, a command line, its output, a failed
     // turn's reason and the debug log lines quoting them is masked in all.
     let out = w
@@ -224,16 +258,10 @@ async fn an_agent_clones_and_pushes_with_the_installation_token() {
 #[tokio::test]
 async fn a_rotated_token_is_picked_up() {
     let w = world(TOKEN_A, TOKEN_A, Duration::from_secs(120)).await;
-    let url = w.url();
-    let out = w
-        .turn("t1", &format!("run git clone {url} one && echo CLONED"))
-        .await;
+    let out = w.clones("t1", &["one"]).await;
     assert!(out[0].contains("CLONED"), "{out:?}");
-    w.cp.set_github_installations(vec![installation(TOKEN_B, Duration::from_secs(120))]);
-    w.git.set_token(TOKEN_B);
-    let out = w
-        .turn("t2", &format!("run git clone {url} two && echo CLONED"))
-        .await;
+    w.rotate_to(TOKEN_B, Duration::from_secs(120));
+    let out = w.clones("t2", &["two"]).await;
     assert!(out[0].contains("CLONED"), "{out:?}");
     assert_eq!(w.git.refused(), 0, "the old token was never tried again");
     w.assert_no_token_leaked();
@@ -245,26 +273,12 @@ async fn a_rotated_token_is_picked_up() {
 #[tokio::test]
 async fn a_refused_token_is_forgotten_and_the_next_try_succeeds() {
     let w = world(TOKEN_A, TOKEN_A, HOUR).await;
-    let url = w.url();
-    let out = w
-        .turn("t1", &format!("run git clone {url} one && echo CLONED"))
-        .await;
+    let out = w.clones("t1", &["one"]).await;
     assert!(out[0].contains("CLONED"), "{out:?}");
     let minted = w.cp.github_token_requests().len();
-    w.cp.set_github_installations(vec![installation(TOKEN_B, HOUR)]);
-    w.git.set_token(TOKEN_B);
-    let out = w
-        .turn(
-            "t2",
-            &format!(
-                "run git clone {url} two && echo CLONED\nrun git clone {url} three && echo CLONED"
-            ),
-        )
-        .await;
-    assert!(
-        !out[0].contains("CLONED") && out[0].contains("Authentication failed"),
-        "{out:?}"
-    );
+    w.rotate_to(TOKEN_B, HOUR);
+    let out = w.clones("t2", &["two", "three"]).await;
+    assert_refused(&out[0]);
     assert!(out[1].contains("CLONED"), "{out:?}");
     assert!(w.git.refused() >= 1);
     assert!(w.cp.github_token_requests().len() > minted);
@@ -276,14 +290,8 @@ async fn a_refused_token_is_forgotten_and_the_next_try_succeeds() {
 #[tokio::test]
 async fn a_wrong_token_fails_cleanly() {
     let w = world(TOKEN_A, TOKEN_NEVER, HOUR).await;
-    let url = w.url();
-    let out = w
-        .turn("t1", &format!("run git clone {url} one && echo CLONED"))
-        .await;
-    assert!(
-        !out[0].contains("CLONED") && out[0].contains("Authentication failed"),
-        "{out:?}"
-    );
+    let out = w.clones("t1", &["one"]).await;
+    assert_refused(&out[0]);
     assert!(w.git.refused() >= 1);
     let said_after = {
         send(

@@ -35,11 +35,29 @@ async fn agent_runner(args: &[&str]) -> Output {
         .expect("agent-runner runs")
 }
 
-fn text(o: &Output) -> (String, String) {
+/// `agent-runner github ARGS… SETTINGS…`: whether it succeeded, its stdout
+/// and its stderr.
+async fn github(args: &[&str], settings: &[&str]) -> (bool, String, String) {
+    let out = agent_runner(&[&["github"], args, settings].concat()).await;
     (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// [`github`], which must succeed; its stdout and stderr.
+async fn github_ok(args: &[&str], settings: &[&str]) -> (String, String) {
+    let (ok, stdout, stderr) = github(args, settings).await;
+    assert!(ok, "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// `text` holds every one of `needles`.
+fn assert_holds(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
 }
 
 fn assert_no_token(tokens: &[String], out: &str) {
@@ -75,36 +93,27 @@ async fn installations_and_check_as_the_github_app() {
         "debug",
     ];
 
-    let out = agent_runner(&[&["github", "installations"], &app[..]].concat()).await;
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("2 installation(s) from GitHub App 777"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("installation 11 (acme): 2 repositories; token expires"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("    acme/two"), "{stdout}");
-    assert!(
-        stdout.contains("installation 12 (other): 1 repositories"),
-        "{stdout}"
+    let (stdout, stderr) = github_ok(&["installations"], &app).await;
+    assert_holds(
+        &stdout,
+        &[
+            "2 installation(s) from GitHub App 777",
+            "installation 11 (acme): 2 repositories; token expires",
+            "    acme/two",
+            "installation 12 (other): 1 repositories",
+        ],
     );
     assert_eq!(api.mint_count(), 2);
     assert_eq!(api.jwt_rejections(), 0);
 
-    let out = agent_runner(&[&["github", "check", "--repo", "acme/two"], &app[..]].concat()).await;
-    let (stdout2, stderr2) = text(&out);
-    assert!(out.status.success(), "{stdout2}\n{stderr2}");
+    let (stdout2, stderr2) = github_ok(&["check", "--repo", "acme/two"], &app).await;
     assert!(
         stdout2.contains("acme/two: covered by installation 11; token expires"),
         "{stdout2}"
     );
 
-    let out = agent_runner(&[&["github", "check", "--repo", "acme/nope"], &app[..]].concat()).await;
-    let (stdout3, stderr3) = text(&out);
-    assert!(!out.status.success());
+    let (ok, stdout3, stderr3) = github(&["check", "--repo", "acme/nope"], &app).await;
+    assert!(!ok);
     assert!(
         stderr3.contains("no GitHub installation available to this runner covers acme/nope"),
         "{stderr3}"
@@ -151,34 +160,27 @@ async fn check_through_the_control_plane() {
         "debug",
     ];
 
-    let out =
-        agent_runner(&[&["github", "check", "--repo", "acme/cp"], &common[..]].concat()).await;
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = github_ok(&["check", "--repo", "acme/cp"], &common).await;
     assert!(
         stdout.contains("acme/cp: covered by installation 5; token expires"),
         "{stdout}"
     );
     assert_eq!(cp.github_token_requests(), [5]);
 
-    let out = agent_runner(&[&["github", "installations"], &common[..]].concat()).await;
-    let (stdout2, stderr2) = text(&out);
-    assert!(out.status.success(), "{stdout2}\n{stderr2}");
-    assert!(
-        stdout2.contains("1 installation(s) from the control plane"),
-        "{stdout2}"
+    let (stdout2, stderr2) = github_ok(&["installations"], &common).await;
+    assert_holds(
+        &stdout2,
+        &[
+            "1 installation(s) from the control plane",
+            "installation 5: 1 repositories",
+            "    acme/cp",
+        ],
     );
-    assert!(
-        stdout2.contains("installation 5: 1 repositories"),
-        "{stdout2}"
-    );
-    assert!(stdout2.contains("    acme/cp"), "{stdout2}");
 
     // A wrong secret is refused, and said so.
     std::fs::write(&secret, "wrong\n").unwrap();
-    let out = agent_runner(&[&["github", "installations"], &common[..]].concat()).await;
-    let (stdout3, stderr3) = text(&out);
-    assert!(!out.status.success());
+    let (ok, stdout3, stderr3) = github(&["installations"], &common).await;
+    assert!(!ok);
     assert!(stderr3.contains("Unauthenticated"), "{stderr3}");
 
     let all = format!("{stdout}{stderr}{stdout2}{stderr2}{stdout3}{stderr3}");
@@ -207,8 +209,10 @@ async fn a_bad_app_key_stops_the_runner_naming_the_setting() {
     let code = r.wait_exit(WAIT).await;
     assert_eq!(code, Some(1), "{}", r.logs());
     let logs = r.logs();
-    assert!(logs.contains("github_app_private_key_file"), "{logs}");
-    assert!(logs.contains("not an RSA private key"), "{logs}");
+    assert_holds(
+        &logs,
+        &["github_app_private_key_file", "not an RSA private key"],
+    );
     assert!(
         !logs.contains("bm90LWEta2V5"),
         "the key is never quoted: {logs}"

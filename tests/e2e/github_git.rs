@@ -16,17 +16,10 @@ use mock_control_plane::github_api::{
 use mock_control_plane::{MockConfig, MockControlPlane};
 
 use crate::credentials::git_server::GitServer;
-use crate::credentials::{REPO, World, seed_repo, start_world};
+use crate::credentials::{World, assert_refused, clone, commit_and_push, seed_repo, start_world};
 
 const APP_ID: u64 = 5150;
 const INSTALLATION: i64 = 31337;
-
-/// Commit (empty) and push from the clone in `dir`, saying PUSHED.
-fn commit_and_push(dir: &str, subject: &str) -> String {
-    format!(
-        "run cd {dir} && git -c user.name=agent -c user.email=agent@example.com commit -q --allow-empty -m '{subject}' && git push origin HEAD:main && echo PUSHED"
-    )
-}
 
 /// Every token the mock issued, and the private key's lines, are in neither
 /// the runner's log nor any update.
@@ -85,29 +78,10 @@ async fn an_agent_clones_and_pushes_with_only_the_app_configuration() {
     )
     .await;
     let url = w.url();
-    let host = w.git.host();
 
-    let out = w
-        .turn(
-            "t1",
-            &format!(
-                "run git clone {url} one && echo CLONED\n{}\n\
-                 run printf 'protocol=http\\nhost={host}\\npath={REPO}\\n\\n' | git credential fill",
-                commit_and_push("one", "pushed with the App token"),
-            ),
-        )
-        .await;
-    assert_eq!(out.len(), 3, "{out:?}");
-    assert!(out[0].contains("CLONED"), "{out:?}");
-    assert!(out[1].contains("PUSHED"), "{out:?}");
-    assert_eq!(w.head_subject(), "pushed with the App token");
     // An App token the agent prints reaches the control plane as `***`.
-    assert!(
-        out[2].contains("username=x-access-token") && out[2].contains("password=***"),
-        "{out:?}"
-    );
-    assert!(w.git.accepted() > 0);
-    assert_eq!(w.git.refused(), 0);
+    w.clone_push_and_fill("t1", "one", "pushed with the App token")
+        .await;
     let minted = api.mints();
     assert!(!minted.is_empty());
     assert!(minted.iter().all(|&i| i == INSTALLATION), "{minted:?}");
@@ -120,17 +94,15 @@ async fn an_agent_clones_and_pushes_with_only_the_app_configuration() {
         .turn(
             "t2",
             &format!(
-                "run git clone {url} two && echo CLONED\n\
-                 run git clone {url} three && echo CLONED\n{}",
+                "{}\n{}\n{}",
+                clone(&url, "two"),
+                clone(&url, "three"),
                 commit_and_push("three", "pushed after the revocation"),
             ),
         )
         .await;
     assert_eq!(out.len(), 3, "{out:?}");
-    assert!(
-        !out[0].contains("CLONED") && out[0].contains("Authentication failed"),
-        "{out:?}"
-    );
+    assert_refused(&out[0]);
     assert!(out[1].contains("CLONED"), "{out:?}");
     assert!(out[2].contains("PUSHED"), "{out:?}");
     assert_eq!(w.head_subject(), "pushed after the revocation");

@@ -116,6 +116,28 @@ async fn wait_metric(addr: &str, name: &str, ok: impl Fn(f64) -> bool) -> f64 {
     }
 }
 
+/// Poll `/metrics` until `name` is `value`.
+async fn wait_metric_is(addr: &str, name: &str, value: f64) {
+    wait_metric(addr, name, |v| v == value).await;
+}
+
+/// [`wait_metric_is`] `value` for each of `names`, in order.
+async fn wait_metrics_at(addr: &str, value: f64, names: &[&str]) {
+    for name in names {
+        wait_metric_is(addr, name, value).await;
+    }
+}
+
+/// A mock and a connected runner with its health endpoints on (`extra`
+/// arguments added); the endpoints' address.
+async fn connected_with_health(extra: &[&str]) -> (MockControlPlane, RunnerProc, String) {
+    let cp = mock().await;
+    let r = start_with_health(&cp.url(), extra);
+    cp.wait_connected(WAIT).await.unwrap();
+    let addr = health_addr(&r).await;
+    (cp, r, addr)
+}
+
 async fn status_cmd(args: &[&str]) -> Output {
     tokio::process::Command::new(runner_bin())
         .arg("status")
@@ -130,21 +152,15 @@ fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
 
-fn interrupt(agent: &str, thread: &str) -> Request {
-    Request::InterruptTurnRequest(InterruptTurnRequest {
-        agent_id: agent.into(),
+/// Interrupt the turn of `thread` of agent `a` (request `i`) and wait until
+/// it ends: the COMPLETED of an interrupted turn answers the interrupt.
+async fn interrupt_turn(cp: &MockControlPlane, thread: &str) {
+    let request = Request::InterruptTurnRequest(InterruptTurnRequest {
+        agent_id: "a".into(),
         thread_id: thread.into(),
-    })
-}
-
-async fn turn_running(cp: &MockControlPlane, rid: &str) {
-    let rid = rid.to_owned();
-    cp.wait_for(
-        move |m| rid_is(m, &rid) && is_turn(m, TurnStatus::Running),
-        WAIT,
-    )
-    .await
-    .expect("turn runs");
+    });
+    send(cp, "i", request).await;
+    turn_completed(cp, "i").await;
 }
 
 #[tokio::test]
@@ -202,8 +218,7 @@ async fn readyz_follows_registration_link_loss_and_drain() {
     // Draining: alive, not ready, says so; the endpoints stay up meanwhile.
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    send(&cp, "m", user_message("a", &t, "sleep 60000", false)).await;
-    turn_running(&cp, "m").await;
+    start_turn(&cp, "m", "a", &t, "sleep 60000").await;
     r.signal(libc::SIGTERM);
     let (_, body) = wait_get(&addr, "/readyz", |c, _| c == 503).await;
     assert!(body.starts_with("draining"), "{body}");
@@ -223,18 +238,13 @@ async fn readyz_follows_registration_link_loss_and_drain() {
     );
 
     // The running turn ends; the runner exits cleanly.
-    send(&cp, "i", interrupt("a", &t)).await;
-    // The COMPLETED of an interrupted turn answers the interrupt.
-    turn_completed(&cp, "i").await;
+    interrupt_turn(&cp, &t).await;
     assert_eq!(r.wait_exit(WAIT).await, Some(0), "{}", r.logs());
 }
 
 #[tokio::test]
 async fn every_metric_moves_when_its_event_happens() {
-    let cp = mock().await;
-    let r = start_with_health(&cp.url(), &[]);
-    cp.wait_connected(WAIT).await.unwrap();
-    let addr = health_addr(&r).await;
+    let (cp, _r, addr) = connected_with_health(&[]).await;
 
     // Present from the start.
     assert_eq!(
@@ -255,22 +265,14 @@ async fn every_metric_moves_when_its_event_happens() {
     // Requests by kind and outcome; updates by kind; latency by kind.
     send(&cp, "hb", Request::HeartbeatRequest(HeartbeatRequest {})).await;
     reply(&cp, "hb").await;
-    wait_metric(
+    wait_metrics_at(
         &addr,
-        "agent_runner_requests_total{kind=\"heartbeat_request\",outcome=\"answered\"}",
-        |v| v == 1.0,
-    )
-    .await;
-    wait_metric(
-        &addr,
-        "agent_runner_updates_sent_total{kind=\"heartbeat_response\"}",
-        |v| v == 1.0,
-    )
-    .await;
-    wait_metric(
-        &addr,
-        "agent_runner_request_duration_seconds_count{kind=\"heartbeat_request\"}",
-        |v| v == 1.0,
+        1.0,
+        &[
+            "agent_runner_requests_total{kind=\"heartbeat_request\",outcome=\"answered\"}",
+            "agent_runner_updates_sent_total{kind=\"heartbeat_response\"}",
+            "agent_runner_request_duration_seconds_count{kind=\"heartbeat_request\"}",
+        ],
     )
     .await;
 
@@ -284,16 +286,13 @@ async fn every_metric_moves_when_its_event_happens() {
     )
     .await;
     expect_error(&cp, "bad").await;
-    wait_metric(
+    wait_metrics_at(
         &addr,
-        "agent_runner_requests_total{kind=\"create_agent_request\",outcome=\"invalid\"}",
-        |v| v == 1.0,
-    )
-    .await;
-    wait_metric(
-        &addr,
-        "agent_runner_updates_sent_total{kind=\"request_error\"}",
-        |v| v == 1.0,
+        1.0,
+        &[
+            "agent_runner_requests_total{kind=\"create_agent_request\",outcome=\"invalid\"}",
+            "agent_runner_updates_sent_total{kind=\"request_error\"}",
+        ],
     )
     .await;
 
@@ -304,56 +303,39 @@ async fn every_metric_moves_when_its_event_happens() {
     )
     .await;
     expect_error(&cp, "nothread").await;
-    wait_metric(
+    wait_metric_is(
         &addr,
         "agent_runner_requests_total{kind=\"create_user_message_request\",outcome=\"rejected\"}",
-        |v| v == 1.0,
+        1.0,
     )
     .await;
 
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    wait_metric(
+    wait_metrics_at(
         &addr,
-        "agent_runner_requests_total{kind=\"create_thread_request\",outcome=\"accepted\"}",
-        |v| v == 1.0,
-    )
-    .await;
-    wait_metric(
-        &addr,
-        "agent_runner_updates_sent_total{kind=\"agent_update\"}",
-        |v| v == 1.0,
-    )
-    .await;
-    wait_metric(
-        &addr,
-        "agent_runner_request_duration_seconds_count{kind=\"create_thread_request\"}",
-        |v| v == 1.0,
+        1.0,
+        &[
+            "agent_runner_requests_total{kind=\"create_thread_request\",outcome=\"accepted\"}",
+            "agent_runner_updates_sent_total{kind=\"agent_update\"}",
+            "agent_runner_request_duration_seconds_count{kind=\"create_thread_request\"}",
+        ],
     )
     .await;
 
     // A running turn with a live command: running turns and child processes.
-    send(&cp, "m", user_message("a", &t, "run sleep 60", false)).await;
-    turn_running(&cp, "m").await;
-    wait_metric(&addr, "agent_runner_running_turns{sdk=\"scripted\"}", |v| {
-        v == 1.0
-    })
-    .await;
+    start_turn(&cp, "m", "a", &t, "run sleep 60").await;
+    wait_metric_is(&addr, "agent_runner_running_turns{sdk=\"scripted\"}", 1.0).await;
     wait_metric(&addr, "agent_runner_child_processes", |v| v >= 1.0).await;
-    send(&cp, "i", interrupt("a", &t)).await;
-    // The COMPLETED of an interrupted turn answers the interrupt.
-    turn_completed(&cp, "i").await;
-    wait_metric(&addr, "agent_runner_running_turns{sdk=\"scripted\"}", |v| {
-        v == 0.0
-    })
-    .await;
-    wait_metric(
+    interrupt_turn(&cp, &t).await;
+    wait_metric_is(&addr, "agent_runner_running_turns{sdk=\"scripted\"}", 0.0).await;
+    wait_metric_is(
         &addr,
         "agent_runner_turn_duration_seconds_count{sdk=\"scripted\",outcome=\"interrupted\"}",
-        |v| v == 1.0,
+        1.0,
     )
     .await;
-    wait_metric(&addr, "agent_runner_child_processes", |v| v == 0.0).await;
+    wait_metric_is(&addr, "agent_runner_child_processes", 0.0).await;
     wait_metric(
         &addr,
         "agent_runner_updates_sent_total{kind=\"item_update\"}",
@@ -364,42 +346,32 @@ async fn every_metric_moves_when_its_event_happens() {
     // A failed turn is an adapter error, and a turn of its own outcome.
     send(&cp, "f", user_message("a", &t, "fail boom", false)).await;
     turn_completed(&cp, "f").await;
-    wait_metric(
+    wait_metrics_at(
         &addr,
-        "agent_runner_adapter_errors_total{sdk=\"scripted\",operation=\"turn\"}",
-        |v| v == 1.0,
-    )
-    .await;
-    wait_metric(
-        &addr,
-        "agent_runner_turn_duration_seconds_count{sdk=\"scripted\",outcome=\"failed\"}",
-        |v| v == 1.0,
+        1.0,
+        &[
+            "agent_runner_adapter_errors_total{sdk=\"scripted\",operation=\"turn\"}",
+            "agent_runner_turn_duration_seconds_count{sdk=\"scripted\",outcome=\"failed\"}",
+        ],
     )
     .await;
 
     send(&cp, "ok", user_message("a", &t, "say done", false)).await;
     turn_completed(&cp, "ok").await;
-    wait_metric(
+    wait_metric_is(
         &addr,
         "agent_runner_turn_duration_seconds_count{sdk=\"scripted\",outcome=\"completed\"}",
-        |v| v == 1.0,
+        1.0,
     )
     .await;
 }
 
 #[tokio::test]
 async fn outbox_metrics_show_what_a_full_outbox_sheds() {
-    let cp = mock().await;
-    let r = start_with_health(&cp.url(), &["--outbox-capacity", "16"]);
-    cp.wait_connected(WAIT).await.unwrap();
-    let addr = health_addr(&r).await;
+    let (cp, _r, addr) = connected_with_health(&["--outbox-capacity", "16"]).await;
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    let script: String = std::iter::once("sleep 300\n".to_owned())
-        .chain((0..60).map(|i| format!("say s{i}\n")))
-        .collect();
-    send(&cp, "m", user_message("a", &t, &script, false)).await;
-    turn_running(&cp, "m").await;
+    start_turn(&cp, "m", "a", &t, &sleep_then_says(300, 60)).await;
     cp.stop().await.unwrap();
 
     // Disconnected: updates pile up to the bound, intermediate ones go.
@@ -412,19 +384,15 @@ async fn outbox_metrics_show_what_a_full_outbox_sheds() {
 
     cp.restart().await.unwrap();
     turn_completed(&cp, "m").await;
-    wait_metric(&addr, "agent_runner_outbox_depth", |v| v == 0.0).await;
+    wait_metric_is(&addr, "agent_runner_outbox_depth", 0.0).await;
 }
 
 #[tokio::test]
 async fn status_prints_connection_turns_outbox_and_sdks() {
-    let cp = mock().await;
-    let mut r = start_with_health(&cp.url(), &[]);
-    cp.wait_connected(WAIT).await.unwrap();
-    let addr = health_addr(&r).await;
+    let (cp, mut r, addr) = connected_with_health(&[]).await;
     create_agent(&cp, "a").await;
     let t = create_thread(&cp, "a", "t").await;
-    send(&cp, "m", user_message("a", &t, "sleep 60000", false)).await;
-    turn_running(&cp, "m").await;
+    start_turn(&cp, "m", "a", &t, "sleep 60000").await;
 
     let out = status_cmd(&["--health-addr", &addr]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -473,9 +441,7 @@ async fn status_prints_connection_turns_outbox_and_sdks() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
-    send(&cp, "i", interrupt("a", &t)).await;
-    // The COMPLETED of an interrupted turn answers the interrupt.
-    turn_completed(&cp, "i").await;
+    interrupt_turn(&cp, &t).await;
     r.signal(libc::SIGKILL);
     r.wait_exit(WAIT).await;
     let out = status_cmd(&["--health-addr", &addr]).await;

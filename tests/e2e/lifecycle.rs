@@ -5,10 +5,7 @@ use crate::support::*;
 
 #[tokio::test]
 async fn sigkill_restart_keeps_state_and_reports_the_lost_turn() {
-    let cp = mock().await;
-    let mut r = RunnerProc::start(RunnerOpts::new(cp.url()));
-    cp.wait_connected(WAIT).await.unwrap();
-    create_agent(&cp, "a").await;
+    let (cp, mut r) = agent_with(|opts| opts).await;
     let t = create_thread(&cp, "a", "t").await;
     start_turn(&cp, "m", "a", &t, "say first\nsleep 60000").await;
     r.signal(libc::SIGKILL);
@@ -29,10 +26,7 @@ async fn sigkill_restart_keeps_state_and_reports_the_lost_turn() {
 
 #[tokio::test]
 async fn sigterm_drains_running_turns_then_exits_cleanly() {
-    let cp = mock().await;
-    let mut r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--drain-timeout").arg("20s"));
-    cp.wait_connected(WAIT).await.unwrap();
-    create_agent(&cp, "a").await;
+    let (cp, mut r) = agent_with(|opts| opts.arg("--drain-timeout").arg("20s")).await;
     let t1 = create_thread(&cp, "a", "t1").await;
     let t2 = create_thread(&cp, "a", "t2").await;
     start_turn(&cp, "m", "a", &t1, "sleep 1000\nsay finished").await;
@@ -50,14 +44,7 @@ async fn sigterm_drains_running_turns_then_exits_cleanly() {
 
 #[tokio::test]
 async fn drain_timeout_interrupts_turns_and_second_signal_exits_at_once() {
-    let cp = mock().await;
-    let mut r = RunnerProc::start(
-        RunnerOpts::new(cp.url())
-            .arg("--drain-timeout")
-            .arg("200ms"),
-    );
-    cp.wait_connected(WAIT).await.unwrap();
-    create_agent(&cp, "a").await;
+    let (cp, mut r) = agent_with(|opts| opts.arg("--drain-timeout").arg("200ms")).await;
     let t = create_thread(&cp, "a", "t").await;
     start_turn(&cp, "m", "a", &t, "sleep 60000\nsay never").await;
     r.signal(libc::SIGTERM);
@@ -65,10 +52,7 @@ async fn drain_timeout_interrupts_turns_and_second_signal_exits_at_once() {
     assert_eq!(r.wait_exit(WAIT).await, Some(0), "{}", r.logs());
 
     // Second signal: no waiting for the drain.
-    let cp = mock().await;
-    let mut r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--drain-timeout").arg("60s"));
-    cp.wait_connected(WAIT).await.unwrap();
-    create_agent(&cp, "a").await;
+    let (cp, mut r) = agent_with(|opts| opts.arg("--drain-timeout").arg("60s")).await;
     let t = create_thread(&cp, "a", "t").await;
     start_turn(&cp, "m", "a", &t, "sleep 60000").await;
     r.signal(libc::SIGTERM);

@@ -5,14 +5,7 @@ use crate::support::*;
 
 #[tokio::test]
 async fn turns_beyond_max_concurrent_turns_are_refused() {
-    let cp = mock().await;
-    let _r = RunnerProc::start(
-        RunnerOpts::new(cp.url())
-            .arg("--max-concurrent-turns")
-            .arg("1"),
-    );
-    cp.wait_connected(WAIT).await.unwrap();
-    create_agent(&cp, "a").await;
+    let (cp, _r) = agent_with(|opts| opts.arg("--max-concurrent-turns").arg("1")).await;
     let t1 = create_thread(&cp, "a", "t1").await;
     let t2 = create_thread(&cp, "a", "t2").await;
     start_turn(&cp, "busy", "a", &t1, "sleep 60000").await;
@@ -49,9 +42,7 @@ async fn a_thread_addressed_through_another_agent_is_refused() {
 
 #[tokio::test]
 async fn json_log_format_writes_one_json_object_per_line() {
-    let cp = mock().await;
-    let r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--log-format").arg("json"));
-    cp.wait_connected(WAIT).await.unwrap();
+    let (_cp, r) = connected_with(|opts| opts.arg("--log-format").arg("json")).await;
     let deadline = tokio::time::Instant::now() + WAIT;
     while !r.logs().contains("control channel open") {
         assert!(tokio::time::Instant::now() < deadline, "{}", r.logs());

@@ -58,9 +58,7 @@ async fn bearer_secret_is_sent_from_file_or_env_and_never_logged() {
 
 #[tokio::test]
 async fn without_secret_no_authorization_header_and_refusal_is_terminal() {
-    let cp = mock().await;
-    let _r = RunnerProc::start(RunnerOpts::new(cp.url()));
-    cp.wait_connected(WAIT).await.unwrap();
+    let (cp, _r) = connected().await;
     assert!(!cp.registrations()[0].metadata.contains_key("authorization"));
 
     // A control plane that wants a secret refuses us: exit non-zero, one line.
@@ -149,9 +147,7 @@ async fn tls_with_a_test_ca() {
 
 #[tokio::test]
 async fn stream_dropped_mid_turn_delivers_everything_in_order_once() {
-    let (cp, _r) = connected().await;
-    create_agent(&cp, "a").await;
-    let t = create_thread(&cp, "a", "t").await;
+    let (cp, _r, t) = thread_ready().await;
     let script: String = (0..20).map(|i| format!("say s{i}\nsleep 40\n")).collect();
     start_turn(&cp, "m", "a", &t, &script).await;
     // Drop the link twice while the turn runs.
@@ -178,9 +174,7 @@ async fn stream_dropped_mid_turn_delivers_everything_in_order_once() {
 
 #[tokio::test]
 async fn control_plane_restart_reconnects_and_updates_wait() {
-    let (cp, _r) = connected().await;
-    create_agent(&cp, "a").await;
-    let t = create_thread(&cp, "a", "t").await;
+    let (cp, _r, t) = thread_ready().await;
     start_turn(&cp, "m", "a", &t, "sleep 300\nsay after").await;
     cp.stop().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
@@ -194,16 +188,10 @@ async fn control_plane_restart_reconnects_and_updates_wait() {
 
 #[tokio::test]
 async fn small_outbox_during_disconnect_keeps_every_terminal_update() {
-    let cp = mock().await;
-    let _r = RunnerProc::start(RunnerOpts::new(cp.url()).arg("--outbox-capacity").arg("16"));
-    cp.wait_connected(WAIT).await.unwrap();
-    create_agent(&cp, "a").await;
+    let (cp, _r) = agent_with(|opts| opts.arg("--outbox-capacity").arg("16")).await;
     let t = create_thread(&cp, "a", "t").await;
     // 60 items: 120 item updates, far more than 16 fit while disconnected.
-    let script: String = std::iter::once("sleep 300\n".to_owned())
-        .chain((0..60).map(|i| format!("say s{i}\n")))
-        .collect();
-    start_turn(&cp, "m", "a", &t, &script).await;
+    start_turn(&cp, "m", "a", &t, &sleep_then_says(300, 60)).await;
     cp.stop().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     cp.restart().await.unwrap();

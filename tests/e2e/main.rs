@@ -16,6 +16,7 @@ mod lifecycle;
 mod limits;
 mod link;
 mod protocol;
+mod real_sdk;
 mod scale;
 mod skills;
 mod soak;

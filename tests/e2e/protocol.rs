@@ -102,9 +102,7 @@ async fn create_thread_checks_agent_model_and_level() {
 
 #[tokio::test]
 async fn user_message_runs_a_turn_with_ordered_items() {
-    let (cp, r) = connected().await;
-    create_agent(&cp, "a").await;
-    let t = create_thread(&cp, "a", "t").await;
+    let (cp, r, t) = thread_ready().await;
     let script = "say hello\nthink hmm\nrun echo out; echo err 1>&2; pwd\nusage 10 5\nwhat";
     send(&cp, "m1", user_message("a", &t, script, false)).await;
     turn_completed(&cp, "m1").await;
@@ -183,9 +181,7 @@ async fn user_message_runs_a_turn_with_ordered_items() {
 
 #[tokio::test]
 async fn failing_turn_reports_error_then_completed() {
-    let (cp, _r) = connected().await;
-    create_agent(&cp, "a").await;
-    let t = create_thread(&cp, "a", "t").await;
+    let (cp, _r, t) = thread_ready().await;
     send(
         &cp,
         "m",
@@ -196,18 +192,12 @@ async fn failing_turn_reports_error_then_completed() {
     let msgs = replies(&cp, "m");
     let n = msgs.len();
     assert_eq!(error_text(&msgs[n - 2]), Some("it broke"), "{msgs:?}");
-    assert!(
-        !items(&msgs)
-            .iter()
-            .any(|(_, _, t)| t.as_deref() == Some("never"))
-    );
+    assert_no_item_says(&msgs, "never");
 }
 
 #[tokio::test]
 async fn steering_joins_the_running_turn_and_refusal_leaves_it_alone() {
-    let (cp, _r) = connected().await;
-    create_agent(&cp, "a").await;
-    let t = create_thread(&cp, "a", "t").await;
+    let (cp, _r, t) = thread_ready().await;
     let started = start_turn(&cp, "m1", "a", &t, "sleep 1500\nsay original").await;
     // Not allowed to steer: an error, the turn goes on.
     send(&cp, "m2", user_message("a", &t, "say nope", false)).await;
@@ -234,18 +224,12 @@ async fn steering_joins_the_running_turn_and_refusal_leaves_it_alone() {
         .filter(|m| is_turn(m, TurnStatus::Completed))
         .count();
     assert_eq!(completions, 1);
-    assert!(
-        !items(&all)
-            .iter()
-            .any(|(_, _, t)| t.as_deref() == Some("nope"))
-    );
+    assert_no_item_says(&all, "nope");
 }
 
 #[tokio::test]
 async fn model_override_is_checked() {
-    let (cp, _r) = connected().await;
-    create_agent(&cp, "a").await;
-    let t = create_thread(&cp, "a", "t").await;
+    let (cp, _r, t) = thread_ready().await;
     let mut req = user_message("a", &t, "say hi", false);
     if let Request::CreateUserMessageRequest(r) = &mut req {
         r.model = Some("nope-model".into());
@@ -262,9 +246,7 @@ async fn model_override_is_checked() {
 
 #[tokio::test]
 async fn interrupt_stops_a_running_turn_and_is_idempotent() {
-    let (cp, _r) = connected().await;
-    create_agent(&cp, "a").await;
-    let t = create_thread(&cp, "a", "t").await;
+    let (cp, _r, t) = thread_ready().await;
     let interrupt = |rid: &str| {
         (
             rid.to_owned(),
@@ -297,11 +279,7 @@ async fn interrupt_stops_a_running_turn_and_is_idempotent() {
     send(&cp, &rid, req).await;
     let again = turn_completed(&cp, "i2").await;
     assert_eq!(payload(&again), payload(&done));
-    assert!(
-        !items(&cp.received())
-            .iter()
-            .any(|(_, _, t)| t.as_deref() == Some("never"))
-    );
+    assert_no_item_says(&cp.received(), "never");
 }
 
 #[tokio::test]
@@ -457,9 +435,7 @@ async fn invalid_and_unknown_requests_get_errors_naming_fields() {
 
 #[tokio::test]
 async fn heartbeat_is_answered_while_a_request_is_slow() {
-    let (cp, _r) = connected().await;
-    create_agent(&cp, "a").await;
-    let t = create_thread(&cp, "a", "t").await;
+    let (cp, _r, t) = thread_ready().await;
     send(&cp, "slow", user_message("a", &t, "run sleep 3", false)).await;
     cp.wait_for(
         |m| rid_is(m, "slow") && is_turn(m, TurnStatus::Running),

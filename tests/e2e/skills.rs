@@ -172,14 +172,7 @@ async fn multi_skill_git_package_reinstall_is_a_noop_and_a_new_ref_upgrades() {
 
 #[tokio::test]
 async fn bad_packages_are_rejected_with_clear_errors() {
-    let cp = mock().await;
-    let r = RunnerProc::start(
-        RunnerOpts::new(cp.url())
-            .arg("--skill-max-bytes")
-            .arg("1000"),
-    );
-    cp.wait_connected(WAIT).await.unwrap();
-    create_agent(&cp, "a").await;
+    let (cp, r) = agent_with(|opts| opts.arg("--skill-max-bytes").arg("1000")).await;
     let base = tempfile::tempdir().unwrap();
     let case = |name: &str| base.path().join(name);
 

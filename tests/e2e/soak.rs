@@ -165,10 +165,7 @@ async fn restarts_and_drops_while_turns_sleep_lose_nothing() {
     const SLEEP_MS: u64 = 2500;
     let mut rng = Rng::new("restarts_and_drops");
     let n_rounds = 2 * rounds();
-    let cp = mock().await;
-    let runner = RunnerProc::start(RunnerOpts::new(cp.url()));
-    cp.wait_connected(WAIT).await.expect("runner connects");
-    create_agent(&cp, "a").await;
+    let (cp, runner) = agent_with(|opts| opts).await;
     let mut threads = Vec::new();
     for i in 0..THREADS {
         threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
@@ -254,10 +251,7 @@ async fn random_moment_drops_lose_only_in_flight_frames() {
     const LINES: u32 = 60;
     let mut rng = Rng::new("random_moment_drops");
     let drops = rounds();
-    let cp = mock().await;
-    let runner = RunnerProc::start(RunnerOpts::new(cp.url()));
-    cp.wait_connected(WAIT).await.expect("runner connects");
-    create_agent(&cp, "a").await;
+    let (cp, runner) = agent_with(|opts| opts).await;
     let mut threads = Vec::new();
     for i in 0..THREADS {
         threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
@@ -490,6 +484,23 @@ async fn stalled_connection_is_noticed_by_keepalive() {
     );
 }
 
+/// SIGKILL `runner` and wait until it is gone; start `restart()` in its
+/// place and wait until it connected. The new runner.
+async fn kill_and_restart(
+    cp: &MockControlPlane,
+    runner: &mut RunnerProc,
+    restart: impl FnOnce() -> RunnerProc,
+) -> RunnerProc {
+    let streams = cp.connection_count();
+    runner.signal(libc::SIGKILL);
+    assert!(runner.wait_exit(WAIT).await.is_some(), "runner died");
+    let restarted = restart();
+    cp.wait_for_connections(streams + 1, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("restarted runner did not connect: {e:#}"));
+    restarted
+}
+
 /// SIGKILL while turns sleep: after a restart on the same state, every
 /// killed turn is reported (`RequestError` "restarted…" then `TurnUpdate
 /// COMPLETED`, both with the turn's request id), exactly once, and the
@@ -523,13 +534,10 @@ async fn sigkill_at_random_moments_reports_lost_turns() {
             .await
             .unwrap_or_else(|e| panic!("kill round {round}: {e}"));
         tokio::time::sleep(rng.ms(300)).await;
-        let streams = cp.connection_count();
-        runner.signal(libc::SIGKILL);
-        assert!(runner.wait_exit(WAIT).await.is_some(), "runner died");
-        runner = RunnerProc::start_in(opts(), dirs.clone());
-        cp.wait_for_connections(streams + 1, WAIT)
-            .await
-            .unwrap_or_else(|e| panic!("restarted runner did not connect: {e:#}"));
+        runner = kill_and_restart(&cp, &mut runner, || {
+            RunnerProc::start_in(opts(), dirs.clone())
+        })
+        .await;
         for rid in &rids {
             turn_completed(&cp, rid).await;
         }
@@ -564,13 +572,10 @@ async fn sigkill_at_random_moments_reports_lost_turns() {
             send(&cp, rid, user_message("a", t, &script, false)).await;
         }
         tokio::time::sleep(Duration::from_millis(20) + rng.ms(300)).await;
-        let streams = cp.connection_count();
-        runner.signal(libc::SIGKILL);
-        assert!(runner.wait_exit(WAIT).await.is_some(), "runner died");
-        runner = RunnerProc::start_in(opts(), dirs.clone());
-        cp.wait_for_connections(streams + 1, WAIT)
-            .await
-            .unwrap_or_else(|e| panic!("restarted runner did not connect: {e:#}"));
+        runner = kill_and_restart(&cp, &mut runner, || {
+            RunnerProc::start_in(opts(), dirs.clone())
+        })
+        .await;
         // Free every thread again before counting (a message that was still
         // in a mailbox at the kill is lost with the process: no reply).
         for (i, t) in threads.iter().enumerate() {

@@ -116,6 +116,14 @@ impl RunnerProc {
         self.dirs.path().join("ws")
     }
 
+    /// The workspace of `thread` of `agent`.
+    pub fn thread_workspace(&self, agent: &str, thread: &str) -> PathBuf {
+        self.workspace_root()
+            .join(agent)
+            .join("threads")
+            .join(thread)
+    }
+
     pub fn signal(&self, sig: i32) {
         let pid = self.child.id().expect("running") as i32;
         // SAFETY: sending a signal to our own child.
@@ -139,10 +147,33 @@ pub async fn mock() -> MockControlPlane {
 
 /// A mock and a connected runner.
 pub async fn connected() -> (MockControlPlane, RunnerProc) {
+    connected_with(|opts| opts).await
+}
+
+/// A mock and a runner started with the options `configure` makes, connected.
+pub async fn connected_with(
+    configure: impl FnOnce(RunnerOpts) -> RunnerOpts,
+) -> (MockControlPlane, RunnerProc) {
     let cp = mock().await;
-    let runner = RunnerProc::start(RunnerOpts::new(cp.url()));
+    let runner = RunnerProc::start(configure(RunnerOpts::new(cp.url())));
     cp.wait_connected(WAIT).await.expect("runner connects");
     (cp, runner)
+}
+
+/// [`connected_with`], and agent `a` (scripted) created.
+pub async fn agent_with(
+    configure: impl FnOnce(RunnerOpts) -> RunnerOpts,
+) -> (MockControlPlane, RunnerProc) {
+    let (cp, runner) = connected_with(configure).await;
+    create_agent(&cp, "a").await;
+    (cp, runner)
+}
+
+/// A mock, a connected runner, agent `a` and its thread; the thread's id.
+pub async fn thread_ready() -> (MockControlPlane, RunnerProc, String) {
+    let (cp, runner) = agent_with(|opts| opts).await;
+    let thread = create_thread(&cp, "a", "t").await;
+    (cp, runner, thread)
 }
 
 pub fn payload(m: &ClientMessage) -> Option<&Payload> {
@@ -179,14 +210,20 @@ pub async fn send(cp: &MockControlPlane, rid: &str, request: Request) {
     cp.send_request(rid, request).await.expect("send");
 }
 
+/// Create agent `agent` on the scripted SDK; checks it is READY.
 pub async fn create_agent(cp: &MockControlPlane, agent: &str) {
+    create_sdk_agent(cp, agent, "scripted").await;
+}
+
+/// Create agent `agent` on `sdk`; checks it is READY.
+pub async fn create_sdk_agent(cp: &MockControlPlane, agent: &str, sdk: &str) {
     let rid = format!("ca-{agent}");
     send(
         cp,
         &rid,
         Request::CreateAgentRequest(CreateAgentRequest {
             agent_id: agent.into(),
-            agent_sdk: "scripted".into(),
+            agent_sdk: sdk.into(),
         }),
     )
     .await;
@@ -199,22 +236,40 @@ pub async fn create_agent(cp: &MockControlPlane, agent: &str) {
 
 /// Create a thread (model scripted-fast) and return its id.
 pub async fn create_thread(cp: &MockControlPlane, agent: &str, rid: &str) -> String {
+    try_create_thread(cp, agent, rid, "scripted-fast", WAIT)
+        .await
+        .unwrap_or_else(|m| panic!("expected ThreadUpdate READY, got {m:?}"))
+}
+
+/// Create a thread of `agent` on `model`, its reply awaited at most `wait`;
+/// its id, or the reply when that is not a ThreadUpdate READY.
+pub async fn try_create_thread(
+    cp: &MockControlPlane,
+    agent: &str,
+    rid: &str,
+    model: &str,
+    wait: Duration,
+) -> Result<String, ClientMessage> {
     send(
         cp,
         rid,
         Request::CreateThreadRequest(CreateThreadRequest {
             agent_id: agent.into(),
-            model: "scripted-fast".into(),
+            model: model.into(),
             reasoning_level: None,
         }),
     )
     .await;
-    let m = reply(cp, rid).await;
+    let r = rid.to_owned();
+    let m = cp
+        .wait_for(move |m| rid_is(m, &r), wait)
+        .await
+        .expect("a reply");
     match payload(&m) {
         Some(Payload::ThreadUpdate(u)) if u.status == ThreadStatus::Ready as i32 => {
-            u.thread_id.clone()
+            Ok(u.thread_id.clone())
         }
-        _ => panic!("expected ThreadUpdate READY, got {m:?}"),
+        _ => Err(m),
     }
 }
 
@@ -266,6 +321,22 @@ pub fn items(msgs: &[ClientMessage]) -> Vec<(ItemType, ItemStatus, Option<String
         .collect()
 }
 
+/// A script that sleeps `ms` and then says `s0`, `s1`, … (`count` items).
+pub fn sleep_then_says(ms: u64, count: usize) -> String {
+    std::iter::once(format!("sleep {ms}\n"))
+        .chain((0..count).map(|i| format!("say s{i}\n")))
+        .collect()
+}
+
+/// No item among `msgs` has the text `text`.
+pub fn assert_no_item_says(msgs: &[ClientMessage], text: &str) {
+    let items = items(msgs);
+    assert!(
+        !items.iter().any(|(_, _, t)| t.as_deref() == Some(text)),
+        "{items:#?}"
+    );
+}
+
 /// Send a user message and wait until its turn runs; the TurnUpdate.
 pub async fn start_turn(
     cp: &MockControlPlane,
@@ -298,14 +369,34 @@ pub fn texts(msgs: &[ClientMessage]) -> Vec<String> {
     items(msgs).into_iter().filter_map(|(_, _, t)| t).collect()
 }
 
-/// The outputs of the COMPLETED command executions among `msgs`, in order.
-pub fn command_outputs(msgs: &[ClientMessage]) -> Vec<String> {
+/// The COMPLETED command executions among `msgs`, in order.
+pub fn completed_commands(msgs: &[ClientMessage]) -> Vec<CommandExecutionItem> {
     msgs.iter()
         .filter_map(|m| match payload(m) {
-            Some(Payload::ItemUpdate(i)) if i.status == ItemStatus::Completed as i32 => i
-                .command_execution_item
-                .as_ref()
-                .and_then(|c| c.output.clone()),
+            Some(Payload::ItemUpdate(i))
+                if i.status == ItemStatus::Completed as i32
+                    && i.item_type == ItemType::CommandExecution as i32 =>
+            {
+                i.command_execution_item.clone()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The outputs of the COMPLETED command executions among `msgs`, in order.
+pub fn command_outputs(msgs: &[ClientMessage]) -> Vec<String> {
+    completed_commands(msgs)
+        .into_iter()
+        .filter_map(|c| c.output)
+        .collect()
+}
+
+/// Every token-usage update among `msgs`, in order.
+pub fn token_usages(msgs: &[ClientMessage]) -> Vec<ThreadTokenUsageUpdate> {
+    msgs.iter()
+        .filter_map(|m| match payload(m) {
+            Some(Payload::ThreadTokenUsageUpdate(u)) => Some(u.clone()),
             _ => None,
         })
         .collect()

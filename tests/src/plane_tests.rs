@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use agent_runner_proto::runner::{
     AgentStatus, AgentUpdate, ClientMessage, GetGithubInstallationAccessTokenForRunnerRequest,
-    HeartbeatRequest, HeartbeatResponse, ListGithubInstallationsForRunnerRequest, client_message,
-    server_message,
+    GithubInstallationForRunner, HeartbeatRequest, HeartbeatResponse,
+    ListGithubInstallationsForRunnerRequest, client_message, server_message,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tonic::{Code, Status};
 
 use crate::test_runner::{
-    Stream, WAIT, client, reply, request, scripted_sdk, spawn_scripted_runner,
+    Client, Stream, WAIT, client, reply, request, scripted_sdk, spawn_scripted_runner,
 };
 use crate::{GithubInstallation, MockConfig, MockControlPlane, scenario, stdio};
 
@@ -45,10 +45,67 @@ fn is_heartbeat(m: &ClientMessage) -> bool {
     )
 }
 
+/// Asks the connected runner for a heartbeat, as request `id`.
+async fn send_heartbeat(plane: &MockControlPlane, id: &str) -> anyhow::Result<()> {
+    plane
+        .send_request(
+            id,
+            server_message::Request::HeartbeatRequest(HeartbeatRequest {}),
+        )
+        .await
+}
+
+/// The installations the mock lists to `c`.
+async fn installations(c: &mut Client) -> Vec<GithubInstallationForRunner> {
+    c.list_github_installations_for_runner(ListGithubInstallationsForRunnerRequest {})
+        .await
+        .expect("lists")
+        .into_inner()
+        .installations
+}
+
+/// A plain mock with a scripted runner connected to it.
+async fn with_scripted_runner() -> MockControlPlane {
+    let plane = plain().await;
+    spawn_scripted_runner(&plane.url()).await;
+    plane
+}
+
+/// Runs the scenario `yaml` with `vars` against a scripted runner; how it
+/// ended, and what it printed.
+async fn run_scenario(
+    yaml: &str,
+    vars: BTreeMap<String, String>,
+) -> (anyhow::Result<scenario::Outcome>, String) {
+    let plane = with_scripted_runner().await;
+    let scenario = scenario::parse(yaml).expect("parses");
+    let mut out = Vec::new();
+    let outcome = scenario::run(&plane, &scenario, vars, &mut out).await;
+    (outcome, String::from_utf8_lossy(&out).into_owned())
+}
+
 async fn plain() -> MockControlPlane {
     MockControlPlane::start(MockConfig::default())
         .await
         .expect("starts")
+}
+
+/// A plain mock and a client of it.
+async fn plain_with_client() -> (MockControlPlane, Client) {
+    let plane = plain().await;
+    let c = client(&plane.url()).await;
+    (plane, c)
+}
+
+/// Opens a stream on `c`; waits until the mock has seen `count` streams in
+/// all.
+async fn open_stream(plane: &MockControlPlane, c: &mut Client, count: u64) -> Stream {
+    let stream = Stream::open(c, None).await.expect("opens");
+    plane
+        .wait_for_connections(count, WAIT)
+        .await
+        .expect("connected");
+    stream
 }
 
 async fn connected(plane: &MockControlPlane) -> Stream {
@@ -144,13 +201,7 @@ async fn path_prefix_is_required_and_stripped() {
         .expect("served under the prefix");
     let mut stream = Stream::open(&mut prefixed, None).await.expect("stream");
     plane.wait_connected(WAIT).await.expect("connected");
-    plane
-        .send_request(
-            "h1",
-            server_message::Request::HeartbeatRequest(HeartbeatRequest {}),
-        )
-        .await
-        .expect("sent");
+    send_heartbeat(&plane, "h1").await.expect("sent");
     assert_eq!(
         stream
             .next()
@@ -172,8 +223,7 @@ async fn path_prefix_is_required_and_stripped() {
 
 #[tokio::test]
 async fn fail_register_with_fails_until_cleared() {
-    let plane = plain().await;
-    let mut c = client(&plane.url()).await;
+    let (plane, mut c) = plain_with_client().await;
     for code in [
         Code::PermissionDenied,
         Code::Unauthenticated,
@@ -192,42 +242,27 @@ async fn fail_register_with_fails_until_cleared() {
 
 #[tokio::test]
 async fn fail_stream_with_rejects_new_streams() {
-    let plane = plain().await;
-    let mut c = client(&plane.url()).await;
+    let (plane, mut c) = plain_with_client().await;
     plane.fail_stream_with(Some(Status::unavailable("not now")));
     let err = Stream::open(&mut c, None).await.err().expect("rejected");
     assert_eq!(err.code(), Code::Unavailable);
     assert!(!plane.is_connected());
     assert_eq!(plane.connection_count(), 0);
     plane.fail_stream_with(None);
-    let _stream = Stream::open(&mut c, None).await.expect("accepted");
-    plane
-        .wait_for_connections(1, WAIT)
-        .await
-        .expect("connected");
+    let _stream = open_stream(&plane, &mut c, 1).await;
 }
 
 #[tokio::test]
 async fn send_and_wait_for_over_a_live_stream() {
     let plane = plain().await;
-    let err = plane
-        .send_request(
-            "early",
-            server_message::Request::HeartbeatRequest(HeartbeatRequest {}),
-        )
+    let err = send_heartbeat(&plane, "early")
         .await
         .expect_err("nobody connected");
     assert!(err.to_string().contains("no runner"), "{err}");
 
     let mut stream = connected(&plane).await;
     assert!(plane.is_connected());
-    plane
-        .send_request(
-            "h1",
-            server_message::Request::HeartbeatRequest(HeartbeatRequest {}),
-        )
-        .await
-        .expect("sent");
+    send_heartbeat(&plane, "h1").await.expect("sent");
     let got = stream.next().await.expect("ok").expect("a message");
     assert_eq!(got.request_id, "h1");
     assert!(matches!(
@@ -283,8 +318,7 @@ async fn invalid_client_messages_are_flagged() {
 
 #[tokio::test]
 async fn drop_stream_ends_the_runner_stream_with_an_error() {
-    let plane = plain().await;
-    let mut c = client(&plane.url()).await;
+    let (plane, mut c) = plain_with_client().await;
     let mut stream = Stream::open(&mut c, None).await.expect("opens");
     plane.wait_connected(WAIT).await.expect("connected");
     assert!(plane.drop_stream());
@@ -294,17 +328,12 @@ async fn drop_stream_ends_the_runner_stream_with_an_error() {
     assert!(!plane.drop_stream(), "nothing left to drop");
 
     // The runner reconnects.
-    let _again = Stream::open(&mut c, None).await.expect("reopens");
-    plane
-        .wait_for_connections(2, WAIT)
-        .await
-        .expect("second stream");
+    let _again = open_stream(&plane, &mut c, 2).await;
 }
 
 #[tokio::test]
 async fn a_new_stream_replaces_the_old_one() {
-    let plane = plain().await;
-    let mut c = client(&plane.url()).await;
+    let (plane, mut c) = plain_with_client().await;
     let mut old = Stream::open(&mut c, None).await.expect("opens");
     let mut new = Stream::open(&mut c, None).await.expect("opens");
     plane.wait_for_connections(2, WAIT).await.expect("two");
@@ -312,13 +341,7 @@ async fn a_new_stream_replaces_the_old_one() {
         old.next().await.expect_err("replaced").code(),
         Code::Aborted
     );
-    plane
-        .send_request(
-            "h",
-            server_message::Request::HeartbeatRequest(HeartbeatRequest {}),
-        )
-        .await
-        .expect("sent");
+    send_heartbeat(&plane, "h").await.expect("sent");
     assert_eq!(
         new.next().await.expect("ok").expect("message").request_id,
         "h"
@@ -395,13 +418,9 @@ async fn github_rpcs_serve_the_configured_installations() {
     .await
     .expect("starts");
     let mut c = client(&plane.url()).await;
-    let list = c
-        .list_github_installations_for_runner(ListGithubInstallationsForRunnerRequest {})
-        .await
-        .expect("lists")
-        .into_inner();
-    assert_eq!(list.installations.len(), 1);
-    assert_eq!(list.installations[0].installation_id, 42);
+    let list = installations(&mut c).await;
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].installation_id, 42);
 
     let token = c
         .get_github_installation_access_token_for_runner(
@@ -427,49 +446,35 @@ async fn github_rpcs_serve_the_configured_installations() {
     assert_eq!(plane.github_token_requests(), vec![42, 7]);
 
     plane.set_github_installations(vec![]);
-    let list = c
-        .list_github_installations_for_runner(ListGithubInstallationsForRunnerRequest {})
-        .await
-        .expect("lists")
-        .into_inner();
-    assert!(list.installations.is_empty());
+    assert!(installations(&mut c).await.is_empty());
 }
 
 #[tokio::test]
 async fn basic_scenario_passes_against_a_scripted_runner() {
-    let plane = plain().await;
-    spawn_scripted_runner(&plane.url()).await;
-    let scenario = scenario::parse(include_str!("../scenarios/basic.yaml")).expect("parses");
-    let mut out = Vec::new();
-    let outcome = scenario::run(&plane, &scenario, BTreeMap::new(), &mut out)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", String::from_utf8_lossy(&out)));
+    let (outcome, text) =
+        run_scenario(include_str!("../scenarios/basic.yaml"), BTreeMap::new()).await;
+    let outcome = outcome.unwrap_or_else(|e| panic!("{e:#}\n{text}"));
     assert_eq!(
         outcome.vars.get("thread").map(String::as_str),
         Some("thread-1")
     );
     assert_eq!(outcome.vars.get("turn").map(String::as_str), Some("turn-1"));
-    let text = String::from_utf8_lossy(&out);
     assert!(text.contains("captured thread = thread-1"), "{text}");
     assert!(text.contains("scenario passed"), "{text}");
 }
 
 #[tokio::test]
 async fn a_failed_expectation_reports_the_closest_messages() {
-    let plane = plain().await;
-    spawn_scripted_runner(&plane.url()).await;
-    let scenario = scenario::parse(
+    let (outcome, _) = run_scenario(
         r#"
 steps:
   - send: {requestId: r1, createAgentRequest: {agentId: a1, agentSdk: scripted}}
   - expect: {match: {requestId: r1, agentUpdate: {status: AGENT_STATUS_DELETED}}, timeout_ms: 300}
 "#,
+        BTreeMap::new(),
     )
-    .expect("parses");
-    let mut out = Vec::new();
-    let err = scenario::run(&plane, &scenario, BTreeMap::new(), &mut out)
-        .await
-        .expect_err("fails");
+    .await;
+    let err = outcome.expect_err("fails");
     let text = format!("{err:#}");
     assert!(text.contains("step 2/2 (expect) failed"), "{text}");
     assert!(text.contains("expected subset"), "{text}");
@@ -484,21 +489,17 @@ steps:
 
 #[tokio::test]
 async fn scenario_variables_come_from_the_caller_and_unknown_ones_fail() {
-    let plane = plain().await;
-    spawn_scripted_runner(&plane.url()).await;
-    let scenario = scenario::parse(
+    let (outcome, _) = run_scenario(
         r#"
 steps:
   - send: {requestId: r1, createAgentRequest: {agentId: "${agent}", agentSdk: scripted}}
   - expect: {match: {agentUpdate: {agentId: "${agent}"}}, since: last_send}
   - send: {requestId: r2, createAgentRequest: {agentId: "${nope}", agentSdk: scripted}}
 "#,
+        BTreeMap::from([("agent".to_owned(), "from-cli".to_owned())]),
     )
-    .expect("parses");
-    let vars = BTreeMap::from([("agent".to_owned(), "from-cli".to_owned())]);
-    let err = scenario::run(&plane, &scenario, vars, &mut Vec::new())
-        .await
-        .expect_err("unknown variable");
+    .await;
+    let err = outcome.expect_err("unknown variable");
     let text = format!("{err:#}");
     assert!(text.contains("step 3/3"), "{text}");
     assert!(text.contains("${nope}"), "{text}");

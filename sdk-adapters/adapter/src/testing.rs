@@ -1,20 +1,72 @@
-//! Test support for the adapter suites (scripted, codex, claude-code and
-//! the process plumbing), not for production: reading a [`Turn`]'s events
-//! with a generous timeout, picking items out of them, and checking that
-//! processes are gone.
+//! Test support for the adapter suites (scripted, codex, claude-code,
+//! code-agent and the process plumbing), not for production: the thread and
+//! turn fixtures every suite builds, reading a [`Turn`]'s events with a
+//! generous timeout, picking items out of them, and checking that processes
+//! are gone.
 //!
 //! Only compiled with the `testing` feature, which the suites enable through
 //! their dev-dependencies; normal builds never see it. Timings here are only
 //! ever bounded generously from above.
 
+pub mod fake_cli;
+
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{ItemEvent, ItemKind, ItemStatus, Turn, TurnEvent, TurnOutcome};
+use crate::{
+    CommandInfo, ItemEvent, ItemKind, ItemStatus, SdkAdapter, SteerError, ThreadSpec, TokenUsage,
+    Turn, TurnEvent, TurnInput, TurnOutcome,
+};
 
 /// Upper bound for anything that should be quick.
 pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Thread `thread` of agent `agent` on `model` (reasoning level `low`), its
+/// workspace `workspace` under `dir`: what a suite's tests start from and
+/// adjust with struct update syntax.
+pub fn thread_spec(dir: &Path, model: &str) -> ThreadSpec {
+    ThreadSpec {
+        agent_id: "agent".into(),
+        thread_id: "thread".into(),
+        workspace: dir.join("workspace"),
+        model: model.into(),
+        reasoning_level: Some("low".into()),
+        sdk_thread_id: None,
+        env: Vec::new(),
+    }
+}
+
+/// A user message `text` on the thread's own model and reasoning level.
+pub fn input(text: &str) -> TurnInput {
+    TurnInput {
+        text: text.into(),
+        model: None,
+        reasoning_level: None,
+    }
+}
+
+/// Creates the thread on `adapter`; its spec as the runner keeps it (with
+/// the SDK's thread id).
+pub async fn create(adapter: &dyn SdkAdapter, mut spec: ThreadSpec) -> ThreadSpec {
+    let handle = adapter.create_thread(&spec).await.expect("create_thread");
+    spec.sdk_thread_id = Some(handle.sdk_thread_id);
+    spec
+}
+
+/// Starts a turn with the user message `text`.
+pub async fn start(adapter: &dyn SdkAdapter, spec: &ThreadSpec, text: &str) -> Turn {
+    adapter
+        .start_turn(spec, input(text))
+        .await
+        .expect("start_turn")
+}
+
+/// Runs a turn with the user message `text` to its end; its events.
+pub async fn run(adapter: &dyn SdkAdapter, spec: &ThreadSpec, text: &str) -> Vec<TurnEvent> {
+    rest(&mut start(adapter, spec, text).await).await
+}
 
 /// The next event of `turn`; panics (showing `seen`, the events so far) if
 /// none comes within [`PATIENCE`] or the stream ends.
@@ -57,6 +109,17 @@ pub async fn until(turn: &mut Turn, pred: impl Fn(&TurnEvent) -> bool) -> Vec<Tu
     }
 }
 
+/// A turn refuses a steer (a valid script line) once it has ended.
+pub async fn refuses_late_steers(turn: &Turn) {
+    let late = turn.control.steer("say late".into(), u64::MAX).await;
+    assert!(matches!(late, Err(SteerError::TurnEnded)), "{late:?}");
+}
+
+/// Matches a COMPLETED item of `kind`.
+pub fn done(kind: ItemKind) -> impl Fn(&TurnEvent) -> bool {
+    move |e| matches!(e, TurnEvent::Item(i) if i.kind == kind && i.status == ItemStatus::Completed)
+}
+
 /// Matches a COMPLETED item whose text is exactly `text`.
 pub fn said(text: &str) -> impl Fn(&TurnEvent) -> bool {
     move |e| matches!(e, TurnEvent::Item(i) if i.text.as_deref() == Some(text) && i.status == ItemStatus::Completed)
@@ -93,6 +156,79 @@ pub fn texts(events: &[TurnEvent], kind: ItemKind) -> Vec<String> {
         .filter(|i| i.kind == kind)
         .map(|i| i.text.unwrap_or_default())
         .collect()
+}
+
+/// The first COMPLETED item of `kind`; panics (showing `events`) if none.
+pub fn completed_of(events: &[TurnEvent], kind: ItemKind) -> ItemEvent {
+    completed(events)
+        .into_iter()
+        .find(|i| i.kind == kind)
+        .unwrap_or_else(|| panic!("no completed {kind:?} in {events:#?}"))
+}
+
+/// The command of the first COMPLETED item that has one; panics (showing
+/// `events`) if none.
+pub fn completed_command(events: &[TurnEvent]) -> CommandInfo {
+    completed(events)
+        .into_iter()
+        .find_map(|i| i.command)
+        .unwrap_or_else(|| panic!("no completed command in {events:#?}"))
+}
+
+/// Every update of one item, in order.
+pub fn updates_of(events: &[TurnEvent], item_id: &str) -> Vec<ItemEvent> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::Item(i) if i.item_id == item_id => Some(i.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every item is reported RUNNING first, COMPLETED once, and COMPLETED last.
+pub fn check_item_lifecycles(events: &[TurnEvent]) {
+    let mut ids: Vec<&str> = Vec::new();
+    for e in events {
+        if let TurnEvent::Item(i) = e
+            && !ids.contains(&i.item_id.as_str())
+        {
+            ids.push(&i.item_id);
+        }
+    }
+    for id in ids {
+        let updates = updates_of(events, id);
+        assert_eq!(updates[0].status, ItemStatus::Running, "{updates:#?}");
+        let done = updates
+            .iter()
+            .filter(|u| u.status == ItemStatus::Completed)
+            .count();
+        assert_eq!(done, 1, "{updates:#?}");
+        assert_eq!(
+            updates.last().map(|u| u.status),
+            Some(ItemStatus::Completed),
+            "{updates:#?}"
+        );
+    }
+}
+
+/// Every token-usage report, in order.
+pub fn usages(events: &[TurnEvent]) -> Vec<TokenUsage> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::Usage(u) => Some(*u),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first token-usage report; panics (showing `events`) if none.
+pub fn usage(events: &[TurnEvent]) -> TokenUsage {
+    usages(events)
+        .first()
+        .copied()
+        .unwrap_or_else(|| panic!("no usage in {events:#?}"))
 }
 
 /// Alive and not a zombie (a killed orphan may linger as a zombie when

@@ -9,13 +9,15 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use sdk_adapter::testing::fake_cli::{
+    crashes, interrupts_a_waiting_turn, kills_a_stalled_turn, reopens, runs_on_model, says,
+    steers_a_waiting_turn,
+};
 use sdk_adapter::testing::{
-    PATIENCE, alive, completed, outcome, rest, said, texts, until, wait_dead,
+    PATIENCE, alive, check_item_lifecycles, completed, completed_command, create, outcome, run,
+    texts, thread_spec, usage, wait_dead,
 };
-use sdk_adapter::{
-    ItemKind, ItemStatus, SdkAdapter, SdkError, SdkStatus, SteerError, ThreadSpec, TurnEvent,
-    TurnInput, TurnOutcome,
-};
+use sdk_adapter::{ItemKind, SdkAdapter, SdkError, SdkStatus, ThreadSpec, TurnEvent, TurnOutcome};
 use sdk_claude_code::{ClaudeAdapter, ClaudeConfig};
 use sdk_process::fake::FakeLog;
 use tempfile::TempDir;
@@ -36,46 +38,23 @@ fn config(dir: &Path) -> ClaudeConfig {
 }
 
 fn spec(dir: &Path) -> ThreadSpec {
-    ThreadSpec {
-        agent_id: "agent".into(),
-        thread_id: "thread".into(),
-        workspace: dir.join("workspace"),
-        model: "sonnet".into(),
-        reasoning_level: Some("low".into()),
-        sdk_thread_id: None,
-        env: Vec::new(),
-    }
+    thread_spec(dir, "sonnet")
 }
 
-fn input(text: &str) -> TurnInput {
-    TurnInput {
-        text: text.into(),
-        model: None,
-        reasoning_level: None,
-    }
-}
-
-async fn setup_with(config: ClaudeConfig, dir: TempDir) -> (TempDir, ClaudeAdapter, ThreadSpec) {
+/// A config dir, an adapter on it (its config changed by `adjust`), and a
+/// created thread.
+async fn setup_adjusted(
+    adjust: impl FnOnce(ClaudeConfig) -> ClaudeConfig,
+) -> (TempDir, ClaudeAdapter, ThreadSpec) {
+    let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("cfg")).unwrap();
-    let adapter = ClaudeAdapter::new(config);
-    let mut spec = spec(dir.path());
-    let handle = adapter.create_thread(&spec).await.expect("create_thread");
-    spec.sdk_thread_id = Some(handle.sdk_thread_id);
+    let adapter = ClaudeAdapter::new(adjust(config(dir.path())));
+    let spec = create(&adapter, spec(dir.path())).await;
     (dir, adapter, spec)
 }
 
 async fn setup() -> (TempDir, ClaudeAdapter, ThreadSpec) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
-    setup_with(config, dir).await
-}
-
-async fn run(adapter: &ClaudeAdapter, spec: &ThreadSpec, text: &str) -> Vec<TurnEvent> {
-    let mut turn = adapter
-        .start_turn(spec, input(text))
-        .await
-        .expect("start_turn");
-    rest(&mut turn).await
+    setup_adjusted(|config| config).await
 }
 
 /// What fake-claude logged under the config dir of `dir`.
@@ -98,11 +77,9 @@ fn pids(dir: &Path) -> Vec<i32> {
 /// the config dir the thread names, not the configured one.
 #[tokio::test]
 async fn the_thread_env_reaches_claude_and_wins() {
-    let dir = tempfile::tempdir().unwrap();
     let other = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(other.path().join("cfg")).unwrap();
-    let config = config(dir.path());
-    let (dir, adapter, mut spec) = setup_with(config, dir).await;
+    let (dir, adapter, mut spec) = setup().await;
     spec.env = vec![(
         "CLAUDE_CONFIG_DIR".into(),
         other.path().join("cfg").to_string_lossy().into_owned(),
@@ -181,35 +158,13 @@ async fn a_turn_maps_every_tool_kind() {
     );
     assert_eq!(texts(&events, ItemKind::AgentMessage), ["all done"]);
     // Each item RUNNING before COMPLETED, ids unique per turn.
-    for item in completed(&events) {
-        let first = events
-            .iter()
-            .find_map(|e| match e {
-                TurnEvent::Item(i) if i.item_id == item.item_id => Some(i.status),
-                _ => None,
-            })
-            .unwrap();
-        assert_eq!(first, ItemStatus::Running, "{item:?}");
-        assert_eq!(
-            completed(&events)
-                .iter()
-                .filter(|i| i.item_id == item.item_id)
-                .count(),
-            1
-        );
-    }
+    check_item_lifecycles(&events);
     let debug = format!("{events:?}");
     assert!(
         !debug.contains("cube") && !debug.contains("orphan"),
         "{debug}"
     );
-    let usage = events
-        .iter()
-        .find_map(|e| match e {
-            TurnEvent::Usage(u) => Some(*u),
-            _ => None,
-        })
-        .unwrap();
+    let usage = usage(&events);
     assert_eq!(usage.last.input_tokens, 110);
     assert_eq!(usage.last.cached_input_tokens, 10);
     assert_eq!(usage.last.output_tokens, 20);
@@ -232,25 +187,18 @@ async fn permission_prompts_are_denied_unless_bypass() {
     let (_dir, adapter, thread) = setup().await;
     let events = run(&adapter, &thread, "bash touch x").await;
     assert_eq!(outcome(&events), TurnOutcome::Completed);
-    let command = completed(&events)
-        .into_iter()
-        .find_map(|i| i.command)
-        .unwrap();
+    let command = completed_command(&events);
     assert_eq!(command.command, "touch x");
     assert_eq!(command.cwd, thread.workspace.to_string_lossy());
     assert!(command.output.unwrap().contains("agent-runner denies"));
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = ClaudeConfig {
+    let (dir, adapter, thread) = setup_adjusted(|config| ClaudeConfig {
         permission_mode: Some("bypassPermissions".into()),
-        ..config(dir.path())
-    };
-    let (dir, adapter, thread) = setup_with(config, dir).await;
+        ..config
+    })
+    .await;
     let events = run(&adapter, &thread, "bash touch x").await;
-    let command = completed(&events)
-        .into_iter()
-        .find_map(|i| i.command)
-        .unwrap();
+    let command = completed_command(&events);
     assert_eq!(command.output.as_deref(), Some("ran: touch x"));
     assert!(args(dir.path())[0].contains("--permission-mode default"));
 }
@@ -258,37 +206,16 @@ async fn permission_prompts_are_denied_unless_bypass() {
 #[tokio::test]
 async fn steering_writes_into_the_running_session() {
     let (_dir, adapter, spec) = setup().await;
-    let mut turn = adapter
-        .start_turn(&spec, input("wait\nsay after"))
-        .await
-        .unwrap();
-    until(&mut turn, |e| matches!(e, TurnEvent::Item(i) if i.kind == ItemKind::UserMessage && i.status == ItemStatus::Completed)).await;
-    turn.control.steer("more".into(), 3).await.unwrap();
-    let events = rest(&mut turn).await;
-    assert_eq!(outcome(&events), TurnOutcome::Completed);
-    let steered = events
-        .iter()
-        .position(|e| *e == TurnEvent::Steered { tag: 3 })
-        .expect("Steered");
-    let echo = events.iter().position(said("steered: more")).unwrap();
-    assert!(steered < echo, "{events:#?}");
-    assert_eq!(texts(&events, ItemKind::UserMessage), ["more"]);
-    assert_eq!(
-        texts(&events, ItemKind::AgentMessage),
-        ["steered: more", "after"]
-    );
-    assert!(matches!(
-        turn.control.steer("late".into(), 4).await,
-        Err(SteerError::TurnEnded)
-    ));
+    steers_a_waiting_turn(&adapter, &spec, "more", 3).await;
 }
 
 #[tokio::test]
 async fn results_without_uuids_still_end_the_turn() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.env.push(("FAKE_CLAUDE_NO_UUIDS".into(), "1".into()));
-    let (_dir, adapter, spec) = setup_with(config, dir).await;
+    let (_dir, adapter, spec) = setup_adjusted(|mut config| {
+        config.env.push(("FAKE_CLAUDE_NO_UUIDS".into(), "1".into()));
+        config
+    })
+    .await;
     let events = run(&adapter, &spec, "say plain").await;
     assert_eq!(outcome(&events), TurnOutcome::Completed);
 }
@@ -296,12 +223,7 @@ async fn results_without_uuids_still_end_the_turn() {
 #[tokio::test]
 async fn interrupt_sends_the_control_request() {
     let (dir, adapter, spec) = setup().await;
-    let mut turn = adapter.start_turn(&spec, input("wait")).await.unwrap();
-    until(&mut turn, |e| matches!(e, TurnEvent::Item(i) if i.kind == ItemKind::UserMessage && i.status == ItemStatus::Completed)).await;
-    turn.control.interrupt();
-    turn.control.interrupt();
-    let events = rest(&mut turn).await;
-    assert_eq!(outcome(&events), TurnOutcome::Interrupted);
+    interrupts_a_waiting_turn(&adapter, &spec).await;
     assert_eq!(
         log(dir.path())
             .lines()
@@ -310,32 +232,17 @@ async fn interrupt_sends_the_control_request() {
             .count(),
         1
     );
-    assert!(matches!(
-        turn.control.steer("late".into(), 1).await,
-        Err(SteerError::TurnEnded)
-    ));
-    let events = run(&adapter, &spec, "say next").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["next"]);
     assert_eq!(pids(dir.path()).len(), 1, "the same process goes on");
 }
 
 #[tokio::test]
 async fn an_unheeded_interrupt_kills_the_process_and_the_next_turn_resumes() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = ClaudeConfig {
+    let (dir, adapter, spec) = setup_adjusted(|config| ClaudeConfig {
         interrupt_grace: Duration::from_millis(300),
-        ..config(dir.path())
-    };
-    let (dir, adapter, spec) = setup_with(config, dir).await;
-    let mut turn = adapter.start_turn(&spec, input("stall")).await.unwrap();
-    until(&mut turn, said("stalling")).await;
-    let pid = pids(dir.path())[0];
-    turn.control.interrupt();
-    let events = rest(&mut turn).await;
-    assert_eq!(outcome(&events), TurnOutcome::Interrupted);
-    wait_dead(pid).await;
-    let events = run(&adapter, &spec, "say back").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["back"]);
+        ..config
+    })
+    .await;
+    kills_a_stalled_turn(&adapter, &spec, || pids(dir.path())[0]).await;
     assert!(args(dir.path())[1].contains("--resume"));
 }
 
@@ -352,22 +259,14 @@ async fn failures_end_the_turn_with_their_text() {
         outcome(&events),
         TurnOutcome::Failed("boom in execution".into())
     );
-    let events = run(&adapter, &spec, "say fine").await;
-    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    says(&adapter, &spec, "fine").await;
 }
 
 #[tokio::test]
 async fn a_crash_fails_the_turn_and_the_next_message_resumes() {
     let (dir, adapter, spec) = setup().await;
-    let events = run(&adapter, &spec, "bash ls\ncrash").await;
-    let TurnOutcome::Failed(why) = outcome(&events) else {
-        panic!("expected a failure: {events:#?}");
-    };
-    assert!(why.contains("exit status 3"), "{why}");
-    assert!(why.contains("crashing on purpose"), "{why}");
-    let events = run(&adapter, &spec, "say again").await;
-    assert_eq!(outcome(&events), TurnOutcome::Completed);
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["again"]);
+    crashes(&adapter, &spec, "bash ls\ncrash").await;
+    says(&adapter, &spec, "again").await;
     let args = args(dir.path());
     assert_eq!(args.len(), 2);
     let session = spec.sdk_thread_id.as_deref().unwrap();
@@ -386,10 +285,8 @@ async fn a_restarted_runner_resumes_the_session() {
     drop(adapter);
     wait_dead(first).await;
     let adapter = ClaudeAdapter::new(config(dir.path()));
-    let handle = adapter.create_thread(&spec).await.unwrap();
-    assert_eq!(Some(handle.sdk_thread_id), spec.sdk_thread_id);
-    let events = run(&adapter, &spec, "say two").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["two"]);
+    reopens(&adapter, &spec).await;
+    says(&adapter, &spec, "two").await;
     assert!(args(dir.path())[1].contains("--resume"));
 }
 
@@ -399,8 +296,7 @@ async fn a_session_that_never_ran_starts_fresh_after_a_restart() {
     drop(adapter);
     let adapter = ClaudeAdapter::new(config(dir.path()));
     adapter.create_thread(&spec).await.unwrap();
-    let events = run(&adapter, &spec, "say hello").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["hello"]);
+    says(&adapter, &spec, "hello").await;
     assert!(args(dir.path())[0].contains("--session-id"));
 }
 
@@ -410,18 +306,7 @@ async fn another_model_restarts_the_process_on_the_same_session() {
     run(&adapter, &spec, "say one").await;
     let events = run(&adapter, &spec, "say two").await;
     assert_eq!(outcome(&events), TurnOutcome::Completed);
-    let mut turn = adapter
-        .start_turn(
-            &spec,
-            TurnInput {
-                text: "say three".into(),
-                model: Some("opus".into()),
-                reasoning_level: None,
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(outcome(&rest(&mut turn).await), TurnOutcome::Completed);
+    runs_on_model(&adapter, &spec, "say three", "opus").await;
     let args = args(dir.path());
     assert_eq!(args.len(), 2, "{args:?}");
     assert!(

@@ -6,7 +6,7 @@ mod support;
 
 use code_agent_engine::testing::{MockLlm, MockReply};
 use code_agent_engine::{Engine, EngineConfig};
-use sdk_adapter::testing::{outcome, rest, texts};
+use sdk_adapter::testing::{input, outcome, rest, texts};
 use sdk_adapter::{ItemKind, SdkAdapter, SdkError, SdkStatus, TurnInput, TurnOutcome};
 use sdk_code_agent::{CodeAgentAdapter, CodeAgentConfig, in_memory_client};
 

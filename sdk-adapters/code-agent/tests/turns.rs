@@ -7,7 +7,10 @@ mod support;
 use std::time::Duration;
 
 use code_agent_engine::testing::{MockChunk, MockReply};
-use sdk_adapter::testing::{completed, outcome, rest, texts, until, wait_until_dead};
+use sdk_adapter::testing::{
+    check_item_lifecycles, completed, completed_of, outcome, rest, texts, until, updates_of, usage,
+    usages, wait_until_dead,
+};
 use sdk_adapter::{ItemKind, ItemStatus, SdkAdapter, SdkStatus, TurnEvent, TurnOutcome};
 use serde_json::json;
 
@@ -48,6 +51,14 @@ both_modes!(
     delete_thread_destroys_the_session,
 );
 
+/// A model that calls `tool` with `args` once, then answers `answer`.
+fn tool_then(id: &str, tool: &str, args: serde_json::Value, answer: &str) -> Vec<MockReply> {
+    vec![
+        MockReply::tool_call(id, tool, args),
+        MockReply::text(answer),
+    ]
+}
+
 async fn describe_advertises_the_default_providers_models(mode: Mode) {
     let h = harness(mode, vec![]).await;
     let d = h.adapter.describe().await;
@@ -85,36 +96,24 @@ async fn text_streams_into_an_agent_message_with_usage(mode: Mode) {
         let text = update.text.as_deref().unwrap_or("");
         assert!(!text.is_empty() && long.starts_with(text), "{update:?}");
     }
-    let usage: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            TurnEvent::Usage(u) => Some(*u),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(usage.len(), 1, "{events:#?}");
+    let reported = usages(&events);
+    assert_eq!(reported.len(), 1, "{events:#?}");
     assert_eq!(
         (
-            usage[0].last.input_tokens,
-            usage[0].last.output_tokens,
-            usage[0].last.total_tokens
+            reported[0].last.input_tokens,
+            reported[0].last.output_tokens,
+            reported[0].last.total_tokens
         ),
         (12, 5, 17)
     );
-    assert_eq!(usage[0].total, usage[0].last);
-    assert_eq!(usage[0].model_context_window, Some(32_000));
+    assert_eq!(reported[0].total, reported[0].last);
+    assert_eq!(reported[0].model_context_window, Some(32_000));
 
     // The next turn continues the session and the thread's totals.
     let mut turn = h.turn(&spec, "more").await;
     let events = rest(&mut turn).await;
     assert_eq!(texts(&events, ItemKind::AgentMessage), ["again"]);
-    let usage = events
-        .iter()
-        .find_map(|e| match e {
-            TurnEvent::Usage(u) => Some(*u),
-            _ => None,
-        })
-        .expect("usage");
+    let usage = usage(&events);
     assert_eq!(usage.last.total_tokens, 32);
     assert_eq!(usage.total.total_tokens, 49);
     let second = &h.mock.requests()[1];
@@ -157,14 +156,12 @@ async fn reasoning_and_the_reasoning_level_reach_the_model(mode: Mode) {
 async fn bash_becomes_a_command_execution_with_pid_and_output(mode: Mode) {
     let h = harness(
         mode,
-        vec![
-            MockReply::tool_call(
-                "call_1",
-                "bash",
-                json!({"command": "echo hi-from-bash; echo oops >&2; exit 3"}),
-            ),
-            MockReply::text("It failed with 3."),
-        ],
+        tool_then(
+            "call_1",
+            "bash",
+            json!({"command": "echo hi-from-bash; echo oops >&2; exit 3"}),
+            "It failed with 3.",
+        ),
     )
     .await;
     let spec = h.thread(h.spec("thr-bash")).await;
@@ -207,14 +204,12 @@ async fn bash_becomes_a_command_execution_with_pid_and_output(mode: Mode) {
 async fn edit_becomes_a_file_change_and_changes_the_file(mode: Mode) {
     let h = harness(
         mode,
-        vec![
-            MockReply::tool_call(
-                "call_e",
-                "edit",
-                json!({"path": "notes.txt", "old_string": "world", "new_string": "there"}),
-            ),
-            MockReply::text("Edited."),
-        ],
+        tool_then(
+            "call_e",
+            "edit",
+            json!({"path": "notes.txt", "old_string": "world", "new_string": "there"}),
+            "Edited.",
+        ),
     )
     .await;
     let spec = h.thread(h.spec("thr-edit")).await;
@@ -240,14 +235,12 @@ async fn edit_becomes_a_file_change_and_changes_the_file(mode: Mode) {
 async fn the_threads_env_reaches_its_commands(mode: Mode) {
     let h = harness(
         mode,
-        vec![
-            MockReply::tool_call(
-                "call_env",
-                "bash",
-                json!({"command": "echo \"var=$THREAD_MARKER key=${OPENAI_API_KEY:-none}\""}),
-            ),
-            MockReply::text("ok"),
-        ],
+        tool_then(
+            "call_env",
+            "bash",
+            json!({"command": "echo \"var=$THREAD_MARKER key=${OPENAI_API_KEY:-none}\""}),
+            "ok",
+        ),
     )
     .await;
     let mut spec = h.spec("thr-env");
@@ -266,16 +259,14 @@ async fn the_threads_env_reaches_its_commands(mode: Mode) {
 async fn steering_joins_the_running_generation(mode: Mode) {
     let h = harness(
         mode,
-        vec![
-            // Waits until the test lets it go, so the steer surely arrives
-            // while the generation runs.
-            MockReply::tool_call(
-                "call_wait",
-                "bash",
-                json!({"command": "while [ ! -f go ]; do sleep 0.05; done; echo released"}),
-            ),
-            MockReply::text("Also saying bye."),
-        ],
+        // Waits until the test lets it go, so the steer surely arrives
+        // while the generation runs.
+        tool_then(
+            "call_wait",
+            "bash",
+            json!({"command": "while [ ! -f go ]; do sleep 0.05; done; echo released"}),
+            "Also saying bye.",
+        ),
     )
     .await;
     let spec = h.thread(h.spec("thr-steer")).await;

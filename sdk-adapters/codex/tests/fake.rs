@@ -9,10 +9,16 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sdk_adapter::testing::{PATIENCE, alive, items, outcome, rest, texts, until, wait_dead};
+use sdk_adapter::testing::fake_cli::{
+    crashes, interrupts_a_waiting_turn, kills_a_stalled_turn, reopens, runs_on_model, says,
+    steers_a_waiting_turn,
+};
+use sdk_adapter::testing::{
+    PATIENCE, alive, check_item_lifecycles, completed_command, create, done, items, outcome, rest,
+    run, start, texts, thread_spec, until, usage, wait_dead,
+};
 use sdk_adapter::{
-    ItemEvent, ItemKind, ItemStatus, SdkAdapter, SdkStatus, SteerError, ThreadSpec, Turn,
-    TurnEvent, TurnInput, TurnOutcome,
+    ItemKind, ItemStatus, SdkAdapter, SdkDescription, SdkStatus, ThreadSpec, TurnOutcome,
 };
 use sdk_codex::{CodexAdapter, CodexConfig};
 use sdk_process::fake::FakeLog;
@@ -35,42 +41,32 @@ fn config(dir: &Path) -> CodexConfig {
 }
 
 fn spec(dir: &Path) -> ThreadSpec {
-    ThreadSpec {
-        agent_id: "agent".into(),
-        thread_id: "thread".into(),
-        workspace: dir.join("workspace"),
-        model: "fake-fast".into(),
-        reasoning_level: Some("low".into()),
-        sdk_thread_id: None,
-        env: Vec::new(),
-    }
+    thread_spec(dir, "fake-fast")
 }
 
-fn input(text: &str) -> TurnInput {
-    TurnInput {
-        text: text.into(),
-        model: None,
-        reasoning_level: None,
-    }
+/// A state dir, an adapter on it (its config changed by `adjust`), and a
+/// created thread.
+async fn setup_adjusted(
+    adjust: impl FnOnce(CodexConfig) -> CodexConfig,
+) -> (TempDir, CodexAdapter, ThreadSpec) {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = CodexAdapter::new(adjust(config(dir.path())));
+    let spec = create(&adapter, spec(dir.path())).await;
+    (dir, adapter, spec)
 }
 
 /// A state dir, an adapter on it, and a created thread.
 async fn setup() -> (TempDir, CodexAdapter, ThreadSpec) {
-    let dir = tempfile::tempdir().unwrap();
-    let adapter = CodexAdapter::new(config(dir.path()));
-    let mut spec = spec(dir.path());
-    let handle = adapter.create_thread(&spec).await.expect("create_thread");
-    spec.sdk_thread_id = Some(handle.sdk_thread_id);
-    (dir, adapter, spec)
+    setup_adjusted(|config| config).await
 }
 
-async fn run(adapter: &CodexAdapter, spec: &ThreadSpec, text: &str) -> (Turn, Vec<TurnEvent>) {
-    let mut turn = adapter
-        .start_turn(spec, input(text))
-        .await
-        .expect("start_turn");
-    let events = rest(&mut turn).await;
-    (turn, events)
+/// What an adapter says of itself when fake-codex sees `key=value` in its
+/// environment.
+async fn describe_with(key: &str, value: &str) -> SdkDescription {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.env.push((key.into(), value.into()));
+    CodexAdapter::new(config).describe().await
 }
 
 /// What fake-codex logged in its state dir `dir`.
@@ -110,12 +106,7 @@ async fn describe_lists_every_model_page_with_efforts() {
 
 #[tokio::test]
 async fn describe_adds_the_configured_model_when_the_catalog_lacks_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config
-        .env
-        .push(("FAKE_CODEX_CONFIG_MODEL".into(), "my-local-model".into()));
-    let desc = CodexAdapter::new(config).describe().await;
+    let desc = describe_with("FAKE_CODEX_CONFIG_MODEL", "my-local-model").await;
     let names: Vec<&str> = desc.models.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["fake-fast", "fake-slow", "my-local-model"]);
 }
@@ -140,12 +131,7 @@ async fn describe_without_the_binary_is_unconfigured_at_once() {
 
 #[tokio::test]
 async fn describe_logged_out_is_unconfigured_with_a_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config
-        .env
-        .push(("FAKE_CODEX_LOGGED_OUT".into(), "1".into()));
-    let desc = CodexAdapter::new(config).describe().await;
+    let desc = describe_with("FAKE_CODEX_LOGGED_OUT", "1").await;
     assert_eq!(desc.status, SdkStatus::Unconfigured);
     assert!(desc.error_message.unwrap().contains("not logged in"));
 }
@@ -171,7 +157,8 @@ async fn the_thread_env_reaches_the_app_server_and_wins() {
 #[tokio::test]
 async fn a_turn_maps_every_item_kind() {
     let (dir, adapter, spec) = setup().await;
-    let (turn, events) = run(&adapter, &spec, "all-items").await;
+    let mut turn = start(&adapter, &spec, "all-items").await;
+    let events = rest(&mut turn).await;
     assert_eq!(outcome(&events), TurnOutcome::Completed);
     let completed = items(&events, ItemStatus::Completed);
     for kind in [
@@ -195,21 +182,9 @@ async fn a_turn_maps_every_item_kind() {
         );
     }
     // Every item: RUNNING first, then COMPLETED once, ids prefixed.
+    check_item_lifecycles(&events);
     for item in &completed {
         assert!(item.item_id.starts_with(&format!("{}-", turn.sdk_turn_id)));
-        let first = events
-            .iter()
-            .find_map(|e| match e {
-                TurnEvent::Item(i) if i.item_id == item.item_id => Some(i.status),
-                _ => None,
-            })
-            .unwrap();
-        assert_eq!(first, ItemStatus::Running, "{item:?}");
-        let count = completed
-            .iter()
-            .filter(|i| i.item_id == item.item_id)
-            .count();
-        assert_eq!(count, 1, "{item:?}");
     }
     assert_eq!(texts(&events, ItemKind::UserMessage), ["all-items"]);
     assert_eq!(
@@ -248,13 +223,7 @@ async fn a_turn_maps_every_item_kind() {
     let debug = format!("{events:?}");
     assert!(!debug.contains("not ours"), "{debug}");
     assert!(!debug.contains("cube"), "{debug}");
-    let usage = events
-        .iter()
-        .find_map(|e| match e {
-            TurnEvent::Usage(u) => Some(*u),
-            _ => None,
-        })
-        .expect("usage");
+    let usage = usage(&events);
     assert_eq!(usage.total.total_tokens, 120);
     assert_eq!(usage.total.cached_input_tokens, 10);
     assert_eq!(usage.last.reasoning_output_tokens, 5);
@@ -265,33 +234,28 @@ async fn a_turn_maps_every_item_kind() {
 #[tokio::test]
 async fn approvals_are_declined_unless_the_policy_is_never() {
     let (_dir, adapter, thread) = setup().await;
-    let (_, events) = run(&adapter, &thread, "approve touch x\nask").await;
+    let events = run(&adapter, &thread, "approve touch x\nask").await;
     assert_eq!(outcome(&events), TurnOutcome::Completed);
     assert_eq!(
         texts(&events, ItemKind::AgentMessage),
         ["approval: decline", "answers: {}"]
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let adapter = CodexAdapter::new(CodexConfig {
+    let (_dir, adapter, never) = setup_adjusted(|config| CodexConfig {
         approval_policy: Some("never".into()),
-        ..config(dir.path())
-    });
-    let never = spec(dir.path());
-    adapter.create_thread(&never).await.unwrap();
-    let (_, events) = run(&adapter, &never, "approve touch x").await;
+        ..config
+    })
+    .await;
+    let events = run(&adapter, &never, "approve touch x").await;
     assert_eq!(texts(&events, ItemKind::AgentMessage), ["approval: accept"]);
-    let command = items(&events, ItemStatus::Completed)
-        .into_iter()
-        .find_map(|i| i.command)
-        .unwrap();
+    let command = completed_command(&events);
     assert_eq!(command.output.as_deref(), Some("ran\n"));
 }
 
 #[tokio::test]
 async fn output_deltas_are_coalesced_and_complete() {
     let (_dir, adapter, spec) = setup().await;
-    let (_, events) = run(&adapter, &spec, "flood 3000").await;
+    let events = run(&adapter, &spec, "flood 3000").await;
     assert_eq!(outcome(&events), TurnOutcome::Completed);
     let running = items(&events, ItemStatus::Running)
         .into_iter()
@@ -300,11 +264,7 @@ async fn output_deltas_are_coalesced_and_complete() {
     // 3000 deltas in a burst; one snapshot per 100 ms at most (plus the
     // start). A generous bound: the burst takes well under 5 s.
     assert!(running < 60, "{running} RUNNING snapshots for 3000 deltas");
-    let output = items(&events, ItemStatus::Completed)
-        .into_iter()
-        .find_map(|i| i.command)
-        .and_then(|c| c.output)
-        .unwrap();
+    let output = completed_command(&events).output.unwrap();
     let expected: String = (0..3000).map(|i| format!("line {i}\n")).collect();
     assert_eq!(output, expected);
 }
@@ -312,71 +272,20 @@ async fn output_deltas_are_coalesced_and_complete() {
 #[tokio::test]
 async fn steering_joins_the_running_turn() {
     let (dir, adapter, spec) = setup().await;
-    let mut turn = adapter
-        .start_turn(&spec, input("wait\nsay after"))
-        .await
-        .unwrap();
-    until(&mut turn, |e| {
-        matches!(
-            e,
-            TurnEvent::Item(ItemEvent {
-                kind: ItemKind::UserMessage,
-                status: ItemStatus::Completed,
-                ..
-            })
-        )
-    })
-    .await;
-    turn.control.steer("more please".into(), 7).await.unwrap();
-    let events = rest(&mut turn).await;
-    assert_eq!(outcome(&events), TurnOutcome::Completed);
-    let steered = events
-        .iter()
-        .position(|e| *e == TurnEvent::Steered { tag: 7 })
-        .expect("Steered");
-    let echo = events
-        .iter()
-        .position(|e| matches!(e, TurnEvent::Item(i) if i.text.as_deref() == Some("steered: more please") && i.status == ItemStatus::Completed))
-        .expect("the steer ran");
-    assert!(steered < echo, "{events:#?}");
-    assert_eq!(
-        texts(&events, ItemKind::UserMessage),
-        ["more please"],
-        "the steering message is its own user item"
-    );
-    assert_eq!(
-        texts(&events, ItemKind::AgentMessage),
-        ["steered: more please", "after"]
-    );
-    assert!(matches!(
-        turn.control.steer("too late".into(), 8).await,
-        Err(SteerError::TurnEnded)
-    ));
+    steers_a_waiting_turn(&adapter, &spec, "more please", 7).await;
     assert!(log(dir.path()).contains(&"turn/steer".to_owned()));
 }
 
 #[tokio::test]
 async fn interrupt_ends_the_turn_interrupted() {
     let (_dir, adapter, spec) = setup().await;
-    let mut turn = adapter.start_turn(&spec, input("wait")).await.unwrap();
-    until(&mut turn, |e| matches!(e, TurnEvent::Item(i) if i.kind == ItemKind::UserMessage && i.status == ItemStatus::Completed)).await;
-    turn.control.interrupt();
-    turn.control.interrupt();
-    let events = rest(&mut turn).await;
-    assert_eq!(outcome(&events), TurnOutcome::Interrupted);
-    assert!(matches!(
-        turn.control.steer("late".into(), 1).await,
-        Err(SteerError::TurnEnded)
-    ));
-    // The thread goes on.
-    let (_, events) = run(&adapter, &spec, "say next").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["next"]);
+    interrupts_a_waiting_turn(&adapter, &spec).await;
 }
 
 #[tokio::test]
 async fn a_failed_turn_reports_its_error_and_ignores_retries() {
     let (_dir, adapter, spec) = setup().await;
-    let (_, events) = run(&adapter, &spec, "say hi\nfail the model said no").await;
+    let events = run(&adapter, &spec, "say hi\nfail the model said no").await;
     assert_eq!(
         outcome(&events),
         TurnOutcome::Failed("the model said no".into())
@@ -387,20 +296,13 @@ async fn a_failed_turn_reports_its_error_and_ignores_retries() {
 #[tokio::test]
 async fn a_crash_fails_the_turn_and_the_next_message_resumes() {
     let (dir, adapter, spec) = setup().await;
-    let (_, events) = run(&adapter, &spec, "say hi\ncrash").await;
-    let TurnOutcome::Failed(why) = outcome(&events) else {
-        panic!("expected a failure: {events:#?}");
-    };
-    assert!(why.contains("exit status 3"), "{why}");
-    assert!(why.contains("crashing on purpose"), "{why}");
+    let events = crashes(&adapter, &spec, "say hi\ncrash").await;
     // The started item does not dangle.
     let started = items(&events, ItemStatus::Running).len();
     let completed = items(&events, ItemStatus::Completed).len();
     assert!(completed >= 3 && started >= completed - 1, "{events:#?}");
     let before = pids(dir.path());
-    let (_, events) = run(&adapter, &spec, "say again").await;
-    assert_eq!(outcome(&events), TurnOutcome::Completed);
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["again"]);
+    says(&adapter, &spec, "again").await;
     assert_eq!(pids(dir.path()).len(), before.len() + 1, "a new app-server");
     assert!(log(dir.path()).contains(&"thread/resume".to_owned()));
 }
@@ -408,17 +310,15 @@ async fn a_crash_fails_the_turn_and_the_next_message_resumes() {
 #[tokio::test]
 async fn a_restarted_runner_resumes_the_thread() {
     let (dir, adapter, spec) = setup().await;
-    let (_, events) = run(&adapter, &spec, "say one").await;
+    let events = run(&adapter, &spec, "say one").await;
     assert_eq!(outcome(&events), TurnOutcome::Completed);
     let first = *pids(dir.path()).last().unwrap();
     drop(adapter);
     wait_dead(first).await;
 
     let adapter = CodexAdapter::new(config(dir.path()));
-    let handle = adapter.create_thread(&spec).await.unwrap();
-    assert_eq!(Some(handle.sdk_thread_id), spec.sdk_thread_id);
-    let (_, events) = run(&adapter, &spec, "say two").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["two"]);
+    reopens(&adapter, &spec).await;
+    says(&adapter, &spec, "two").await;
     let log = log(dir.path());
     assert!(log.contains(&"thread/resume".to_owned()), "{log:?}");
     assert_eq!(log.iter().filter(|l| *l == "thread/start").count(), 1);
@@ -430,8 +330,7 @@ async fn a_thread_that_never_ran_starts_afresh_after_a_restart() {
     drop(adapter);
     let adapter = CodexAdapter::new(config(dir.path()));
     adapter.create_thread(&spec).await.unwrap();
-    let (_, events) = run(&adapter, &spec, "say hello").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["hello"]);
+    says(&adapter, &spec, "hello").await;
     let log = log(dir.path());
     let resume = log.iter().position(|l| l == "thread/resume").unwrap();
     assert_eq!(log[resume + 1], "thread/start", "{log:?}");
@@ -440,19 +339,8 @@ async fn a_thread_that_never_ran_starts_afresh_after_a_restart() {
 #[tokio::test]
 async fn a_model_override_names_the_model_and_drops_the_threads_effort() {
     let (dir, adapter, spec) = setup().await;
-    let mut turn = adapter
-        .start_turn(
-            &spec,
-            TurnInput {
-                text: "say x".into(),
-                model: Some("fake-slow".into()),
-                reasoning_level: None,
-            },
-        )
-        .await
-        .unwrap();
-    rest(&mut turn).await;
-    let (_, _) = run(&adapter, &spec, "say y").await;
+    runs_on_model(&adapter, &spec, "say x", "fake-slow").await;
+    run(&adapter, &spec, "say y").await;
     let log = log(dir.path());
     assert!(
         log.contains(&"turn model=fake-slow effort=-".to_owned()),
@@ -475,35 +363,24 @@ async fn delete_thread_kills_the_app_server() {
 
 #[tokio::test]
 async fn an_interrupt_codex_ignores_kills_the_app_server_after_the_grace() {
-    let dir = tempfile::tempdir().unwrap();
-    let adapter = CodexAdapter::new(CodexConfig {
+    let (dir, adapter, spec) = setup_adjusted(|config| CodexConfig {
         interrupt_grace: Duration::from_millis(300),
-        ..config(dir.path())
-    });
-    let spec = spec(dir.path());
-    adapter.create_thread(&spec).await.unwrap();
-    let mut turn = adapter.start_turn(&spec, input("stall")).await.unwrap();
-    until(&mut turn, |e| matches!(e, TurnEvent::Item(i) if i.text.as_deref() == Some("stalling") && i.status == ItemStatus::Completed)).await;
-    let pid = *pids(dir.path()).last().unwrap();
-    turn.control.interrupt();
-    let events = rest(&mut turn).await;
-    assert_eq!(outcome(&events), TurnOutcome::Interrupted);
-    wait_dead(pid).await;
-    let (_, events) = run(&adapter, &spec, "say back").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["back"]);
+        ..config
+    })
+    .await;
+    kills_a_stalled_turn(&adapter, &spec, || *pids(dir.path()).last().unwrap()).await;
 }
 
 #[tokio::test]
 async fn dropping_the_events_interrupts_the_turn() {
     let (dir, adapter, spec) = setup().await;
-    let mut turn = adapter.start_turn(&spec, input("wait")).await.unwrap();
-    until(&mut turn, |e| matches!(e, TurnEvent::Item(i) if i.kind == ItemKind::UserMessage && i.status == ItemStatus::Completed)).await;
+    let mut turn = start(&adapter, &spec, "wait").await;
+    until(&mut turn, done(ItemKind::UserMessage)).await;
     drop(turn);
     let deadline = Instant::now() + PATIENCE;
     while !log(dir.path()).contains(&"turn/interrupt".to_owned()) {
         assert!(Instant::now() < deadline, "no turn/interrupt");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (_, events) = run(&adapter, &spec, "say fine").await;
-    assert_eq!(texts(&events, ItemKind::AgentMessage), ["fine"]);
+    says(&adapter, &spec, "fine").await;
 }

@@ -10,8 +10,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use sdk_adapter::testing::{completed, create, input, thread_spec, usages};
 use sdk_adapter::{
-    ItemKind, ItemStatus, SdkAdapter, SdkStatus, ThreadSpec, TurnEvent, TurnInput, TurnOutcome,
+    ItemKind, ItemStatus, SdkAdapter, SdkStatus, ThreadSpec, TurnEvent, TurnOutcome,
 };
 use sdk_codex::testing::{MockResponses, install_codex, write_config};
 use sdk_codex::{CodexAdapter, CodexConfig};
@@ -27,14 +28,7 @@ fn skip(reason: &str) {
 
 async fn turn_events(adapter: &CodexAdapter, spec: &ThreadSpec, text: &str) -> Vec<TurnEvent> {
     let mut turn = adapter
-        .start_turn(
-            spec,
-            TurnInput {
-                text: text.into(),
-                model: None,
-                reasoning_level: None,
-            },
-        )
+        .start_turn(spec, input(text))
         .await
         .expect("start_turn");
     let mut events = Vec::new();
@@ -57,13 +51,7 @@ fn check_turn(events: &[TurnEvent], spec: &ThreadSpec, text: &str) {
         Some(&TurnEvent::Finished(TurnOutcome::Completed)),
         "{events:#?}"
     );
-    let completed: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            TurnEvent::Item(i) if i.status == ItemStatus::Completed => Some(i),
-            _ => None,
-        })
-        .collect();
+    let completed = completed(events);
     let user = completed
         .iter()
         .find(|i| i.kind == ItemKind::UserMessage)
@@ -89,14 +77,7 @@ fn check_turn(events: &[TurnEvent], spec: &ThreadSpec, text: &str) {
         .find(|i| i.kind == ItemKind::AgentMessage)
         .expect("an agent message");
     assert_eq!(message.text.as_deref(), Some("All done."));
-    let usage = events
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            TurnEvent::Usage(u) => Some(*u),
-            _ => None,
-        })
-        .expect("token usage");
+    let usage = *usages(events).last().expect("token usage");
     assert_eq!(usage.last.total_tokens, 120);
     assert_eq!(usage.last.cached_input_tokens, 10);
     assert_eq!(usage.last.reasoning_output_tokens, 5);
@@ -132,17 +113,14 @@ async fn a_real_codex_runs_a_command_and_resumes_after_a_restart() {
         "the configured model is advertised: {description:?}"
     );
 
-    let mut spec = ThreadSpec {
-        agent_id: "agent".into(),
-        thread_id: "thread".into(),
-        workspace: dir.path().join("workspace"),
-        model: "mock-model".into(),
-        reasoning_level: None,
-        sdk_thread_id: None,
-        env: Vec::new(),
-    };
-    let handle = adapter.create_thread(&spec).await.expect("create_thread");
-    spec.sdk_thread_id = Some(handle.sdk_thread_id.clone());
+    let spec = create(
+        &adapter,
+        ThreadSpec {
+            reasoning_level: None,
+            ..thread_spec(dir.path(), "mock-model")
+        },
+    )
+    .await;
     let events = turn_events(&adapter, &spec, "please run the proof command").await;
     check_turn(&events, &spec, "please run the proof command");
     let proof = std::fs::read_to_string(spec.workspace.join("proof.txt")).unwrap();
@@ -161,7 +139,7 @@ async fn a_real_codex_runs_a_command_and_resumes_after_a_restart() {
     drop(adapter);
     let adapter = CodexAdapter::new(config);
     let reopened = adapter.create_thread(&spec).await.unwrap();
-    assert_eq!(reopened, handle);
+    assert_eq!(Some(reopened.sdk_thread_id), spec.sdk_thread_id);
     let events = turn_events(&adapter, &spec, "once more").await;
     check_turn(&events, &spec, "once more");
     let proof = std::fs::read_to_string(spec.workspace.join("proof.txt")).unwrap();

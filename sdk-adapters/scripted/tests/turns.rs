@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sdk_adapter::testing::{PATIENCE, alive, outcome, rest, until, wait_until_dead};
+use sdk_adapter::testing::{
+    PATIENCE, alive, input, outcome, refuses_late_steers, rest, thread_spec, until, wait_until_dead,
+};
 use sdk_adapter::{
     CommandInfo, ItemEvent, ItemKind, ItemStatus, SdkAdapter, SdkError, SdkStatus, SteerError,
     ThreadSpec, TokenUsage, TokenUsageBreakdown, Turn, TurnEvent, TurnInput, TurnOutcome,
@@ -17,36 +19,23 @@ use sdk_scripted::{OUTPUT_CAP_BYTES, ScriptedAdapter};
 use tempfile::TempDir;
 
 fn spec(dir: &TempDir) -> ThreadSpec {
-    ThreadSpec {
-        agent_id: "agent".into(),
-        thread_id: "thread".into(),
-        workspace: dir.path().join("workspace"),
-        model: "scripted-fast".into(),
-        reasoning_level: Some("low".into()),
-        sdk_thread_id: None,
-        env: Vec::new(),
-    }
-}
-
-fn input(text: &str) -> TurnInput {
-    TurnInput {
-        text: text.into(),
-        model: None,
-        reasoning_level: None,
-    }
+    thread_spec(dir.path(), "scripted-fast")
 }
 
 /// A fresh thread (workspace created) and a turn running `script` on it.
 async fn start(script: &str) -> (TempDir, ThreadSpec, Turn) {
     let dir = tempfile::tempdir().expect("temp dir");
     let spec = spec(&dir);
-    let adapter = ScriptedAdapter::new();
-    adapter.create_thread(&spec).await.expect("create_thread");
-    let turn = adapter
-        .start_turn(&spec, input(script))
-        .await
-        .expect("start_turn");
+    let turn = start_on(&spec, script).await;
     (dir, spec, turn)
+}
+
+/// The thread of `spec` created on a fresh adapter, and a turn running
+/// `script` on it.
+async fn start_on(spec: &ThreadSpec, script: &str) -> Turn {
+    let adapter = ScriptedAdapter::new();
+    adapter.create_thread(spec).await.expect("create_thread");
+    sdk_adapter::testing::start(&adapter, spec, script).await
 }
 
 fn is_running_command(event: &TurnEvent) -> bool {
@@ -221,13 +210,8 @@ async fn run_steps_see_the_thread_env() {
         ("AGENT_RUNNER_TEST_SPEC_VAR".into(), "from the spec".into()),
         ("GIT_CONFIG_COUNT".into(), "1".into()),
     ];
-    let adapter = ScriptedAdapter::new();
-    adapter.create_thread(&spec).await.expect("create_thread");
     let script = "run printf '%s|%s|%s' \"$AGENT_RUNNER_TEST_SPEC_VAR\" \"$GIT_CONFIG_COUNT\" \"${PATH:+path}\"\nrun echo \"$AGENT_RUNNER_TEST_SPEC_VAR\"";
-    let mut turn = adapter
-        .start_turn(&spec, input(script))
-        .await
-        .expect("start_turn");
+    let mut turn = start_on(&spec, script).await;
     let events = rest(&mut turn).await;
     assert_eq!(outcome(&events), TurnOutcome::Completed);
     let commands = completed_commands(&events);
@@ -314,10 +298,7 @@ async fn fail_fails_the_turn() {
     expected.extend(text_events(&turn, 2, ItemKind::AgentMessage, "a"));
     expected.push(TurnEvent::Finished(TurnOutcome::Failed("it broke".into())));
     assert_eq!(events, expected);
-    assert!(matches!(
-        turn.control.steer("say late".into(), 1).await,
-        Err(SteerError::TurnEnded)
-    ));
+    refuses_late_steers(&turn).await;
 }
 
 #[tokio::test]
@@ -354,10 +335,7 @@ async fn an_interrupted_sleep_ends_promptly() {
     let events = rest(&mut turn).await;
     assert_eq!(events, vec![TurnEvent::Finished(TurnOutcome::Interrupted)]);
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(matches!(
-        turn.control.steer("say late".into(), 1).await,
-        Err(SteerError::TurnEnded)
-    ));
+    refuses_late_steers(&turn).await;
     turn.control.interrupt();
 }
 
@@ -452,10 +430,7 @@ async fn steering_runs_after_the_step_in_progress() {
     expected.push(TurnEvent::Finished(TurnOutcome::Completed));
     assert_eq!(events, expected);
 
-    assert!(matches!(
-        turn.control.steer("say late".into(), 9).await,
-        Err(SteerError::TurnEnded)
-    ));
+    refuses_late_steers(&turn).await;
 }
 
 #[tokio::test]
@@ -487,10 +462,7 @@ async fn an_accepted_steer_is_never_lost() {
     let adapter = ScriptedAdapter::new();
     adapter.create_thread(&spec).await.expect("create_thread");
     for tag in 0..200u64 {
-        let mut turn = adapter
-            .start_turn(&spec, input("say a\nsay b"))
-            .await
-            .expect("start");
+        let mut turn = sdk_adapter::testing::start(&adapter, &spec, "say a\nsay b").await;
         let control = turn.control.clone();
         // Vary how long the steer lags behind, to hit every stage of the turn.
         let steer = tokio::spawn(async move {

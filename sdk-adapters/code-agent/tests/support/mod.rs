@@ -12,7 +12,8 @@ use agent_runner_proto::code_agent::{
 };
 use code_agent_engine::testing::{MockLlm, MockReply};
 use code_agent_engine::{Engine, EngineConfig};
-use sdk_adapter::{ItemKind, ItemStatus, SdkAdapter, ThreadSpec, Turn, TurnEvent, TurnInput};
+use sdk_adapter::testing::{create, start, thread_spec};
+use sdk_adapter::{ThreadSpec, Turn};
 use sdk_code_agent::{CodeAgentAdapter, CodeAgentConfig, in_memory_client};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -122,15 +123,14 @@ pub async fn harness(mode: Mode, replies: Vec<MockReply>) -> Harness {
     }
 }
 
+/// Thread `thread_id` on [`MODEL`] at its default reasoning level, its
+/// workspace under `root`.
 pub fn spec_in(root: &Path, thread_id: &str) -> ThreadSpec {
     ThreadSpec {
-        agent_id: "agent".into(),
         thread_id: thread_id.into(),
         workspace: root.join("ws").join(thread_id),
-        model: MODEL.into(),
         reasoning_level: None,
-        sdk_thread_id: None,
-        env: Vec::new(),
+        ..thread_spec(root, MODEL)
     }
 }
 
@@ -140,79 +140,17 @@ impl Harness {
     }
 
     /// Create the thread; its spec as the runner would keep it.
-    pub async fn thread(&self, mut spec: ThreadSpec) -> ThreadSpec {
-        let handle = self
-            .adapter
-            .create_thread(&spec)
-            .await
-            .expect("create_thread");
-        spec.sdk_thread_id = Some(handle.sdk_thread_id);
-        spec
+    pub async fn thread(&self, spec: ThreadSpec) -> ThreadSpec {
+        create(&self.adapter, spec).await
     }
 
     pub async fn turn(&self, spec: &ThreadSpec, text: &str) -> Turn {
-        self.adapter
-            .start_turn(spec, input(text))
-            .await
-            .expect("start_turn")
-    }
-}
-
-pub fn input(text: &str) -> TurnInput {
-    TurnInput {
-        text: text.into(),
-        model: None,
-        reasoning_level: None,
+        start(&self.adapter, spec, text).await
     }
 }
 
 pub fn workspace(spec: &ThreadSpec) -> PathBuf {
     std::fs::canonicalize(&spec.workspace).expect("workspace exists")
-}
-
-/// The first COMPLETED item of `kind`.
-pub fn completed_of(events: &[TurnEvent], kind: ItemKind) -> sdk_adapter::ItemEvent {
-    sdk_adapter::testing::completed(events)
-        .into_iter()
-        .find(|i| i.kind == kind)
-        .unwrap_or_else(|| panic!("no completed {kind:?} in {events:#?}"))
-}
-
-/// Every update of one item, in order.
-pub fn updates_of(events: &[TurnEvent], item_id: &str) -> Vec<sdk_adapter::ItemEvent> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            TurnEvent::Item(i) if i.item_id == item_id => Some(i.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Every item is reported RUNNING before COMPLETED, and COMPLETED once.
-pub fn check_item_lifecycles(events: &[TurnEvent]) {
-    let mut ids: Vec<&str> = Vec::new();
-    for e in events {
-        if let TurnEvent::Item(i) = e
-            && !ids.contains(&i.item_id.as_str())
-        {
-            ids.push(&i.item_id);
-        }
-    }
-    for id in ids {
-        let updates = updates_of(events, id);
-        assert_eq!(updates[0].status, ItemStatus::Running, "{updates:#?}");
-        let done: Vec<_> = updates
-            .iter()
-            .filter(|u| u.status == ItemStatus::Completed)
-            .collect();
-        assert_eq!(done.len(), 1, "{updates:#?}");
-        assert_eq!(
-            updates.last().map(|u| u.status),
-            Some(ItemStatus::Completed),
-            "{updates:#?}"
-        );
-    }
 }
 
 /// Processes whose working directory is `dir` (the tool processes of a
