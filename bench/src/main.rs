@@ -12,6 +12,7 @@
 //! is asserted anywhere; `bench/run.sh` builds and runs it.
 
 mod chart;
+mod code_agent;
 mod collector;
 mod floor;
 mod proc;
@@ -67,6 +68,8 @@ struct Sizes {
     overflow_lines: usize,
     footprint_levels: Vec<usize>,
     start_runs: usize,
+    code_agent_turns: usize,
+    code_agent_levels: Vec<usize>,
 }
 
 impl Sizes {
@@ -83,6 +86,8 @@ impl Sizes {
                 overflow_lines: 10_000,
                 footprint_levels: vec![1, 100, 1_000],
                 start_runs: 2,
+                code_agent_turns: 50,
+                code_agent_levels: vec![10],
             }
         } else {
             Sizes {
@@ -96,6 +101,8 @@ impl Sizes {
                 overflow_lines: 5_000,
                 footprint_levels: vec![1, 100, 1_000],
                 start_runs: 5,
+                code_agent_turns: 300,
+                code_agent_levels: vec![10, 100],
             }
         }
     }
@@ -174,13 +181,13 @@ async fn main() -> Result<()> {
         machine.mem_total_kib as f64 / (1024.0 * 1024.0)
     );
 
-    eprintln!("[1/5] cost floor (bare tonic stream)");
+    eprintln!("[1/6] cost floor (bare tonic stream)");
     let floor_tp = floor::throughput(sz.floor_messages).await?;
     let mock_tp = floor::mock_ingest(sz.floor_messages).await?;
     let floor_rt = floor::round_trip(sz.floor_round_trips).await?;
     let floor_rt_s = Summary::of(&floor_rt);
 
-    eprintln!("[2/5] dispatch latency, update throughput, outbox drain");
+    eprintln!("[2/6] dispatch latency, update throughput, outbox drain");
     let rig = Rig::start(&bin, &["--reconnect-max-delay", "1s"]).await?;
     rig.create_agent("bench").await?;
     let threads = rig.create_threads("bench", 100).await?;
@@ -204,13 +211,16 @@ async fn main() -> Result<()> {
     let invalid = rig.cp().invalid_received().len();
     rig.runner.stop().await;
 
-    eprintln!("[3/5] footprint");
+    eprintln!("[3/6] footprint");
     let fp = scenarios::footprint(&bin, &sz.footprint_levels).await?;
 
-    eprintln!("[4/5] start and reconnect");
+    eprintln!("[4/6] start and reconnect");
     let sr = scenarios::start_and_reconnect(&bin, sz.start_runs).await?;
 
-    eprintln!("[5/5] writing results");
+    eprintln!("[5/6] code-agent SDK (embedded engine, mock model)");
+    let ca = code_agent::measure(&bin, sz.code_agent_turns, &sz.code_agent_levels).await?;
+
+    eprintln!("[6/6] writing results");
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let png = a.out.join("latency.png");
     chart::latency_png(
@@ -340,6 +350,32 @@ async fn main() -> Result<()> {
         "ms",
         None,
     );
+    t.row(
+        "code-agent turn (mock model answers), p50 / p99 / max",
+        pct(&ca.text_turn),
+        "us",
+        None,
+    );
+    t.row(
+        "code-agent turn with one bash tool call, p50 / p99 / max",
+        pct(&ca.tool_turn),
+        "us",
+        None,
+    );
+    t.row(
+        "code-agent: RSS registered (engine started)",
+        format!("{:.1}", mib(ca.idle_rss_bytes)),
+        "MiB",
+        None,
+    );
+    for (n, rss) in &ca.with_sessions {
+        t.row(
+            &format!("code-agent: RSS with {n} idle threads (sessions)"),
+            format!("{:.1}", mib(*rss)),
+            "MiB",
+            None,
+        );
+    }
     println!();
     t.print();
     println!();
@@ -382,6 +418,7 @@ async fn main() -> Result<()> {
             "start_ms_median": median(&sr.start_ms),
             "reconnect_ms_median": median(&sr.reconnect_ms),
         },
+        "code_agent": ca,
         "invalid_client_messages": invalid,
         "chart": png.display().to_string(),
     });

@@ -18,6 +18,16 @@ impl Runner {
     /// Start `bin run` against `url` with `extra` flags. Logs (level info,
     /// the default) go to `runner.log` in its temporary directory.
     pub fn start(bin: &Path, url: &str, extra: &[&str]) -> Result<Self> {
+        Self::start_with_env(bin, url, extra, &[])
+    }
+
+    /// [`Runner::start`] with extra environment variables.
+    pub fn start_with_env(
+        bin: &Path,
+        url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let dirs = tempfile::tempdir().context("creating the runner's directory")?;
         let log =
             std::fs::File::create(dirs.path().join("runner.log")).context("creating runner.log")?;
@@ -30,6 +40,7 @@ impl Runner {
             .arg("--workspace-root")
             .arg(dirs.path().join("ws"))
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("AGENT_RUNNER_SECRET")
             // Health endpoints off: parallel runs must not contend for a port.
             .env("AGENT_RUNNER_HEALTH_ADDR", "")

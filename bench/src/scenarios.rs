@@ -27,9 +27,14 @@ pub struct Rig {
 
 impl Rig {
     pub async fn start(bin: &Path, extra: &[&str]) -> Result<Self> {
+        Self::start_with_env(bin, extra, &[]).await
+    }
+
+    /// [`Rig::start`] with extra environment for the runner.
+    pub async fn start_with_env(bin: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         let cp = Arc::new(MockControlPlane::start(MockConfig::default()).await?);
         let collector = Collector::start(cp.clone());
-        let runner = Runner::start(bin, &cp.url(), extra)?;
+        let runner = Runner::start_with_env(bin, &cp.url(), extra, env)?;
         if let Err(e) = cp.wait_connected(PATIENCE).await {
             bail!("runner did not connect: {e}\n{}", runner.log_tail());
         }
@@ -52,10 +57,14 @@ impl Rig {
     }
 
     pub async fn create_agent(&self, agent: &str) -> Result<()> {
+        self.create_agent_with(agent, "scripted").await
+    }
+
+    pub async fn create_agent_with(&self, agent: &str, sdk: &str) -> Result<()> {
         let rid = self.rid("ca");
         let request = Request::CreateAgentRequest(CreateAgentRequest {
             agent_id: agent.into(),
-            agent_sdk: "scripted".into(),
+            agent_sdk: sdk.into(),
         });
         self.collector
             .request(&rid, request, Until::FirstReply)
@@ -66,12 +75,21 @@ impl Rig {
     /// `n` threads of `agent`, at most 32 requests in flight (an agent's
     /// mailbox holds 64).
     pub async fn create_threads(&self, agent: &str, n: usize) -> Result<Vec<String>> {
+        self.create_threads_with(agent, n, "scripted-fast").await
+    }
+
+    pub async fn create_threads_with(
+        &self,
+        agent: &str,
+        n: usize,
+        model: &str,
+    ) -> Result<Vec<String>> {
         let results: Vec<Result<String>> = futures::stream::iter(0..n)
             .map(|_| async move {
                 let rid = self.rid("ct");
                 let request = Request::CreateThreadRequest(CreateThreadRequest {
                     agent_id: agent.into(),
-                    model: "scripted-fast".into(),
+                    model: model.into(),
                     reasoning_level: None,
                 });
                 let (reply, ..) = self
