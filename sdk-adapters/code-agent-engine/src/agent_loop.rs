@@ -122,8 +122,9 @@ pub async fn run(turn: Turn) {
             ("model", running.model.model.clone()),
         ],
     );
+    // Every step writes the session once it changed (see `steps`), so the
+    // file already holds the final history here.
     let outcome = steps(&mut running, &mut lease, reasoning_effort).await;
-    engine.persist_or_report(&session).await;
     drop(lease);
     let total = running.total;
     match outcome {
@@ -238,9 +239,9 @@ async fn steps(
         }
         run.session
             .append([StoredMessage::from_assistant(&completion.message)]);
-        run.engine.persist_or_report(run.session).await;
 
         if completion.message.tool_calls.is_empty() {
+            run.engine.persist_or_report(run.session).await;
             if run.cancel.is_cancelled() {
                 return Ok(CANCELLED.into());
             }
@@ -292,8 +293,9 @@ async fn steps(
                 model_text(&output),
                 !output.success,
             )]);
-            run.engine.persist_or_report(run.session).await;
         }
+        // One write per step: the reply and all its tool results together.
+        run.engine.persist_or_report(run.session).await;
         if run.cancel.is_cancelled() {
             return Ok(CANCELLED.into());
         }

@@ -143,6 +143,27 @@ impl Permissions {
         self.decide(tool, args, Some(workspace))
     }
 
+    /// [`check_in`](Self::check_in) on the blocking pool, for async callers:
+    /// resolving paths stats the filesystem. A check that panicked denies.
+    pub async fn check_in_off_worker(
+        &self,
+        workspace: &Path,
+        tool: &str,
+        args: &Value,
+    ) -> (PermissionDecision, Vec<String>) {
+        if !self.enabled {
+            return (PermissionDecision::Allow, Vec::new());
+        }
+        let (this, workspace) = (self.clone(), workspace.to_path_buf());
+        let (tool, args) = (tool.to_string(), args.clone());
+        tokio::task::spawn_blocking(move || this.check_in(&workspace, &tool, &args))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "the permission check failed; denying the call");
+                (PermissionDecision::Deny, Vec::new())
+            })
+    }
+
     fn decide(
         &self,
         tool: &str,

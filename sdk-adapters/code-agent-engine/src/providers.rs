@@ -96,7 +96,11 @@ impl std::fmt::Debug for ResolvedModel {
 struct Inner {
     path: Option<PathBuf>,
     env: EnvLookup,
+    /// The current configuration; held only to copy or swap it, never
+    /// across the file write, so readers do not wait for the disk.
     stored: Mutex<StoredProviders>,
+    /// Serialises changes (held across the file write).
+    writer: Mutex<()>,
 }
 
 /// The provider configuration; a cheap, thread-safe handle.
@@ -143,6 +147,7 @@ impl ProviderStore {
                 path,
                 env,
                 stored: Mutex::new(stored),
+                writer: Mutex::new(()),
             }),
         })
     }
@@ -160,18 +165,25 @@ impl ProviderStore {
     }
 
     /// Applies `change` to a copy, persists it, then makes it current; a
-    /// failed write leaves the store as it was.
+    /// failed write leaves the store as it was. Blocking (the file write):
+    /// async callers run the mutators on the blocking pool.
     fn mutate<T>(
         &self,
         change: impl FnOnce(&mut StoredProviders) -> Result<T, ProviderError>,
     ) -> Result<T, ProviderError> {
-        let mut guard = self.lock();
-        let mut next = guard.clone();
+        let _writer = self
+            .inner
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Only writers change `stored`, and they hold `writer`: this copy
+        // stays current until the swap below.
+        let mut next = self.lock().clone();
         let out = change(&mut next)?;
         if let Some(path) = &self.inner.path {
             file::save(path, &next)?;
         }
-        *guard = next;
+        *self.lock() = next;
         Ok(out)
     }
 

@@ -69,9 +69,10 @@ pub async fn execute(env: &CallEnv<'_>, call: &ToolCallRequest) -> ToolOutput {
         }
     };
     let lane = SessionLane::from(tool.lane());
-    let (decision, rules) = env
-        .session
-        .read(|d| d.permissions.check_in(env.workspace, &call.name, &args));
+    let permissions = env.session.read(|d| d.permissions.clone());
+    let (decision, rules) = permissions
+        .check_in_off_worker(env.workspace, &call.name, &args)
+        .await;
     if decision == PermissionDecision::Deny {
         env.emit(
             EventType::PermissionDenied,

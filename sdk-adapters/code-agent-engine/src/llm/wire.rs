@@ -87,65 +87,53 @@ fn message_json(m: &ChatMessage) -> Value {
 
 /// One `data:` payload of the stream. Unknown fields are ignored.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct Chunk {
-    #[serde(default)]
     pub choices: Vec<ChunkChoice>,
-    #[serde(default)]
     pub usage: Option<WireUsage>,
     /// Some servers (OpenRouter, vLLM) report a failure inside the stream.
-    #[serde(default)]
     pub error: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct ChunkChoice {
-    #[serde(default)]
     pub index: u32,
-    #[serde(default)]
     pub delta: Delta,
-    #[serde(default)]
     pub finish_reason: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct Delta {
-    #[serde(default)]
     pub content: Option<String>,
     /// DeepSeek, vLLM, SGLang.
-    #[serde(default)]
     pub reasoning_content: Option<String>,
     /// OpenRouter, Ollama.
-    #[serde(default)]
     pub reasoning: Option<String>,
-    #[serde(default)]
     pub tool_calls: Vec<ToolCallDelta>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct ToolCallDelta {
-    #[serde(default)]
     pub index: Option<u32>,
-    #[serde(default)]
     pub id: Option<String>,
-    #[serde(default)]
     pub function: Option<FunctionDelta>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct FunctionDelta {
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub arguments: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct WireUsage {
-    #[serde(default)]
     pub prompt_tokens: u32,
-    #[serde(default)]
     pub completion_tokens: u32,
-    #[serde(default)]
     pub total_tokens: Option<u32>,
 }
 

@@ -8,6 +8,7 @@ use agent_runner_proto::code_agent::*;
 use tonic::Status;
 
 use super::Service;
+use crate::session::canonical_dir_off_worker;
 
 /// Context size advertised when no model states its own.
 const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
@@ -170,15 +171,9 @@ impl Service {
                 info: Some(agent_info()),
             });
         }
-        let workspace = std::fs::canonicalize(&request.workspace).map_err(|e| {
-            Status::invalid_argument(format!("workspace: {:?}: {e}", request.workspace))
-        })?;
-        if !workspace.is_dir() {
-            return Err(Status::invalid_argument(format!(
-                "workspace: {:?} is not a directory",
-                request.workspace
-            )));
-        }
+        let workspace = canonical_dir_off_worker("workspace", request.workspace)
+            .await
+            .map_err(Status::invalid_argument)?;
         for key in request.env.keys() {
             if key.is_empty() || key.contains('=') || key.contains('\0') {
                 return Err(Status::invalid_argument(format!(

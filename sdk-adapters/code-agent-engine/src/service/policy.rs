@@ -52,10 +52,15 @@ impl Service {
                 .map_err(|e| Status::invalid_argument(format!("arguments: not JSON: {e}")))?
         };
         let workspace = self.engine.workspace_of(&session).ok();
-        let (decision, rules) = session.read(|d| match &workspace {
-            Some(ws) => d.permissions.check_in(ws, &request.tool_name, &args),
-            None => d.permissions.check(&request.tool_name, &args),
-        });
+        let permissions = session.read(|d| d.permissions.clone());
+        let (decision, rules) = match &workspace {
+            Some(ws) => {
+                permissions
+                    .check_in_off_worker(ws, &request.tool_name, &args)
+                    .await
+            }
+            None => permissions.check(&request.tool_name, &args),
+        };
         Ok(CheckPermissionResponse {
             decision: decision as i32,
             matching_rules: rules,

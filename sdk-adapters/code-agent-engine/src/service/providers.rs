@@ -1,11 +1,25 @@
-//! Provider RPCs, delegated to the persisted provider store.
+//! Provider RPCs, delegated to the persisted provider store. Changes write
+//! `providers.json` (write, fsync, rename), so they run on the blocking pool.
 
 use agent_runner_proto::code_agent::*;
 use tonic::Status;
 
 use super::Service;
+use crate::providers::{ProviderError, ProviderStore};
 
 impl Service {
+    /// Runs a provider-store change on the blocking pool.
+    async fn change_providers<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&ProviderStore) -> Result<T, ProviderError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let store = self.engine.providers.clone();
+        let out = tokio::task::spawn_blocking(move || change(&store))
+            .await
+            .map_err(|e| Status::internal(format!("changing the providers: {e}")))??;
+        Ok(out)
+    }
+
     pub(super) async fn list_providers(
         &self,
         _request: ListProvidersRequest,
@@ -32,7 +46,7 @@ impl Service {
         let provider = request
             .provider
             .ok_or_else(|| Status::invalid_argument("provider: required"))?;
-        let provider = self.engine.providers.add(provider)?;
+        let provider = self.change_providers(|p| p.add(provider)).await?;
         Ok(AddProviderResponse {
             success: true,
             error: String::new(),
@@ -47,7 +61,7 @@ impl Service {
         let provider = request
             .provider
             .ok_or_else(|| Status::invalid_argument("provider: required"))?;
-        let provider = self.engine.providers.update(provider)?;
+        let provider = self.change_providers(|p| p.update(provider)).await?;
         Ok(UpdateProviderResponse {
             success: true,
             error: String::new(),
@@ -62,7 +76,8 @@ impl Service {
         if request.name.is_empty() {
             return Err(Status::invalid_argument("name: required"));
         }
-        self.engine.providers.remove(&request.name)?;
+        self.change_providers(move |p| p.remove(&request.name))
+            .await?;
         Ok(RemoveProviderResponse {
             success: true,
             error: String::new(),
@@ -80,9 +95,8 @@ impl Service {
             return Err(Status::invalid_argument("model: required"));
         }
         let (provider, model) = self
-            .engine
-            .providers
-            .set_default(&request.provider, &request.model)?;
+            .change_providers(move |p| p.set_default(&request.provider, &request.model))
+            .await?;
         Ok(SetDefaultModelResponse {
             success: true,
             error: String::new(),

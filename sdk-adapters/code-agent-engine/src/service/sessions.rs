@@ -9,7 +9,7 @@ use tonic::Status;
 
 use super::Service;
 use crate::session::message::StoredMessage;
-use crate::session::{Session, resolve_workspace};
+use crate::session::{Session, canonical_dir_off_worker};
 use crate::store::validate_session_id;
 
 /// The shown stand-in for a stored API key.
@@ -17,7 +17,7 @@ const REDACTED: &str = "***";
 
 impl Service {
     /// Checks the storage type and resolves the workspace of `config`.
-    fn prepare_config(
+    async fn prepare_config(
         &self,
         mut config: SessionConfig,
     ) -> Result<(SessionConfig, Option<std::path::PathBuf>), Status> {
@@ -35,15 +35,14 @@ impl Service {
                 "config.storage_type: FILE sessions need the engine to have a state dir (--state-dir)",
             ));
         }
-        let default = self.engine.default_workspace();
-        let workspace = resolve_workspace(&config.workspace, default.as_deref())
-            .map_err(Status::invalid_argument)?;
-        if !config.workspace.is_empty()
-            && let Some(path) = &workspace
-        {
-            config.workspace = path.display().to_string();
+        if config.workspace.is_empty() {
+            return Ok((config, self.engine.default_workspace()));
         }
-        Ok((config, workspace))
+        let path = canonical_dir_off_worker("config.workspace", config.workspace.clone())
+            .await
+            .map_err(Status::invalid_argument)?;
+        config.workspace = path.display().to_string();
+        Ok((config, Some(path)))
     }
 
     pub(super) async fn create_session(
@@ -57,7 +56,9 @@ impl Service {
             }
             None => uuid::Uuid::new_v4().to_string(),
         };
-        let (config, workspace) = self.prepare_config(request.config.unwrap_or_default())?;
+        let (config, workspace) = self
+            .prepare_config(request.config.unwrap_or_default())
+            .await?;
         let messages = request
             .initial_context
             .iter()
@@ -143,7 +144,7 @@ impl Service {
         let config = request
             .config
             .ok_or_else(|| Status::invalid_argument("config: required"))?;
-        let (mut config, workspace) = self.prepare_config(config)?;
+        let (mut config, workspace) = self.prepare_config(config).await?;
         let was_file = session.is_file_backed();
         session.update(|d| {
             // A key shown redacted (or left out) keeps the one set before.

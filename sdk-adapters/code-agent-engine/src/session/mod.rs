@@ -68,8 +68,29 @@ impl SessionData {
     }
 }
 
+/// Canonicalizes `path`, which must be an existing directory; errors name
+/// `field`. Blocking filesystem calls: async handlers use
+/// [`canonical_dir_off_worker`].
+pub fn canonical_dir(field: &str, path: &str) -> Result<PathBuf, String> {
+    let canonical = std::fs::canonicalize(path).map_err(|e| format!("{field}: {path:?}: {e}"))?;
+    if !canonical.is_dir() {
+        return Err(format!("{field}: {path:?} is not a directory"));
+    }
+    Ok(canonical)
+}
+
+/// [`canonical_dir`] on the blocking pool, off the async workers.
+pub async fn canonical_dir_off_worker(
+    field: &'static str,
+    path: String,
+) -> Result<PathBuf, String> {
+    tokio::task::spawn_blocking(move || canonical_dir(field, &path))
+        .await
+        .map_err(|e| format!("{field}: resolving the directory: {e}"))?
+}
+
 /// Resolves `config.workspace` (must be an existing directory), else the
-/// engine's default.
+/// engine's default. Blocking: only for the engine's start.
 pub fn resolve_workspace(
     configured: &str,
     default: Option<&Path>,
@@ -77,14 +98,7 @@ pub fn resolve_workspace(
     if configured.is_empty() {
         return Ok(default.map(Path::to_path_buf));
     }
-    let path = std::fs::canonicalize(configured)
-        .map_err(|e| format!("config.workspace: {configured:?}: {e}"))?;
-    if !path.is_dir() {
-        return Err(format!(
-            "config.workspace: {configured:?} is not a directory"
-        ));
-    }
-    Ok(Some(path))
+    canonical_dir("config.workspace", configured).map(Some)
 }
 
 /// One session.

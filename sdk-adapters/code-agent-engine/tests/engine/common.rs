@@ -1,10 +1,8 @@
 //! Shared set-up: an engine served on 127.0.0.1:0, a client, the mock model,
 //! a temp workspace, and helpers to run turns and wait for events.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use agent_runner_proto::code_agent::code_agent_service_client::CodeAgentServiceClient;
@@ -22,7 +20,6 @@ pub type Client = CodeAgentServiceClient<Channel>;
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Harness {
-    pub engine: Engine,
     pub client: Client,
     pub mock: MockLlm,
     pub workspace: TempDir,
@@ -71,12 +68,11 @@ impl Harness {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
-        let server = tokio::spawn(serve(engine.clone(), listener, stop.clone()));
+        let server = tokio::spawn(serve(engine, listener, stop.clone()));
         let client = CodeAgentServiceClient::connect(format!("http://{addr}"))
             .await
             .unwrap();
         Harness {
-            engine,
             client,
             mock,
             workspace,
@@ -360,8 +356,4 @@ pub fn request_mentions(mock: &MockLlm, index: usize, needle: &str) -> bool {
     request_messages(mock, index)
         .iter()
         .any(|m| m["content"].as_str().is_some_and(|c| c.contains(needle)))
-}
-
-pub fn path_in(ws: &Path, rel: &str) -> PathBuf {
-    ws.join(rel)
 }

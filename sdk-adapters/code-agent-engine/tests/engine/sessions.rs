@@ -105,6 +105,27 @@ async fn file_sessions_survive_a_restart_and_memory_ones_do_not() {
 }
 
 #[tokio::test]
+async fn a_finished_generation_is_on_disk_with_its_tool_results() {
+    let mut h = Harness::start(vec![
+        MockReply::tool_call("c1", "bash", serde_json::json!({"command": "echo one"})),
+        MockReply::text("done"),
+    ])
+    .await;
+    let s = h.session_with(h.config(StorageType::File)).await;
+    assert_eq!(done(&h.turn(&s, "run it").await).finish_reason, "stop");
+    // Read while the engine still runs (its shutdown writes every session).
+    let file = h.state.path().join(format!("sessions/{s}.json"));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let messages = record["messages"].as_array().unwrap();
+    let roles: Vec<_> = messages.iter().map(|m| m["role"].as_str()).collect();
+    let expected = ["user", "assistant", "tool", "assistant"].map(Some);
+    assert_eq!(roles, expected);
+    let result = messages[2]["content"].as_str().unwrap_or_default();
+    assert!(result.contains("one"), "{result}");
+}
+
+#[tokio::test]
 async fn invalid_requests_name_the_field() {
     let mut h = Harness::start(vec![]).await;
     let err = h
