@@ -8,13 +8,14 @@
 //! file) or from `AGENT_RUNNER_SECRET`, which `main` reads and removes from
 //! the environment before anything else runs, so agents never inherit it.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use serde::Deserialize;
+
+pub use crate::secret::Secret;
 
 /// Flags of `agent-runner run` (each also an env var; see `--help`).
 #[derive(Debug, Clone, Default, Args)]
@@ -179,25 +180,6 @@ fn key_err(key: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError::Key {
         key,
         message: message.into(),
-    }
-}
-
-/// A secret that never prints.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: String) -> Self {
-        Self(value)
-    }
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
     }
 }
 
@@ -435,10 +417,7 @@ impl RunConfig {
             github,
         };
         let mut config = config;
-        config
-            .sdk_options
-            .code_agent
-            .default_state_dir(&config.state_dir);
+        default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);
         config.check()?;
         Ok(config)
     }
@@ -620,7 +599,7 @@ impl CodeAgentArgs {
     }
 
     /// Checked settings; the state dir default comes later
-    /// ([`CodeAgentDefaults::default_state_dir`]), once the runner's is known.
+    /// ([`default_code_agent_state_dir`]), once the runner's is known.
     fn resolve(self) -> Result<sdk_code_agent::CodeAgentConfig, ConfigError> {
         let mut config = sdk_code_agent::CodeAgentConfig::default();
         if let Some(url) = self
@@ -637,15 +616,12 @@ impl CodeAgentArgs {
 }
 
 /// The embedded engine's state dir defaults to `<state dir>/code-agent`.
-trait CodeAgentDefaults {
-    fn default_state_dir(&mut self, runner_state_dir: &Path);
-}
-
-impl CodeAgentDefaults for sdk_code_agent::CodeAgentConfig {
-    fn default_state_dir(&mut self, runner_state_dir: &Path) {
-        if self.endpoint.is_none() && self.state_dir.is_none() {
-            self.state_dir = Some(runner_state_dir.join("code-agent"));
-        }
+fn default_code_agent_state_dir(
+    config: &mut sdk_code_agent::CodeAgentConfig,
+    runner_state_dir: &Path,
+) {
+    if config.endpoint.is_none() && config.state_dir.is_none() {
+        config.state_dir = Some(runner_state_dir.join("code-agent"));
     }
 }
 
@@ -1256,7 +1232,7 @@ mod tests {
             secret_file: Some(path),
             ..args("http://x:1")
         };
-        let c = RunConfig::resolve(a, Some(Secret::new("env".into()))).unwrap();
+        let c = RunConfig::resolve(a, Some(Secret::new("env"))).unwrap();
         assert_eq!(c.secret.as_ref().unwrap().expose(), "s3cret");
         assert!(!format!("{c:?}").contains("s3cret"));
     }

@@ -28,6 +28,7 @@ pub mod redact;
 pub mod runner;
 pub mod runtime;
 pub mod sdks;
+pub mod secret;
 pub mod skills;
 pub mod state;
 pub mod status;

@@ -31,14 +31,7 @@ impl GitEnv {
     /// `exe`: the `agent-runner` binary; `socket`: the credential socket.
     /// The inherited `GIT_CONFIG_COUNT` is read from the process now.
     pub fn new(exe: PathBuf, socket: PathBuf) -> Self {
-        let inherited = match std::env::var("GIT_CONFIG_COUNT") {
-            Err(_) => 0,
-            Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-                tracing::warn!(value = %v, "GIT_CONFIG_COUNT is not a number; ignoring the inherited GIT_CONFIG_* entries");
-                0
-            }),
-        };
-        Self::with_inherited(exe, socket, inherited)
+        Self::with_inherited(exe, socket, inherited_config_count())
     }
 
     pub fn with_inherited(exe: PathBuf, socket: PathBuf, inherited: usize) -> Self {
@@ -66,23 +59,44 @@ impl GitEnv {
             ("credential.helper", self.helper(thread_id)),
             ("credential.useHttpPath", "true".to_owned()),
         ];
-        let mut env = Vec::with_capacity(2 + 2 * entries.len());
-        env.push(("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()));
-        env.push((
-            "GIT_CONFIG_COUNT".to_owned(),
-            (self.inherited + entries.len()).to_string(),
-        ));
-        for (i, (key, value)) in entries.into_iter().enumerate() {
-            let n = self.inherited + i;
-            env.push((format!("GIT_CONFIG_KEY_{n}"), key.to_owned()));
-            env.push((format!("GIT_CONFIG_VALUE_{n}"), value));
-        }
+        let mut env = vec![("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned())];
+        env.extend(config_entries(self.inherited, entries));
         env
     }
 
     pub fn socket(&self) -> &Path {
         &self.socket
     }
+}
+
+/// `GIT_CONFIG_COUNT` of the runner's own environment: how many
+/// `GIT_CONFIG_*` entries every git the runner starts already inherits, and
+/// so where entries of ours begin. A value that is not a number is warned
+/// about and counted as none.
+pub fn inherited_config_count() -> usize {
+    match std::env::var("GIT_CONFIG_COUNT") {
+        Err(_) => 0,
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            tracing::warn!(value = %v, "GIT_CONFIG_COUNT is not a number; ignoring the inherited GIT_CONFIG_* entries");
+            0
+        }),
+    }
+}
+
+/// The `GIT_CONFIG_COUNT` / `GIT_CONFIG_KEY_<n>` / `GIT_CONFIG_VALUE_<n>`
+/// variables that add `entries` (`key`, `value`) after the `inherited` ones.
+pub fn config_entries<const N: usize>(
+    inherited: usize,
+    entries: [(&str, String); N],
+) -> Vec<(String, String)> {
+    let mut env = Vec::with_capacity(1 + 2 * N);
+    env.push(("GIT_CONFIG_COUNT".to_owned(), (inherited + N).to_string()));
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        let n = inherited + i;
+        env.push((format!("GIT_CONFIG_KEY_{n}"), key.to_owned()));
+        env.push((format!("GIT_CONFIG_VALUE_{n}"), value));
+    }
+    env
 }
 
 /// `s` as one POSIX shell word: single-quoted, each `'` as `'\''`.

@@ -14,7 +14,7 @@ mod server;
 #[cfg(test)]
 mod tests;
 
-pub use env::{GitEnv, shell_quote};
+pub use env::{GitEnv, config_entries, inherited_config_count, shell_quote};
 pub use server::{
     CONNECTION_TIMEOUT, CredentialError, CredentialServer, IssuedToken, MAX_CONNECTIONS,
     MAX_SOCKET_PATH, ThreadCheck, Tokens, socket_path,

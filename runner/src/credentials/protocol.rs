@@ -16,6 +16,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::github::is_repo_name;
+
 /// The username GitHub expects with an installation token.
 pub const USERNAME: &str = "x-access-token";
 
@@ -189,7 +191,7 @@ impl Target {
         let owner = parts.next().unwrap_or("");
         let repo = parts.next().unwrap_or("");
         let repo = repo.strip_suffix(".git").unwrap_or(repo);
-        if !is_name(owner) || !is_name(repo) {
+        if !is_repo_name(owner) || !is_repo_name(repo) {
             return Err(format!(
                 "path {path:?} does not name owner/repo (is credential.useHttpPath set?)"
             ));
@@ -199,17 +201,6 @@ impl Target {
             repo: repo.to_owned(),
         })
     }
-}
-
-/// A GitHub owner or repository name: 1 to 100 of `[A-Za-z0-9._-]`, not
-/// `.` or `..`.
-fn is_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 100
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Whether `host` (`name`, `name:port`, `[v6]:port`) is a loopback address.

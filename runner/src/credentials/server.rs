@@ -49,7 +49,8 @@ pub struct IssuedToken {
 /// [`crate::github::TokenBroker`]).
 #[async_trait]
 pub trait Tokens: Send + Sync + 'static {
-    /// The host tokens are for (`github.com`, or `host:port`).
+    /// The host tokens are for (`github.com`, or `host:port`); asked once,
+    /// when the server starts.
     fn git_host(&self) -> String;
     /// A token covering `owner/repo`; the error text is shown to git's user.
     async fn token(&self, owner: &str, repo: &str) -> Result<IssuedToken, String>;
@@ -84,6 +85,8 @@ pub struct CredentialServer {
 struct Ctx {
     tokens: Arc<dyn Tokens>,
     threads: ThreadCheck,
+    /// [`Tokens::git_host`], asked once: it does not change.
+    git_host: String,
 }
 
 /// Where the socket of a runner with this state dir lives.
@@ -146,7 +149,11 @@ impl CredentialServer {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(bind_err)?;
         let stop = CancellationToken::new();
-        let ctx = Arc::new(Ctx { tokens, threads });
+        let ctx = Arc::new(Ctx {
+            git_host: tokens.git_host(),
+            tokens,
+            threads,
+        });
         let task = tokio::spawn(accept_loop(listener, ctx, stop.clone()));
         tracing::info!(socket = %path.display(), "git credential socket listening");
         Ok(Self {
@@ -304,8 +311,12 @@ async fn answer(ctx: &Ctx, request: Request) -> Answer {
         tracing::info!(thread_id = %thread, "credential request for an unknown thread; no credentials");
         return Answer::nothing(format!("unknown thread {thread}"));
     }
-    let git_host = ctx.tokens.git_host();
-    let target = match Target::parse(&request.protocol, &request.host, &request.path, &git_host) {
+    let target = match Target::parse(
+        &request.protocol,
+        &request.host,
+        &request.path,
+        &ctx.git_host,
+    ) {
         Ok(target) => target,
         Err(why) => {
             tracing::debug!(thread_id = %thread, %why, "no credentials for this URL");

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 
 use super::jwt::{AppKey, app_jwt};
 use super::source::{ASSUMED_LIFETIME, ListedInstallation, MintedToken, TokenSource};
-use super::{GithubError, SecretString};
+use super::{GithubError, Secret};
 
 /// GitHub's public API.
 pub const DEFAULT_API_URL: &str = "https://api.github.com";
@@ -103,7 +103,7 @@ impl AppSource {
         })
     }
 
-    fn jwt(&self) -> Result<SecretString, GithubError> {
+    fn jwt(&self) -> Result<Secret, GithubError> {
         app_jwt(self.app_id, &self.key, SystemTime::now())
     }
 
@@ -114,7 +114,7 @@ impl AppSource {
         &self,
         method: Method,
         path: &str,
-        bearer: &SecretString,
+        bearer: &Secret,
         what: &str,
     ) -> Result<T, Failure> {
         let mut auth =
@@ -168,7 +168,7 @@ impl AppSource {
     async fn repositories(
         &self,
         installation_id: i64,
-        token: &SecretString,
+        token: &Secret,
     ) -> Result<Vec<String>, GithubError> {
         let what = format!("listing the repositories of installation {installation_id}");
         let mut names = Vec::new();
@@ -269,7 +269,7 @@ impl TokenSource for AppSource {
             }) => return Err(GithubError::UnknownInstallation(installation_id)),
             Err(f) => return Err(f.error),
         };
-        let token = SecretString::new(answer.token);
+        let token = Secret::new(answer.token);
         let expires_at = parse_expiry(answer.expires_at.as_deref(), SystemTime::now());
         let repositories = self.repositories(installation_id, &token).await?;
         Ok(MintedToken {

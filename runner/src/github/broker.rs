@@ -111,7 +111,7 @@ struct Slot {
 }
 
 struct Cached {
-    token: super::SecretString,
+    token: super::Secret,
     minted_at: SystemTime,
     expires_at: SystemTime,
     refresh_at: SystemTime,
@@ -133,14 +133,19 @@ impl Cached {
 /// dropped; `None` if it is not a repository name.
 pub fn repo_key(owner: &str, repo: &str) -> Option<String> {
     let repo = repo.strip_suffix(".git").unwrap_or(repo);
-    let ok = |s: &str| {
-        !s.is_empty()
-            && s != "."
-            && s != ".."
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    };
-    (ok(owner) && ok(repo)).then(|| format!("{owner}/{repo}").to_ascii_lowercase())
+    (is_repo_name(owner) && is_repo_name(repo))
+        .then(|| format!("{owner}/{repo}").to_ascii_lowercase())
+}
+
+/// A GitHub owner or repository name: 1 to 100 of `[A-Za-z0-9._-]`, not
+/// `.` or `..`.
+pub fn is_repo_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 100
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 fn covers(repositories: &[String], key: &str) -> bool {

@@ -128,7 +128,7 @@ impl TokenSource for Fake {
             .map(|(_, r)| r.clone())
             .ok_or(GithubError::UnknownInstallation(installation_id))?;
         Ok(MintedToken {
-            token: SecretString::new(format!("ghs_test_{installation_id}_{n:04}")),
+            token: Secret::new(format!("ghs_test_{installation_id}_{n:04}")),
             expires_at: self.clock.now() + self.lifetime,
             repositories,
         })

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use tonic::Code;
 
 use super::source::{ASSUMED_LIFETIME, ListedInstallation, MintedToken, TokenSource};
-use super::{GithubError, SecretString};
+use super::{GithubError, Secret};
 use crate::link::Client;
 
 /// How long one RPC may take.
@@ -92,7 +92,7 @@ impl TokenSource for ControlPlaneSource {
             SystemTime::now(),
         );
         Ok(MintedToken {
-            token: SecretString::new(response.access_token),
+            token: Secret::new(response.access_token),
             expires_at,
             repositories: response.repositories,
         })

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::Serialize;
 
-use super::{GithubError, SecretString};
+use super::{GithubError, Secret};
 
 /// How far in the past `iat` is put, for clocks running ahead of GitHub's.
 pub const BACKDATE: Duration = Duration::from_secs(60);
@@ -57,13 +57,13 @@ fn unix(t: SystemTime) -> u64 {
 }
 
 /// A JWT for App `app_id`, valid around `now`.
-pub fn app_jwt(app_id: u64, key: &AppKey, now: SystemTime) -> Result<SecretString, GithubError> {
+pub fn app_jwt(app_id: u64, key: &AppKey, now: SystemTime) -> Result<Secret, GithubError> {
     let claims = Claims {
         iat: unix(now.checked_sub(BACKDATE).unwrap_or(now)),
         exp: unix(now + VALIDITY),
         iss: app_id,
     };
     jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &key.0)
-        .map(SecretString::new)
+        .map(Secret::new)
         .map_err(|e| GithubError::Rejected(format!("signing the GitHub App JWT: {e}")))
 }

@@ -3,7 +3,7 @@
 //! the runner's own GitHub App ([`app`], when `--github-app-id` is set).
 //!
 //! Tokens live in memory only: never logged, never written to disk, never in
-//! an update ([`SecretString`] prints `***`; every minted token is added to
+//! an update ([`Secret`] prints `***`; every minted token is added to
 //! the runtime's [`Redactor`] before anyone sees it).
 
 pub mod app;
@@ -12,7 +12,6 @@ pub mod control_plane;
 mod error;
 pub mod jwt;
 pub mod refresh;
-mod secret;
 pub mod source;
 
 #[cfg(test)]
@@ -21,9 +20,9 @@ mod broker_tests;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-pub use broker::{BrokerOptions, TokenBroker, repo_key};
+pub use crate::secret::Secret;
+pub use broker::{BrokerOptions, TokenBroker, is_repo_name, repo_key};
 pub use error::GithubError;
-pub use secret::SecretString;
 
 use crate::config::GithubConfig;
 use crate::redact::Redactor;
@@ -32,7 +31,7 @@ use crate::redact::Redactor;
 #[derive(Debug, Clone)]
 pub struct InstallationToken {
     pub installation_id: i64,
-    pub token: SecretString,
+    pub token: Secret,
     pub expires_at: SystemTime,
     /// `owner/repo` of every repository the token covers.
     pub repositories: Vec<String>,

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
-use super::{GithubError, SecretString};
+use super::{GithubError, Secret};
 
 /// Assumed lifetime of a token whose expiry the source did not give
 /// (GitHub's installation tokens live one hour).
@@ -24,7 +24,7 @@ pub struct ListedInstallation {
 /// A token just minted.
 #[derive(Debug, Clone)]
 pub struct MintedToken {
-    pub token: SecretString,
+    pub token: Secret,
     pub expires_at: SystemTime,
     /// `owner/repo` of every repository the token covers.
     pub repositories: Vec<String>,

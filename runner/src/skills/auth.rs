@@ -9,7 +9,10 @@
 use base64::Engine as _;
 
 use super::coordinate::Source;
-use crate::credentials::protocol::Target;
+use crate::credentials::{
+    self,
+    protocol::{Target, USERNAME},
+};
 
 /// The repository a package's git source names on `git_host`, and the URL
 /// a token for it may be sent to (and below).
@@ -29,22 +32,14 @@ pub fn github_repo(source: &Source, git_host: &str) -> Option<(Target, String)> 
 /// basic credentials) to URLs under `url_prefix` only, appended after any
 /// `GIT_CONFIG_*` entries the runner itself was started with.
 pub fn git_env(url_prefix: &str, token: &str) -> Vec<(String, String)> {
-    let inherited = std::env::var("GIT_CONFIG_COUNT")
-        .ok()
-        .and_then(|n| n.parse::<usize>().ok())
-        .unwrap_or(0);
-    let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
-    vec![
-        ("GIT_CONFIG_COUNT".into(), (inherited + 1).to_string()),
-        (
-            format!("GIT_CONFIG_KEY_{inherited}"),
-            format!("http.{url_prefix}.extraHeader"),
-        ),
-        (
-            format!("GIT_CONFIG_VALUE_{inherited}"),
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{USERNAME}:{token}"));
+    credentials::config_entries(
+        credentials::inherited_config_count(),
+        [(
+            &format!("http.{url_prefix}.extraHeader"),
             format!("Authorization: Basic {basic}"),
-        ),
-    ]
+        )],
+    )
 }
 
 #[cfg(test)]
