@@ -158,3 +158,31 @@ async fn coding_turn(
         "the API key reached the runner's log"
     );
 }
+
+/// `agent-runner demo` takes the code-agent path when only OPENAI_BASE_URL
+/// is set (a local server without auth): the thread is created on
+/// `code-agent` with the advertised model, and the model is really asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_uses_code_agent_when_openai_base_url_is_set() {
+    let mock = MockLlm::start(script()).await;
+    let out = Command::new(runner_bin())
+        .arg("demo")
+        .env_remove("OPENAI_API_KEY")
+        .env("OPENAI_BASE_URL", mock.base_url())
+        .env("CODE_AGENT_MODELS", MODEL)
+        .output()
+        .await
+        .expect("run agent-runner demo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("user message to code-agent ({MODEL})")),
+        "{text}"
+    );
+    assert!(text.contains("COMMAND_EXECUTION"), "{text}");
+    assert_eq!(mock.requests().len(), 2, "{text}");
+}

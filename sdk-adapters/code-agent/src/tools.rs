@@ -2,7 +2,7 @@
 //!
 //! | tool | kind | while running | when done |
 //! |---|---|---|---|
-//! | `bash` | CommandExecution | `command`, the workspace as `cwd`, the tool call id as `process_id` until the pid is known | `cwd` and `pid` from the result's metadata, the output (plus the error), `exit_code` |
+//! | `bash` | CommandExecution | `command`, the workspace as `cwd`, no `process_id` until the pid is known (the runner shows the item id meanwhile) | `cwd` and `pid` from the result's metadata, the output (plus the error), `exit_code` |
 //! | `write`, `edit` | FileChange | `write PATH` / `edit PATH` | `add PATH` / `update PATH` (the result's `kind`) followed by the unified diff; on failure the error |
 //! | `todo` | Plan | one `[status] content` line per todo | the same (plus the error, if any) |
 //! | `read`, `grep`, `glob`, `ls` | McpToolCall | `read PATH`, `grep PATTERN PATH`, … | the same, then the result (capped) |
@@ -47,7 +47,7 @@ fn todo_lines(args: &Value) -> String {
 }
 
 /// The item for a `tool_call` chunk. `arguments` is the call's JSON text.
-pub(crate) fn started(tool: &str, call_id: &str, arguments: &str, cwd: &str) -> ToolItem {
+pub(crate) fn started(tool: &str, arguments: &str, cwd: &str) -> ToolItem {
     let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
     let path = [field(&args, "path"), field(&args, "file_path")]
         .into_iter()
@@ -81,7 +81,9 @@ pub(crate) fn started(tool: &str, call_id: &str, arguments: &str, cwd: &str) -> 
                             command
                         },
                         cwd: cwd.to_owned(),
-                        process_id: call_id.to_owned(),
+                        // Unknown until the result: the runner stands the
+                        // item id in for an empty one, as for every adapter.
+                        process_id: String::new(),
                         output: None,
                         exit_code: None,
                     }),
@@ -195,14 +197,14 @@ mod tests {
 
     #[test]
     fn bash_is_a_command_with_its_pid_and_output() {
-        let mut item = started("bash", "call_1", r#"{"command":"echo hi"}"#, "/w");
+        let mut item = started("bash", r#"{"command":"echo hi"}"#, "/w");
         assert_eq!(item.content.kind, ItemKind::CommandExecution);
         let running = item.content.command.clone().unwrap();
         assert_eq!(
             (running.command.as_str(), running.cwd.as_str()),
             ("echo hi", "/w")
         );
-        assert_eq!(running.process_id, "call_1");
+        assert_eq!(running.process_id, "");
         complete(
             &mut item,
             &result(
@@ -221,12 +223,7 @@ mod tests {
 
     #[test]
     fn edits_are_file_changes_with_their_diff() {
-        let mut item = started(
-            "edit",
-            "c",
-            r#"{"path":"src/a.rs","old":"x","new":"y"}"#,
-            "/w",
-        );
+        let mut item = started("edit", r#"{"path":"src/a.rs","old":"x","new":"y"}"#, "/w");
         assert_eq!(item.content.kind, ItemKind::FileChange);
         assert_eq!(item.content.text.as_deref(), Some("edit src/a.rs"));
         complete(
@@ -247,7 +244,7 @@ mod tests {
             Some("update src/a.rs\n-x\n+y")
         );
 
-        let mut failed = started("write", "c", r#"{"path":"../x"}"#, "/w");
+        let mut failed = started("write", r#"{"path":"../x"}"#, "/w");
         complete(
             &mut failed,
             &result(false, "", "path escapes the workspace", &[]),
@@ -262,7 +259,6 @@ mod tests {
     fn other_tools_take_the_closest_kind() {
         let todo = started(
             "todo",
-            "c",
             r#"{"todos":[{"content":"a","status":"pending"},{"content":"b","status":"completed"}]}"#,
             "/w",
         );
@@ -272,7 +268,7 @@ mod tests {
             Some("[pending] a\n[completed] b")
         );
 
-        let mut grep = started("grep", "c", r#"{"pattern":"fn main","path":"src"}"#, "/w");
+        let mut grep = started("grep", r#"{"pattern":"fn main","path":"src"}"#, "/w");
         assert_eq!(grep.content.kind, ItemKind::McpToolCall);
         complete(&mut grep, &result(true, "src/main.rs:1:fn main", "", &[]));
         assert_eq!(
@@ -280,7 +276,7 @@ mod tests {
             Some("grep fn main src\nsrc/main.rs:1:fn main")
         );
 
-        let other = started("mcp_thing", "c", r#"{"a":1}"#, "/w");
+        let other = started("mcp_thing", r#"{"a":1}"#, "/w");
         assert_eq!(other.content.kind, ItemKind::McpToolCall);
         assert_eq!(other.content.text.as_deref(), Some(r#"mcp_thing {"a":1}"#));
     }

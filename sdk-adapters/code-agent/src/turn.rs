@@ -324,7 +324,7 @@ impl TurnTask {
         } else {
             call.id.clone()
         };
-        let item = tools::started(&call.name, &call_id, &call.arguments, &self.cwd);
+        let item = tools::started(&call.name, &call.arguments, &self.cwd);
         let event = item.content.event(item_id.clone(), ItemStatus::Running);
         if run.tools.insert(call_id.clone(), (item_id, item)).is_none() {
             run.tool_order.push(call_id);
@@ -352,7 +352,7 @@ impl TurnTask {
                 // A result without its call: report it all at once.
                 let tool = result.metadata.get("tool").map_or("tool", String::as_str);
                 let item_id = next_id(&self.turn_id, run);
-                let item = tools::started(tool, &item_id, "{}", &self.cwd);
+                let item = tools::started(tool, "{}", &self.cwd);
                 (item_id, item)
             }
         };
