@@ -13,6 +13,7 @@ pub mod agent;
 pub mod code_agent_cmd;
 pub mod config;
 pub mod credentials;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod dispatch;
 pub mod git_credential_cmd;

@@ -8,8 +8,10 @@ use std::process::ExitCode;
 
 use agent_runner::config::{RunArgs, RunConfig, Secret};
 use agent_runner::runner::Runner;
+#[cfg(feature = "demo")]
+use agent_runner::demo;
 use agent_runner::{
-    code_agent_cmd, demo, git_credential_cmd, github_cmd, logging, procs, sdks, status_cmd,
+    code_agent_cmd, git_credential_cmd, github_cmd, logging, procs, sdks, status_cmd,
 };
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
@@ -35,6 +37,7 @@ enum Command {
     Status(status_cmd::StatusArgs),
     /// Run a mock control plane and a runner in-process and print a live
     /// transcript of one scripted turn.
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
     /// Git credential helper for agents' git (the runner configures it
     /// through GIT_CONFIG_* in every agent's environment): answers
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run(*args, env_secret).await,
             Command::Status(args) => status_cmd::run(args).await,
+            #[cfg(feature = "demo")]
             Command::Demo(args) => demo::run(args).await,
             Command::CodeAgent { command } => code_agent_cmd::run(command).await,
             Command::Github { command } => github_cmd::run(*command, env_secret).await,

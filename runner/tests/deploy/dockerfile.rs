@@ -109,7 +109,7 @@ fn every_copy_source_exists_and_every_binary_copied_is_built() {
                         run.contains(&format!("-p {bin}")),
                         "{src}: the {stage} stage does not build package {bin}"
                     );
-                    let declared = ["runner/Cargo.toml", "tests/Cargo.toml"]
+                    let declared = ["runner/Cargo.toml", "mock-control-plane/Cargo.toml"]
                         .iter()
                         .any(|m| read(&root.join(m)).contains(&format!("name = \"{bin}\"")));
                     assert!(declared, "{bin} is not a binary of the workspace");
@@ -119,6 +119,33 @@ fn every_copy_source_exists_and_every_binary_copied_is_built() {
         }
     }
     assert!(copies >= 5, "the build stage copies the sources");
+    // cargo loads every workspace member's manifest, whatever -p says: each
+    // member must be inside something the build stage copies.
+    let copied: Vec<String> = all
+        .iter()
+        .filter(|i| i.keyword == "COPY" && !i.args.contains("--from="))
+        .flat_map(|i| {
+            let w = words(&i.args);
+            w[..w.len() - 1].to_vec()
+        })
+        .collect();
+    let manifest = read(&root.join("Cargo.toml"));
+    let members = manifest
+        .split("members = [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("a members list");
+    for member in members.split(',').map(|m| m.trim().trim_matches('"')) {
+        if member.is_empty() {
+            continue;
+        }
+        assert!(
+            copied
+                .iter()
+                .any(|c| member == c || member.starts_with(&format!("{c}/"))),
+            "workspace member {member} is not copied into the build stage"
+        );
+    }
     // No protoc to install: the build goes through the vendored one.
     let cargo_config = read(&root.join(".cargo/config.toml"));
     assert!(

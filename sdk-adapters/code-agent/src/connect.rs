@@ -13,8 +13,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agent_runner_proto::code_agent::code_agent_service_client::CodeAgentServiceClient;
-use agent_runner_proto::code_agent::code_agent_service_server::{
+use code_agent_proto::code_agent_service_client::CodeAgentServiceClient;
+use code_agent_proto::code_agent_service_server::{
     CodeAgentService, CodeAgentServiceServer,
 };
 use hyper_util::rt::TokioIo;

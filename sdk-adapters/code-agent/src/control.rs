@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use agent_runner_proto::code_agent::{CancelRequest, GenerateChunk, GenerateRequest, Message};
+use code_agent_proto::{CancelRequest, GenerateChunk, GenerateRequest, Message};
 use async_trait::async_trait;
 use sdk_adapter::{SteerError, SteerGate, TurnControl};
 use tokio::sync::mpsc;

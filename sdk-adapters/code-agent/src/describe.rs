@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use agent_runner_proto::code_agent::{ListProvidersRequest, ListProvidersResponse, ProviderInfo};
+use code_agent_proto::{ListProvidersRequest, ListProvidersResponse, ProviderInfo};
 use sdk_adapter::{ModelInfo, SdkDescription, SdkStatus};
 
 use crate::SDK_NAME;
@@ -118,7 +118,7 @@ pub(crate) fn from_providers(response: &ListProvidersResponse) -> Described {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_runner_proto::code_agent::{ModelInfo as ProtoModel, ModelLimitInfo};
+    use code_agent_proto::{ModelInfo as ProtoModel, ModelLimitInfo};
 
     fn model(id: &str, reasoning: bool, context: u32) -> ProtoModel {
         ProtoModel {

@@ -33,10 +33,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_runner_proto::code_agent::code_agent_service_server::{
+use code_agent_proto::code_agent_service_server::{
     CodeAgentService, CodeAgentServiceServer,
 };
-use agent_runner_proto::code_agent::{
+use code_agent_proto::{
     ConfigureSessionRequest, CreateSessionRequest, DestroySessionRequest, GenerateRequest,
     GetSessionRequest, InitializeRequest, LlmConfig, SessionConfig, StorageType,
 };
@@ -297,7 +297,7 @@ impl CodeAgentAdapter {
     ) -> Result<
         (
             String,
-            tonic::Streaming<agent_runner_proto::code_agent::GenerateChunk>,
+            tonic::Streaming<code_agent_proto::GenerateChunk>,
         ),
         SdkError,
     > {

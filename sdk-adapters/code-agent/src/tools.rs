@@ -10,7 +10,7 @@
 //!
 //! Results are capped like every adapter's (`sdk_process::cap_text`).
 
-use agent_runner_proto::code_agent::ToolResult;
+use code_agent_proto::ToolResult;
 use sdk_adapter::{CommandInfo, ItemContent, ItemKind};
 use sdk_process::{OUTPUT_CAP_BYTES, cap_text};
 use serde_json::Value;

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_runner_proto::code_agent::GenerateChunk;
+use code_agent_proto::GenerateChunk;
 use sdk_adapter::{
     Gone, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent,
     TurnOutcome, sleep_until,

@@ -383,7 +383,7 @@ async fn delete_thread_destroys_the_session(mode: Mode) {
     let spec = h.thread(h.spec("thr-del")).await;
     let session_id = spec.sdk_thread_id.clone().expect("sdk thread id");
     assert_eq!(session_id, "thr-del");
-    let get = |id: String| agent_runner_proto::code_agent::GetSessionRequest { session_id: id };
+    let get = |id: String| code_agent_proto::GetSessionRequest { session_id: id };
     let found = h
         .admin
         .get_session(get(session_id.clone()))
@@ -396,7 +396,7 @@ async fn delete_thread_destroys_the_session(mode: Mode) {
         .expect("config");
     assert_eq!(
         config.storage_type,
-        agent_runner_proto::code_agent::StorageType::File as i32
+        code_agent_proto::StorageType::File as i32
     );
     assert_eq!(config.llm.map(|l| l.model).as_deref(), Some(MODEL));
     h.adapter.delete_thread(&spec).await.expect("delete_thread");

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use agent_runner_proto::code_agent::code_agent_service_client::CodeAgentServiceClient;
-use agent_runner_proto::code_agent::{
+use code_agent_proto::code_agent_service_client::CodeAgentServiceClient;
+use code_agent_proto::{
     AddProviderRequest, ModelInfo, ModelLimitInfo, ProviderInfo, SetDefaultModelRequest,
 };
 use code_agent_engine::testing::{MockLlm, MockReply};

@@ -1,0 +1,315 @@
+//! The engine: its configuration, the live sessions, and the shared parts
+//! every request uses (provider store, tool registry, event bus, env
+//! registry, model clients, session store). [`Engine::start`] reloads the
+//! `STORAGE_TYPE_FILE` sessions of the state dir.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use code_agent_proto::agent_event::EventType;
+use code_agent_proto::code_agent_service_server::CodeAgentServiceServer;
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use crate::env_registry::EnvRegistry;
+use crate::events::EventBus;
+use crate::llm::ClientOptions;
+use crate::model::ModelClients;
+use crate::providers::ProviderStore;
+use crate::service::Service;
+use crate::session::Session;
+use crate::store::{FileStore, validate_session_id};
+use crate::tools::{DEFAULT_BASH_TIMEOUT, DEFAULT_OUTPUT_CAP, ToolContext, ToolRegistry};
+
+/// How the engine runs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Where FILE sessions and providers.json live; `None` keeps nothing.
+    pub state_dir: Option<PathBuf>,
+    /// The workspace of sessions that name none.
+    pub default_workspace: Option<PathBuf>,
+    /// Model calls per generation before it stops (`finish_reason` "length").
+    pub max_steps: u32,
+    /// Default timeout of one `bash` call.
+    pub bash_timeout: Duration,
+    /// Bytes kept of one tool's output.
+    pub output_cap: usize,
+    /// Events buffered per `SubscribeEvents` subscriber.
+    pub event_buffer: usize,
+    /// Chunks buffered per `StreamGenerate` client.
+    pub chunk_buffer: usize,
+    /// Live sessions at most.
+    pub max_sessions: usize,
+    /// Timeouts and retries of model calls.
+    pub client_options: ClientOptions,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            state_dir: None,
+            default_workspace: None,
+            max_steps: 50,
+            bash_timeout: DEFAULT_BASH_TIMEOUT,
+            output_cap: DEFAULT_OUTPUT_CAP,
+            event_buffer: 1024,
+            chunk_buffer: 64,
+            max_sessions: 1024,
+            client_options: ClientOptions::default(),
+        }
+    }
+}
+
+/// The engine (a cheap handle).
+#[derive(Clone, Debug)]
+pub struct Engine {
+    pub(crate) inner: Arc<EngineInner>,
+}
+
+pub(crate) struct EngineInner {
+    pub config: EngineConfig,
+    pub sessions: RwLock<HashMap<String, Arc<Session>>>,
+    pub store: Option<FileStore>,
+    pub providers: ProviderStore,
+    pub tools: ToolRegistry,
+    pub events: EventBus,
+    pub env: EnvRegistry,
+    pub default_workspace: RwLock<Option<PathBuf>>,
+    pub models: ModelClients,
+    /// Cancelled by `Shutdown`: every generation is a child of it.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for EngineInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("sessions", &self.session_list().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Opens the state dir (if any), the provider store, and reloads the
+    /// FILE sessions found there.
+    pub async fn start(config: EngineConfig) -> anyhow::Result<Engine> {
+        let default_workspace = match &config.default_workspace {
+            Some(path) => Some(
+                std::fs::canonicalize(path)
+                    .with_context(|| format!("default workspace {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let store = match &config.state_dir {
+            Some(dir) => Some(FileStore::open(dir)?),
+            None => None,
+        };
+        let providers = ProviderStore::open(config.state_dir.as_deref())
+            .context("opening the provider store")?;
+        let mut sessions = HashMap::new();
+        if let Some(store) = &store {
+            let (records, skipped) = store.load_all()?;
+            for error in skipped {
+                tracing::warn!(%error, "skipping an unreadable session file");
+            }
+            for record in records {
+                let id = record.session_id.clone();
+                match Session::from_record(record, default_workspace.as_deref()) {
+                    Ok(session) => {
+                        sessions.insert(id, Arc::new(session));
+                    }
+                    Err(error) => tracing::warn!(session_id = %id, %error, "skipping a session"),
+                }
+            }
+            tracing::info!(count = sessions.len(), "reloaded file-backed sessions");
+        }
+        let inner = EngineInner {
+            events: EventBus::new(config.event_buffer),
+            models: ModelClients::new(config.client_options.clone()),
+            config,
+            sessions: RwLock::new(sessions),
+            store,
+            providers,
+            tools: ToolRegistry::builtin(),
+            env: EnvRegistry::default(),
+            default_workspace: RwLock::new(default_workspace),
+            shutdown: CancellationToken::new(),
+        };
+        Ok(Engine {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The tonic service of this engine.
+    pub fn grpc_service(&self) -> CodeAgentServiceServer<Service> {
+        CodeAgentServiceServer::new(self.service())
+            .max_decoding_message_size(32 * 1024 * 1024)
+            .max_encoding_message_size(32 * 1024 * 1024)
+    }
+
+    /// The service itself, for in-process callers of the trait.
+    pub fn service(&self) -> Service {
+        Service::new(self.clone())
+    }
+
+    /// Cancelled once `Shutdown` was called (or [`Engine::shutdown`]).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.inner.shutdown.clone()
+    }
+
+    /// Cancels every generation and writes every FILE session.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown_all().await;
+    }
+}
+
+impl EngineInner {
+    /// Every live session.
+    pub fn session_list(&self) -> Vec<Arc<Session>> {
+        let mut list: Vec<_> = self
+            .sessions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        list.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        list
+    }
+
+    /// The session `id`: InvalidArgument when malformed, NotFound when unknown.
+    pub fn session(&self, id: &str) -> Result<Arc<Session>, Status> {
+        validate_session_id(id).map_err(Status::invalid_argument)?;
+        self.sessions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("session_id: no session {id:?}")))
+    }
+
+    /// Adds a new session (AlreadyExists / ResourceExhausted when refused).
+    pub fn insert(&self, session: Arc<Session>) -> Result<(), Status> {
+        let mut sessions = self.sessions.write().unwrap_or_else(|e| e.into_inner());
+        if sessions.contains_key(&session.id) {
+            return Err(Status::already_exists(format!(
+                "session_id: session {:?} already exists",
+                session.id
+            )));
+        }
+        if sessions.len() >= self.config.max_sessions {
+            return Err(Status::resource_exhausted(format!(
+                "at most {} sessions; destroy one first",
+                self.config.max_sessions
+            )));
+        }
+        sessions.insert(session.id.clone(), session);
+        Ok(())
+    }
+
+    /// Removes a session (its file too).
+    pub async fn remove(&self, id: &str) -> Result<Arc<Session>, Status> {
+        let session = self
+            .sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+            .ok_or_else(|| Status::not_found(format!("session_id: no session {id:?}")))?;
+        session.mark_destroyed();
+        session.generation.cancel();
+        self.delete_file(&session).await?;
+        Ok(session)
+    }
+
+    /// Deletes a session's file (a missing one is fine).
+    pub async fn delete_file(&self, session: &Session) -> Result<(), Status> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let _guard = session.persist_lock.lock().await;
+        let (store, id) = (store.clone(), session.id.clone());
+        tokio::task::spawn_blocking(move || store.delete(&id))
+            .await
+            .map_err(|e| Status::internal(format!("deleting the session file: {e}")))?
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    /// Writes a FILE session to the state dir (nothing for MEMORY ones).
+    pub async fn persist(&self, session: &Session) -> Result<(), Status> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let _guard = session.persist_lock.lock().await;
+        if !session.is_file_backed() || session.is_destroyed() {
+            return Ok(());
+        }
+        let record = session.record();
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.save(&record))
+            .await
+            .map_err(|e| Status::internal(format!("writing the session file: {e}")))?
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    /// Like [`persist`](Self::persist), for places that can only report.
+    pub async fn persist_or_report(&self, session: &Session) {
+        if let Err(status) = self.persist(session).await {
+            tracing::warn!(session_id = %session.id, error = %status.message(), "session not saved");
+            self.events.emit(
+                EventType::Error,
+                Some(&session.id),
+                &format!("session not saved: {}", status.message()),
+                [("kind", "persist")],
+            );
+        }
+    }
+
+    /// The engine-wide default workspace.
+    pub fn default_workspace(&self) -> Option<PathBuf> {
+        self.default_workspace
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The workspace tools of `session` run in.
+    pub fn workspace_of(&self, session: &Session) -> Result<PathBuf, Status> {
+        session
+            .read(|d| d.workspace.clone())
+            .or_else(|| self.default_workspace())
+            .ok_or_else(|| {
+                Status::failed_precondition(
+                    "session has no workspace: set config.workspace, call Initialize with a workspace, or start the engine with --workspace",
+                )
+            })
+    }
+
+    /// What one tool call of `session` runs with.
+    pub fn tool_context(
+        &self,
+        session: &Session,
+        workspace: &Path,
+        cancel: CancellationToken,
+    ) -> ToolContext {
+        ToolContext {
+            workspace: workspace.to_path_buf(),
+            cancel,
+            env: self.env.env_for(workspace),
+            bash_timeout: self.config.bash_timeout,
+            output_cap: self.config.output_cap,
+            todos: session.todos.clone(),
+        }
+    }
+
+    /// Cancels everything and flushes every FILE session.
+    pub async fn shutdown_all(&self) {
+        self.shutdown.cancel();
+        for session in self.session_list() {
+            session.generation.cancel();
+            self.persist_or_report(&session).await;
+        }
+    }
+}

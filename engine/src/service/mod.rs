@@ -1,0 +1,182 @@
+//! The tonic `CodeAgentService` of the engine: all 77 RPCs. Each area's
+//! handlers live in their own file as inherent methods of [`Service`]; the
+//! trait impl below only unwraps requests and wraps responses. Memory, MCP,
+//! LSP, Cron and Planning answer `UNIMPLEMENTED`, saying so.
+
+mod context;
+mod control;
+mod generate;
+mod hitl;
+mod lifecycle;
+mod policy;
+mod providers;
+mod sessions;
+mod skills;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use code_agent_proto::code_agent_service_server::CodeAgentService;
+use code_agent_proto::*;
+use futures::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::engine::{Engine, EngineInner};
+use crate::session::Session;
+
+/// The service (a cheap handle on the engine).
+#[derive(Clone, Debug)]
+pub struct Service {
+    engine: Arc<EngineInner>,
+}
+
+impl Service {
+    pub(crate) fn new(engine: Engine) -> Self {
+        Self {
+            engine: engine.inner,
+        }
+    }
+
+    fn session(&self, id: &str) -> Result<Arc<Session>, Status> {
+        if id.is_empty() {
+            return Err(Status::invalid_argument("session_id: required"));
+        }
+        self.engine.session(id)
+    }
+}
+
+/// The answer of every RPC of an area this engine does not have yet.
+fn not_built(area: &str, rpc: &str) -> Status {
+    Status::unimplemented(format!(
+        "{rpc}: {area} is not built yet in this engine (planned for a later release)"
+    ))
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<AgentEvent, Status>> + Send + 'static>>;
+
+macro_rules! code_agent_service {
+    (
+        handled { $( $method:ident : $req:ident => $resp:ident ; )* }
+        not_built { $( $umethod:ident : $ureq:ident => $uresp:ident = $area:literal ; )* }
+    ) => {
+        #[tonic::async_trait]
+        impl CodeAgentService for Service {
+            $(
+                async fn $method(&self, request: Request<$req>) -> Result<Response<$resp>, Status> {
+                    Service::$method(self, request.into_inner()).await.map(Response::new)
+                }
+            )*
+            $(
+                async fn $umethod(&self, _request: Request<$ureq>) -> Result<Response<$uresp>, Status> {
+                    Err(not_built($area, stringify!($umethod)))
+                }
+            )*
+
+            type StreamGenerateStream = ReceiverStream<Result<GenerateChunk, Status>>;
+            async fn stream_generate(
+                &self,
+                request: Request<GenerateRequest>,
+            ) -> Result<Response<Self::StreamGenerateStream>, Status> {
+                Service::stream_generate(self, request.into_inner()).await.map(Response::new)
+            }
+
+            type StreamGenerateStructuredStream = ReceiverStream<Result<GenerateStructuredChunk, Status>>;
+            async fn stream_generate_structured(
+                &self,
+                request: Request<GenerateStructuredRequest>,
+            ) -> Result<Response<Self::StreamGenerateStructuredStream>, Status> {
+                Service::stream_generate_structured(self, request.into_inner()).await.map(Response::new)
+            }
+
+            type SubscribeEventsStream = EventStream;
+            async fn subscribe_events(
+                &self,
+                request: Request<SubscribeEventsRequest>,
+            ) -> Result<Response<Self::SubscribeEventsStream>, Status> {
+                Service::subscribe_events(self, request.into_inner()).await.map(Response::new)
+            }
+        }
+    };
+}
+
+code_agent_service! {
+    handled {
+        health_check: HealthCheckRequest => HealthCheckResponse;
+        get_capabilities: GetCapabilitiesRequest => GetCapabilitiesResponse;
+        initialize: InitializeRequest => InitializeResponse;
+        shutdown: ShutdownRequest => ShutdownResponse;
+        create_session: CreateSessionRequest => CreateSessionResponse;
+        destroy_session: DestroySessionRequest => DestroySessionResponse;
+        list_sessions: ListSessionsRequest => ListSessionsResponse;
+        get_session: GetSessionRequest => GetSessionResponse;
+        configure_session: ConfigureSessionRequest => ConfigureSessionResponse;
+        get_messages: GetMessagesRequest => GetMessagesResponse;
+        generate: GenerateRequest => GenerateResponse;
+        generate_structured: GenerateStructuredRequest => GenerateStructuredResponse;
+        load_skill: LoadSkillRequest => LoadSkillResponse;
+        unload_skill: UnloadSkillRequest => UnloadSkillResponse;
+        list_skills: ListSkillsRequest => ListSkillsResponse;
+        get_claude_code_skills: GetClaudeCodeSkillsRequest => GetClaudeCodeSkillsResponse;
+        get_context_usage: GetContextUsageRequest => GetContextUsageResponse;
+        compact_context: CompactContextRequest => CompactContextResponse;
+        clear_context: ClearContextRequest => ClearContextResponse;
+        cancel: CancelRequest => CancelResponse;
+        pause: PauseRequest => PauseResponse;
+        resume: ResumeRequest => ResumeResponse;
+        confirm_tool_execution: ConfirmToolExecutionRequest => ConfirmToolExecutionResponse;
+        set_confirmation_policy: SetConfirmationPolicyRequest => SetConfirmationPolicyResponse;
+        get_confirmation_policy: GetConfirmationPolicyRequest => GetConfirmationPolicyResponse;
+        set_lane_handler: SetLaneHandlerRequest => SetLaneHandlerResponse;
+        get_lane_handler: GetLaneHandlerRequest => GetLaneHandlerResponse;
+        complete_external_task: CompleteExternalTaskRequest => CompleteExternalTaskResponse;
+        list_pending_external_tasks: ListPendingExternalTasksRequest => ListPendingExternalTasksResponse;
+        set_permission_policy: SetPermissionPolicyRequest => SetPermissionPolicyResponse;
+        get_permission_policy: GetPermissionPolicyRequest => GetPermissionPolicyResponse;
+        check_permission: CheckPermissionRequest => CheckPermissionResponse;
+        add_permission_rule: AddPermissionRuleRequest => AddPermissionRuleResponse;
+        get_todos: GetTodosRequest => GetTodosResponse;
+        set_todos: SetTodosRequest => SetTodosResponse;
+        list_providers: ListProvidersRequest => ListProvidersResponse;
+        get_provider: GetProviderRequest => GetProviderResponse;
+        add_provider: AddProviderRequest => AddProviderResponse;
+        update_provider: UpdateProviderRequest => UpdateProviderResponse;
+        remove_provider: RemoveProviderRequest => RemoveProviderResponse;
+        set_default_model: SetDefaultModelRequest => SetDefaultModelResponse;
+        get_default_model: GetDefaultModelRequest => GetDefaultModelResponse;
+    }
+    not_built {
+        create_plan: CreatePlanRequest => CreatePlanResponse = "planning";
+        get_plan: GetPlanRequest => GetPlanResponse = "planning";
+        extract_goal: ExtractGoalRequest => ExtractGoalResponse = "planning";
+        check_goal_achievement: CheckGoalAchievementRequest => CheckGoalAchievementResponse = "planning";
+        store_memory: StoreMemoryRequest => StoreMemoryResponse = "memory";
+        retrieve_memory: RetrieveMemoryRequest => RetrieveMemoryResponse = "memory";
+        search_memories: SearchMemoriesRequest => SearchMemoriesResponse = "memory";
+        get_memory_stats: GetMemoryStatsRequest => GetMemoryStatsResponse = "memory";
+        clear_memories: ClearMemoriesRequest => ClearMemoriesResponse = "memory";
+        register_mcp_server: RegisterMcpServerRequest => RegisterMcpServerResponse = "MCP";
+        connect_mcp_server: ConnectMcpServerRequest => ConnectMcpServerResponse = "MCP";
+        disconnect_mcp_server: DisconnectMcpServerRequest => DisconnectMcpServerResponse = "MCP";
+        list_mcp_servers: ListMcpServersRequest => ListMcpServersResponse = "MCP";
+        get_mcp_tools: GetMcpToolsRequest => GetMcpToolsResponse = "MCP";
+        start_lsp_server: StartLspServerRequest => StartLspServerResponse = "LSP";
+        stop_lsp_server: StopLspServerRequest => StopLspServerResponse = "LSP";
+        list_lsp_servers: ListLspServersRequest => ListLspServersResponse = "LSP";
+        lsp_hover: LspHoverRequest => LspHoverResponse = "LSP";
+        lsp_definition: LspDefinitionRequest => LspDefinitionResponse = "LSP";
+        lsp_references: LspReferencesRequest => LspReferencesResponse = "LSP";
+        lsp_symbols: LspSymbolsRequest => LspSymbolsResponse = "LSP";
+        lsp_diagnostics: LspDiagnosticsRequest => LspDiagnosticsResponse = "LSP";
+        list_cron_jobs: ListCronJobsRequest => ListCronJobsResponse = "cron";
+        create_cron_job: CreateCronJobRequest => CreateCronJobResponse = "cron";
+        get_cron_job: GetCronJobRequest => GetCronJobResponse = "cron";
+        update_cron_job: UpdateCronJobRequest => UpdateCronJobResponse = "cron";
+        pause_cron_job: PauseCronJobRequest => PauseCronJobResponse = "cron";
+        resume_cron_job: ResumeCronJobRequest => ResumeCronJobResponse = "cron";
+        delete_cron_job: DeleteCronJobRequest => DeleteCronJobResponse = "cron";
+        get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse = "cron";
+        run_cron_job: RunCronJobRequest => RunCronJobResponse = "cron";
+        parse_cron_schedule: ParseCronScheduleRequest => ParseCronScheduleResponse = "cron";
+    }
+}

@@ -1,0 +1,296 @@
+//! `mock-control-plane serve --stdio`: a harness in any language drives the
+//! mock through JSON lines. Each stdin line is a `ServerMessage` in protobuf
+//! JSON (or a `{"command": ...}` control line); each stdout line is one event
+//! (`listening`, `registered`, `connected`, `disconnected`, `message`,
+//! `sent`, `error`). Messages written before a runner connects are queued
+//! and delivered in order once one does. At stdin EOF, lines already read are
+//! still handled while a runner is connected; the mock then returns.
+//!
+//! See `README.md` for the exact format.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use agent_runner_proto::runner::ServerMessage;
+use anyhow::{Context as _, Result};
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::MockControlPlane;
+use crate::json::{
+    client_message_to_json, register_request_to_json, server_message_from_json,
+    server_message_to_json,
+};
+use crate::state::{Registration, TimelineEvent};
+
+/// One parsed stdin line.
+#[derive(Debug)]
+enum Work {
+    Send(Box<ServerMessage>),
+    DropConnection,
+    Restart,
+}
+
+/// A stdin line: a control command or a ServerMessage.
+fn parse_line(line: &str) -> Result<Work> {
+    let value: Value = serde_json::from_str(line).context("not valid JSON")?;
+    if let Some(command) = value.get("command") {
+        return match command.as_str() {
+            Some("drop_connection") => Ok(Work::DropConnection),
+            Some("restart") => Ok(Work::Restart),
+            _ => {
+                anyhow::bail!("unknown command {command} (known: \"drop_connection\", \"restart\")")
+            }
+        };
+    }
+    Ok(Work::Send(Box::new(server_message_from_json(value)?)))
+}
+
+/// The stdout line for one timeline event.
+pub fn event_json(event: &TimelineEvent) -> Value {
+    match event {
+        TimelineEvent::Registered(registration) => registered_json(registration),
+        TimelineEvent::Connected { stream } => json!({"event": "connected", "stream": stream}),
+        TimelineEvent::Disconnected { stream } => {
+            json!({"event": "disconnected", "stream": stream})
+        }
+        TimelineEvent::Received {
+            index,
+            message,
+            violations,
+        } => {
+            let mut line = json!({
+                "event": "message",
+                "index": index,
+                "message": client_message_to_json(message),
+            });
+            if let Some(v) = violations {
+                line["violations"] = json!(v);
+            }
+            line
+        }
+        TimelineEvent::Sent(message) => {
+            json!({"event": "sent", "message": server_message_to_json(message)})
+        }
+    }
+}
+
+fn registered_json(registration: &Registration) -> Value {
+    let mut line = match register_request_to_json(&registration.request) {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    line.entry("agentSdks").or_insert_with(|| json!([]));
+    line.insert("event".into(), json!("registered"));
+    let metadata: Map<String, Value> = registration
+        .metadata
+        .iter()
+        .map(|(k, v)| {
+            let shown = if k == "authorization" {
+                match v.split_once(' ') {
+                    Some((scheme, _)) => format!("{scheme} <redacted>"),
+                    None => "<redacted>".to_owned(),
+                }
+            } else {
+                v.clone()
+            };
+            (k.clone(), Value::String(shown))
+        })
+        .collect();
+    line.insert("metadata".into(), Value::Object(metadata));
+    if let Some(v) = &registration.violations {
+        line.insert("violations".into(), json!(v));
+    }
+    Value::Object(line)
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(out: &mut W, value: &Value) -> Result<()> {
+    let mut text = serde_json::to_string(value).context("encoding an output line")?;
+    text.push('\n');
+    out.write_all(text.as_bytes())
+        .await
+        .context("writing to stdout")?;
+    out.flush().await.context("flushing stdout")
+}
+
+/// Runs the stdio protocol until `input` ends (and the lines read before
+/// have been handled), printing events to `output`.
+pub async fn run<R, W>(plane: &MockControlPlane, input: R, mut output: W) -> Result<()>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let (extra_tx, mut extra_rx) = mpsc::unbounded_channel::<Value>();
+    let (work_tx, mut work_rx) = mpsc::unbounded_channel::<Work>();
+    let eof = CancellationToken::new();
+    let stdin_closed = AtomicBool::new(false);
+
+    let reader = {
+        let extra_tx = extra_tx.clone();
+        let eof = eof.clone();
+        let stdin_closed = &stdin_closed;
+        async move {
+            let mut lines = input.lines();
+            let mut number = 0usize;
+            loop {
+                let line = match lines.next_line().await {
+                    Ok(Some(line)) => line,
+                    Ok(None) => break,
+                    Err(err) => {
+                        let _ = extra_tx.send(
+                            json!({"event": "error", "error": format!("reading stdin: {err}")}),
+                        );
+                        break;
+                    }
+                };
+                number += 1;
+                let line = line.trim();
+                if line.is_empty() {
+                    continue;
+                }
+                match parse_line(line) {
+                    Ok(work) => {
+                        let _ = work_tx.send(work);
+                    }
+                    Err(err) => {
+                        tracing::warn!(line = number, "bad stdin line: {err:#}");
+                        let _ = extra_tx.send(
+                            json!({"event": "error", "line": number, "error": format!("{err:#}")}),
+                        );
+                    }
+                }
+            }
+            stdin_closed.store(true, Ordering::SeqCst);
+            eof.cancel();
+        }
+    };
+
+    let worker = {
+        let extra_tx = extra_tx.clone();
+        let stdin_closed = &stdin_closed;
+        async move {
+            while let Some(work) = work_rx.recv().await {
+                match work {
+                    Work::Send(message) => {
+                        // Queue until a runner is connected; retry once it
+                        // reconnects if the stream closes under us.
+                        loop {
+                            tokio::select! {
+                                _ = plane.wait_connected_forever() => {}
+                                _ = eof.cancelled() => {}
+                            }
+                            if !plane.is_connected() && stdin_closed.load(Ordering::SeqCst) {
+                                let left =
+                                    1 + std::iter::from_fn(|| work_rx.try_recv().ok()).count();
+                                let _ = extra_tx.send(json!({
+                                    "event": "error",
+                                    "error": format!("stdin closed with {left} line(s) not delivered: no runner connected"),
+                                }));
+                                return;
+                            }
+                            match plane.send((*message).clone()).await {
+                                Ok(()) => break,
+                                Err(err) => {
+                                    tracing::debug!("send failed, waiting for a reconnect: {err:#}")
+                                }
+                            }
+                        }
+                    }
+                    Work::DropConnection => {
+                        plane.drop_stream();
+                    }
+                    Work::Restart => {
+                        if let Err(err) = plane.restart().await {
+                            let _ = extra_tx.send(
+                                json!({"event": "error", "error": format!("restart: {err:#}")}),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    };
+    drop(extra_tx);
+
+    let printer = async {
+        write_line(
+            &mut output,
+            &json!({"event": "listening", "url": plane.url()}),
+        )
+        .await?;
+        let mut cursor = 0usize;
+        loop {
+            tokio::select! {
+                biased;
+                extra = extra_rx.recv() => match extra {
+                    Some(line) => write_line(&mut output, &line).await?,
+                    None => break,
+                },
+                events = plane.wait_timeline(cursor, None) => {
+                    cursor += events.len();
+                    for event in &events {
+                        write_line(&mut output, &event_json(event)).await?;
+                    }
+                }
+            }
+        }
+        // Reader and worker are done: print what happened meanwhile.
+        let events = plane
+            .wait_timeline(cursor, Some(std::time::Duration::ZERO))
+            .await;
+        for event in &events {
+            write_line(&mut output, &event_json(event)).await?;
+        }
+        anyhow::Ok(())
+    };
+
+    let (printed, (), ()) = tokio::join!(printer, reader, worker);
+    printed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_messages_and_commands() {
+        assert!(matches!(
+            parse_line(r#"{"requestId":"r","heartbeatRequest":{}}"#),
+            Ok(Work::Send(_))
+        ));
+        assert!(matches!(
+            parse_line(r#"{"command":"drop_connection"}"#),
+            Ok(Work::DropConnection)
+        ));
+        assert!(matches!(
+            parse_line(r#"{"command":"restart"}"#),
+            Ok(Work::Restart)
+        ));
+        assert!(parse_line(r#"{"command":"explode"}"#).is_err());
+        assert!(parse_line(r#"{"nope":1}"#).is_err());
+        assert!(parse_line("{").is_err());
+    }
+
+    #[test]
+    fn registration_line_redacts_the_secret() {
+        let registration = Registration {
+            request: Default::default(),
+            metadata: [
+                ("authorization".to_owned(), "Bearer s3cret".to_owned()),
+                ("x-runner".to_owned(), "r1".to_owned()),
+            ]
+            .into(),
+            violations: None,
+        };
+        let line = registered_json(&registration);
+        assert_eq!(
+            line,
+            json!({
+                "event": "registered",
+                "agentSdks": [],
+                "metadata": {"authorization": "Bearer <redacted>", "x-runner": "r1"}
+            })
+        );
+    }
+}
