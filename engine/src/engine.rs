@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use code_agent_proto::agent_event::EventType;
 use code_agent_proto::code_agent_service_server::CodeAgentServiceServer;
-use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 

@@ -7,9 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use code_agent_proto::{
-    ConfirmationPolicy, PermissionDecision, SessionLane, TimeoutAction,
-};
+use code_agent_proto::{ConfirmationPolicy, PermissionDecision, SessionLane, TimeoutAction};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 

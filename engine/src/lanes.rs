@@ -8,9 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use code_agent_proto::{
-    ExternalTask, LaneHandlerConfig, SessionLane, TaskHandlerMode,
-};
+use code_agent_proto::{ExternalTask, LaneHandlerConfig, SessionLane, TaskHandlerMode};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 

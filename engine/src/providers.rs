@@ -16,9 +16,7 @@ mod file;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use code_agent_proto::{
-    GetDefaultModelResponse, ListProvidersResponse, ModelInfo, ProviderInfo,
-};
+use code_agent_proto::{GetDefaultModelResponse, ListProvidersResponse, ModelInfo, ProviderInfo};
 use thiserror::Error;
 
 pub use env::{BUILTIN_PROVIDER, EnvLookup, OPENAI_DEFAULT_BASE_URL, OPENAI_DEFAULT_MODEL};

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use code_agent_proto::{ModelInfo, ProviderInfo};
 use code_agent_engine::llm::{
     ChatMessage, ChatModel, ChatRequest, ClientOptions, OpenAiClient, StreamEvent,
 };
@@ -14,6 +13,7 @@ use code_agent_engine::providers::{
     EnvLookup, OPENAI_DEFAULT_BASE_URL, PROVIDERS_FILE, ProviderError, ProviderStore, REDACTED,
 };
 use code_agent_engine::testing::{MockLlm, MockReply};
+use code_agent_proto::{ModelInfo, ProviderInfo};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 

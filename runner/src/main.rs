@@ -7,9 +7,9 @@
 use std::process::ExitCode;
 
 use agent_runner::config::{RunArgs, RunConfig, Secret};
-use agent_runner::runner::Runner;
 #[cfg(feature = "demo")]
 use agent_runner::demo;
+use agent_runner::runner::Runner;
 use agent_runner::{
     code_agent_cmd, git_credential_cmd, github_cmd, logging, procs, sdks, status_cmd,
 };

@@ -31,8 +31,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use code_agent_proto::{SessionLane, Todo};
 use async_trait::async_trait;
+use code_agent_proto::{SessionLane, Todo};
 use tokio_util::sync::CancellationToken;
 
 pub use bash::BashTool;

@@ -5,8 +5,8 @@
 //! touches neither the workspace nor any process, so it needs no
 //! confirmation and may run beside reads.
 
-use code_agent_proto::Todo;
 use async_trait::async_trait;
+use code_agent_proto::Todo;
 use serde_json::{Value, json};
 
 use super::args::{object, object_schema};

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use code_agent_proto::code_agent_service_client::CodeAgentServiceClient;
-use code_agent_proto::*;
 use code_agent_engine::testing::{MockLlm, MockReply};
 use code_agent_engine::{Engine, EngineConfig, serve};
+use code_agent_proto::code_agent_service_client::CodeAgentServiceClient;
+use code_agent_proto::*;
 use futures::StreamExt;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;

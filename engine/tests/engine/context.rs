@@ -1,7 +1,7 @@
 //! Context: compaction through the model, auto-compaction, clearing.
 
-use code_agent_proto::*;
 use code_agent_engine::testing::MockReply;
+use code_agent_proto::*;
 
 use crate::common::*;
 

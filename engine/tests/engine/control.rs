@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
+use code_agent_engine::testing::MockReply;
 use code_agent_proto::agent_event::EventType;
 use code_agent_proto::*;
-use code_agent_engine::testing::MockReply;
 use futures::StreamExt;
 use serde_json::json;
 

@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
+use code_agent_engine::testing::MockReply;
 use code_agent_proto::agent_event::EventType;
 use code_agent_proto::*;
-use code_agent_engine::testing::MockReply;
 use serde_json::json;
 
 use crate::common::*;

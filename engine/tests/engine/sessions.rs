@@ -1,8 +1,8 @@
 //! Sessions: paging, persistence across restarts, validation, and the
 //! RPCs that are not built yet.
 
-use code_agent_proto::*;
 use code_agent_engine::testing::MockReply;
+use code_agent_proto::*;
 use tonic::Code;
 
 use crate::common::*;

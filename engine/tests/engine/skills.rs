@@ -1,7 +1,7 @@
 //! Skills read from the workspace and loaded into a session's prompt.
 
-use code_agent_proto::*;
 use code_agent_engine::testing::MockReply;
+use code_agent_proto::*;
 
 use crate::common::*;
 

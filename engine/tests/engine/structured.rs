@@ -1,7 +1,7 @@
 //! Structured output: validated against the schema, retried once.
 
-use code_agent_proto::*;
 use code_agent_engine::testing::MockReply;
+use code_agent_proto::*;
 use futures::StreamExt;
 
 use crate::common::*;

@@ -4,10 +4,12 @@
 //! inputs (a quarter of them byte-level mutations of encoded messages, so
 //! undecodable bytes are covered too).
 //!
-//! `cargo run --release --bin stable_driver -- [N] [SEED]` (from fuzz/);
+//! `cargo run -p agent-runner-fuzz --bin stable_driver -- [N] [SEED] [--seconds S]`:
+//! N inputs (default 1,000,000), stopping early after S seconds if given (CI
+//! runs it for a fixed time in the dev profile, built with the tests);
 //! `… -- --write-seeds corpus/server_message` regenerates the seed corpus.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agent_runner_fuzz::{Harness, Outcome, Rng, mutate, seeds};
 use prost::Message as _;
@@ -48,11 +50,30 @@ fn main() {
         }
         return;
     }
-    let n: u64 = args
+    let mut positional = Vec::new();
+    let mut budget = None;
+    while let Some(arg) = args.next() {
+        if arg == "--seconds" {
+            match args.next().and_then(|s| s.parse::<u64>().ok()) {
+                Some(s) => budget = Some(Duration::from_secs(s)),
+                None => {
+                    eprintln!("stable_driver: --seconds takes a whole number of seconds");
+                    std::process::exit(2);
+                }
+            }
+        } else {
+            positional.push(arg);
+        }
+    }
+    let mut positional = positional.into_iter();
+    let n: u64 = positional
         .next()
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    let seed: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0x5eed);
+    let seed: u64 = positional
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(0x5eed);
     let corpus: Vec<Vec<u8>> = seeds()
         .into_iter()
         .map(|(_, m)| m.encode_to_vec())
@@ -61,7 +82,12 @@ fn main() {
     let mut rng = Rng(seed | 1);
     let mut counts = [0u64; 4];
     let start = Instant::now();
+    let mut done = 0;
     for i in 0..n {
+        if budget.is_some_and(|b| i >= corpus.len() as u64 && start.elapsed() >= b) {
+            break;
+        }
+        done = i + 1;
         let base = &corpus[rng.below(corpus.len())];
         let input = if i < corpus.len() as u64 {
             corpus[i as usize].clone()
@@ -91,7 +117,7 @@ fn main() {
         }
     }
     println!(
-        "stable_driver: {n} executions in {:.1}s without a finding: undecodable {}, invalid (RequestError) {}, answered {}, no request id {}",
+        "stable_driver: {done} executions in {:.1}s without a finding: undecodable {}, invalid (RequestError) {}, answered {}, no request id {}",
         start.elapsed().as_secs_f64(),
         counts[Outcome::Undecodable as usize],
         counts[Outcome::Invalid as usize],

@@ -14,9 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use code_agent_proto::code_agent_service_client::CodeAgentServiceClient;
-use code_agent_proto::code_agent_service_server::{
-    CodeAgentService, CodeAgentServiceServer,
-};
+use code_agent_proto::code_agent_service_server::{CodeAgentService, CodeAgentServiceServer};
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

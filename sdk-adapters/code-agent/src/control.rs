@@ -19,8 +19,8 @@
 
 use std::time::Duration;
 
-use code_agent_proto::{CancelRequest, GenerateChunk, GenerateRequest, Message};
 use async_trait::async_trait;
+use code_agent_proto::{CancelRequest, GenerateChunk, GenerateRequest, Message};
 use sdk_adapter::{SteerError, SteerGate, TurnControl};
 use tokio::sync::mpsc;
 use tonic::Code;

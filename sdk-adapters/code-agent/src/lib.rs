@@ -33,14 +33,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use code_agent_proto::code_agent_service_server::{
-    CodeAgentService, CodeAgentServiceServer,
-};
+use async_trait::async_trait;
+use code_agent_proto::code_agent_service_server::{CodeAgentService, CodeAgentServiceServer};
 use code_agent_proto::{
     ConfigureSessionRequest, CreateSessionRequest, DestroySessionRequest, GenerateRequest,
     GetSessionRequest, InitializeRequest, LlmConfig, SessionConfig, StorageType,
 };
-use async_trait::async_trait;
 use sdk_adapter::{
     AgentSpec, SdkAdapter, SdkDescription, SdkError, SdkStatus, TURN_EVENT_BUFFER, ThreadHandle,
     ThreadSpec, TokenUsageBreakdown, Turn, TurnInput, given,
@@ -294,13 +292,7 @@ impl CodeAgentAdapter {
         spec: &ThreadSpec,
         state: &mut SlotState,
         input: &TurnInput,
-    ) -> Result<
-        (
-            String,
-            tonic::Streaming<code_agent_proto::GenerateChunk>,
-        ),
-        SdkError,
-    > {
+    ) -> Result<(String, tonic::Streaming<code_agent_proto::GenerateChunk>), SdkError> {
         let model_override = given(&input.model);
         let effort = match (given(&input.reasoning_level), model_override) {
             (Some(level), _) => Some(level),

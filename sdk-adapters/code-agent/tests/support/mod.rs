@@ -6,12 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
+use code_agent_engine::testing::{MockLlm, MockReply};
+use code_agent_engine::{Engine, EngineConfig};
 use code_agent_proto::code_agent_service_client::CodeAgentServiceClient;
 use code_agent_proto::{
     AddProviderRequest, ModelInfo, ModelLimitInfo, ProviderInfo, SetDefaultModelRequest,
 };
-use code_agent_engine::testing::{MockLlm, MockReply};
-use code_agent_engine::{Engine, EngineConfig};
 use sdk_adapter::testing::{create, start, thread_spec};
 use sdk_adapter::{ThreadSpec, Turn};
 use sdk_code_agent::{CodeAgentAdapter, CodeAgentConfig, in_memory_client};
