@@ -145,3 +145,22 @@ pub async fn eventually(mut f: impl FnMut() -> bool) -> bool {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// Starts `setsid sleep 1000` in the background of a sandboxed sh that
+/// exits at once; returns the sleep's pid.
+pub async fn escape(sb: &ThreadSandbox, prefix: &str) -> i32 {
+    let out = sh(
+        sb,
+        &format!("{prefix} setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!"),
+    )
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    let pid: i32 = out.stdout.trim().parse().unwrap();
+    // It outlived its shell and left its session and process group.
+    assert!(
+        eventually(|| session_of(pid) == Some(pid)).await,
+        "setsid did not run"
+    );
+    assert!(alive(pid));
+    pid
+}
