@@ -248,6 +248,17 @@ impl Launcher {
         for dir in [&spec.tmp_dir, &spec.home_dir] {
             private_dir(dir, user)?;
         }
+        if let Some(u) = user {
+            use std::os::unix::fs::MetadataExt;
+            let owner = std::fs::metadata(&spec.workspace).map(|m| m.uid()).ok();
+            if owner != Some(u.uid) {
+                missing.push(format!(
+                    "workspace {} is not owned by agent uid {}: writes may fail",
+                    spec.workspace.display(),
+                    u.uid
+                ));
+            }
+        }
         let read_write: Vec<PathBuf> = [&spec.workspace, &spec.tmp_dir, &spec.home_dir]
             .into_iter()
             .chain(&spec.read_write)

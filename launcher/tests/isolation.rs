@@ -208,6 +208,9 @@ async fn environment_holds_only_the_allowlist() {
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
     let tree = Tree::new();
     for mode in [Mode::Enforce, Mode::BestEffort, Mode::Off] {
+        if mode == Mode::Enforce && landlock_abi().is_none() {
+            continue;
+        }
         let a = tree.launcher(mode).thread(tree.spec("a")).unwrap();
         let mut cmd = tokio::process::Command::new("/usr/bin/env");
         cmd.env("SDK_VAR", "given");
