@@ -1,0 +1,123 @@
+//! What the host offers the sandbox: Landlock ABI, cgroup v2 delegation,
+//! user namespaces, whether the runner is root and which capabilities it
+//! holds. Probed once at start; status/doctor show it.
+
+use crate::caps::{CapSets, cap_last_cap};
+use crate::cgroup::{CgroupProbe, probe_cgroup};
+
+/// `LANDLOCK_CREATE_RULESET_VERSION`.
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+/// What the host offers.
+#[derive(Clone, Debug)]
+pub struct HostProbe {
+    /// The kernel's Landlock ABI version, or why Landlock is unavailable.
+    pub landlock: Result<i32, String>,
+    /// The cgroup v2 subtree the launcher may use, or why none.
+    pub cgroup: CgroupProbe,
+    /// Whether unprivileged user namespaces are allowed (None: unknown).
+    pub user_namespaces: Option<bool>,
+    /// The runner's effective uid.
+    pub euid: u32,
+    /// The runner's capability sets.
+    pub capabilities: CapSets,
+    /// The highest capability number the kernel knows.
+    pub cap_last_cap: u32,
+}
+
+impl HostProbe {
+    /// True when the runner runs as root or holds any capability: agent
+    /// processes must then shed every capability.
+    pub fn privileged(&self) -> bool {
+        self.euid == 0 || self.capabilities.permitted != 0 || self.capabilities.effective != 0
+    }
+
+    /// The Landlock ABI, when Landlock is available.
+    pub fn landlock_abi(&self) -> Option<i32> {
+        self.landlock.as_ref().ok().copied()
+    }
+
+    /// One line per fact, for status/doctor.
+    pub fn summary(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        match &self.landlock {
+            Ok(abi) => lines.push(format!("landlock: ABI {abi}")),
+            Err(why) => lines.push(format!("landlock: unavailable ({why})")),
+        }
+        lines.push(format!("cgroup: {}", self.cgroup));
+        lines.push(match self.user_namespaces {
+            Some(true) => "user namespaces: allowed".to_string(),
+            Some(false) => "user namespaces: disabled".to_string(),
+            None => "user namespaces: unknown".to_string(),
+        });
+        lines.push(format!(
+            "runner: euid {}, effective capabilities {:#x}",
+            self.euid, self.capabilities.effective
+        ));
+        lines
+    }
+}
+
+/// Probes the host. Cheap (a few syscalls and /proc reads) apart from the
+/// cgroup probe, which creates and removes one empty cgroup when a v2
+/// hierarchy looks writable.
+pub fn probe_host() -> HostProbe {
+    HostProbe {
+        landlock: landlock_abi(),
+        cgroup: probe_cgroup(),
+        user_namespaces: user_namespaces(),
+        // SAFETY: geteuid has no preconditions.
+        euid: unsafe { libc::geteuid() },
+        capabilities: CapSets::current().unwrap_or_default(),
+        cap_last_cap: cap_last_cap(),
+    }
+}
+
+/// Asks the kernel for its Landlock ABI version.
+fn landlock_abi() -> Result<i32, String> {
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the
+    // syscall only returns the ABI version (or an error); it touches no memory.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if v >= 1 {
+        return i32::try_from(v).map_err(|_| format!("unexpected ABI {v}"));
+    }
+    let err = std::io::Error::last_os_error();
+    Err(match err.raw_os_error() {
+        Some(libc::ENOSYS) => "kernel built without Landlock (ENOSYS)".to_string(),
+        Some(libc::EOPNOTSUPP) => {
+            "Landlock is built in but not enabled (add landlock to the lsm= boot parameter)"
+                .to_string()
+        }
+        _ => format!("landlock_create_ruleset: {err}"),
+    })
+}
+
+fn user_namespaces() -> Option<bool> {
+    let read = |p: &str| -> Option<i64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    let max = read("/proc/sys/user/max_user_namespaces")?;
+    let unprivileged = read("/proc/sys/kernel/unprivileged_userns_clone").unwrap_or(1);
+    Some(max > 0 && unprivileged != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_reports_every_fact() {
+        let p = probe_host();
+        let lines = p.summary();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].starts_with("landlock: "));
+        if let Ok(abi) = p.landlock {
+            assert!(abi >= 1);
+        }
+    }
+}

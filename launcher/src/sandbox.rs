@@ -1,0 +1,498 @@
+//! The launcher and a thread's sandbox: the runner builds one [`Launcher`]
+//! at start and one [`ThreadSandbox`] per thread; spawn sites hand their
+//! command to [`ThreadSandbox::spawn`] (tokio) or [`ThreadSandbox::apply`]
+//! (std) and get back what was applied.
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::caps::{CAP_SETGID, CAP_SETPCAP, CAP_SETUID};
+use crate::cgroup::{
+    CgroupLimits, CgroupProbe, CgroupRoot, LIMIT_CONTROLLERS, ThreadCgroup, valid_name,
+};
+use crate::child_setup::ChildPlan;
+use crate::env::EnvPolicy;
+use crate::error::LaunchError;
+use crate::landlock_rules::{LandlockRequest, build};
+use crate::mode::Mode;
+use crate::policy::{
+    AgentUser, DEFAULT_SYSTEM_READ_ONLY, DEVICE_FILES, NetRules, ThreadSpec, check_protected,
+};
+use crate::probe::{HostProbe, probe_host};
+use crate::report::{Applied, LauncherStatus};
+use crate::rlimits::Rlimits;
+use crate::tracking::{
+    KillReport, Leftovers, find_leftovers, kill_tagged, new_tag, sweep_leftovers,
+};
+
+/// How long kill passes wait for processes to go.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// The operator's sandbox configuration (flags), shared by every thread.
+#[derive(Clone, Debug)]
+pub struct LauncherConfig {
+    /// `--sandbox`.
+    pub mode: Mode,
+    /// Names this runner's processes and cgroups (`[A-Za-z0-9_-]`, at most
+    /// 64): a restarted runner with the same scope finds its leftovers.
+    pub scope: String,
+    /// System paths readable by agents (default: [`DEFAULT_SYSTEM_READ_ONLY`];
+    /// missing ones are skipped).
+    pub system_read_only: Vec<PathBuf>,
+    /// Operator-listed read-only directories (SDK CLIs, toolchains).
+    pub read_only: Vec<PathBuf>,
+    /// Paths that must never be visible to agents (state dir, secret files,
+    /// App key). A thread whose sandbox would expose one is refused.
+    pub protected: Vec<PathBuf>,
+    /// The environment allowlist and extras.
+    pub env: EnvPolicy,
+    /// Per-process rlimits.
+    pub rlimits: Rlimits,
+    /// Use a delegated cgroup v2 subtree when the host offers one.
+    pub cgroups: bool,
+    /// The cgroup v2 directory to create thread cgroups under (default: the
+    /// runner's own cgroup).
+    pub cgroup_parent: Option<PathBuf>,
+    /// Per-thread cgroup limits.
+    pub cgroup_limits: CgroupLimits,
+    /// Run agent processes as this uid/gid (`--agent-uid`).
+    pub agent_user: Option<AgentUser>,
+    /// TCP ports agents may bind/connect to; `None`: TCP unrestricted.
+    pub net: Option<NetRules>,
+    /// Scope signals and abstract unix sockets to each launch's domain.
+    pub scope_ipc: bool,
+}
+
+impl LauncherConfig {
+    /// Defaults for `mode` and `scope`.
+    pub fn new(mode: Mode, scope: impl Into<String>) -> Self {
+        LauncherConfig {
+            mode,
+            scope: scope.into(),
+            system_read_only: DEFAULT_SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect(),
+            read_only: Vec::new(),
+            protected: Vec::new(),
+            env: EnvPolicy::default(),
+            rlimits: Rlimits::default(),
+            cgroups: true,
+            cgroup_parent: None,
+            cgroup_limits: CgroupLimits::default(),
+            agent_user: None,
+            net: None,
+            scope_ipc: true,
+        }
+    }
+}
+
+/// The launcher: host facts plus the operator's configuration.
+#[derive(Debug)]
+pub struct Launcher {
+    config: Arc<LauncherConfig>,
+    probe: HostProbe,
+    cgroup_root: Option<CgroupRoot>,
+    missing: Vec<String>,
+}
+
+fn unavailable_or_note(
+    mode: Mode,
+    missing: &mut Vec<String>,
+    what: &'static str,
+    why: String,
+) -> Result<(), LaunchError> {
+    if mode == Mode::Enforce {
+        return Err(LaunchError::Unavailable { what, why });
+    }
+    missing.push(format!("{what}: {why}"));
+    Ok(())
+}
+
+impl Launcher {
+    /// Probes the host and prepares the launcher. Mode `enforce` fails here
+    /// when Landlock is unavailable or, for a root runner, capabilities
+    /// cannot be dropped.
+    pub fn new(config: LauncherConfig) -> Result<Self, LaunchError> {
+        Self::with_probe(config, probe_host())
+    }
+
+    /// As [`Launcher::new`] with a given probe.
+    pub fn with_probe(config: LauncherConfig, probe: HostProbe) -> Result<Self, LaunchError> {
+        if !(config.scope.len() <= 64 && valid_name(&config.scope) && !config.scope.contains('.')) {
+            return Err(LaunchError::Policy(format!(
+                "scope {:?}: use 1-64 of [A-Za-z0-9_-]",
+                config.scope
+            )));
+        }
+        config.env.validate()?;
+        let mode = config.mode;
+        let mut missing = Vec::new();
+        if mode != Mode::Off {
+            if let Err(why) = &probe.landlock {
+                unavailable_or_note(mode, &mut missing, "Landlock", why.clone())?;
+            }
+            if probe.privileged() && !probe.capabilities.has_effective(CAP_SETPCAP) {
+                unavailable_or_note(
+                    mode,
+                    &mut missing,
+                    "capability bounding set drop",
+                    "the runner lacks CAP_SETPCAP".to_string(),
+                )?;
+            }
+            if config.agent_user.is_some()
+                && !(probe.capabilities.has_effective(CAP_SETUID)
+                    && probe.capabilities.has_effective(CAP_SETGID))
+            {
+                return Err(LaunchError::Policy(
+                    "--agent-uid needs a runner with CAP_SETUID and CAP_SETGID (root)".to_string(),
+                ));
+            }
+            if let (Some(_), Some(abi)) = (&config.net, probe.landlock_abi())
+                && abi < crate::landlock_rules::ABI_NET
+            {
+                unavailable_or_note(
+                    mode,
+                    &mut missing,
+                    "TCP rules",
+                    format!("kernel Landlock ABI {abi} < 4"),
+                )?;
+            }
+        }
+        let mut cgroup_root = None;
+        if config.cgroups {
+            let parent = match (&config.cgroup_parent, &probe.cgroup) {
+                (Some(dir), _) => Ok(dir.clone()),
+                (None, CgroupProbe::Available { dir, .. }) => Ok(dir.clone()),
+                (None, CgroupProbe::Unavailable { reason }) => Err(reason.clone()),
+            };
+            match parent {
+                Ok(parent) => {
+                    let wanted = config.cgroup_limits.controllers();
+                    let wanted: Vec<&str> = LIMIT_CONTROLLERS
+                        .iter()
+                        .copied()
+                        .filter(|c| wanted.contains(c))
+                        .collect();
+                    match CgroupRoot::setup(&parent, &config.scope, &wanted) {
+                        Ok((root, notes)) => {
+                            missing.extend(notes);
+                            cgroup_root = Some(root);
+                        }
+                        Err(e) => missing.push(format!("cgroup: {e}")),
+                    }
+                }
+                Err(reason) => missing.push(format!(
+                    "cgroup: {reason}; processes are tracked by environment tag only and no cgroup limits apply"
+                )),
+            }
+        }
+        Ok(Launcher {
+            config: Arc::new(config),
+            probe,
+            cgroup_root,
+            missing,
+        })
+    }
+
+    /// The host probe.
+    pub fn probe(&self) -> &HostProbe {
+        &self.probe
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LauncherConfig {
+        &self.config
+    }
+
+    /// The cgroup subtree the launcher uses, if any.
+    pub fn cgroup_root(&self) -> Option<&CgroupRoot> {
+        self.cgroup_root.as_ref()
+    }
+
+    /// Mode, host facts and what will not be applied, for status/doctor.
+    pub fn status(&self) -> LauncherStatus {
+        LauncherStatus {
+            mode: self.config.mode,
+            host: self.probe.summary(),
+            missing: self.missing.clone(),
+        }
+    }
+
+    /// Processes and cgroups a previous run with this scope left behind.
+    pub fn find_leftovers(&self) -> Leftovers {
+        find_leftovers(&self.config.scope, self.cgroup_root.as_ref())
+    }
+
+    /// Kills what a previous run left behind. Call before creating threads.
+    pub fn sweep_leftovers(&self) -> KillReport {
+        sweep_leftovers(&self.config.scope, self.cgroup_root.as_ref(), KILL_WAIT)
+    }
+
+    /// Prepares the sandbox of one thread: creates its TMPDIR and HOME,
+    /// its cgroup, and its Landlock ruleset.
+    pub fn thread(&self, spec: ThreadSpec) -> Result<ThreadSandbox, LaunchError> {
+        let config = &self.config;
+        let mode = config.mode;
+        let isolate = mode != Mode::Off;
+        let user = if isolate { config.agent_user } else { None };
+        let mut missing = self.missing.clone();
+
+        if !spec.workspace.is_dir() {
+            return Err(LaunchError::Policy(format!(
+                "workspace {} is not a directory",
+                spec.workspace.display()
+            )));
+        }
+        for dir in [&spec.tmp_dir, &spec.home_dir] {
+            private_dir(dir, user)?;
+        }
+        if let Some(u) = user {
+            use std::os::unix::fs::MetadataExt;
+            let owner = std::fs::metadata(&spec.workspace).map(|m| m.uid()).ok();
+            if owner != Some(u.uid) {
+                missing.push(format!(
+                    "workspace {} is not owned by agent uid {}: writes may fail",
+                    spec.workspace.display(),
+                    u.uid
+                ));
+            }
+        }
+        let read_write: Vec<PathBuf> = [&spec.workspace, &spec.tmp_dir, &spec.home_dir]
+            .into_iter()
+            .chain(&spec.read_write)
+            .cloned()
+            .collect();
+        let read_only: Vec<(PathBuf, bool)> = config
+            .system_read_only
+            .iter()
+            .map(|p| (p.clone(), true))
+            .chain(config.read_only.iter().map(|p| (p.clone(), false)))
+            .chain(spec.skills.iter().map(|p| (p.clone(), false)))
+            .chain(spec.read_only.iter().map(|p| (p.clone(), false)))
+            .collect();
+        if isolate {
+            let visible: Vec<PathBuf> = read_write
+                .iter()
+                .cloned()
+                .chain(read_only.iter().map(|(p, _)| p.clone()))
+                .collect();
+            check_protected(&visible, &config.protected)?;
+        }
+
+        let tag = new_tag(&config.scope);
+        let cgroup = self.thread_cgroup(&tag, &mut missing);
+        let mut cgroup_limits = Vec::new();
+        if let (Some(cg), Some(root)) = (&cgroup, &self.cgroup_root) {
+            let (applied, not) = cg.apply_limits(&config.cgroup_limits, root.controllers());
+            cgroup_limits = applied;
+            missing.extend(not);
+        } else if !config.cgroup_limits.is_empty() {
+            missing.push("cgroup limits: no thread cgroup".to_string());
+        }
+
+        let landlock = match (isolate, self.probe.landlock_abi()) {
+            (true, Some(abi)) => {
+                let req = LandlockRequest {
+                    abi,
+                    read_write: &read_write,
+                    read_only: &read_only,
+                    devices: DEVICE_FILES,
+                    net: config.net.as_ref(),
+                    scope: config.scope_ipc,
+                };
+                match build(&req, &mut missing) {
+                    Ok(plan) => Some(plan),
+                    Err(e) if mode == Mode::Enforce => return Err(e),
+                    Err(e) => {
+                        missing.push(format!("Landlock: {e}"));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+
+        let privileged = isolate && self.probe.privileged();
+        let can_setpcap = self.probe.capabilities.has_effective(CAP_SETPCAP);
+        let (rlimits, notes) = config.rlimits.plan(user.is_some());
+        missing.extend(notes);
+        let plan = ChildPlan {
+            setsid: true,
+            cgroup_procs: cgroup.as_ref().map(|c| c.procs_path().clone()),
+            rlimits: rlimits.iter().map(|(r, _, v)| (*r, *v)).collect(),
+            drop_bounding_upto: (privileged && can_setpcap).then_some(self.probe.cap_last_cap),
+            lock_securebits: privileged && can_setpcap,
+            clear_capabilities: privileged,
+            user: user.map(|u| (u.uid, u.gid)),
+            no_new_privs: isolate,
+            landlock: landlock.as_ref().map(|l| l.fd.clone()),
+        };
+        let applied = Applied {
+            mode,
+            landlock_abi: landlock.as_ref().map(|l| l.abi),
+            scoped: landlock.as_ref().is_some_and(|l| l.scoped),
+            net_restricted: landlock.as_ref().is_some_and(|l| l.net),
+            no_new_privs: isolate,
+            capabilities_dropped: privileged && can_setpcap,
+            run_as: user,
+            rlimits: rlimits.iter().map(|(_, n, v)| (*n, *v)).collect(),
+            cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
+            cgroup_limits,
+            env: Vec::new(),
+            missing,
+        };
+        tracing::debug!(%applied, "thread sandbox prepared");
+        Ok(ThreadSandbox {
+            config: self.config.clone(),
+            spec,
+            tag,
+            cgroup,
+            plan: Arc::new(plan),
+            applied,
+        })
+    }
+
+    fn thread_cgroup(&self, tag: &str, missing: &mut Vec<String>) -> Option<ThreadCgroup> {
+        let root = self.cgroup_root.as_ref()?;
+        // The tag is `<scope>.<token>`; the cgroup is named by the token.
+        let name = tag.rsplit('.').next().unwrap_or(tag);
+        match root.create_thread(name) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                missing.push(format!("thread cgroup: {e}"));
+                None
+            }
+        }
+    }
+}
+
+/// Creates `dir` (0700) if needed and hands it to the agent user.
+fn private_dir(dir: &Path, user: Option<AgentUser>) -> Result<(), LaunchError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| LaunchError::io(format!("create {}", dir.display()), e))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| LaunchError::io(format!("chmod {}", dir.display()), e))?;
+    if let Some(u) = user {
+        std::os::unix::fs::chown(dir, Some(u.uid), Some(u.gid))
+            .map_err(|e| LaunchError::io(format!("chown {}", dir.display()), e))?;
+    }
+    Ok(())
+}
+
+/// One thread's sandbox: every process of the thread is launched through it.
+#[derive(Debug)]
+pub struct ThreadSandbox {
+    config: Arc<LauncherConfig>,
+    spec: ThreadSpec,
+    tag: String,
+    cgroup: Option<ThreadCgroup>,
+    plan: Arc<ChildPlan>,
+    applied: Applied,
+}
+
+impl ThreadSandbox {
+    /// The thread's directories.
+    pub fn spec(&self) -> &ThreadSpec {
+        &self.spec
+    }
+
+    /// The thread's tag (value of [`crate::TAG_VAR`] in its processes).
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The thread's cgroup, if it has one.
+    pub fn cgroup(&self) -> Option<&ThreadCgroup> {
+        self.cgroup.as_ref()
+    }
+
+    /// What every launch of this thread gets (without environment names).
+    pub fn applied(&self) -> &Applied {
+        &self.applied
+    }
+
+    /// Turns `cmd` into a sandboxed command: replaces its environment (the
+    /// variables the spawn site set are kept, the runner's are not), sets
+    /// the working directory to the workspace when none is set, and installs
+    /// the pre-exec steps. Spawn it right after; a failing step fails the
+    /// spawn.
+    pub fn apply(&self, cmd: &mut std::process::Command) -> Result<Applied, LaunchError> {
+        let caller: Vec<(OsString, Option<OsString>)> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_os_string(), v.map(|v| v.to_os_string())))
+            .collect();
+        let env = self.config.env.build(
+            |name| std::env::var_os(name),
+            &caller,
+            self.spec.home_dir.as_os_str(),
+            self.spec.tmp_dir.as_os_str(),
+            &self.tag,
+        );
+        cmd.env_clear();
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        if cmd.get_current_dir().is_none() {
+            cmd.current_dir(&self.spec.workspace);
+        }
+        let plan = self.plan.clone();
+        // SAFETY: the closure only runs ChildPlan::run, which makes raw
+        // system calls on data prepared here and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || plan.run());
+        }
+        let mut applied = self.applied.clone();
+        applied.env = env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        Ok(applied)
+    }
+
+    /// Applies the sandbox to a tokio command and spawns it.
+    pub fn spawn(
+        &self,
+        cmd: &mut tokio::process::Command,
+    ) -> Result<(tokio::process::Child, Applied), LaunchError> {
+        let applied = self.apply(cmd.as_std_mut())?;
+        let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+        let child = cmd
+            .spawn()
+            .map_err(|e| LaunchError::io(format!("spawn {program}"), e))?;
+        Ok((child, applied))
+    }
+
+    /// Kills every process of the thread: the whole cgroup when there is
+    /// one, and every process carrying the thread's tag (those that left the
+    /// process group included). The thread stays usable.
+    pub fn kill_all(&self) -> KillReport {
+        let mut survivors = Vec::new();
+        let mut cgroups = Vec::new();
+        if let Some(cg) = &self.cgroup {
+            match cg.kill(KILL_WAIT) {
+                Ok(0) => {}
+                Ok(_) => survivors.extend(cg.pids().unwrap_or_default()),
+                Err(e) => {
+                    tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cgroup kill failed")
+                }
+            }
+            cgroups.push(cg.dir().to_path_buf());
+        }
+        let mut report = kill_tagged(&self.tag, KILL_WAIT);
+        report.survivors.extend(survivors);
+        report.cgroups = cgroups;
+        report
+    }
+
+    /// Kills every process of the thread and removes its cgroup (thread
+    /// deletion, shutdown).
+    pub fn close(self) -> KillReport {
+        let report = self.kill_all();
+        if let Some(cg) = &self.cgroup
+            && let Err(e) = cg.remove()
+        {
+            tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cannot remove thread cgroup");
+        }
+        report
+    }
+}
