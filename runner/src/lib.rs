@@ -13,6 +13,7 @@ pub mod agent;
 pub mod code_agent_cmd;
 pub mod config;
 pub mod credentials;
+pub mod delivery;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod dispatch;

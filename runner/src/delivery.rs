@@ -1,0 +1,280 @@
+//! What was handed to a connection but is not yet known to have arrived.
+//!
+//! HTTP/2 takes an update long before the control plane has it: when the
+//! connection dies, whatever sat in its buffers dies too. This module keeps
+//! sent updates until delivery is known, so the link can send them again on
+//! the next connection, before anything newer.
+//!
+//! - **Acknowledged delivery** (`acked-delivery/1` accepted): every sent
+//!   update is kept with its sequence number until a cumulative
+//!   acknowledgement covers it. After a reconnect, the registration's
+//!   `acked_sequence` settles what arrived; the rest is re-sent in order with
+//!   the same sequence numbers, so the control plane drops what it already
+//!   processed: exactly once.
+//! - **Legacy** (no acknowledgements): only terminal and structural updates
+//!   are kept (intermediate ones are superseded by later ones anyway), for a
+//!   settling window after they were sent — long enough for keepalive to
+//!   notice a dead connection. When a connection dies (not a clean close),
+//!   everything still kept is re-sent: at least once.
+//!
+//! Acknowledgements that make no sense (beyond what was sent, or going
+//! backwards) are logged and ignored: nothing is dropped on their word.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use agent_runner_proto::runner::ClientMessage;
+
+/// How delivery is confirmed on the current connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The control plane acknowledges sequence numbers.
+    Acked,
+    /// No acknowledgements: terminal updates are re-sent after a dirty drop.
+    Legacy {
+        /// How long a sent terminal update is kept.
+        settle: Duration,
+    },
+}
+
+/// One update handed to a connection.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// Its sequence number (acked delivery only).
+    pub sequence: Option<u64>,
+    /// Its journal entry, if it is journaled (terminal and structural
+    /// updates): forgotten once delivery is settled.
+    pub journal: Option<u64>,
+    /// The update itself, as sent.
+    pub message: ClientMessage,
+    /// When it was handed to the connection.
+    pub at: Instant,
+}
+
+/// Updates sent and not yet settled, oldest first.
+#[derive(Debug)]
+pub struct InFlight {
+    mode: Mode,
+    sent: VecDeque<Sent>,
+    /// Highest sequence number ever recorded.
+    highest: u64,
+    /// Highest sequence number acknowledged.
+    acked: u64,
+}
+
+/// What an acknowledgement did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Journal entries that may be forgotten.
+    pub journal: Vec<u64>,
+    /// Updates settled (journaled or not).
+    pub updates: usize,
+}
+
+impl InFlight {
+    /// Nothing in flight, in `mode`; `acked` is the control plane's last
+    /// acknowledgement, if known.
+    pub fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            sent: VecDeque::new(),
+            highest: 0,
+            acked: 0,
+        }
+    }
+
+    /// The mode of the current connection.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Switches mode for a new connection (the control plane may accept
+    /// acknowledgements on one registration and not on the next). Updates
+    /// kept under the old mode stay and are re-sent.
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    /// How many updates are kept.
+    pub fn len(&self) -> usize {
+        self.sent.len()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.sent.is_empty()
+    }
+
+    /// Records an update handed to the connection. In legacy mode an
+    /// update that is not journaled is not kept (returns false).
+    pub fn record(&mut self, sent: Sent) -> bool {
+        if let Some(seq) = sent.sequence {
+            self.highest = self.highest.max(seq);
+        }
+        let keep = match self.mode {
+            Mode::Acked => sent.sequence.is_some(),
+            Mode::Legacy { .. } => sent.journal.is_some(),
+        };
+        if keep {
+            self.sent.push_back(sent);
+        }
+        keep
+    }
+
+    /// A cumulative acknowledgement: everything with a sequence number at
+    /// or below `through` arrived.
+    pub fn ack(&mut self, through: u64) -> Settled {
+        if through > self.highest {
+            tracing::warn!(
+                acked_sequence = through,
+                highest_sent = self.highest,
+                "the control plane acknowledged updates never sent; ignoring it"
+            );
+            return Settled::default();
+        }
+        if through <= self.acked {
+            return Settled::default();
+        }
+        self.acked = through;
+        let mut settled = Settled::default();
+        while self
+            .sent
+            .front()
+            .is_some_and(|s| s.sequence.is_some_and(|seq| seq <= through))
+        {
+            if let Some(s) = self.sent.pop_front() {
+                settled.updates += 1;
+                settled.journal.extend(s.journal);
+            }
+        }
+        settled
+    }
+
+    /// Legacy mode: settles the updates kept longer than the window.
+    pub fn settle(&mut self, now: Instant) -> Settled {
+        let Mode::Legacy { settle } = self.mode else {
+            return Settled::default();
+        };
+        let mut settled = Settled::default();
+        while self
+            .sent
+            .front()
+            .is_some_and(|s| now.saturating_duration_since(s.at) >= settle)
+        {
+            if let Some(s) = self.sent.pop_front() {
+                settled.updates += 1;
+                settled.journal.extend(s.journal);
+            }
+        }
+        settled
+    }
+
+    /// The connection ended. After a clean close in legacy mode everything
+    /// handed over arrived (settled, returned in the second value); else
+    /// every kept update is returned, oldest first, to be sent again before
+    /// anything newer.
+    pub fn connection_ended(&mut self, clean: bool) -> (Vec<Sent>, Settled) {
+        let all: Vec<Sent> = self.sent.drain(..).collect();
+        match (self.mode, clean) {
+            (Mode::Legacy { .. }, true) => {
+                let settled = Settled {
+                    updates: all.len(),
+                    journal: all.iter().filter_map(|s| s.journal).collect(),
+                };
+                (Vec::new(), settled)
+            }
+            _ => (all, Settled::default()),
+        }
+    }
+
+    /// The highest sequence number recorded so far.
+    pub fn highest_sequence(&self) -> u64 {
+        self.highest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_runner_proto::runner::{HeartbeatResponse, client_message::Payload};
+
+    use super::*;
+
+    fn sent(seq: Option<u64>, journal: Option<u64>, at: Instant) -> Sent {
+        Sent {
+            sequence: seq,
+            journal,
+            message: ClientMessage {
+                request_id: Some(format!("r{}", seq.unwrap_or(0))),
+                payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
+                ..Default::default()
+            },
+            at,
+        }
+    }
+
+    #[test]
+    fn acked_keeps_everything_until_covered_and_resends_the_rest_in_order() {
+        let now = Instant::now();
+        let mut f = InFlight::new(Mode::Acked);
+        for seq in 1..=5 {
+            let journal = (seq % 2 == 0).then_some(seq * 10);
+            assert!(f.record(sent(Some(seq), journal, now)));
+        }
+        let s = f.ack(3);
+        assert_eq!(
+            s,
+            Settled {
+                journal: vec![20],
+                updates: 3
+            }
+        );
+        // Stale and impossible acknowledgements change nothing.
+        assert_eq!(f.ack(2), Settled::default());
+        assert_eq!(f.ack(99), Settled::default());
+        assert_eq!(f.len(), 2);
+        let (again, settled) = f.connection_ended(false);
+        assert_eq!(settled, Settled::default());
+        let seqs: Vec<_> = again.iter().map(|s| s.sequence).collect();
+        assert_eq!(seqs, vec![Some(4), Some(5)]);
+    }
+
+    #[test]
+    fn legacy_keeps_only_journaled_updates_for_the_settling_window() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(30);
+        let mut f = InFlight::new(Mode::Legacy { settle: window });
+        assert!(!f.record(sent(None, None, t0)), "intermediate: not kept");
+        assert!(f.record(sent(None, Some(1), t0)));
+        assert!(f.record(sent(None, Some(2), t0 + Duration::from_secs(20))));
+        let s = f.settle(t0 + Duration::from_secs(31));
+        assert_eq!(
+            s,
+            Settled {
+                journal: vec![1],
+                updates: 1
+            }
+        );
+        // A dirty drop: the one still in its window goes again.
+        let (again, _) = f.connection_ended(false);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].journal, Some(2));
+    }
+
+    #[test]
+    fn legacy_clean_close_settles_everything() {
+        let t0 = Instant::now();
+        let mut f = InFlight::new(Mode::Legacy {
+            settle: Duration::from_secs(30),
+        });
+        f.record(sent(None, Some(7), t0));
+        let (again, settled) = f.connection_ended(true);
+        assert!(again.is_empty());
+        assert_eq!(
+            settled,
+            Settled {
+                journal: vec![7],
+                updates: 1
+            }
+        );
+    }
+}
