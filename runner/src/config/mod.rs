@@ -1,0 +1,53 @@
+//! The runner's settings, resolved once at start-up.
+//!
+//! Every setting can come from a flag, an `AGENT_RUNNER_*` environment
+//! variable (clap reads both), or a key of the optional TOML file named by
+//! `--config`; precedence is flag > env > file > default. A malformed file or
+//! value exits with a message naming the key. The bearer secret is never a
+//! plain flag value: it comes from `--secret-file` (or `secret_file` in the
+//! file) or from `AGENT_RUNNER_SECRET`, which `main` reads and removes from
+//! the environment before anything else runs, so agents never inherit it.
+//!
+//! One file per concern, each with its tests: `args` (the flags), `file`
+//! (the TOML file), `url` (the control-plane URL), `run` (merging everything
+//! into [`RunConfig`]), `sdks` (adapter settings), `github` (where
+//! installation tokens come from).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+pub use crate::secret::Secret;
+
+mod args;
+mod file;
+mod github;
+mod run;
+mod sdks;
+mod url;
+
+pub use args::*;
+use file::{FileConfig, load_file};
+pub use github::*;
+pub use run::*;
+pub use sdks::*;
+pub use url::*;
+
+/// A configuration problem, naming the key it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{key}: {message}")]
+    Key { key: &'static str, message: String },
+}
+
+pub(crate) fn key_err(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Key {
+        key,
+        message: message.into(),
+    }
+}

@@ -1,0 +1,398 @@
+//! `RunConfig`: every setting `run` needs, merged from flags/env, the file
+//! and defaults (flag > env > file > default), each error naming its key.
+
+use super::*;
+
+/// Everything `run` needs, resolved.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub control_plane: ControlPlaneUrl,
+    pub ca_cert_pem: Option<Vec<u8>>,
+    pub secret: Option<Secret>,
+    pub state_dir: PathBuf,
+    pub workspace_root: PathBuf,
+    /// Empty means every built-in SDK.
+    pub sdks: Vec<String>,
+    pub max_concurrent_turns: usize,
+    pub drain_timeout: Duration,
+    pub outbox_capacity: usize,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    pub reconnect_min_delay: Duration,
+    pub reconnect_max_delay: Duration,
+    pub skill_max_bytes: u64,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    /// `None`: health endpoints off.
+    pub health: Option<HealthListen>,
+    /// Settings of the adapters that drive external CLIs.
+    pub sdk_options: crate::sdks::SdkOptions,
+    /// Where GitHub installation tokens come from.
+    pub github: GithubConfig,
+}
+
+impl RunConfig {
+    /// Merge flags/env (already in `args`), the file, and defaults.
+    /// `env_secret` is `AGENT_RUNNER_SECRET`, taken out of the environment by `main`.
+    pub fn resolve(args: RunArgs, env_secret: Option<Secret>) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let github = args
+            .github
+            .clone()
+            .or(GithubArgs::from_file(&file))
+            .resolve()?;
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+
+        let url_text = args
+            .control_plane_url
+            .or(file.control_plane_url)
+            .ok_or_else(|| {
+                key_err(
+                    "control_plane_url",
+                    "required (--control-plane-url, AGENT_RUNNER_CONTROL_PLANE_URL, or control_plane_url in the config file)",
+                )
+            })?;
+        let control_plane =
+            ControlPlaneUrl::parse(&url_text).map_err(|m| key_err("control_plane_url", m))?;
+
+        let ca_cert_pem = match args.ca_cert.or(file.ca_cert) {
+            Some(path) => Some(
+                std::fs::read(&path)
+                    .map_err(|e| key_err("ca_cert", format!("{}: {e}", path.display())))?,
+            ),
+            None => None,
+        };
+        if ca_cert_pem.is_some() && !control_plane.tls {
+            return Err(key_err(
+                "ca_cert",
+                "only applies to an https:// control_plane_url",
+            ));
+        }
+
+        let secret = match args.secret_file.or(file.secret_file) {
+            Some(path) => Some(read_secret_file(&path)?),
+            None => env_secret,
+        };
+
+        let sdks = if !args.sdk.is_empty() {
+            args.sdk
+        } else {
+            file.sdk.unwrap_or_default()
+        };
+        let sdks = sdks
+            .into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+
+        let health = match args.health_addr.or(file.health_addr) {
+            Some(text) => parse_health_addr(&text)
+                .map_err(|m| key_err("health_addr", m))?
+                .map(|addr| HealthListen {
+                    addr,
+                    explicit: true,
+                }),
+            None => parse_health_addr(DEFAULT_HEALTH_ADDR)
+                .map_err(|m| key_err("health_addr", m))?
+                .map(|addr| HealthListen {
+                    addr,
+                    explicit: false,
+                }),
+        };
+
+        let from_file = ExternalSdkArgs {
+            codex_bin: file.codex_bin,
+            codex_approval_policy: file.codex_approval_policy,
+            codex_sandbox: file.codex_sandbox,
+            claude_bin: file.claude_bin,
+            claude_permission_mode: file.claude_permission_mode,
+            claude_models: file.claude_models,
+        };
+        let sdk_options = args.external_sdks.or(from_file).resolve()?;
+
+        let sdk_options = crate::sdks::SdkOptions {
+            code_agent: args
+                .code_agent
+                .or(CodeAgentArgs {
+                    code_agent_endpoint: file.code_agent_endpoint,
+                    code_agent_state_dir: file.code_agent_state_dir,
+                })
+                .resolve()?,
+            ..sdk_options
+        };
+
+        let duration = |key: &'static str,
+                        flag: Option<Duration>,
+                        file: Option<String>,
+                        default| match (flag, file) {
+            (Some(d), _) => Ok(d),
+            (None, Some(text)) => parse_duration(&text).map_err(|m| key_err(key, m)),
+            (None, None) => Ok(default),
+        };
+
+        let config = Self {
+            control_plane,
+            ca_cert_pem,
+            secret,
+            state_dir: args
+                .state_dir
+                .or(file.state_dir)
+                .unwrap_or_else(|| home.join(".agent-runner/state")),
+            workspace_root: args
+                .workspace_root
+                .or(file.workspace_root)
+                .unwrap_or_else(|| home.join(".agent-runner/workspaces")),
+            sdks,
+            max_concurrent_turns: args
+                .max_concurrent_turns
+                .or(file.max_concurrent_turns)
+                .unwrap_or(256),
+            drain_timeout: duration(
+                "drain_timeout",
+                args.drain_timeout,
+                file.drain_timeout,
+                Duration::from_secs(30),
+            )?,
+            outbox_capacity: args
+                .outbox_capacity
+                .or(file.outbox_capacity)
+                .unwrap_or(10_000),
+            keepalive_interval: duration(
+                "keepalive_interval",
+                args.keepalive_interval,
+                file.keepalive_interval,
+                Duration::from_secs(20),
+            )?,
+            keepalive_timeout: duration(
+                "keepalive_timeout",
+                args.keepalive_timeout,
+                file.keepalive_timeout,
+                Duration::from_secs(10),
+            )?,
+            reconnect_min_delay: duration(
+                "reconnect_min_delay",
+                args.reconnect_min_delay,
+                file.reconnect_min_delay,
+                Duration::from_millis(250),
+            )?,
+            reconnect_max_delay: duration(
+                "reconnect_max_delay",
+                args.reconnect_max_delay,
+                file.reconnect_max_delay,
+                Duration::from_secs(30),
+            )?,
+            skill_max_bytes: args
+                .skill_max_bytes
+                .or(file.skill_max_bytes)
+                .unwrap_or(crate::skills::DEFAULT_MAX_BYTES),
+            log_format: args.log_format.or(file.log_format).unwrap_or_default(),
+            log_level: args
+                .log_level
+                .or(file.log_level)
+                .unwrap_or_else(|| "info".to_owned()),
+            health,
+            sdk_options,
+            github,
+        };
+        let mut config = config;
+        default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);
+        config.check()?;
+        Ok(config)
+    }
+
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        if self.max_concurrent_turns == 0 {
+            return Err(key_err("max_concurrent_turns", "must be at least 1"));
+        }
+        if self.outbox_capacity < 16 {
+            return Err(key_err("outbox_capacity", "must be at least 16"));
+        }
+        if self.reconnect_min_delay.is_zero() || self.reconnect_min_delay > self.reconnect_max_delay
+        {
+            return Err(key_err(
+                "reconnect_min_delay",
+                "must be above zero and at most reconnect_max_delay",
+            ));
+        }
+        if self.keepalive_interval.is_zero() || self.keepalive_timeout.is_zero() {
+            return Err(key_err(
+                "keepalive_interval",
+                "keepalive_interval and keepalive_timeout must be above zero",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Only the GitHub settings of `args` and its config file: what
+/// `agent-runner github` needs when it talks to GitHub as the App (no
+/// control plane involved).
+pub fn resolve_github(args: &RunArgs) -> Result<GithubConfig, ConfigError> {
+    let file = match &args.config {
+        Some(path) => load_file(path)?,
+        None => FileConfig::default(),
+    };
+    args.github
+        .clone()
+        .or(GithubArgs::from_file(&file))
+        .resolve()
+}
+
+pub(super) fn read_secret_file(path: &Path) -> Result<Secret, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| key_err("secret_file", format!("{}: {e}", path.display())))?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(key_err(
+            "secret_file",
+            format!("{} is empty", path.display()),
+        ));
+    }
+    Ok(Secret::new(secret.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: &str) -> RunArgs {
+        RunArgs {
+            control_plane_url: Some(url.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn url_prefix_and_scheme() {
+        let u = ControlPlaneUrl::parse("http://127.0.0.1:50051/grpc/").unwrap();
+        assert_eq!(u.origin, "http://127.0.0.1:50051");
+        assert_eq!(u.path_prefix, "/grpc");
+        assert!(!u.tls);
+        let u = ControlPlaneUrl::parse("https://cp.example.com").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.path_prefix, "");
+        assert!(ControlPlaneUrl::parse("ftp://x").is_err());
+        assert!(ControlPlaneUrl::parse("127.0.0.1:50051").is_err());
+    }
+
+    #[test]
+    fn precedence_flag_over_file_over_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(
+            &file,
+            "control_plane_url = \"http://file:1\"\nmax_concurrent_turns = 7\ndrain_timeout = \"5s\"\n",
+        )
+        .unwrap();
+        let mut a = args("http://flag:2");
+        a.config = Some(file.clone());
+        let c = RunConfig::resolve(a, None).unwrap();
+        assert_eq!(c.control_plane.origin, "http://flag:2");
+        assert_eq!(c.max_concurrent_turns, 7);
+        assert_eq!(c.drain_timeout, Duration::from_secs(5));
+        assert_eq!(c.outbox_capacity, 10_000);
+        let a = RunArgs {
+            config: Some(file),
+            ..Default::default()
+        };
+        assert_eq!(
+            RunConfig::resolve(a, None).unwrap().control_plane.origin,
+            "http://file:1"
+        );
+    }
+
+    #[test]
+    fn malformed_file_names_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(&file, "max_concurrent_turns = \"many\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file.clone()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.contains("max_concurrent_turns"), "{err}");
+
+        std::fs::write(&file, "no_such_key = 1\n").unwrap();
+        let a = RunArgs {
+            config: Some(file.clone()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.contains("no_such_key"), "{err}");
+
+        std::fs::write(&file, "drain_timeout = \"soon\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.starts_with("drain_timeout:"), "{err}");
+    }
+
+    #[test]
+    fn secret_file_wins_and_never_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let a = RunArgs {
+            secret_file: Some(path),
+            ..args("http://x:1")
+        };
+        let c = RunConfig::resolve(a, Some(Secret::new("env"))).unwrap();
+        assert_eq!(c.secret.as_ref().unwrap().expose(), "s3cret");
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn health_addr_default_explicit_empty_and_bad() {
+        let c = RunConfig::resolve(args("http://x:1"), None).unwrap();
+        let h = c.health.unwrap();
+        assert_eq!(h.addr.to_string(), DEFAULT_HEALTH_ADDR);
+        assert!(!h.explicit);
+        assert!(h.addr.ip().is_loopback());
+
+        let a = RunArgs {
+            health_addr: Some("0.0.0.0:0".into()),
+            ..args("http://x:1")
+        };
+        let h = RunConfig::resolve(a, None).unwrap().health.unwrap();
+        assert!(h.explicit);
+        assert_eq!(h.addr.port(), 0);
+
+        let a = RunArgs {
+            health_addr: Some(String::new()),
+            ..args("http://x:1")
+        };
+        assert!(RunConfig::resolve(a, None).unwrap().health.is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(&file, "health_addr = \"\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file.clone()),
+            ..args("http://x:1")
+        };
+        assert!(RunConfig::resolve(a, None).unwrap().health.is_none());
+
+        let a = RunArgs {
+            health_addr: Some("localhost:9464".into()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.starts_with("health_addr:"), "{err}");
+    }
+
+    #[test]
+    fn missing_url_names_the_key() {
+        let err = RunConfig::resolve(RunArgs::default(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("control_plane_url:"), "{err}");
+    }
+}

@@ -1,0 +1,287 @@
+//! Settings of the SDK adapters: the external agent CLIs (codex,
+//! claude-code) and the code-agent adapter.
+
+use super::*;
+
+/// Flags of the adapters that drive external agent CLIs. A CLI that is
+/// missing does not stop the runner: its SDK registers as UNCONFIGURED.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ExternalSdkArgs {
+    /// The `codex` executable for the codex SDK. Default: `codex` on PATH.
+    #[arg(long, env = "AGENT_RUNNER_CODEX_BIN")]
+    pub codex_bin: Option<PathBuf>,
+    /// Codex approval policy for every thread: untrusted, on-request or never
+    /// (approval requests are declined, except under `never`, where codex does
+    /// not ask). Default: codex's own config.
+    #[arg(long, env = "AGENT_RUNNER_CODEX_APPROVAL_POLICY")]
+    pub codex_approval_policy: Option<String>,
+    /// Codex sandbox for every thread: read-only, workspace-write or
+    /// danger-full-access. Default: codex's own config.
+    #[arg(long, env = "AGENT_RUNNER_CODEX_SANDBOX")]
+    pub codex_sandbox: Option<String>,
+    /// The `claude` executable for the claude-code SDK. Default: `claude` on PATH.
+    #[arg(long, env = "AGENT_RUNNER_CLAUDE_BIN")]
+    pub claude_bin: Option<PathBuf>,
+    /// Claude Code permission mode: acceptEdits, auto, bypassPermissions,
+    /// default, dontAsk or plan. Permission prompts are allowed only under
+    /// bypassPermissions (which the runner implements itself, so it also works
+    /// as root) and denied otherwise. Default: Claude Code's own.
+    #[arg(long, env = "AGENT_RUNNER_CLAUDE_PERMISSION_MODE")]
+    pub claude_permission_mode: Option<String>,
+    /// Models the claude-code SDK advertises: comma-separated `name` or
+    /// `name:level/level` (levels are passed as --effort).
+    /// Default: sonnet:low/medium/high,opus:low/medium/high,haiku.
+    #[arg(long, env = "AGENT_RUNNER_CLAUDE_MODELS")]
+    pub claude_models: Option<String>,
+}
+
+impl ExternalSdkArgs {
+    /// Each setting from `self`, else from `other`.
+    pub(super) fn or(self, other: Self) -> Self {
+        Self {
+            codex_bin: self.codex_bin.or(other.codex_bin),
+            codex_approval_policy: self.codex_approval_policy.or(other.codex_approval_policy),
+            codex_sandbox: self.codex_sandbox.or(other.codex_sandbox),
+            claude_bin: self.claude_bin.or(other.claude_bin),
+            claude_permission_mode: self.claude_permission_mode.or(other.claude_permission_mode),
+            claude_models: self.claude_models.or(other.claude_models),
+        }
+    }
+
+    /// Checked adapter settings (defaults for what is not given).
+    pub(super) fn resolve(self) -> Result<crate::sdks::SdkOptions, ConfigError> {
+        let mut options = crate::sdks::SdkOptions::default();
+        if let Some(bin) = self.codex_bin {
+            options.codex.bin = bin;
+        }
+        if let Some(policy) = self.codex_approval_policy {
+            sdk_codex::check_approval_policy(&policy)
+                .map_err(|m| key_err("codex_approval_policy", m))?;
+            options.codex.approval_policy = Some(policy);
+        }
+        if let Some(sandbox) = self.codex_sandbox {
+            sdk_codex::check_sandbox(&sandbox).map_err(|m| key_err("codex_sandbox", m))?;
+            options.codex.sandbox = Some(sandbox);
+        }
+        if let Some(bin) = self.claude_bin {
+            options.claude.bin = bin;
+        }
+        if let Some(mode) = self.claude_permission_mode {
+            sdk_claude_code::check_permission_mode(&mode)
+                .map_err(|m| key_err("claude_permission_mode", m))?;
+            options.claude.permission_mode = Some(mode);
+        }
+        if let Some(models) = self.claude_models {
+            options.claude.models =
+                sdk_claude_code::parse_models(&models).map_err(|m| key_err("claude_models", m))?;
+        }
+        Ok(options)
+    }
+}
+
+/// Flags of the code-agent adapter.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CodeAgentArgs {
+    /// A remote a3s CodeAgentService for the code-agent SDK (`http://host:port`
+    /// or `https://…`, e.g. `agent-runner code-agent serve` elsewhere; it must
+    /// see the same workspace paths). Default: the engine embedded in the
+    /// runner (no port opened).
+    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_ENDPOINT")]
+    pub code_agent_endpoint: Option<String>,
+    /// State directory of the embedded engine (sessions, providers).
+    /// Default: <state dir>/code-agent.
+    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_STATE_DIR")]
+    pub code_agent_state_dir: Option<PathBuf>,
+}
+
+impl CodeAgentArgs {
+    /// Each setting from `self`, else from `other`.
+    pub(super) fn or(self, other: Self) -> Self {
+        Self {
+            code_agent_endpoint: self.code_agent_endpoint.or(other.code_agent_endpoint),
+            code_agent_state_dir: self.code_agent_state_dir.or(other.code_agent_state_dir),
+        }
+    }
+
+    /// Checked settings; the state dir default comes later
+    /// ([`default_code_agent_state_dir`]), once the runner's is known.
+    pub(super) fn resolve(self) -> Result<sdk_code_agent::CodeAgentConfig, ConfigError> {
+        let mut config = sdk_code_agent::CodeAgentConfig::default();
+        if let Some(url) = self
+            .code_agent_endpoint
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+        {
+            sdk_code_agent::check_endpoint(&url).map_err(|m| key_err("code_agent_endpoint", m))?;
+            config.endpoint = Some(url);
+        }
+        config.state_dir = self.code_agent_state_dir;
+        Ok(config)
+    }
+}
+
+/// The embedded engine's state dir defaults to `<state dir>/code-agent`.
+pub(super) fn default_code_agent_state_dir(
+    config: &mut sdk_code_agent::CodeAgentConfig,
+    runner_state_dir: &Path,
+) {
+    if config.endpoint.is_none() && config.state_dir.is_none() {
+        config.state_dir = Some(runner_state_dir.join("code-agent"));
+    }
+}
+
+#[cfg(test)]
+mod code_agent_tests {
+    use super::*;
+
+    fn with(code_agent: CodeAgentArgs, config: Option<PathBuf>) -> Result<RunConfig, ConfigError> {
+        RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some("http://x:1".into()),
+                state_dir: Some("/var/lib/ar".into()),
+                config,
+                code_agent,
+                ..Default::default()
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn embedded_by_default_with_state_under_the_runners() {
+        let c = with(CodeAgentArgs::default(), None).unwrap();
+        let o = &c.sdk_options.code_agent;
+        assert_eq!(o.endpoint, None);
+        assert_eq!(o.state_dir, Some(PathBuf::from("/var/lib/ar/code-agent")));
+    }
+
+    #[test]
+    fn flag_over_file_and_bad_endpoints_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(
+            &file,
+            "code_agent_endpoint = \"http://file:1\"\ncode_agent_state_dir = \"/srv/ca\"\n",
+        )
+        .unwrap();
+        let c = with(CodeAgentArgs::default(), Some(file.clone())).unwrap();
+        let o = &c.sdk_options.code_agent;
+        assert_eq!(o.endpoint.as_deref(), Some("http://file:1"));
+        assert_eq!(o.state_dir, Some(PathBuf::from("/srv/ca")));
+
+        let flag = CodeAgentArgs {
+            code_agent_endpoint: Some("https://engine:443".into()),
+            ..Default::default()
+        };
+        let c = with(flag, Some(file)).unwrap();
+        assert_eq!(
+            c.sdk_options.code_agent.endpoint.as_deref(),
+            Some("https://engine:443")
+        );
+
+        let blank = CodeAgentArgs {
+            code_agent_endpoint: Some(" ".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            with(blank, None).unwrap().sdk_options.code_agent.endpoint,
+            None
+        );
+
+        let bad = CodeAgentArgs {
+            code_agent_endpoint: Some("engine:50051".into()),
+            ..Default::default()
+        };
+        let err = with(bad, None).unwrap_err().to_string();
+        assert!(err.starts_with("code_agent_endpoint:"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod external_sdk_tests {
+    use super::*;
+
+    fn with(external: ExternalSdkArgs) -> Result<RunConfig, ConfigError> {
+        RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some("http://x:1".into()),
+                external_sdks: external,
+                ..Default::default()
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn defaults_flags_and_file_keys() {
+        let c = with(ExternalSdkArgs::default()).unwrap();
+        assert_eq!(c.sdk_options.codex.bin, PathBuf::from("codex"));
+        assert_eq!(c.sdk_options.claude.bin, PathBuf::from("claude"));
+        assert_eq!(c.sdk_options.claude.models.len(), 3);
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(
+            &file,
+            "codex_bin = \"/opt/codex\"\ncodex_approval_policy = \"never\"\ncodex_sandbox = \"read-only\"\nclaude_models = \"sonnet:low/high\"\nclaude_permission_mode = \"plan\"\n",
+        )
+        .unwrap();
+        let c = RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some("http://x:1".into()),
+                config: Some(file),
+                external_sdks: ExternalSdkArgs {
+                    codex_sandbox: Some("workspace-write".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
+        let o = &c.sdk_options;
+        assert_eq!(o.codex.bin, PathBuf::from("/opt/codex"));
+        assert_eq!(o.codex.approval_policy.as_deref(), Some("never"));
+        assert_eq!(o.codex.sandbox.as_deref(), Some("workspace-write"));
+        assert_eq!(o.claude.permission_mode.as_deref(), Some("plan"));
+        assert_eq!(o.claude.models.len(), 1);
+        assert_eq!(o.claude.models[0].reasoning_levels, ["low", "high"]);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (external, key) in [
+            (
+                ExternalSdkArgs {
+                    codex_approval_policy: Some("sometimes".into()),
+                    ..Default::default()
+                },
+                "codex_approval_policy:",
+            ),
+            (
+                ExternalSdkArgs {
+                    codex_sandbox: Some("none".into()),
+                    ..Default::default()
+                },
+                "codex_sandbox:",
+            ),
+            (
+                ExternalSdkArgs {
+                    claude_permission_mode: Some("yolo".into()),
+                    ..Default::default()
+                },
+                "claude_permission_mode:",
+            ),
+            (
+                ExternalSdkArgs {
+                    claude_models: Some(" , ".into()),
+                    ..Default::default()
+                },
+                "claude_models:",
+            ),
+        ] {
+            let err = with(external).unwrap_err().to_string();
+            assert!(err.starts_with(key), "{err}");
+        }
+    }
+}
