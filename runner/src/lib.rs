@@ -10,16 +10,12 @@
 //! See `docs/architecture.md`.
 
 pub mod agent;
-pub mod code_agent_cmd;
+pub mod cli;
 pub mod config;
 pub mod credentials;
 pub mod delivery;
-#[cfg(feature = "demo")]
-pub mod demo;
 pub mod dispatch;
-pub mod git_credential_cmd;
 pub mod github;
-pub mod github_cmd;
 pub mod health;
 pub mod journal;
 pub mod link;
@@ -35,7 +31,6 @@ pub mod secret;
 pub mod skills;
 pub mod state;
 pub mod status;
-pub mod status_cmd;
 pub mod store_thread;
 pub mod thread;
 pub mod updates;

@@ -46,7 +46,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     if let Some(level) = &args.log_level {
         crate::logging::init(LogFormat::Text, level).map_err(anyhow::Error::msg)?;
     }
-    crate::code_agent_cmd::redact_provider_keys();
+    super::code_agent::redact_provider_keys();
     let want_code_agent = ["OPENAI_API_KEY", "OPENAI_BASE_URL"]
         .iter()
         .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));

@@ -1,0 +1,120 @@
+//! The `agent-runner` command line: `run`, `status`, `demo`, `github`, `sdk list`,
+//! `code-agent serve`, and `git-credential` (what agents' git calls; not for
+//! people). Definitions and dispatch here; each subcommand in its own module.
+
+mod code_agent;
+#[cfg(feature = "demo")]
+mod demo;
+mod git_credential;
+mod github;
+mod run;
+mod sdk;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{RunArgs, Secret};
+
+pub use code_agent::redact_provider_keys;
+
+/// The command line.
+#[derive(Parser)]
+#[command(
+    name = "agent-runner",
+    version,
+    about = "Runs coding agents for a remote control plane"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Register with the control plane and serve it until SIGTERM/SIGINT
+    /// (first signal drains, a second exits at once).
+    Run(Box<RunArgs>),
+    /// Print a running runner's status (connection, turns, outbox, SDKs),
+    /// read from its health endpoints; `--probe` checks /livez or /readyz.
+    Status(status::StatusArgs),
+    /// Run a mock control plane and a runner in-process and print a live
+    /// transcript of one scripted turn.
+    #[cfg(feature = "demo")]
+    Demo(demo::DemoArgs),
+    /// Git credential helper for agents' git (the runner configures it
+    /// through GIT_CONFIG_* in every agent's environment): answers
+    /// get/store/erase from the running runner's credential socket.
+    #[command(hide = true)]
+    GitCredential(git_credential::GitCredentialArgs),
+    /// GitHub installations and tokens, as `run` would get them (never
+    /// printing a token).
+    Github {
+        #[command(subcommand)]
+        command: Box<github::GithubCommand>,
+    },
+    /// The code-agent engine (`code-agent serve --listen ADDR`: a standalone
+    /// a3s CodeAgentService for `run --code-agent-endpoint`).
+    CodeAgent {
+        #[command(subcommand)]
+        command: code_agent::CodeAgentCommand,
+    },
+    /// SDK adapters.
+    Sdk {
+        #[command(subcommand)]
+        command: SdkCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SdkCommand {
+    /// Print each built-in adapter, its status and models.
+    List,
+}
+
+/// Runs the parsed command line. `env_secret` is `AGENT_RUNNER_SECRET`,
+/// taken out of the environment before anything else ran.
+pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
+    // Git runs the helper once per credential: no async runtime needed.
+    if let Command::GitCredential(args) = &cli.command {
+        return match git_credential::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agent-runner git-credential: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agent-runner: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(*args, env_secret).await,
+            Command::Status(args) => status::run(args).await,
+            #[cfg(feature = "demo")]
+            Command::Demo(args) => demo::run(args).await,
+            Command::CodeAgent { command } => code_agent::run(command).await,
+            Command::Github { command } => github::run(*command, env_secret).await,
+            Command::GitCredential(_) => Ok(()),
+            Command::Sdk {
+                command: SdkCommand::List,
+            } => sdk::list().await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agent-runner: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
