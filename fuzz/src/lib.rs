@@ -154,10 +154,12 @@ impl Live {
         let sdks = Sdks::from_adapters(vec![Arc::new(Sandboxed(
             sdk_scripted::ScriptedAdapter::new(),
         ))]);
-        let runner = Runtime::new(sdks, store, workspaces, 100_000, 64, 1 << 20);
+        let runner = Runtime::bare(sdks, store, workspaces, 100_000, 64, 1 << 20);
         tokio.block_on(async {
             runner.sdks.describe_all().await;
-            runner.restore().await.expect("harness: restore");
+            agent_runner::restore::restore(&runner)
+                .await
+                .expect("harness: restore");
         });
         Live {
             tokio,
@@ -205,8 +207,13 @@ impl Harness {
     pub fn run_message(&mut self, mut msg: ServerMessage) -> Outcome {
         self.runs += 1;
         if self.runs.is_multiple_of(RESET_EVERY)
-            || self.live.runner.thread_count() > MAX_THREADS
-            || self.live.runner.agent_threads(KNOWN_AGENT).is_empty()
+            || self.live.runner.mailboxes.thread_count() > MAX_THREADS
+            || self
+                .live
+                .runner
+                .mailboxes
+                .agent_threads(KNOWN_AGENT)
+                .is_empty()
         {
             self.live = Live::new();
         }

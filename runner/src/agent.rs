@@ -11,43 +11,21 @@ use agent_runner_proto::runner::{AgentStatus, ThreadStatus};
 use sdk_adapter::{AgentSpec, ThreadSpec};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::runtime::{MAILBOX, Runtime};
+use crate::commands::{AgentCmd, ThreadCmd};
+use crate::mailboxes::MAILBOX;
+use crate::runtime::Runtime;
 use crate::skills;
 use crate::state::{AgentRow, ThreadRow};
-use crate::thread::ThreadCmd;
 use crate::updates::{self, RequestId};
 
-pub enum AgentCmd {
-    Create {
-        sdk: String,
-        rid: RequestId,
-    },
-    Delete {
-        rid: RequestId,
-    },
-    CreateThread {
-        model: String,
-        reasoning_level: Option<String>,
-        rid: RequestId,
-    },
-    InstallSkill {
-        package: String,
-        rid: RequestId,
-    },
+/// Queues `cmd` for `agent_id`'s task, starting the task on the agent's
+/// first request. Never waits; a full mailbox hands `cmd` back.
+pub fn route(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) -> Result<(), AgentCmd> {
+    rt.mailboxes
+        .send_agent(agent_id, cmd, || spawn(rt.clone(), agent_id.to_owned()))
 }
 
-impl AgentCmd {
-    pub fn rid(self) -> RequestId {
-        match self {
-            AgentCmd::Create { rid, .. }
-            | AgentCmd::Delete { rid }
-            | AgentCmd::CreateThread { rid, .. }
-            | AgentCmd::InstallSkill { rid, .. } => rid,
-        }
-    }
-}
-
-pub fn spawn(rt: Arc<Runtime>, agent_id: String) -> mpsc::Sender<AgentCmd> {
+fn spawn(rt: Arc<Runtime>, agent_id: String) -> mpsc::Sender<AgentCmd> {
     let (tx, mut rx) = mpsc::channel(MAILBOX);
     let me = tx.clone();
     let tracker = rt.tasks.clone();
@@ -64,7 +42,12 @@ pub fn spawn(rt: Arc<Runtime>, agent_id: String) -> mpsc::Sender<AgentCmd> {
                 task.rt.outbox.push(updates::request_error(rid, text)).await;
             }
             let exists = matches!(task.row, Some(Some(_)));
-            if !exists && task.rt.retire_agent(&task.agent_id, &me, || rx.is_empty()) {
+            if !exists
+                && task
+                    .rt
+                    .mailboxes
+                    .retire_agent(&task.agent_id, &me, || rx.is_empty())
+            {
                 break;
             }
         }
@@ -165,7 +148,7 @@ impl AgentTask {
     async fn delete(&mut self, rid: RequestId) -> Reply {
         let row = self.agent(&rid)?;
         let rt = self.rt.clone();
-        for tx in rt.agent_threads(&self.agent_id) {
+        for tx in rt.mailboxes.agent_threads(&self.agent_id) {
             let (done, wait) = oneshot::channel();
             let cmd = ThreadCmd::Delete {
                 rid: rid.clone(),
@@ -321,7 +304,7 @@ impl AgentTask {
                 last_turn_id: None,
             })
             .map_err(|e| (rid.clone(), e.to_string()))?;
-        rt.spawn_thread(agent.sdk, spec, None);
+        crate::thread::start(rt, agent.sdk, spec, None);
         rt.outbox
             .push(updates::thread(rid, &thread_id, ThreadStatus::Ready))
             .await;

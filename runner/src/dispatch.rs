@@ -9,10 +9,10 @@ use std::sync::Arc;
 use agent_runner_proto::runner::{ServerMessage, ThreadStatus, server_message::Request};
 use agent_runner_proto::{Validate, violations};
 
-use crate::agent::AgentCmd;
+use crate::commands::{self, AgentCmd, ThreadCmd, UserMessage};
+use crate::mailboxes::{MAILBOX, ThreadRoute};
 use crate::metrics::{self, RequestOutcome};
-use crate::runtime::{MAILBOX, Runtime, ThreadRoute};
-use crate::thread::{ThreadCmd, UserMessage};
+use crate::runtime::Runtime;
 use crate::updates::{self, RequestId};
 use crate::workspace::check_id;
 
@@ -99,8 +99,7 @@ fn route(
 }
 
 fn reject(rt: &Runtime, rid: RequestId, text: String) {
-    tracing::info!(request_id = ?rid, error = %text, "request rejected");
-    rt.outbox.push_reply(updates::request_error(rid, text));
+    commands::reject(&rt.outbox, rid, text);
 }
 
 /// Ids that may become paths (agent ids) or are looked up (thread ids) must
@@ -130,7 +129,7 @@ fn check_ids(request: &Request) -> Result<(), String> {
 }
 
 fn to_agent(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) -> RequestOutcome {
-    match rt.send_agent(agent_id, cmd) {
+    match crate::agent::route(rt, agent_id, cmd) {
         Ok(()) => RequestOutcome::Accepted,
         Err(cmd) => {
             reject(
@@ -144,7 +143,7 @@ fn to_agent(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) -> RequestOutcome 
 }
 
 fn to_thread(rt: &Arc<Runtime>, agent_id: &str, thread_id: &str, cmd: ThreadCmd) -> RequestOutcome {
-    match rt.send_thread(agent_id, thread_id, cmd) {
+    match rt.mailboxes.send_thread(agent_id, thread_id, cmd) {
         ThreadRoute::Sent => RequestOutcome::Accepted,
         ThreadRoute::Busy(cmd) => {
             reject(
@@ -162,30 +161,7 @@ fn to_thread(rt: &Arc<Runtime>, agent_id: &str, thread_id: &str, cmd: ThreadCmd)
             );
             RequestOutcome::Rejected
         }
-        ThreadRoute::Unknown(cmd) => unknown_thread(rt, thread_id, cmd),
-    }
-}
-
-/// Deleting an unknown thread is done already; anything else is an error.
-pub fn unknown_thread(rt: &Runtime, thread_id: &str, cmd: ThreadCmd) -> RequestOutcome {
-    match cmd {
-        ThreadCmd::Delete { rid, done } => {
-            rt.outbox
-                .push_reply(updates::thread(rid, thread_id, ThreadStatus::Deleted));
-            if let Some(done) = done {
-                let _ = done.send(());
-            }
-            RequestOutcome::Answered
-        }
-        ThreadCmd::Drain => RequestOutcome::Answered,
-        ThreadCmd::Interrupt { rid } => {
-            reject(rt, rid, format!("unknown thread {thread_id}"));
-            RequestOutcome::Rejected
-        }
-        ThreadCmd::UserMessage(m) => {
-            reject(rt, m.rid, format!("unknown thread {thread_id}"));
-            RequestOutcome::Rejected
-        }
+        ThreadRoute::Unknown(cmd) => commands::unknown_thread(&rt.outbox, thread_id, cmd),
     }
 }
 
@@ -226,7 +202,7 @@ mod tests {
         let sdks = Sdks::from_adapters(vec![Arc::new(sdk_scripted::ScriptedAdapter::new())]);
         let store = Store::open(&dir.path().join("state")).unwrap();
         let ws = Workspaces::new(dir.path().join("ws")).unwrap();
-        let rt = Runtime::new(sdks, store, ws, 16, 8, 1024);
+        let rt = Runtime::bare(sdks, store, ws, 16, 8, 1024);
         for _ in 0..16 {
             let filler = updates::thread(None, "filler", ThreadStatus::Ready);
             rt.outbox.push(filler).await;
@@ -240,7 +216,7 @@ mod tests {
             sdk_thread_id: None,
             env: Vec::new(),
         };
-        rt.spawn_thread("scripted".into(), spec, None);
+        crate::thread::start(&rt, "scripted".into(), spec, None);
         let total = MAILBOX + 10;
         for i in 0..total {
             let msg = ServerMessage {

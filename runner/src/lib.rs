@@ -11,6 +11,8 @@
 
 pub mod agent;
 pub mod cli;
+pub mod client;
+pub mod commands;
 pub mod config;
 pub mod credentials;
 pub mod delivery;
@@ -19,11 +21,14 @@ pub mod github;
 pub mod health;
 pub mod journal;
 pub mod link;
+pub mod link_state;
 pub mod logging;
+pub mod mailboxes;
 pub mod metrics;
 pub mod outbox;
 pub mod procs;
 pub mod redact;
+pub mod restore;
 pub mod runner;
 pub mod runtime;
 pub mod sdks;

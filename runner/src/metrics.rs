@@ -31,7 +31,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use sdk_adapter::TurnOutcome;
 
-use crate::link::LinkState;
+use crate::link_state::LinkState;
 use crate::updates;
 
 /// Requests whose first reply is still awaited, at most (beyond it new

@@ -14,7 +14,9 @@ use crate::config::RunConfig;
 use crate::credentials::{CredentialServer, GitEnv, ThreadCheck};
 use crate::health::{self, HealthServer};
 use crate::link::{Link, LinkState, Refused};
-use crate::runtime::Runtime;
+use crate::mailboxes::Mailboxes;
+use crate::outbox::Outbox;
+use crate::runtime::{Runtime, RuntimeParts};
 use crate::sdks::Sdks;
 use crate::state::Store;
 use crate::workspace::Workspaces;
@@ -31,21 +33,21 @@ pub struct Runner {
     credentials: CredentialServer,
 }
 
-/// The git credential socket for agents, and the environment that points
-/// their git at it (set before any thread is restored).
+/// The git credential socket for agents (it answers only for live
+/// threads), and the environment that points their git at it.
 fn start_credentials(
-    rt: &Arc<Runtime>,
+    mailboxes: &Arc<Mailboxes>,
     config: &RunConfig,
     broker: crate::github::TokenBroker,
-) -> anyhow::Result<CredentialServer> {
-    let weak = Arc::downgrade(rt);
+) -> anyhow::Result<(CredentialServer, GitEnv)> {
+    let weak = Arc::downgrade(mailboxes);
     let threads: ThreadCheck =
-        Arc::new(move |id: &str| weak.upgrade().is_some_and(|rt| rt.has_thread(id)));
+        Arc::new(move |id: &str| weak.upgrade().is_some_and(|m| m.has_thread(id)));
     let server = CredentialServer::start(&config.state_dir, Arc::new(broker), threads)?;
     let exe = std::env::current_exe()
         .context("finding this agent-runner binary for the git credential helper")?;
-    rt.set_git_env(GitEnv::new(exe, server.path().to_owned()));
-    Ok(server)
+    let env = GitEnv::new(exe, server.path().to_owned());
+    Ok((server, env))
 }
 
 impl Runner {
@@ -66,30 +68,38 @@ impl Runner {
             .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
         let workspaces = Workspaces::new(config.workspace_root.clone())
             .with_context(|| format!("workspace_root {}", config.workspace_root.display()))?;
-        let rt = Runtime::new(
-            sdks,
-            store,
-            workspaces,
-            config.outbox_capacity,
-            config.max_concurrent_turns,
-            config.skill_max_bytes,
-        );
-        crate::metrics::sdks_enabled(&rt.sdks.names());
-        // The link's client is made now (it connects lazily): GitHub tokens
-        // from the control plane go through it.
-        let link = Link::new(rt.clone(), config)?;
-        let github =
-            crate::github::broker(&config.github, Some(link.client()), rt.redactor.clone())
-                .context("github")?;
+        // Start-up in dependency order: the control-plane client (it
+        // connects lazily) → the token broker (control-plane tokens go
+        // through that client) → the git credential socket → the runtime,
+        // complete → what the store knows → the link.
+        let client = crate::client::client(config)?;
+        let redactor = crate::redact::Redactor::process();
+        let github = crate::github::broker(&config.github, Some(client.clone()), redactor)
+            .context("github")?;
         tracing::info!(
             source = %github.describe_source(),
             git_host = github.git_host(),
             "GitHub installation tokens"
         );
-        let credentials = start_credentials(&rt, config, github.clone())?;
-        rt.set_github(github);
+        let mailboxes = Arc::new(Mailboxes::new());
+        let (credentials, git_env) = start_credentials(&mailboxes, config, github.clone())?;
+        let rt = Runtime::new(RuntimeParts {
+            sdks,
+            store,
+            workspaces,
+            outbox: Arc::new(Outbox::new(config.outbox_capacity)),
+            mailboxes,
+            max_turns: config.max_concurrent_turns,
+            skill_max_bytes: config.skill_max_bytes,
+            git_env: Some(git_env),
+            github: Some(github),
+        });
+        crate::metrics::sdks_enabled(&rt.sdks.names());
         rt.sdks.describe_all().await;
-        rt.restore().await.context("restoring state")?;
+        crate::restore::restore(&rt)
+            .await
+            .context("restoring state")?;
+        let link = Link::new(rt.clone(), client, config);
         let link_state = link.state();
         let close = CancellationToken::new();
         let token = close.clone();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sdk_adapter::SdkStatus;
 use serde::{Deserialize, Serialize};
 
-use crate::link::LinkState;
+use crate::link_state::LinkState;
 use crate::runtime::Runtime;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,7 +121,7 @@ pub fn collect(rt: &Runtime, link: LinkState, child_processes: Option<usize>) ->
         },
         draining,
         agents: rt.store.agents().ok().map(|a| a.len()),
-        threads: rt.thread_count(),
+        threads: rt.mailboxes.thread_count(),
         max_concurrent_turns: rt.max_turns,
         running_turns: rt
             .running_turn_list()

@@ -17,43 +17,20 @@ use sdk_adapter::{
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::runtime::{INTERRUPT_GRACE, MAILBOX, RunningTurn, Runtime};
+use crate::commands::{ThreadCmd, UserMessage};
+use crate::mailboxes::MAILBOX;
+use crate::runtime::{INTERRUPT_GRACE, RunningTurn, Runtime};
 use crate::state::RunningTurnRow;
 use crate::updates::{self, RequestId};
 
-pub struct UserMessage {
-    pub text: String,
-    pub allow_steer: bool,
-    pub model: Option<String>,
-    pub reasoning_level: Option<String>,
-    pub rid: RequestId,
+/// Starts `spec`'s task and registers its mailbox.
+pub fn start(rt: &Arc<Runtime>, sdk: String, spec: ThreadSpec, last_turn: Option<String>) {
+    let (agent_id, thread_id) = (spec.agent_id.clone(), spec.thread_id.clone());
+    let tx = spawn(rt.clone(), sdk, spec, last_turn);
+    rt.mailboxes.add_thread(&agent_id, &thread_id, tx);
 }
 
-pub enum ThreadCmd {
-    UserMessage(UserMessage),
-    Interrupt {
-        rid: RequestId,
-    },
-    /// Delete the thread; `done` is told when it is gone (agent deletion).
-    Delete {
-        rid: RequestId,
-        done: Option<oneshot::Sender<()>>,
-    },
-    /// The runner is shutting down: interrupt the running turn.
-    Drain,
-}
-
-impl ThreadCmd {
-    pub fn rid(self) -> RequestId {
-        match self {
-            ThreadCmd::UserMessage(m) => m.rid,
-            ThreadCmd::Interrupt { rid } | ThreadCmd::Delete { rid, .. } => rid,
-            ThreadCmd::Drain => None,
-        }
-    }
-}
-
-pub fn spawn(
+fn spawn(
     rt: Arc<Runtime>,
     sdk: String,
     spec: ThreadSpec,
@@ -146,7 +123,7 @@ impl ThreadTask {
         // Anything still queued was sent to a thread that no longer exists.
         self.rx.close();
         while let Some(cmd) = self.rx.recv().await {
-            crate::dispatch::unknown_thread(&self.rt, &self.spec.thread_id, cmd);
+            crate::commands::unknown_thread(&self.rt.outbox, &self.spec.thread_id, cmd);
         }
     }
 
@@ -408,7 +385,7 @@ impl ThreadTask {
         if let Err(e) = rt.store.delete_thread(&self.spec.thread_id) {
             tracing::error!(thread_id = %self.spec.thread_id, error = %e, "deleting thread state failed");
         }
-        rt.forget_thread(&self.spec.thread_id);
+        rt.mailboxes.forget_thread(&self.spec.thread_id);
         self.send(updates::thread(
             rid,
             &self.spec.thread_id,

@@ -82,7 +82,7 @@ fn connect(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<TokenBro
         None
     } else {
         let config = RunConfig::resolve(args, env_secret)?;
-        Some(crate::link::client(&config)?)
+        Some(crate::client::client(&config)?)
     };
     init_logging(format, &level)?;
     Ok(github::broker(&github_config, client, Redactor::process())?)

@@ -77,6 +77,9 @@ pub struct RunArgs {
     pub code_agent: CodeAgentArgs,
 }
 
+/// Default limit on a package's total size.
+pub const DEFAULT_SKILL_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Where the health endpoints listen unless told otherwise.
 pub const DEFAULT_HEALTH_ADDR: &str = "127.0.0.1:9464";
 

@@ -29,7 +29,7 @@ pub struct GithubArgs {
 pub struct GithubAppConfig {
     pub app_id: u64,
     /// Checked at start-up; prints as `***`.
-    pub key: crate::github::jwt::AppKey,
+    pub key: crate::secret::AppKey,
     /// Without a trailing `/`.
     pub api_url: String,
 }
@@ -42,6 +42,9 @@ pub struct GithubConfig {
     /// The git host (`github.com`, `ghe.example.com`, `127.0.0.1:8080`).
     pub host: String,
 }
+
+/// The GitHub API used unless `--github-api-url` says otherwise.
+pub const DEFAULT_GITHUB_API_URL: &str = "https://api.github.com";
 
 /// The default git host.
 pub const DEFAULT_GITHUB_HOST: &str = "github.com";
@@ -103,7 +106,7 @@ impl GithubArgs {
                     )
                 })?;
                 // The message never quotes the file.
-                let key = crate::github::jwt::AppKey::from_pem(&pem).map_err(|m| {
+                let key = crate::secret::AppKey::from_pem(&pem).map_err(|m| {
                     key_err(
                         "github_app_private_key_file",
                         format!("{}: {m}", path.display()),
@@ -111,7 +114,7 @@ impl GithubArgs {
                 })?;
                 let api_url = match self.github_api_url {
                     Some(url) => check_api_url(&url).map_err(|m| key_err("github_api_url", m))?,
-                    None => crate::github::app::DEFAULT_API_URL.to_owned(),
+                    None => DEFAULT_GITHUB_API_URL.to_owned(),
                 };
                 Some(GithubAppConfig {
                     app_id,

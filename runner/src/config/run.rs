@@ -189,7 +189,7 @@ impl RunConfig {
             skill_max_bytes: args
                 .skill_max_bytes
                 .or(file.skill_max_bytes)
-                .unwrap_or(crate::skills::DEFAULT_MAX_BYTES),
+                .unwrap_or(DEFAULT_SKILL_MAX_BYTES),
             log_format: args.log_format.or(file.log_format).unwrap_or_default(),
             log_level: args
                 .log_level

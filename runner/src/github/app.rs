@@ -26,7 +26,7 @@ use super::source::{ASSUMED_LIFETIME, ListedInstallation, MintedToken, TokenSour
 use super::{GithubError, Secret};
 
 /// GitHub's public API.
-pub const DEFAULT_API_URL: &str = "https://api.github.com";
+pub use crate::config::DEFAULT_GITHUB_API_URL as DEFAULT_API_URL;
 /// Items asked for per page.
 const PER_PAGE: usize = 100;
 /// Pages read at most per listing (10 000 items).

@@ -1,6 +1,6 @@
 //! Tokens from the control plane: `ListGithubInstallationsForRunner` and
 //! `GetGithubInstallationAccessTokenForRunner` on the runner's own
-//! authenticated client ([`crate::link::Client`]: same channel, bearer
+//! authenticated client ([`crate::client::Client`]: same channel, bearer
 //! secret, path prefix and TLS as registration). Every response is checked
 //! against its `buf.validate` rules before it is used.
 
@@ -15,7 +15,7 @@ use tonic::Code;
 
 use super::source::{ASSUMED_LIFETIME, ListedInstallation, MintedToken, TokenSource};
 use super::{GithubError, Secret};
-use crate::link::Client;
+use crate::client::Client;
 
 /// How long one RPC may take.
 pub const RPC_TIMEOUT: Duration = Duration::from_secs(30);

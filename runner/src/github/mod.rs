@@ -57,7 +57,7 @@ pub struct Installation {
 /// runner's registration client).
 pub fn broker(
     config: &GithubConfig,
-    control_plane: Option<crate::link::Client>,
+    control_plane: Option<crate::client::Client>,
     redactor: Redactor,
 ) -> Result<TokenBroker, GithubError> {
     let source: Arc<dyn source::TokenSource> = match (&config.app, control_plane) {

@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HealthListen;
-use crate::link::LinkState;
+use crate::link_state::LinkState;
 use crate::runtime::Runtime;
 use crate::{metrics, procs, status};
 

@@ -8,8 +8,6 @@
 //! channel stayed up for [`HEALTHY_AFTER`]) and starts a new session.
 //! `UNAUTHENTICATED` and `PERMISSION_DENIED` are terminal.
 
-mod transport;
-
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-pub use transport::{Client, TransportError, client};
-
+use crate::client::Client;
 use crate::config::RunConfig;
 use crate::outbox::Outbox;
 use crate::runtime::Runtime;
@@ -36,29 +33,7 @@ use crate::updates;
 /// A channel that stayed open this long resets the reconnect backoff.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
-/// What the link is doing (for health checks, metrics and status).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkState {
-    /// Registering (or waiting to retry).
-    Connecting,
-    /// `RegisterRunner` succeeded; the ControlChannel is being opened.
-    Registered,
-    /// Registered and the ControlChannel is open.
-    Connected,
-    /// Stopped for good (shutdown or refusal).
-    Closed,
-}
-
-impl LinkState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkState::Connecting => "connecting",
-            LinkState::Registered => "registered",
-            LinkState::Connected => "connected",
-            LinkState::Closed => "closed",
-        }
-    }
-}
+pub use crate::link_state::LinkState;
 
 /// A reason to stop for good.
 #[derive(Debug, thiserror::Error)]
@@ -80,27 +55,22 @@ enum SessionEnd {
 
 pub struct Link {
     rt: Arc<Runtime>,
-    client: transport::Client,
+    client: Client,
     min_delay: Duration,
     max_delay: Duration,
     state: watch::Sender<LinkState>,
 }
 
 impl Link {
-    pub fn new(rt: Arc<Runtime>, config: &RunConfig) -> Result<Self, TransportError> {
-        Ok(Self {
+    /// A link over `client` (its channel connects lazily, on first use).
+    pub fn new(rt: Arc<Runtime>, client: Client, config: &RunConfig) -> Self {
+        Self {
             rt,
-            client: transport::client(config)?,
+            client,
             min_delay: config.reconnect_min_delay,
             max_delay: config.reconnect_max_delay,
             state: watch::Sender::new(LinkState::Connecting),
-        })
-    }
-
-    /// The link's authenticated client (a clone shares its channel): other
-    /// control-plane RPCs, such as GitHub tokens, go through it too.
-    pub fn client(&self) -> Client {
-        self.client.clone()
+        }
     }
 
     pub fn state(&self) -> watch::Receiver<LinkState> {

@@ -20,8 +20,7 @@ use std::path::Path;
 
 pub use install::Installed;
 
-/// Default limit on a package's total size.
-pub const DEFAULT_MAX_BYTES: u64 = 16 * 1024 * 1024;
+pub use crate::config::DEFAULT_SKILL_MAX_BYTES as DEFAULT_MAX_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SkillError {

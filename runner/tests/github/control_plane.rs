@@ -45,7 +45,7 @@ fn broker(cp: &MockControlPlane, secret: &str, redactor: &Redactor) -> TokenBrok
         Some(Secret::new(secret.to_owned())),
     )
     .unwrap();
-    let client = agent_runner::link::client(&config).unwrap();
+    let client = agent_runner::client::client(&config).unwrap();
     github::broker(&GithubConfig::default(), Some(client), redactor.clone()).unwrap()
 }
 

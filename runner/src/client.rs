@@ -1,3 +1,6 @@
+//! The control-plane client, below everything that talks to the control
+//! plane (the link's ControlChannel, the GitHub token source's RPCs).
+//!
 //! How the runner reaches the control plane: one HTTP/2 channel (TLS when
 //! the URL is `https://`, keepalive pings so a dead peer is noticed), every
 //! RPC path prefixed with the URL's path, every call carrying
