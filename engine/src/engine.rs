@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use code_agent_proto::agent_event::EventType;
-use code_agent_proto::code_agent_service_server::CodeAgentServiceServer;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
@@ -19,7 +18,6 @@ use crate::events::EventBus;
 use crate::llm::ClientOptions;
 use crate::model::ModelClients;
 use crate::providers::ProviderStore;
-use crate::service::Service;
 use crate::session::Session;
 use crate::store::{FileStore, validate_session_id};
 use crate::tools::{DEFAULT_BASH_TIMEOUT, DEFAULT_OUTPUT_CAP, ToolContext, ToolRegistry};
@@ -141,18 +139,6 @@ impl Engine {
         Ok(Engine {
             inner: Arc::new(inner),
         })
-    }
-
-    /// The tonic service of this engine.
-    pub fn grpc_service(&self) -> CodeAgentServiceServer<Service> {
-        CodeAgentServiceServer::new(self.service())
-            .max_decoding_message_size(32 * 1024 * 1024)
-            .max_encoding_message_size(32 * 1024 * 1024)
-    }
-
-    /// The service itself, for in-process callers of the trait.
-    pub fn service(&self) -> Service {
-        Service::new(self.clone())
     }
 
     /// Cancelled once `Shutdown` was called (or [`Engine::shutdown`]).

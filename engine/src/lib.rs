@@ -19,7 +19,6 @@ mod context;
 mod engine;
 mod env_registry;
 mod events;
-mod generation;
 mod hitl;
 mod lanes;
 mod model;

@@ -13,11 +13,11 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use crate::engine::EngineInner;
-use crate::generation::Lease;
 use crate::llm::{ChatMessage, LlmError};
 use crate::model::{self, Delta};
 use crate::prompt;
 use crate::session::Session;
+use crate::session::generation::Lease;
 use crate::session::message::{MessageRole, StoredMessage};
 
 /// Where partial output goes (bounded).

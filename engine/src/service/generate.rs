@@ -14,8 +14,8 @@ use tonic::Status;
 use super::Service;
 use crate::agent_loop::{self, Turn};
 use crate::chunks;
-use crate::generation::{Lease, SteerRefused};
 use crate::session::Session;
+use crate::session::generation::{Lease, SteerRefused};
 use crate::session::message::StoredMessage;
 use crate::structured::{self, Schema};
 

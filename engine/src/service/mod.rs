@@ -16,7 +16,7 @@ mod skills;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use code_agent_proto::code_agent_service_server::CodeAgentService;
+use code_agent_proto::code_agent_service_server::{CodeAgentService, CodeAgentServiceServer};
 use code_agent_proto::*;
 use futures::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -178,5 +178,21 @@ code_agent_service! {
         get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse = "cron";
         run_cron_job: RunCronJobRequest => RunCronJobResponse = "cron";
         parse_cron_schedule: ParseCronScheduleRequest => ParseCronScheduleResponse = "cron";
+    }
+}
+
+// The service is built on the engine, not the engine on the service: these
+// constructors live here so that `engine` needs nothing of `service`.
+impl Engine {
+    /// The tonic service of this engine.
+    pub fn grpc_service(&self) -> CodeAgentServiceServer<Service> {
+        CodeAgentServiceServer::new(self.service())
+            .max_decoding_message_size(32 * 1024 * 1024)
+            .max_encoding_message_size(32 * 1024 * 1024)
+    }
+
+    /// The service itself, for in-process callers of the trait.
+    pub fn service(&self) -> Service {
+        Service::new(self.clone())
     }
 }

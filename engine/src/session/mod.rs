@@ -3,6 +3,7 @@
 //! parts that are never persisted (the running generation, pause switch,
 //! calls waiting for confirmation, pending external tasks).
 
+pub mod generation;
 pub mod message;
 pub mod record;
 
@@ -18,10 +19,10 @@ use code_agent_proto::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::generation::GenerationSlot;
 use crate::hitl::{self, PendingConfirmations};
 use crate::lanes::{self, PendingTasks};
 use crate::permissions::Permissions;
+use generation::GenerationSlot;
 use message::{StoredMessage, now_ms};
 use record::{
     ConfigRecord, ConfirmationRecord, LaneRecord, PolicyRecord, RECORD_VERSION, SessionRecord,
