@@ -208,8 +208,9 @@ impl AgentTask {
                     .await;
                 Ok(())
             }
-            // git's message could quote a URL; tokens never leave.
-            Ok(Err(e)) => Err((rid, rt.redactor.redact(&e.to_string()).into_owned())),
+            // git's message could quote a URL: the link masks tokens in every
+            // message it sends.
+            Ok(Err(e)) => Err((rid, e.to_string())),
             Err(join) => Err((rid, format!("skill installation crashed: {join}"))),
         }
     }

@@ -127,10 +127,9 @@ impl ThreadTask {
         }
     }
 
-    /// Every update of this thread leaves through here: secrets (tokens)
-    /// that turned up in the agent's output are masked first.
-    async fn send(&self, mut msg: agent_runner_proto::runner::ClientMessage) {
-        updates::redact(&mut msg, &self.rt.redactor);
+    /// Every update of this thread leaves through here (secrets are masked
+    /// at the outbound boundary, in the link, for every message alike).
+    async fn send(&self, msg: agent_runner_proto::runner::ClientMessage) {
         self.rt.outbox.push(msg).await;
     }
 

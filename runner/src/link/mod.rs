@@ -27,6 +27,7 @@ use tonic::Code;
 use crate::client::Client;
 use crate::config::RunConfig;
 use crate::outbox::Outbox;
+use crate::redact::Redactor;
 use crate::runtime::Runtime;
 use crate::updates;
 
@@ -144,7 +145,12 @@ impl Link {
 
         // The outbound half pulls from the outbox until this session ends.
         let session_over = CancellationToken::new();
-        let outbound = outbound(self.rt.outbox.clone(), session_over.clone(), close.clone());
+        let outbound = outbound(
+            self.rt.outbox.clone(),
+            self.rt.redactor.clone(),
+            session_over.clone(),
+            close.clone(),
+        );
         let _stop_outbound = session_over.clone().drop_guard();
         let opening = tokio::select! {
             r = client.control_channel(outbound) => r,
@@ -206,16 +212,20 @@ fn lost_or_refused(rpc: &str, status: tonic::Status) -> SessionEnd {
 }
 
 /// The runner → control plane half of one session: outbox updates, each
-/// checked against its `buf.validate` rules (a violation is a runner bug: it
-/// is logged and not sent). Ends when the session ends, or when shutdown
-/// asked to close and the outbox is empty (a clean half-close).
+/// with every known secret masked (the one place outbound text is redacted,
+/// whoever produced it) and checked against its `buf.validate` rules (a
+/// violation is a runner bug: it is logged and not sent). Ends when the
+/// session ends, or when shutdown asked to close and the outbox is empty (a
+/// clean half-close).
 fn outbound(
     outbox: Arc<Outbox>,
+    redactor: Redactor,
     session_over: CancellationToken,
     close: CancellationToken,
 ) -> impl Stream<Item = ClientMessage> + Send + Sync + 'static {
     let state = Outbound {
         outbox,
+        redactor,
         session_over,
         close,
     };
@@ -229,13 +239,14 @@ type NextOutbound =
 
 struct Outbound {
     outbox: Arc<Outbox>,
+    redactor: Redactor,
     session_over: CancellationToken,
     close: CancellationToken,
 }
 
 async fn next_outbound(s: Outbound) -> Option<(ClientMessage, Outbound)> {
     loop {
-        let msg = tokio::select! {
+        let mut msg = tokio::select! {
             biased;
             () = s.session_over.cancelled() => return None,
             msg = s.outbox.pop() => msg,
@@ -244,6 +255,7 @@ async fn next_outbound(s: Outbound) -> Option<(ClientMessage, Outbound)> {
                 return None;
             }
         };
+        updates::redact(&mut msg, &s.redactor);
         match msg.validate() {
             Ok(()) => {
                 tracing::trace!(kind = updates::kind(&msg), "update sent");
@@ -281,5 +293,36 @@ pub fn agent_sdk(d: SdkDescription) -> AgentSdk {
         }
         .into(),
         error_message: d.error_message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn every_outbound_message_is_redacted_whoever_made_it() {
+        let outbox = Arc::new(Outbox::new(16));
+        let redactor = Redactor::new();
+        let token = "ghs_outbound_boundary_test_token";
+        redactor.add(token);
+        // An agent-level error (not a thread's update) quoting the token.
+        outbox.push_reply(updates::request_error(
+            Some("r1".into()),
+            format!("skill install failed: https://x-access-token:{token}@github.com/o/r"),
+        ));
+        let stream = outbound(
+            outbox,
+            redactor,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        tokio::pin!(stream);
+        let msg = stream.next().await.expect("one message");
+        let text = format!("{msg:?}");
+        assert!(!text.contains(token), "{text}");
+        assert!(text.contains("x-access-token:***@"), "{text}");
     }
 }
