@@ -63,7 +63,8 @@ fn route(
             &r.agent_id,
             AgentCmd::CreateThread {
                 model: r.model,
-                reasoning_level: r.reasoning_level,
+                // proto3 cannot tell "unset" from "empty": both are "none".
+                reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
                 rid,
             },
         ),

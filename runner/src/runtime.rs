@@ -158,8 +158,8 @@ impl Runtime {
             thread_id: row.thread_id.clone(),
             workspace: self.workspaces.thread_dir(&row.agent_id, &row.thread_id),
             model: row.model.clone(),
-            reasoning_level: row.reasoning_level.clone(),
-            sdk_thread_id: Some(row.sdk_thread_id.clone()),
+            reasoning_level: row.reasoning_level.clone().filter(|l| !l.is_empty()),
+            sdk_thread_id: Some(row.sdk_thread_id.clone()).filter(|id| !id.is_empty()),
             env: self.thread_env(&row.thread_id),
         }
     }

@@ -199,18 +199,20 @@ impl ThreadTask {
             let text = format!("SDK {:?} is not enabled on this runner", self.sdk);
             return self.error(msg.rid, text).await;
         };
-        if msg.model.is_some() || msg.reasoning_level.is_some() {
-            let model = msg.model.as_deref().unwrap_or(&self.spec.model);
-            let level = msg.reasoning_level.as_deref().or(if msg.model.is_some() {
-                None
-            } else {
-                self.spec.reasoning_level.as_deref()
-            });
-            if let Err(e) = rt.sdks.check_model(&self.sdk, model, level) {
-                return self
-                    .error(msg.rid, format!("create_user_message_request: {e}"))
-                    .await;
-            }
+        // The one place a turn's model and level are decided: an override
+        // model runs at the override level or its default; the thread's own
+        // level goes with the thread's own model only.
+        let overridden = msg.model.is_some() || msg.reasoning_level.is_some();
+        let level = match (&msg.reasoning_level, &msg.model) {
+            (Some(level), _) => Some(level.clone()),
+            (None, None) => self.spec.reasoning_level.clone(),
+            (None, Some(_)) => None,
+        };
+        let model = msg.model.unwrap_or_else(|| self.spec.model.clone());
+        if overridden && let Err(e) = rt.sdks.check_model(&self.sdk, &model, level.as_deref()) {
+            return self
+                .error(msg.rid, format!("create_user_message_request: {e}"))
+                .await;
         }
         let Ok(slot) = rt.turn_slots.clone().try_acquire_owned() else {
             let text = format!(
@@ -221,8 +223,8 @@ impl ThreadTask {
         };
         let input = TurnInput {
             text: msg.text,
-            model: msg.model,
-            reasoning_level: msg.reasoning_level,
+            model,
+            reasoning_level: level,
         };
         let turn = match adapter.start_turn(&self.spec, input).await {
             Ok(turn) => turn,

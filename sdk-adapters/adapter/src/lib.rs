@@ -27,7 +27,7 @@ pub use event::{
 };
 pub use sdk::{
     AgentSpec, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus, SteerError,
-    TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec, Turn, TurnControl, TurnInput, given,
+    TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec, Turn, TurnControl, TurnInput,
 };
 pub use steering::SteerGate;
 pub use turn_task::{Gone, finish_turn, sleep_until};

@@ -65,8 +65,11 @@ pub struct ThreadSpec {
     /// The thread's own workspace; commands run here.
     pub workspace: PathBuf,
     pub model: String,
+    /// The thread's reasoning level (`None`: the model's default; never an
+    /// empty string).
     pub reasoning_level: Option<String>,
-    /// The SDK's own id from an earlier `create_thread`, when re-opening.
+    /// The SDK's own id from an earlier `create_thread`, when re-opening
+    /// (never an empty string).
     pub sdk_thread_id: Option<String>,
     /// Extra environment for every process the thread's agent starts
     /// (e.g. the runner's `GIT_CONFIG_*` credential-helper settings).
@@ -88,12 +91,6 @@ impl ThreadSpec {
     }
 }
 
-/// An optional wire string that is present and non-empty (proto3 strings
-/// cannot tell "unset" from "empty", so both mean "not given").
-pub fn given(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|v| !v.is_empty())
-}
-
 /// What the runner stores about a created thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadHandle {
@@ -105,9 +102,10 @@ pub struct ThreadHandle {
 #[derive(Debug, Clone)]
 pub struct TurnInput {
     pub text: String,
-    /// Overrides the thread's model for this turn.
-    pub model: Option<String>,
-    /// Overrides the thread's reasoning level for this turn.
+    /// The model this turn runs with (the runner resolved the message's
+    /// override against the thread's model).
+    pub model: String,
+    /// The reasoning level this turn runs at; `None`: the model's default.
     pub reasoning_level: Option<String>,
 }
 

@@ -39,11 +39,11 @@ pub fn thread_spec(dir: &Path, model: &str) -> ThreadSpec {
 }
 
 /// A user message `text` on the thread's own model and reasoning level.
-pub fn input(text: &str) -> TurnInput {
+pub fn input(spec: &ThreadSpec, text: &str) -> TurnInput {
     TurnInput {
         text: text.into(),
-        model: None,
-        reasoning_level: None,
+        model: spec.model.clone(),
+        reasoning_level: spec.reasoning_level.clone(),
     }
 }
 
@@ -58,7 +58,7 @@ pub async fn create(adapter: &dyn SdkAdapter, mut spec: ThreadSpec) -> ThreadSpe
 /// Starts a turn with the user message `text`.
 pub async fn start(adapter: &dyn SdkAdapter, spec: &ThreadSpec, text: &str) -> Turn {
     adapter
-        .start_turn(spec, input(text))
+        .start_turn(spec, input(spec, text))
         .await
         .expect("start_turn")
 }

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sdk_adapter::{
     AgentSpec, SdkAdapter, SdkDescription, SdkError, SdkStatus, TURN_EVENT_BUFFER, ThreadHandle,
-    ThreadSpec, TokenUsageBreakdown, Turn, TurnInput, given,
+    ThreadSpec, TokenUsageBreakdown, Turn, TurnInput,
 };
 use sdk_process::{ChildError, ThreadTable, TurnInbox, find_program};
 use tokio::sync::mpsc;
@@ -95,7 +95,7 @@ impl ClaudeAdapter {
     fn slot(&self, spec: &ThreadSpec) -> Result<Arc<Slot>, SdkError> {
         self.threads
             .get_or_try_insert(&spec.thread_id, &spec.agent_id, || {
-                let session_id = given(&spec.sdk_thread_id).ok_or_else(|| {
+                let session_id = spec.sdk_thread_id.as_deref().ok_or_else(|| {
                     SdkError::Failed("the thread has no Claude Code session id".into())
                 })?;
                 Ok(Slot {
@@ -181,7 +181,7 @@ impl SdkAdapter for ClaudeAdapter {
         self.check_binary()?;
         spec.create_workspace().await?;
         let mut spec = spec.clone();
-        if given(&spec.sdk_thread_id).is_none() {
+        if spec.sdk_thread_id.as_deref().is_none() {
             spec.sdk_thread_id = Some(uuid::Uuid::new_v4().to_string());
         }
         let slot = self.slot(&spec)?;
@@ -201,15 +201,9 @@ impl SdkAdapter for ClaudeAdapter {
     async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError> {
         self.check_binary()?;
         let slot = self.slot(spec)?;
-        let model_override = given(&input.model);
-        let effort = match (given(&input.reasoning_level), model_override) {
-            (Some(level), _) => Some(level),
-            (None, None) => given(&spec.reasoning_level),
-            (None, Some(_)) => None,
-        };
         let flavor = Flavor {
-            model: model_override.unwrap_or(&spec.model).to_owned(),
-            effort: effort.map(str::to_owned),
+            model: input.model.clone(),
+            effort: input.reasoning_level.clone(),
         };
         let mut session = slot.session.lock().await;
         let mut retried = false;

@@ -41,7 +41,7 @@ use code_agent_proto::{
 };
 use sdk_adapter::{
     AgentSpec, SdkAdapter, SdkDescription, SdkError, SdkStatus, TURN_EVENT_BUFFER, ThreadHandle,
-    ThreadSpec, TokenUsageBreakdown, Turn, TurnInput, given,
+    ThreadSpec, TokenUsageBreakdown, Turn, TurnInput,
 };
 use sdk_process::ThreadTable;
 use tokio::sync::{OnceCell, mpsc};
@@ -111,7 +111,7 @@ fn sdk_error(what: &str, status: &tonic::Status) -> SdkError {
 /// The session id of a thread: the runner's id, checked to be safe for the
 /// engine to use as a file name.
 fn session_id(spec: &ThreadSpec) -> Result<String, SdkError> {
-    let id = given(&spec.sdk_thread_id).unwrap_or(&spec.thread_id);
+    let id = spec.sdk_thread_id.as_deref().unwrap_or(&spec.thread_id);
     let safe = !id.is_empty()
         && id.len() <= 128
         && !id.starts_with('.')
@@ -248,7 +248,7 @@ impl CodeAgentAdapter {
                     .filter(|m| !m.is_empty());
             }
             Err(status) if status.code() == Code::NotFound => {
-                if given(&spec.sdk_thread_id).is_some() {
+                if spec.sdk_thread_id.as_deref().is_some() {
                     tracing::warn!(thread_id = %spec.thread_id, session_id = %id, "the code-agent session is gone; starting it afresh (its history is lost)");
                 }
                 let request = CreateSessionRequest {
@@ -293,13 +293,8 @@ impl CodeAgentAdapter {
         state: &mut SlotState,
         input: &TurnInput,
     ) -> Result<(String, tonic::Streaming<code_agent_proto::GenerateChunk>), SdkError> {
-        let model_override = given(&input.model);
-        let effort = match (given(&input.reasoning_level), model_override) {
-            (Some(level), _) => Some(level),
-            (None, None) => given(&spec.reasoning_level),
-            (None, Some(_)) => None,
-        };
-        let model = model_override.unwrap_or(&spec.model);
+        let effort = input.reasoning_level.as_deref();
+        let model = input.model.as_str();
         let mut retried = false;
         loop {
             let id = self.ensure_session(spec, state).await?;
@@ -399,7 +394,7 @@ impl SdkAdapter for CodeAgentAdapter {
             Ok(sdk_thread_id) => Ok(ThreadHandle { sdk_thread_id }),
             Err(e) => {
                 drop(state);
-                if given(&spec.sdk_thread_id).is_none() {
+                if spec.sdk_thread_id.as_deref().is_none() {
                     self.threads.remove(&spec.thread_id);
                 }
                 Err(e)
@@ -431,7 +426,7 @@ impl SdkAdapter for CodeAgentAdapter {
             STEER_TIMEOUT,
             msgs_tx,
         ));
-        let model = given(&input.model).unwrap_or(&spec.model);
+        let model = input.model.as_str();
         let context_window = self
             .context_windows
             .lock()
@@ -480,7 +475,9 @@ mod tests {
     fn session_ids_come_from_the_thread_and_are_checked() {
         assert_eq!(session_id(&spec("thr-1", None)).unwrap(), "thr-1");
         assert_eq!(session_id(&spec("thr-1", Some("s-2"))).unwrap(), "s-2");
-        assert_eq!(session_id(&spec("thr-1", Some(""))).unwrap(), "thr-1");
+        // The runner never hands over an empty SDK id (it filters proto3's
+        // "empty means unset"); one that got here anyway is refused.
+        assert!(session_id(&spec("thr-1", Some(""))).is_err());
         for bad in ["../x", ".hidden", "a/b", ""] {
             assert!(session_id(&spec(bad, None)).is_err(), "{bad}");
         }

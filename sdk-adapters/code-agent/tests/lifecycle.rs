@@ -43,7 +43,7 @@ async fn the_embedded_engine_keeps_sessions_across_a_restart() {
         assert_eq!(d.status, SdkStatus::Ready, "{d:?}");
         let handle = adapter.create_thread(&spec).await.unwrap();
         let mut turn = adapter
-            .start_turn(&spec, input("remember the word pineapple"))
+            .start_turn(&spec, input(&spec, "remember the word pineapple"))
             .await
             .unwrap();
         let events = rest(&mut turn).await;
@@ -57,7 +57,7 @@ async fn the_embedded_engine_keeps_sessions_across_a_restart() {
     let handle = adapter.create_thread(&reopened).await.unwrap();
     assert_eq!(handle.sdk_thread_id, sdk_thread_id);
     let mut turn = adapter
-        .start_turn(&reopened, input("which word?"))
+        .start_turn(&reopened, input(&reopened, "which word?"))
         .await
         .unwrap();
     let events = rest(&mut turn).await;
@@ -92,7 +92,7 @@ async fn a_model_override_lasts_one_turn() {
                 &spec,
                 TurnInput {
                     text: "hi".into(),
-                    model: model.map(str::to_owned),
+                    model: model.unwrap_or(&spec.model).to_owned(),
                     reasoning_level: level.map(str::to_owned),
                 },
             )

@@ -42,7 +42,7 @@ use sdk_process::{ThreadTable, TurnInbox};
 use async_trait::async_trait;
 use sdk_adapter::{
     AgentSpec, SdkAdapter, SdkDescription, SdkError, TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec,
-    Turn, TurnInput, given,
+    Turn, TurnInput,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -98,7 +98,7 @@ impl CodexAdapter {
             .get_or_try_insert(&spec.thread_id, &spec.agent_id, || {
                 Ok::<_, std::convert::Infallible>(Slot {
                     state: tokio::sync::Mutex::new(SlotState {
-                        codex_thread: given(&spec.sdk_thread_id).map(str::to_owned),
+                        codex_thread: spec.sdk_thread_id.as_deref().map(str::to_owned),
                         server: None,
                     }),
                 })
@@ -236,7 +236,7 @@ impl SdkAdapter for CodexAdapter {
     async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
         let slot = self.slot(spec);
         let mut state = slot.state.lock().await;
-        if let Some(known) = given(&spec.sdk_thread_id) {
+        if let Some(known) = spec.sdk_thread_id.as_deref() {
             state.codex_thread.get_or_insert_with(|| known.to_owned());
             return Ok(ThreadHandle {
                 sdk_thread_id: known.to_owned(),
@@ -266,12 +266,7 @@ impl SdkAdapter for CodexAdapter {
     async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError> {
         let slot = self.slot(spec);
         let mut state = slot.state.lock().await;
-        let model_override = given(&input.model);
-        let effort = match (given(&input.reasoning_level), model_override) {
-            (Some(level), _) => Some(level),
-            (None, None) => given(&spec.reasoning_level),
-            (None, Some(_)) => None,
-        };
+        let effort = input.reasoning_level.as_deref();
         let mut retried = false;
         let (rpc, sink, sink_id, sink_tx, msgs, codex_thread, result) = loop {
             self.ensure_server(spec, &mut state).await?;
@@ -286,7 +281,7 @@ impl SdkAdapter for CodexAdapter {
             let mut params = json!({
                 "threadId": codex_thread,
                 "input": text_input(&input.text),
-                "model": model_override.unwrap_or(&spec.model),
+                "model": input.model,
             });
             if let Some(effort) = effort {
                 params["effort"] = json!(effort);

@@ -28,7 +28,7 @@ fn skip(reason: &str) {
 
 async fn turn_events(adapter: &CodexAdapter, spec: &ThreadSpec, text: &str) -> Vec<TurnEvent> {
     let mut turn = adapter
-        .start_turn(spec, input(text))
+        .start_turn(spec, input(spec, text))
         .await
         .expect("start_turn");
     let mut events = Vec::new();

@@ -37,7 +37,7 @@ mod turn;
 use async_trait::async_trait;
 use sdk_adapter::{
     AgentSpec, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus, ThreadHandle,
-    ThreadSpec, Turn, TurnInput, given,
+    ThreadSpec, Turn, TurnInput,
 };
 
 pub use output::OUTPUT_CAP_BYTES;
@@ -93,9 +93,9 @@ impl SdkAdapter for ScriptedAdapter {
     /// Checks model and level, creates the workspace if missing, and returns
     /// `spec.sdk_thread_id` when re-opening, else a fresh `thread-<uuid>`.
     async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
-        check_model(&spec.model, given(&spec.reasoning_level))?;
+        check_model(&spec.model, spec.reasoning_level.as_deref())?;
         spec.create_workspace().await?;
-        let sdk_thread_id = match given(&spec.sdk_thread_id) {
+        let sdk_thread_id = match spec.sdk_thread_id.as_deref() {
             Some(id) => id.to_owned(),
             None => format!("thread-{}", uuid::Uuid::new_v4()),
         };
@@ -107,19 +107,10 @@ impl SdkAdapter for ScriptedAdapter {
         Ok(())
     }
 
-    /// Checks the turn's model and level: an override model must be
-    /// advertised; an override level must exist for the turn's model; the
-    /// thread's own level is kept (and checked) only when the model is not
-    /// overridden, otherwise the override model runs at its default level.
+    /// Checks the turn's model and level (the runner resolved them; an SDK
+    /// still refuses what it does not run).
     async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError> {
-        let model_override = given(&input.model);
-        let model = model_override.unwrap_or(&spec.model);
-        let level = match (given(&input.reasoning_level), model_override) {
-            (Some(level), _) => Some(level),
-            (None, None) => given(&spec.reasoning_level),
-            (None, Some(_)) => None,
-        };
-        check_model(model, level)?;
+        check_model(&input.model, input.reasoning_level.as_deref())?;
         Ok(turn::start(
             spec.workspace.clone(),
             spec.env.clone(),

@@ -572,9 +572,11 @@ async fn create_thread_checks_model_and_level() {
 async fn start_turn_checks_overrides() {
     let (_dir, spec, _turn) = start("").await;
     let adapter = ScriptedAdapter::new();
+    // The runner resolves overrides; the adapter still refuses a final
+    // model or level it does not run.
     let with = |model: Option<&str>, level: Option<&str>| TurnInput {
         text: "say hi".into(),
-        model: model.map(Into::into),
+        model: model.unwrap_or(&spec.model).into(),
         reasoning_level: level.map(Into::into),
     };
     let rejected = |result: Result<Turn, SdkError>| {
@@ -590,7 +592,6 @@ async fn start_turn_checks_overrides() {
             .start_turn(&spec, with(Some("scripted-slow"), Some("high")))
             .await,
     );
-    // The override model runs at its default level, not the thread's `low`.
     let mut turn = adapter
         .start_turn(&spec, with(Some("scripted-slow"), None))
         .await
@@ -625,7 +626,7 @@ async fn a_missing_workspace_fails_the_run_step_clearly() {
     let (dir, spec, _turn) = start("").await;
     std::fs::remove_dir(&spec.workspace).expect("remove workspace");
     let mut turn = ScriptedAdapter::new()
-        .start_turn(&spec, input("say a\nrun true"))
+        .start_turn(&spec, input(&spec, "say a\nrun true"))
         .await
         .expect("start");
     let events = rest(&mut turn).await;

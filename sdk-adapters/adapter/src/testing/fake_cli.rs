@@ -108,8 +108,9 @@ pub async fn runs_on_model(adapter: &dyn SdkAdapter, spec: &ThreadSpec, text: &s
         .start_turn(
             spec,
             crate::TurnInput {
-                model: Some(model.into()),
-                ..input(text)
+                text: text.into(),
+                model: model.into(),
+                reasoning_level: None,
             },
         )
         .await
