@@ -14,6 +14,7 @@
 //! [`sleep_until`], and [`ItemContent`] (an item's body, reported as an
 //! event).
 
+pub mod cap;
 mod event;
 mod sdk;
 mod steering;

@@ -28,7 +28,6 @@
 //! adapter: it passes a function that says which lines are responses and
 //! under which key.
 
-mod cap;
 mod child;
 #[cfg(feature = "fake")]
 pub mod fake;
@@ -38,9 +37,9 @@ mod program;
 mod sink;
 mod threads;
 
-pub use cap::{CappedText, OUTPUT_CAP_BYTES, cap_text};
 pub use child::{ChildError, ChildHandle, ChildSpec, Inbound, JsonChild, ResponseKey};
 pub use inbox::{Next, TurnInbox};
 pub use program::find_program;
+pub use sdk_adapter::cap::{CappedText, OUTPUT_CAP_BYTES, cap_text};
 pub use sink::TurnSink;
 pub use threads::ThreadTable;

@@ -22,7 +22,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
-use crate::output::{CappedOutput, OUTPUT_CAP_BYTES};
+use sdk_adapter::cap::{CappedBytes, OUTPUT_CAP_BYTES};
 
 /// After the shell exits, at most this much more is read from the pipe (a
 /// process that escaped the group could otherwise keep the drain busy).
@@ -114,7 +114,7 @@ impl RunningCommand {
         mut self,
         stop: impl Future<Output = ()>,
     ) -> io::Result<CommandResult> {
-        let mut output = CappedOutput::new(OUTPUT_CAP_BYTES);
+        let mut output = CappedBytes::new(OUTPUT_CAP_BYTES);
         let mut reader = self
             .output
             .take()
@@ -180,7 +180,7 @@ impl Drop for RunningCommand {
 }
 
 /// Read what is already in the pipe without waiting for more.
-fn drain(reader: pipe::Receiver, output: &mut CappedOutput, chunk: &mut [u8]) -> io::Result<()> {
+fn drain(reader: pipe::Receiver, output: &mut CappedBytes, chunk: &mut [u8]) -> io::Result<()> {
     let mut file = std::fs::File::from(reader.into_nonblocking_fd()?);
     let mut read = 0usize;
     while read < DRAIN_LIMIT_BYTES {

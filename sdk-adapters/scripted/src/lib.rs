@@ -29,7 +29,6 @@
 
 mod command;
 mod control;
-mod output;
 mod plan;
 mod script;
 mod turn;
@@ -40,7 +39,7 @@ use sdk_adapter::{
     ThreadSpec, Turn, TurnInput,
 };
 
-pub use output::OUTPUT_CAP_BYTES;
+pub use sdk_adapter::cap::OUTPUT_CAP_BYTES;
 
 /// The SDK's name on the wire.
 pub const SDK_NAME: &str = "scripted";
