@@ -2,6 +2,9 @@
 //! HTTP and SSE, tool calls split across chunks, usage, errors and retries,
 //! timeouts and cancellation.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use code_agent_engine::llm::{

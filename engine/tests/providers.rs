@@ -3,6 +3,9 @@
 //! out, the built-in `openai` provider, default-model and remove semantics,
 //! and a resolved provider driving the client against the mock server.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

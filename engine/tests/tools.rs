@@ -4,6 +4,9 @@
 //!
 //! Its own test binary because one test sets process environment variables.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::os::unix::fs::symlink;
 use std::path::Path;
 

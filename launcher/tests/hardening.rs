@@ -1,6 +1,9 @@
 //! The runner's own hardening, in its own test binary because it changes
 //! the calling process.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use agent_launcher::harden_runner;
 
 #[test]

@@ -2,6 +2,9 @@
 //! processes: each must fail under `enforce` and succeed under `off` (so
 //! every test would fail without the feature it checks).
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[cfg(test)]
 mod support;
 

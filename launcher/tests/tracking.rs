@@ -2,6 +2,9 @@
 //! with the environment tag and (where the host delegates cgroup v2) with a
 //! per-thread cgroup; leftovers of a previous run; how modes degrade.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[cfg(test)]
 mod support;
 

@@ -5,6 +5,9 @@
 //! Both checks read the sources and manifests as they are (no build
 //! needed); a failure prints the offending edge or cycle.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;

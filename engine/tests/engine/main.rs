@@ -1,6 +1,9 @@
 //! The engine driven through a real tonic server on loopback, with the mock
 //! OpenAI-compatible model (`testing::MockLlm`) scripting every answer.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 mod cli;

@@ -3,6 +3,9 @@
 //! under test signs its App JWT with the private half; the mock GitHub API
 //! checks the signature with the public half.
 
+// Test support: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 

@@ -9,6 +9,9 @@
 //! absent (python3, tini, kubectl, systemd-analyze) print why they were
 //! skipped instead of failing.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod dockerfile;
 mod kubernetes;
 mod pid1;

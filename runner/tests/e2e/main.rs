@@ -3,6 +3,9 @@
 //! commands. Compiled as a test target of the runner package (see
 //! runner/Cargo.toml) so the binary under test is always the fresh one.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 mod code_agent;

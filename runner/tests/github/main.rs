@@ -4,6 +4,9 @@
 //! against the mock control plane (bearer secret, path prefix). Tokens are
 //! short-lived where refresh is the thing under test.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod app;
 mod control_plane;
 

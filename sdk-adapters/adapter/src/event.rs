@@ -35,25 +35,40 @@ pub enum TurnOutcome {
 /// Kinds of items a turn produces (contract §1 `ItemType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ItemKind {
+    /// The user's message (always a turn's first item).
     UserMessage,
+    /// Text the agent says.
     AgentMessage,
+    /// The agent's reasoning.
     Reasoning,
+    /// A shell command (with [`CommandInfo`]).
     CommandExecution,
+    /// A plan or todo list.
     Plan,
+    /// A file written or edited (the text is the diff).
     FileChange,
+    /// A tool call that is not a shell command (MCP or built-in).
     McpToolCall,
+    /// A call to another agent.
     CollabAgentToolCall,
+    /// A web search.
     WebSearch,
+    /// An image the agent looked at.
     ImageView,
+    /// The agent entered review mode.
     EnteredReviewMode,
+    /// The agent left review mode.
     ExitedReviewMode,
+    /// The SDK compacted the conversation's context.
     ContextCompaction,
 }
 
 /// Whether an item is still growing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ItemStatus {
+    /// Still changing: a later update of the same item supersedes it.
     Running,
+    /// Final.
     Completed,
 }
 
@@ -62,7 +77,9 @@ pub enum ItemStatus {
 pub struct ItemEvent {
     /// Unique among the runner's items (adapters prefix it with the turn id).
     pub item_id: String,
+    /// What kind of item it is.
     pub kind: ItemKind,
+    /// Running or completed.
     pub status: ItemStatus,
     /// The item's text so far (for RUNNING) or in full (for COMPLETED).
     pub text: Option<String>,
@@ -74,8 +91,11 @@ pub struct ItemEvent {
 /// items this way and report a snapshot with [`ItemContent::event`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ItemContent {
+    /// What kind of item it is.
     pub kind: ItemKind,
+    /// Its text (message, reasoning, diff, tool result…), capped like all output.
     pub text: Option<String>,
+    /// For command items: the command and, once done, its output and exit code.
     pub command: Option<CommandInfo>,
 }
 
@@ -95,21 +115,30 @@ impl ItemContent {
 /// A command an agent ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandInfo {
+    /// The command line as the agent ran it.
     pub command: String,
+    /// The directory it ran in.
     pub cwd: String,
+    /// The process id (or the item id when the SDK reports none).
     pub process_id: String,
     /// Combined output; set once the command finished.
     pub output: Option<String>,
+    /// Its exit code, once it finished (`None` when killed by a signal or unknown).
     pub exit_code: Option<i32>,
 }
 
 /// Token counts of one request or a whole turn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TokenUsageBreakdown {
+    /// Tokens of the prompt.
     pub input_tokens: i64,
+    /// Prompt tokens served from the provider's cache.
     pub cached_input_tokens: i64,
+    /// Tokens generated.
     pub output_tokens: i64,
+    /// Generated tokens spent on reasoning.
     pub reasoning_output_tokens: i64,
+    /// All tokens counted, as the SDK reports it.
     pub total_tokens: i64,
 }
 
@@ -132,8 +161,11 @@ impl TokenUsageBreakdown {
 /// Cumulative and latest usage of a thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TokenUsage {
+    /// Usage since the thread began.
     pub total: TokenUsageBreakdown,
+    /// Usage of the latest model request.
     pub last: TokenUsageBreakdown,
+    /// The model's context window, when the SDK knows it.
     pub model_context_window: Option<i64>,
 }
 

@@ -15,6 +15,7 @@ pub const TURN_EVENT_BUFFER: usize = 256;
 /// Whether an SDK can take work right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SdkStatus {
+    /// Configured and able to run turns.
     Ready,
     /// Present but missing configuration (binary absent, no credentials…).
     Unconfigured,
@@ -25,12 +26,14 @@ pub enum SdkStatus {
 /// A model an SDK offers, with the reasoning levels it accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelInfo {
+    /// The model's name, as turns and threads name it.
     pub name: String,
     /// Empty means the model only has its default level.
     pub reasoning_levels: Vec<String>,
 }
 
 impl ModelInfo {
+    /// A model `name` accepting `levels` (empty: its default level only).
     pub fn new(name: &str, levels: &[&str]) -> Self {
         Self {
             name: name.to_owned(),
@@ -42,16 +45,20 @@ impl ModelInfo {
 /// What registration advertises for one SDK.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SdkDescription {
+    /// The SDK's name (`scripted`, `codex`, …), as agents name it.
     pub name: String,
+    /// Whether it can take work.
     pub status: SdkStatus,
     /// Why the SDK is not ready.
     pub error_message: Option<String>,
+    /// The models it offers.
     pub models: Vec<ModelInfo>,
 }
 
 /// An agent as the adapter sees it.
 #[derive(Debug, Clone)]
 pub struct AgentSpec {
+    /// The agent's id (path-safe: the runner checked it).
     pub agent_id: String,
     /// The agent's home directory (skills live under `.agents/skills/`).
     pub home: PathBuf,
@@ -60,10 +67,13 @@ pub struct AgentSpec {
 /// A thread to create, or to re-open after a restart.
 #[derive(Debug, Clone)]
 pub struct ThreadSpec {
+    /// The owning agent's id.
     pub agent_id: String,
+    /// The thread's id (path-safe: the runner checked it).
     pub thread_id: String,
     /// The thread's own workspace; commands run here.
     pub workspace: PathBuf,
+    /// The thread's model.
     pub model: String,
     /// The thread's reasoning level (`None`: the model's default; never an
     /// empty string).
@@ -101,6 +111,7 @@ pub struct ThreadHandle {
 /// One user message that starts a turn.
 #[derive(Debug, Clone)]
 pub struct TurnInput {
+    /// The user's message.
     pub text: String,
     /// The model this turn runs with (the runner resolved the message's
     /// override against the thread's model).
@@ -115,6 +126,7 @@ pub struct Turn {
     pub sdk_turn_id: String,
     /// Events until [`TurnEvent::Finished`]; bounded by [`TURN_EVENT_BUFFER`].
     pub events: mpsc::Receiver<TurnEvent>,
+    /// Steers and interrupts the turn while it runs.
     pub control: Arc<dyn TurnControl>,
 }
 

@@ -30,6 +30,7 @@ pub struct SteerGate {
 }
 
 impl SteerGate {
+    /// A gate with nothing in flight.
     pub fn new() -> Self {
         Self::default()
     }

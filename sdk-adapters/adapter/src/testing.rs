@@ -8,6 +8,9 @@
 //! their dev-dependencies; normal builds never see it. Timings here are only
 //! ever bounded generously from above.
 
+// Test support: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod fake_cli;
 
 use std::path::Path;

@@ -6,6 +6,9 @@
 //! Every test has its own config dir, so they run in parallel. Timings are
 //! only ever bounded generously from above.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

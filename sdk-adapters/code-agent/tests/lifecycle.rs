@@ -2,6 +2,9 @@
 //! in-process), sessions across a restart, per-turn model overrides, and an
 //! unreachable remote engine.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use code_agent_engine::testing::{MockLlm, MockReply};

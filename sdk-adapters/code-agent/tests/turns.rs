@@ -2,6 +2,9 @@
 //! scenario runs twice, with the engine in-process (in-memory pipes) and
 //! remote (served on 127.0.0.1:0) — the same adapter code path both times.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;

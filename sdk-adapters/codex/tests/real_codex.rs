@@ -7,6 +7,9 @@
 //! install fails) the test prints why and passes, unless
 //! `AGENT_RUNNER_REQUIRE_REAL_CODEX` is set (then it fails).
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::time::Duration;
 

@@ -61,8 +61,11 @@ const EXIT_WAIT: Duration = Duration::from_secs(2);
 pub struct ChildSpec {
     /// Names the child in logs and errors (`codex app-server (thread t1)`).
     pub label: String,
+    /// The executable.
     pub program: PathBuf,
+    /// Its arguments.
     pub args: Vec<OsString>,
+    /// Its working directory (`None`: the runner's).
     pub cwd: Option<PathBuf>,
     /// Added to (or replacing in) the runner's environment.
     pub env: Vec<(OsString, OsString)>,
@@ -73,6 +76,7 @@ pub struct ChildSpec {
 }
 
 impl ChildSpec {
+    /// A spec for `program`, named `label` in logs.
     pub fn new(label: impl Into<String>, program: impl Into<PathBuf>) -> Self {
         Self {
             label: label.into(),
@@ -85,16 +89,19 @@ impl ChildSpec {
         }
     }
 
+    /// Adds an argument.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
         self
     }
 
+    /// Sets the working directory.
     pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
         self.cwd = Some(cwd.into());
         self
     }
 
+    /// Adds an environment variable.
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.env.push((key.into(), value.into()));
         self
@@ -104,16 +111,44 @@ impl ChildSpec {
 /// Why talking to the child failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ChildError {
+    /// The executable is missing.
     #[error("`{program}` was not found (is it installed and on PATH?)")]
-    NotFound { program: String },
+    NotFound {
+        /// What was looked for.
+        program: String,
+    },
+    /// Starting it failed for another reason.
     #[error("could not start `{program}`: {message}")]
-    Spawn { program: String, message: String },
+    Spawn {
+        /// What was started.
+        program: String,
+        /// The operating system's reason.
+        message: String,
+    },
+    /// The child is gone.
     #[error("{label} exited: {reason}")]
-    Exited { label: String, reason: String },
+    Exited {
+        /// The child's label.
+        label: String,
+        /// How it ended (exit status or signal).
+        reason: String,
+    },
+    /// A request went unanswered.
     #[error("{label} did not answer within {after:?}")]
-    Timeout { label: String, after: Duration },
+    Timeout {
+        /// The child's label.
+        label: String,
+        /// How long it was given.
+        after: Duration,
+    },
+    /// Its stdin could not be written.
     #[error("writing to {label} failed: {message}")]
-    Write { label: String, message: String },
+    Write {
+        /// The child's label.
+        label: String,
+        /// The operating system's reason.
+        message: String,
+    },
 }
 
 #[derive(Default)]
@@ -328,6 +363,7 @@ impl Drop for JsonChild {
 }
 
 impl ChildHandle {
+    /// The child's label (used in logs and errors).
     pub fn label(&self) -> &str {
         &self.shared.label
     }

@@ -24,6 +24,7 @@ impl<S> Default for ThreadTable<S> {
 }
 
 impl<S> ThreadTable<S> {
+    /// An empty table.
     pub fn new() -> Self {
         Self::default()
     }

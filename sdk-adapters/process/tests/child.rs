@@ -2,6 +2,9 @@
 //! lines, malformed input, exit reasons, timeouts, and killing the whole
 //! process tree. Timings are only bounded generously from above.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

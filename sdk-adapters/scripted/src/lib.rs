@@ -53,6 +53,7 @@ pub const MODEL_SLOW: &str = "scripted-slow";
 pub struct ScriptedAdapter;
 
 impl ScriptedAdapter {
+    /// The scripted SDK (no configuration: it is always ready).
     pub fn new() -> Self {
         Self
     }

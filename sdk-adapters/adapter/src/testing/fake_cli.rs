@@ -4,9 +4,7 @@
 //! must do with them is checked here once; each suite adds what only its
 //! SDK shows (its log, its command lines).
 
-use super::{
-    done, input, outcome, refuses_late_steers, rest, run, said, start, texts, until, wait_dead,
-};
+use super::{done, outcome, refuses_late_steers, rest, run, said, start, texts, until, wait_dead};
 use crate::{ItemKind, SdkAdapter, ThreadSpec, TurnEvent, TurnOutcome};
 
 /// Runs `say WORD`; checks the turn completed saying just `word`.
