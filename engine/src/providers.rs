@@ -31,10 +31,18 @@ pub const PROVIDERS_FILE: &str = "providers.json";
 /// Why a provider operation failed. Never contains a key.
 #[derive(Debug, Error)]
 pub enum ProviderError {
+    /// No provider of that name.
     #[error("provider {0:?} not found")]
     NotFound(String),
+    /// The provider does not offer that model.
     #[error("model {model:?} is not one of provider {provider:?}'s models")]
-    ModelNotFound { provider: String, model: String },
+    ModelNotFound {
+        /// The provider asked for.
+        provider: String,
+        /// The model asked for.
+        model: String,
+    },
+    /// A provider of that name is already registered.
     #[error("provider {0:?} already exists")]
     AlreadyExists(String),
     /// A field of the request is wrong; the message names it.
@@ -43,8 +51,14 @@ pub enum ProviderError {
     /// Nothing (or not enough) is configured to pick a model.
     #[error("{0}")]
     NotConfigured(String),
+    /// `providers.json` could not be read or written.
     #[error("providers file {}: {message}", path.display())]
-    Storage { path: PathBuf, message: String },
+    Storage {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl From<ProviderError> for tonic::Status {
@@ -74,9 +88,13 @@ impl From<file::FileError> for ProviderError {
 /// Where a model is served and with which key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ResolvedModel {
+    /// The provider's name.
     pub provider: String,
+    /// The model's name.
     pub model: String,
+    /// Where the provider's API is.
     pub base_url: String,
+    /// The key to send (`None`: the provider needs none).
     pub api_key: Option<String>,
 }
 

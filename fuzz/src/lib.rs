@@ -27,6 +27,9 @@
 //! the request kind, plants ids the runtime knows (or almost-valid ones),
 //! splices script lines, and byte-mutates single fields.
 
+// A fuzz harness: a failed expect is a finding, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +49,7 @@ use sdk_adapter::{AgentSpec, SdkAdapter, SdkDescription, SdkError, ThreadHandle,
 /// The agent and thread every fresh harness starts with (planted in its
 /// state before the runtime restores it), so inputs can reach real threads.
 pub const KNOWN_AGENT: &str = "fuzz-agent";
+/// A thread of [`KNOWN_AGENT`] that every fresh harness starts with.
 pub const KNOWN_THREAD: &str = "thr-0123456789abcdef0123456789abcdef";
 /// Stands in for the agent of a valid skill installation (see module docs).
 const NO_AGENT: &str = "fuzz-no-such-agent";
@@ -177,6 +181,7 @@ impl Live {
     }
 }
 
+/// An in-process runtime with the scripted SDK that inputs are dispatched into.
 pub struct Harness {
     live: Live,
     runs: u64,
@@ -189,6 +194,7 @@ impl Default for Harness {
 }
 
 impl Harness {
+    /// A fresh harness (state, workspaces and tasks in a temp dir).
     pub fn new() -> Self {
         Harness {
             live: Live::new(),
@@ -204,6 +210,7 @@ impl Harness {
         }
     }
 
+    /// Dispatches `msg` and checks what the module doc promises.
     pub fn run_message(&mut self, mut msg: ServerMessage) -> Outcome {
         self.runs += 1;
         if self.runs.is_multiple_of(RESET_EVERY)
@@ -288,6 +295,7 @@ pub fn expected_invalid(msg: &ServerMessage) -> bool {
 pub struct Rng(pub u64);
 
 impl Rng {
+    /// The next pseudo-random number (xorshift).
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -295,10 +303,12 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
+    /// A number below `n` (0 when `n` is 0).
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 
+    /// One of `options`.
     pub fn pick<'a>(&mut self, options: &[&'a str]) -> &'a str {
         options[self.below(options.len())]
     }

@@ -82,12 +82,16 @@ impl fmt::Debug for MockConfig {
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GithubInstallation {
+    /// The installation the token is for.
     #[serde(alias = "installation_id")]
     pub installation_id: i64,
+    /// The token handed out.
     #[serde(alias = "access_token")]
     pub access_token: String,
+    /// When it expires (Unix milliseconds).
     #[serde(alias = "expires_unix_ms", default)]
     pub expires_unix_ms: i64,
+    /// The repositories it covers (`owner/name`).
     #[serde(default)]
     pub repositories: Vec<String>,
 }

@@ -29,18 +29,22 @@ fn short_type_name<T>() -> &'static str {
     full.rsplit("::").next().unwrap_or(full)
 }
 
+/// A ClientMessage in canonical protobuf JSON.
 pub fn client_message_to_json(message: &ClientMessage) -> Value {
     to_value(message)
 }
 
+/// A ClientMessage from canonical protobuf JSON.
 pub fn client_message_from_json(value: Value) -> Result<ClientMessage> {
     from_value(value)
 }
 
+/// A ServerMessage in canonical protobuf JSON.
 pub fn server_message_to_json(message: &ServerMessage) -> Value {
     to_value(message)
 }
 
+/// A ServerMessage from canonical protobuf JSON.
 pub fn server_message_from_json(value: Value) -> Result<ServerMessage> {
     from_value(value)
 }
@@ -51,6 +55,7 @@ pub fn server_message_from_str(text: &str) -> Result<ServerMessage> {
     server_message_from_json(value)
 }
 
+/// A RegisterRunnerRequest in canonical protobuf JSON.
 pub fn register_request_to_json(request: &RegisterRunnerRequest) -> Value {
     to_value(request)
 }

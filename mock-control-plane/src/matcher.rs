@@ -20,6 +20,7 @@ use serde_json::Value;
 pub struct Mismatch {
     /// Dotted path, e.g. `turnUpdate.status` or `agentSdks.0.name`.
     pub path: String,
+    /// The pattern that was looked for.
     pub expected: Value,
     /// `None`: the key is absent.
     pub actual: Option<Value>,

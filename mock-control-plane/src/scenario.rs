@@ -49,6 +49,7 @@ pub struct Scenario {
     pub default_timeout: Duration,
     /// Variables known before the first step.
     pub vars: BTreeMap<String, String>,
+    /// The steps, run in order.
     pub steps: Vec<Step>,
 }
 
@@ -70,22 +71,33 @@ pub enum Since {
 pub enum Step {
     /// Wait until `count` registrations (in total) were recorded.
     WaitRegistered {
+        /// How many registrations in total.
         count: usize,
+        /// How long to wait (`None`: the scenario's default).
         timeout: Option<Duration>,
     },
     /// Wait until a runner's ControlChannel stream is live.
-    WaitConnected { timeout: Option<Duration> },
+    WaitConnected {
+        /// How long to wait (`None`: the scenario's default).
+        timeout: Option<Duration>,
+    },
     /// Send a ServerMessage (protobuf JSON, `${var}`s substituted), waiting
     /// for a live stream first.
-    Send { message: Value },
+    Send {
+        /// The message, in protobuf JSON.
+        message: Value,
+    },
     /// Wait for a ClientMessage whose JSON contains `pattern`; optionally
     /// capture fields of it into variables.
     Expect(Expect),
     /// Fail if a ClientMessage containing `pattern` arrives within `within`
     /// (or has already arrived, counting from `since`).
     ExpectNone {
+        /// The JSON that must not arrive.
         pattern: Value,
+        /// How long to watch.
         within: Duration,
+        /// Where in the log to start looking.
         since: Since,
     },
     /// Wait this long.
@@ -99,10 +111,13 @@ pub enum Step {
 /// An `expect` (or `capture`) step.
 #[derive(Clone, Debug)]
 pub struct Expect {
+    /// The JSON the message must contain.
     pub pattern: Value,
     /// Variable name → dotted path into the matched message's JSON.
     pub capture: BTreeMap<String, String>,
+    /// How long to wait (`None`: the scenario's default).
     pub timeout: Option<Duration>,
+    /// Where in the log to start looking.
     pub since: Since,
 }
 

@@ -26,6 +26,7 @@ const RECENT_IN_ERRORS: usize = 20;
 /// One `RegisterRunner` call that reached the service.
 #[derive(Clone, Debug)]
 pub struct Registration {
+    /// What the runner registered with.
     pub request: RegisterRunnerRequest,
     /// The call's ASCII metadata (lower-case header name → value; repeated
     /// headers joined with `", "`). Includes `authorization` when sent.
@@ -41,13 +42,22 @@ pub enum TimelineEvent {
     /// A `RegisterRunner` call succeeded.
     Registered(Registration),
     /// A `ControlChannel` stream became the live one (`stream` counts from 1).
-    Connected { stream: u64 },
+    Connected {
+        /// Which stream (1 for the first).
+        stream: u64,
+    },
     /// The live stream ended (runner left, `drop_stream`, `stop`, replaced).
-    Disconnected { stream: u64 },
+    Disconnected {
+        /// Which stream.
+        stream: u64,
+    },
     /// A `ClientMessage` arrived; `index` is its position in the log.
     Received {
+        /// Its position in the log.
         index: usize,
+        /// The message.
         message: ClientMessage,
+        /// Its buf.validate violations, if any (a runner bug).
         violations: Option<String>,
     },
     /// A `ServerMessage` was handed to the live stream.

@@ -15,14 +15,19 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::config::RunConfig;
 
+/// The authenticated control-plane client (path prefix and bearer secret applied to every call).
 pub type Client = AgentRunnerControlServiceClient<InterceptedService<PathPrefix<Channel>, Auth>>;
 
+/// Why a client could not be built from the settings.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
+    /// The control-plane URL was refused.
     #[error("control_plane_url: {0}")]
     Url(String),
+    /// The TLS settings (CA certificate) were refused.
     #[error("tls: {0}")]
     Tls(String),
+    /// The secret cannot be sent as a header value.
     #[error("secret: not a valid header value")]
     Secret,
 }

@@ -12,25 +12,38 @@ use crate::updates::{self, RequestId};
 
 /// A request for an agent's task.
 pub enum AgentCmd {
+    /// Create the agent in `sdk` (idempotent).
     Create {
+        /// The SDK the agent runs on.
         sdk: String,
+        /// The request's id, for replies.
         rid: RequestId,
     },
+    /// Delete the agent, its threads and workspaces.
     Delete {
+        /// The request's id, for replies.
         rid: RequestId,
     },
+    /// Create a thread of the agent.
     CreateThread {
+        /// The thread's model.
         model: String,
+        /// The thread's reasoning level (`None`: the model's default).
         reasoning_level: Option<String>,
+        /// The request's id, for replies.
         rid: RequestId,
     },
+    /// Install a skill package into the agent's skills.
     InstallSkill {
+        /// The package coordinate (GitHub shorthand, git URL or directory).
         package: String,
+        /// The request's id, for replies.
         rid: RequestId,
     },
 }
 
 impl AgentCmd {
+    /// The request's id (to answer a command no task takes).
     pub fn rid(self) -> RequestId {
         match self {
             AgentCmd::Create { rid, .. }
@@ -43,22 +56,32 @@ impl AgentCmd {
 
 /// A user message for a thread (a new turn, or a steer of the running one).
 pub struct UserMessage {
+    /// The message.
     pub text: String,
+    /// Whether it may steer a running turn.
     pub allow_steer: bool,
+    /// A model for this turn instead of the thread's.
     pub model: Option<String>,
+    /// A reasoning level for this turn instead of the thread's.
     pub reasoning_level: Option<String>,
+    /// The request's id: every update of the turn carries it.
     pub rid: RequestId,
 }
 
 /// A request for a thread's task.
 pub enum ThreadCmd {
+    /// A user message.
     UserMessage(UserMessage),
+    /// Stop the running turn.
     Interrupt {
+        /// The request's id, for replies.
         rid: RequestId,
     },
     /// Delete the thread; `done` is told when it is gone (agent deletion).
     Delete {
+        /// The request's id, for replies.
         rid: RequestId,
+        /// Told once the thread is gone.
         done: Option<oneshot::Sender<()>>,
     },
     /// The runner is shutting down: interrupt the running turn.
@@ -66,6 +89,7 @@ pub enum ThreadCmd {
 }
 
 impl ThreadCmd {
+    /// The request's id (to answer a command no task takes).
     pub fn rid(self) -> RequestId {
         match self {
             ThreadCmd::UserMessage(m) => m.rid,

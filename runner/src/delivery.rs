@@ -206,7 +206,6 @@ mod tests {
             message: ClientMessage {
                 request_id: Some(format!("r{}", seq.unwrap_or(0))),
                 payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
-                ..Default::default()
             },
             at,
         }

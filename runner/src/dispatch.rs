@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use agent_runner_proto::runner::{ServerMessage, ThreadStatus, server_message::Request};
+use agent_runner_proto::runner::{ServerMessage, server_message::Request};
 use agent_runner_proto::{Validate, violations};
 
 use crate::commands::{self, AgentCmd, ThreadCmd, UserMessage};

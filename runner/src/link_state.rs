@@ -16,6 +16,7 @@ pub enum LinkState {
 }
 
 impl LinkState {
+    /// The state's name in `/status` and the metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             LinkState::Connecting => "connecting",

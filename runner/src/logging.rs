@@ -33,6 +33,7 @@ pub struct RedactingStderr {
 }
 
 impl RedactingStderr {
+    /// A log layer masking `redactor`'s secrets.
     pub fn new(redactor: Redactor) -> Self {
         Self { redactor }
     }
@@ -55,6 +56,7 @@ pub struct EventWriter<'a, W: Write> {
 }
 
 impl<'a, W: Write> EventWriter<'a, W> {
+    /// A writer masking `redactor`'s secrets before `out`.
     pub fn new(redactor: &'a Redactor, out: W) -> Self {
         Self {
             redactor,

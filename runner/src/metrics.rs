@@ -122,6 +122,7 @@ impl RequestOutcome {
     }
 }
 
+/// The process's metrics (one registry).
 pub struct Metrics {
     registry: Registry,
     connection_state: Family<StateLabel, Gauge>,
@@ -299,6 +300,7 @@ pub fn reconnect() {
     get().reconnects.inc();
 }
 
+/// Reconnects so far.
 pub fn reconnects() -> u64 {
     get().reconnects.get()
 }
@@ -363,10 +365,12 @@ pub fn invalid_update(msg: &ClientMessage) {
         .inc();
 }
 
+/// An intermediate update was dropped from a full outbox.
 pub fn outbox_dropped() {
     get().outbox_dropped.inc();
 }
 
+/// An intermediate update was coalesced in a full outbox.
 pub fn outbox_coalesced() {
     get().outbox_coalesced.inc();
 }
@@ -387,6 +391,7 @@ pub fn sdks_enabled(names: &[String]) {
     }
 }
 
+/// A turn started on `sdk`.
 pub fn turn_started(sdk: &str) {
     get()
         .running_turns
@@ -396,6 +401,7 @@ pub fn turn_started(sdk: &str) {
         .inc();
 }
 
+/// A turn on `sdk` ended with `outcome` after `ran`.
 pub fn turn_ended(sdk: &str, outcome: &TurnOutcome, ran: Duration) {
     let m = get();
     m.running_turns
@@ -445,6 +451,7 @@ pub fn get_token_refresh_failures() -> u64 {
 /// Values read when scraped.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Scraped {
+    /// Updates waiting in the outbox.
     pub outbox_depth: usize,
     /// `None` where it cannot be counted (no /proc).
     pub child_processes: Option<usize>,

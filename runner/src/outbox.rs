@@ -140,6 +140,7 @@ impl Queue {
     }
 }
 
+/// The outbox (see the module doc).
 pub struct Outbox {
     queue: Mutex<Queue>,
     capacity: usize,
@@ -154,12 +155,16 @@ pub struct Outbox {
 /// Counters for status and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutboxStats {
+    /// Updates waiting.
     pub depth: usize,
+    /// Intermediate updates coalesced so far.
     pub coalesced: u64,
+    /// Intermediate updates dropped so far.
     pub dropped: u64,
 }
 
 impl Outbox {
+    /// An outbox holding `capacity` updates.
     pub fn new(capacity: usize) -> Self {
         Self {
             queue: Mutex::new(Queue::new(capacity)),
@@ -270,6 +275,7 @@ impl Outbox {
         }
     }
 
+    /// Depth and counters.
     pub fn stats(&self) -> OutboxStats {
         OutboxStats {
             depth: self.lock().len(),
@@ -278,10 +284,12 @@ impl Outbox {
         }
     }
 
+    /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 
+    /// How many updates it holds before making room.
     pub fn capacity(&self) -> usize {
         self.capacity
     }

@@ -28,7 +28,9 @@ pub fn live_descendants() -> Option<usize> {
 /// One process: its parent and whether it is a zombie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcEntry {
+    /// Its parent's pid.
     pub ppid: u32,
+    /// Whether it has exited and awaits reaping.
     pub zombie: bool,
 }
 

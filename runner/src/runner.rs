@@ -24,8 +24,11 @@ use crate::workspace::Workspaces;
 /// How long shutdown waits for queued updates to reach the control plane.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A started runner.
 pub struct Runner {
+    /// Its runtime.
     pub rt: Arc<Runtime>,
+    /// What its link is doing.
     pub link_state: watch::Receiver<LinkState>,
     close: CancellationToken,
     link: JoinHandle<Result<(), Refused>>,

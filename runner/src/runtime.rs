@@ -34,23 +34,35 @@ pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
 /// A turn running now (for status, metrics and the turn-duration histogram).
 #[derive(Debug, Clone)]
 pub struct RunningTurn {
+    /// The agent.
     pub agent_id: String,
+    /// The thread.
     pub thread_id: String,
+    /// The SDK running it.
     pub sdk: String,
+    /// The SDK's turn id.
     pub turn_id: String,
+    /// When it started.
     pub started: Instant,
 }
 
+/// What every task is given (see the module doc).
 pub struct Runtime {
     /// When the runtime was made (the runner's uptime).
     pub started: Instant,
+    /// The enabled SDK adapters.
     pub sdks: Sdks,
+    /// Durable state.
     pub store: Store,
+    /// Agent homes and thread workspaces.
     pub workspaces: Workspaces,
+    /// Updates on their way out.
     pub outbox: Arc<Outbox>,
     /// The agent and thread mailboxes.
     pub mailboxes: Arc<Mailboxes>,
+    /// One permit per turn allowed at once.
     pub turn_slots: Arc<Semaphore>,
+    /// Turns allowed at once.
     pub max_turns: usize,
     /// Largest skill package accepted (`--skill-max-bytes`).
     pub skill_max_bytes: u64,
@@ -58,6 +70,7 @@ pub struct Runtime {
     /// The running turn of each thread, by thread id; drain watches it
     /// empty.
     running: watch::Sender<HashMap<String, RunningTurn>>,
+    /// Every task the runtime started (shutdown waits for them).
     pub tasks: TaskTracker,
     /// Masks installation tokens in updates and logs; the token broker
     /// registers every token it mints here (the process-wide set, see
@@ -152,6 +165,7 @@ impl Runtime {
             .unwrap_or_default()
     }
 
+    /// What the thread's adapter is given for `row`.
     pub fn thread_spec(&self, row: &ThreadRow) -> ThreadSpec {
         ThreadSpec {
             agent_id: row.agent_id.clone(),
@@ -164,10 +178,12 @@ impl Runtime {
         }
     }
 
+    /// Whether shutdown began (new turns are refused).
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
     }
 
+    /// Records a turn as running.
     pub fn turn_started(&self, turn: RunningTurn) {
         crate::metrics::turn_started(&turn.sdk);
         self.running.send_modify(|turns| {
@@ -175,6 +191,7 @@ impl Runtime {
         });
     }
 
+    /// Records the end of `thread_id`'s turn.
     pub fn turn_finished(&self, thread_id: &str, outcome: &TurnOutcome) {
         let mut ended = None;
         self.running
@@ -191,6 +208,7 @@ impl Runtime {
         turns
     }
 
+    /// How many turns run now.
     pub fn running_turns(&self) -> usize {
         self.running.borrow().len()
     }

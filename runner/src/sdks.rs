@@ -18,7 +18,9 @@ pub const BUILT_IN: &[&str] = &["scripted", "codex", "claude-code", "code-agent"
 /// UNCONFIGURED with the reason.
 #[derive(Debug, Clone, Default)]
 pub struct SdkOptions {
+    /// The codex adapter's settings.
     pub codex: sdk_codex::CodexConfig,
+    /// The claude-code adapter's settings.
     pub claude: sdk_claude_code::ClaudeConfig,
     /// The `code-agent` adapter: embedded engine (default) or remote.
     pub code_agent: sdk_code_agent::CodeAgentConfig,
@@ -40,6 +42,7 @@ fn build(name: &str, options: &SdkOptions) -> Option<Arc<dyn SdkAdapter>> {
     }
 }
 
+/// The enabled SDK adapters, by name.
 pub struct Sdks {
     adapters: BTreeMap<String, Arc<dyn SdkAdapter>>,
     advertised: RwLock<BTreeMap<String, SdkDescription>>,
@@ -80,10 +83,12 @@ impl Sdks {
         }
     }
 
+    /// The adapter named `name`, if enabled.
     pub fn get(&self, name: &str) -> Option<Arc<dyn SdkAdapter>> {
         self.adapters.get(name).cloned()
     }
 
+    /// The enabled SDKs' names.
     pub fn names(&self) -> Vec<String> {
         self.adapters.keys().cloned().collect()
     }

@@ -11,6 +11,7 @@ use std::fmt;
 pub struct Secret(String);
 
 impl Secret {
+    /// A secret holding `value`.
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }

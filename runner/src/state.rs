@@ -12,46 +12,65 @@ use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+/// Why the state store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// A statement failed.
     #[error("state database: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// The state dir could not be used.
     #[error("state dir: {0}")]
     Io(#[from] std::io::Error),
+    /// Another runner holds the state dir.
     #[error("state dir {0} is in use by another runner")]
     Locked(String),
 }
 
+/// An agent, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentRow {
+    /// Its id.
     pub agent_id: String,
+    /// Its SDK.
     pub sdk: String,
 }
 
+/// A thread, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadRow {
+    /// Its id.
     pub thread_id: String,
+    /// Its agent.
     pub agent_id: String,
+    /// The SDK's id for it.
     pub sdk_thread_id: String,
+    /// Its model.
     pub model: String,
+    /// Its reasoning level.
     pub reasoning_level: Option<String>,
+    /// Its most recent turn, if any.
     pub last_turn_id: Option<String>,
 }
 
 /// A turn that was running when its row was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunningTurnRow {
+    /// Its thread.
     pub thread_id: String,
+    /// The SDK's turn id.
     pub sdk_turn_id: String,
+    /// The request that started it.
     pub request_id: Option<String>,
 }
 
+/// The state store (see the module doc).
 pub struct Store {
     conn: Mutex<Connection>,
     _lock: File,
 }
 
 impl Store {
+    /// Opens (or creates) the store in `dir`, taking its lock.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir)?;
         let lock = File::create(dir.join("state.lock"))?;
@@ -90,6 +109,7 @@ impl Store {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every agent.
     pub fn agents(&self) -> Result<Vec<AgentRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT agent_id, sdk FROM agents ORDER BY agent_id")?;
@@ -102,6 +122,7 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// One agent, if stored.
     pub fn agent(&self, agent_id: &str) -> Result<Option<AgentRow>, StoreError> {
         Ok(self
             .conn()
@@ -118,6 +139,7 @@ impl Store {
             .optional()?)
     }
 
+    /// Stores (or replaces) an agent.
     pub fn put_agent(&self, row: &AgentRow) -> Result<(), StoreError> {
         self.conn().execute(
             "INSERT OR REPLACE INTO agents (agent_id, sdk) VALUES (?1, ?2)",
@@ -133,6 +155,7 @@ impl Store {
         Ok(())
     }
 
+    /// Every thread.
     pub fn threads(&self) -> Result<Vec<ThreadRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
@@ -152,6 +175,7 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Stores (or replaces) a thread.
     pub fn put_thread(&self, row: &ThreadRow) -> Result<(), StoreError> {
         self.conn().execute(
             "INSERT OR REPLACE INTO threads
@@ -169,6 +193,7 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes a thread (and its running turn).
     pub fn delete_thread(&self, thread_id: &str) -> Result<(), StoreError> {
         self.conn()
             .execute("DELETE FROM threads WHERE thread_id = ?1", [thread_id])?;
@@ -178,6 +203,7 @@ impl Store {
     // The two statements below run for every turn: cached, so SQLite
     // parses them once per connection, not once per turn.
 
+    /// Records a running turn.
     pub fn start_turn(&self, turn: &RunningTurnRow) -> Result<(), StoreError> {
         self.conn()
             .prepare_cached(
@@ -200,6 +226,7 @@ impl Store {
         Ok(())
     }
 
+    /// Every turn recorded as running.
     pub fn running_turns(&self) -> Result<Vec<RunningTurnRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(

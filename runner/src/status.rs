@@ -15,24 +15,36 @@ use serde::{Deserialize, Serialize};
 use crate::link_state::LinkState;
 use crate::runtime::Runtime;
 
+/// What `/status` answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
+    /// The runner's version.
     pub version: String,
+    /// Its process id.
     pub pid: u32,
+    /// How long it has run.
     pub uptime_seconds: u64,
+    /// The control-plane link.
     pub connection: Connection,
+    /// Whether it is draining.
     pub draining: bool,
     /// `None` when the state database could not be read.
     pub agents: Option<usize>,
+    /// Live threads.
     pub threads: usize,
+    /// Turns allowed at once.
     pub max_concurrent_turns: usize,
+    /// Turns running now.
     pub running_turns: Vec<Turn>,
+    /// The outbox.
     pub outbox: Outbox,
     /// `None` where `/proc` cannot tell.
     pub child_processes: Option<usize>,
+    /// The SDKs and their status.
     pub sdks: Vec<Sdk>,
 }
 
+/// The link, as `/status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Connection {
     /// `connecting`, `registered`, `connected` or `closed`.
@@ -41,33 +53,49 @@ pub struct Connection {
     pub ready: bool,
     /// Why not ready; `None` when ready.
     pub not_ready_reason: Option<String>,
+    /// Reconnects so far.
     pub reconnects: u64,
 }
 
+/// A running turn, as `/status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Turn {
+    /// Its agent.
     pub agent_id: String,
+    /// Its thread.
     pub thread_id: String,
+    /// The SDK's turn id.
     pub turn_id: String,
+    /// The SDK running it.
     pub sdk: String,
+    /// How long it has run.
     pub age_seconds: u64,
 }
 
+/// The outbox, as `/status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outbox {
+    /// Updates waiting.
     pub depth: usize,
+    /// How many it holds before making room.
     pub capacity: usize,
+    /// Intermediate updates dropped so far.
     pub dropped: u64,
+    /// Intermediate updates coalesced so far.
     pub coalesced: u64,
 }
 
+/// An SDK, as `/status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sdk {
+    /// Its name.
     pub name: String,
     /// `ready`, `unconfigured`, `error`, or `unknown` before the first
     /// description.
     pub status: String,
+    /// Why it is not ready.
     pub error_message: Option<String>,
+    /// Its models.
     pub models: Vec<String>,
 }
 

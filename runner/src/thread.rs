@@ -14,7 +14,7 @@ use agent_runner_proto::runner::{ThreadStatus, TurnStatus};
 use sdk_adapter::{
     SdkAdapter, SteerError, ThreadSpec, TurnControl, TurnEvent, TurnInput, TurnOutcome,
 };
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 
 use crate::commands::{ThreadCmd, UserMessage};

@@ -26,6 +26,7 @@ fn message(request_id: RequestId, payload: Payload) -> ClientMessage {
     }
 }
 
+/// A `RequestError` saying `text`.
 pub fn request_error(request_id: RequestId, text: impl Into<String>) -> ClientMessage {
     let mut error_message = text.into();
     if error_message.is_empty() {
@@ -37,10 +38,12 @@ pub fn request_error(request_id: RequestId, text: impl Into<String>) -> ClientMe
     )
 }
 
+/// A `HeartbeatResponse`.
 pub fn heartbeat(request_id: RequestId) -> ClientMessage {
     message(request_id, Payload::HeartbeatResponse(HeartbeatResponse {}))
 }
 
+/// An `AgentUpdate`.
 pub fn agent(request_id: RequestId, agent_id: &str, status: AgentStatus) -> ClientMessage {
     message(
         request_id,
@@ -51,6 +54,7 @@ pub fn agent(request_id: RequestId, agent_id: &str, status: AgentStatus) -> Clie
     )
 }
 
+/// A `ThreadUpdate`.
 pub fn thread(request_id: RequestId, thread_id: &str, status: ThreadStatus) -> ClientMessage {
     message(
         request_id,
@@ -61,6 +65,7 @@ pub fn thread(request_id: RequestId, thread_id: &str, status: ThreadStatus) -> C
     )
 }
 
+/// A `TurnUpdate`.
 pub fn turn(
     request_id: RequestId,
     thread_id: &str,
@@ -77,6 +82,7 @@ pub fn turn(
     )
 }
 
+/// A `SkillMpUpdate INSTALLED`.
 pub fn skill_installed(request_id: RequestId, agent_id: &str, package: &str) -> ClientMessage {
     message(
         request_id,
@@ -88,6 +94,7 @@ pub fn skill_installed(request_id: RequestId, agent_id: &str, package: &str) -> 
     )
 }
 
+/// The wire item type of an adapter's item kind.
 pub fn item_type(kind: ItemKind) -> ItemType {
     match kind {
         ItemKind::UserMessage => ItemType::UserMessage,
@@ -106,6 +113,7 @@ pub fn item_type(kind: ItemKind) -> ItemType {
     }
 }
 
+/// An `ItemUpdate` for an adapter's item.
 pub fn item(
     request_id: RequestId,
     thread_id: &str,
@@ -153,6 +161,7 @@ fn breakdown(b: sdk_adapter::TokenUsageBreakdown) -> TokenUsageBreakdown {
     }
 }
 
+/// A `ThreadTokenUsageUpdate`.
 pub fn token_usage(
     request_id: RequestId,
     thread_id: &str,

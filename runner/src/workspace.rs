@@ -53,6 +53,7 @@ pub struct Workspaces {
 }
 
 impl Workspaces {
+    /// Workspaces under `root` (created if missing).
     pub fn new(root: PathBuf) -> io::Result<Self> {
         std::fs::create_dir_all(&root)?;
         Ok(Self {
@@ -65,6 +66,7 @@ impl Workspaces {
         self.root.join(agent_id)
     }
 
+    /// The workspace of `thread_id` of `agent_id`.
     pub fn thread_dir(&self, agent_id: &str, thread_id: &str) -> PathBuf {
         self.agent_home(agent_id).join("threads").join(thread_id)
     }
@@ -74,6 +76,7 @@ impl Workspaces {
         self.agent_home(agent_id).join(".agents").join("skills")
     }
 
+    /// Creates `dir` (a workspace or home) if missing.
     pub fn create(&self, dir: &Path) -> io::Result<()> {
         debug_assert!(dir.starts_with(&self.root));
         std::fs::create_dir_all(dir)

@@ -35,6 +35,7 @@ pub struct ClientOptions {
     pub max_retries: u32,
     /// First backoff delay; doubles per retry (with jitter) up to `max_backoff`.
     pub initial_backoff: Duration,
+    /// The longest wait between retries.
     pub max_backoff: Duration,
     /// The longest 429 `Retry-After` the client waits for; a longer one is
     /// returned at once as [`LlmError::RateLimited`].

@@ -17,15 +17,27 @@ pub enum LlmError {
     /// HTTP 429 after the retries ran out (or a Retry-After too long to wait).
     #[error("model provider rate limit (429){}: {message}", retry_after_text(.retry_after))]
     RateLimited {
+        /// How long the provider asked to wait, if it said.
         retry_after: Option<Duration>,
+        /// The provider's message.
         message: String,
     },
     /// HTTP 5xx after the retries ran out, or an error event inside the stream.
     #[error("model provider server error ({status}): {message}")]
-    Server { status: u16, message: String },
+    Server {
+        /// The HTTP status (or 0 for an error event in the stream).
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
     /// Any other 4xx: the request itself is wrong (unknown model, bad schema, ...).
     #[error("model provider refused the request ({status}): {message}")]
-    BadRequest { status: u16, message: String },
+    BadRequest {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
     /// No answer (headers, or the next stream chunk) within the configured time.
     #[error("model request timed out")]
     Timeout,

@@ -30,6 +30,7 @@ pub type EventStream = futures::stream::BoxStream<'static, Result<StreamEvent, L
 /// with [`LlmError::Cancelled`] and drops the connection.
 #[async_trait]
 pub trait ChatModel: Send + Sync {
+    /// Streams the completion of `request` as [`StreamEvent`]s until it ends, fails or `cancel` fires (which drops the connection).
     async fn stream(
         &self,
         request: ChatRequest,

@@ -10,9 +10,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// The system prompt.
     System,
+    /// The user.
     User,
+    /// The model.
     Assistant,
+    /// A tool's result.
     Tool,
 }
 
@@ -31,7 +35,9 @@ impl Role {
 /// One tool call the model asked for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCallRequest {
+    /// The call's id, which its result refers to.
     pub id: String,
+    /// The tool called.
     pub name: String,
     /// The arguments as JSON text, exactly as the model produced them.
     pub arguments: String,
@@ -40,7 +46,9 @@ pub struct ToolCallRequest {
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
+    /// Who speaks.
     pub role: Role,
+    /// What is said (may be empty for a message of tool calls only).
     pub content: String,
     /// Assistant reasoning text; kept for the transcript, never resent to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,7 +99,9 @@ impl ChatMessage {
 /// A tool the model may call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The tool's name, as the model calls it.
     pub name: String,
+    /// What the tool does, for the model.
     pub description: String,
     /// JSON Schema of the arguments object.
     pub parameters: serde_json::Value,
@@ -100,10 +110,15 @@ pub struct ToolSpec {
 /// One chat completion request.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct ChatRequest {
+    /// The model asked.
     pub model: String,
+    /// The conversation so far.
     pub messages: Vec<ChatMessage>,
+    /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
+    /// Sampling temperature (`None`: the provider's default).
     pub temperature: Option<f32>,
+    /// Longest answer in tokens (`None`: the provider's default).
     pub max_tokens: Option<u32>,
     /// `"low" | "medium" | "high"`; sent as `reasoning_effort` when set.
     pub reasoning_effort: Option<String>,
@@ -115,8 +130,11 @@ pub struct ChatRequest {
 /// Token counts the server reported for one completion.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens of the prompt.
     pub prompt_tokens: u32,
+    /// Tokens generated.
     pub completion_tokens: u32,
+    /// Both, as the provider counts them.
     pub total_tokens: u32,
 }
 
@@ -129,15 +147,20 @@ pub enum StreamEvent {
     ReasoningDelta(String),
     /// The model started tool call `index` (its id and name are known).
     ToolCallStarted {
+        /// The call's position in the message.
         index: u32,
+        /// The call's id.
         id: String,
+        /// The tool called.
         name: String,
     },
     /// The completion ended; the last event of a successful stream.
     Finished {
         /// The assembled assistant message, tool calls ordered by index.
         message: ChatMessage,
+        /// Why the model stopped (`stop`, `tool_calls`, `length`, …).
         finish_reason: String,
+        /// Token usage, when the provider reported it.
         usage: Option<Usage>,
     },
 }

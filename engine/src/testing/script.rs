@@ -15,8 +15,11 @@ pub enum MockReply {
     Json(Value),
     /// An error status with this body and, when set, `Retry-After: <secs>`.
     Error {
+        /// The HTTP status.
         status: u16,
+        /// The response body.
         body: String,
+        /// A `Retry-After` header in seconds, if set.
         retry_after: Option<u64>,
     },
     /// Reads the request and never answers (for timeouts and cancellation).
@@ -34,13 +37,22 @@ pub enum MockChunk {
     /// and `name` with empty arguments, then `arguments` follows in three
     /// pieces (fewer when it is shorter than three characters).
     ToolCall {
+        /// The call's index.
         index: u32,
+        /// The call's id.
         id: String,
+        /// The tool called.
         name: String,
+        /// The JSON arguments, sent in pieces.
         arguments: String,
     },
     /// The final `choices: []` chunk with `usage` (total = prompt + completion).
-    Usage { prompt: u32, completion: u32 },
+    Usage {
+        /// Prompt tokens.
+        prompt: u32,
+        /// Completion tokens.
+        completion: u32,
+    },
     /// A chunk with an empty delta and this `finish_reason`.
     Finish(String),
     /// Waits this long before the next chunk.

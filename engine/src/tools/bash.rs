@@ -32,6 +32,7 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// group may still hold the pipe).
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
+/// `bash`: runs a shell command in the workspace, in its own process group, with a timeout and a capped output.
 pub struct BashTool;
 
 static INFO: ToolInfo = ToolInfo {

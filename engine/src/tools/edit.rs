@@ -9,6 +9,7 @@ use super::diff::file_changed;
 use super::file_tool::{Confined, FileTool, Workspace};
 use super::{Lane, ToolInfo, ToolOutput};
 
+/// `edit`: replaces one exact, unambiguous piece of a file.
 pub struct EditTool;
 
 impl FileTool for EditTool {

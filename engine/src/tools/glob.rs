@@ -17,6 +17,7 @@ use super::{Lane, ToolInfo, ToolOutput};
 /// Paths returned at most.
 const MAX_RESULTS: usize = 1000;
 
+/// `glob`: lists files matching a pattern (respecting .gitignore).
 pub struct GlobTool;
 
 impl FileTool for GlobTool {

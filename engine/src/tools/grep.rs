@@ -24,6 +24,7 @@ const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// Compiled regex size limit (guards against patterns that explode).
 const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
 
+/// `grep`: searches file contents with a regular expression (respecting .gitignore).
 pub struct GrepTool;
 
 impl FileTool for GrepTool {

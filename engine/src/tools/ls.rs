@@ -11,6 +11,7 @@ use super::{Lane, ToolInfo, ToolOutput};
 /// Entries listed at most.
 const MAX_ENTRIES: usize = 1000;
 
+/// `ls`: lists a directory.
 pub struct LsTool;
 
 impl FileTool for LsTool {

@@ -108,9 +108,13 @@ impl ToolContext {
 /// The result of one tool call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolOutput {
+    /// Whether the tool did what was asked.
     pub success: bool,
+    /// What the model reads back (capped).
     pub output: String,
+    /// Why it failed, when it did.
     pub error: Option<String>,
+    /// Facts for clients (pid, exit code, path…), not for the model.
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -147,7 +151,9 @@ impl ToolOutput {
 pub struct ToolInfo {
     /// `bash`, `read`, `write`, `edit`, `grep`, `glob`, `ls` or `todo`.
     pub name: &'static str,
+    /// What the tool does, for the model.
     pub description: &'static str,
+    /// Where its calls run (internal, external or hybrid lane).
     pub lane: Lane,
     /// The JSON schema of the arguments.
     pub parameters: fn() -> serde_json::Value,
@@ -156,12 +162,15 @@ pub struct ToolInfo {
 /// One tool the model can call.
 #[async_trait]
 pub trait Tool: Send + Sync {
+    /// The tool's static description.
     fn info(&self) -> &'static ToolInfo;
 
+    /// Its name, as the model calls it.
     fn name(&self) -> &'static str {
         self.info().name
     }
 
+    /// What it does, for the model.
     fn description(&self) -> &'static str {
         self.info().description
     }
@@ -171,6 +180,7 @@ pub trait Tool: Send + Sync {
         (self.info().parameters)()
     }
 
+    /// Its lane.
     fn lane(&self) -> Lane {
         self.info().lane
     }
@@ -207,6 +217,7 @@ impl ToolRegistry {
         self.tools.iter().find(|tool| tool.name() == name).cloned()
     }
 
+    /// Every registered tool.
     pub fn all(&self) -> Vec<Arc<dyn Tool>> {
         self.tools.clone()
     }

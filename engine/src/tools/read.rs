@@ -21,6 +21,7 @@ const MAX_LINE_CHARS: usize = 2000;
 /// Bytes inspected for binary detection.
 const SNIFF_BYTES: usize = 8 * 1024;
 
+/// `read`: reads a file, or a range of its lines.
 pub struct ReadTool;
 
 impl FileTool for ReadTool {

@@ -17,6 +17,7 @@ pub const MAX_TODOS: usize = 200;
 const STATUSES: [&str; 4] = ["pending", "in_progress", "completed", "cancelled"];
 const PRIORITIES: [&str; 3] = ["high", "medium", "low"];
 
+/// `todo`: replaces the session's todo list.
 pub struct TodoTool;
 
 static INFO: ToolInfo = ToolInfo {

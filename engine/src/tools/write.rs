@@ -10,6 +10,7 @@ use super::diff::file_changed;
 use super::file_tool::{Confined, FileTool, Workspace};
 use super::{Lane, ToolInfo, ToolOutput};
 
+/// `write`: writes a whole file (creating directories).
 pub struct WriteTool;
 
 impl FileTool for WriteTool {

@@ -32,6 +32,7 @@ pub use key::{TestAppKey, other_test_app_key, test_app_key};
 /// One installation of the mock App.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MockInstallation {
+    /// The installation's id.
     pub id: i64,
     /// The user or organisation login it is installed on.
     pub account: String,
@@ -40,6 +41,7 @@ pub struct MockInstallation {
 }
 
 impl MockInstallation {
+    /// Installation `id` on `account`, covering `repositories` (`owner/name`).
     pub fn new(id: i64, account: &str, repositories: &[&str]) -> Self {
         Self {
             id,
@@ -52,15 +54,18 @@ impl MockInstallation {
 /// What the mock serves.
 #[derive(Debug, Clone)]
 pub struct GithubApiConfig {
+    /// The App's id, which the JWT must name.
     pub app_id: u64,
     /// The App's public key (PEM) JWTs are checked against.
     pub public_key_pem: String,
+    /// The App's installations.
     pub installations: Vec<MockInstallation>,
     /// How long minted tokens live. Default: one hour, like GitHub's.
     pub token_lifetime: Duration,
 }
 
 impl GithubApiConfig {
+    /// App `app_id` whose JWTs verify with `public_key_pem`.
     pub fn new(app_id: u64, public_key_pem: impl Into<String>) -> Self {
         Self {
             app_id,
@@ -70,11 +75,13 @@ impl GithubApiConfig {
         }
     }
 
+    /// Adds an installation.
     pub fn with_installation(mut self, installation: MockInstallation) -> Self {
         self.installations.push(installation);
         self
     }
 
+    /// How long minted tokens live.
     pub fn with_token_lifetime(mut self, lifetime: Duration) -> Self {
         self.token_lifetime = lifetime;
         self
@@ -175,6 +182,7 @@ impl MockGithubApi {
         format!("http://{}", self.addr)
     }
 
+    /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

@@ -86,6 +86,7 @@ pub const DEFAULT_HEALTH_ADDR: &str = "127.0.0.1:9464";
 /// Where the health endpoints listen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HealthListen {
+    /// The address.
     pub addr: SocketAddr,
     /// Set by the operator (failing to listen is fatal) rather than the
     /// default (failing to listen is a warning: two runners on one host).
@@ -113,7 +114,9 @@ pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
+    /// Human-readable lines.
     #[default]
     Text,
+    /// One JSON object per line.
     Json,
 }

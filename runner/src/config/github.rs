@@ -27,6 +27,7 @@ pub struct GithubArgs {
 /// The runner's own GitHub App.
 #[derive(Debug, Clone)]
 pub struct GithubAppConfig {
+    /// The App's id.
     pub app_id: u64,
     /// Checked at start-up; prints as `***`.
     pub key: crate::secret::AppKey,

@@ -39,10 +39,22 @@ pub use url::*;
 /// A configuration problem, naming the key it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file could not be read or parsed.
     #[error("config file {path}: {message}")]
-    File { path: PathBuf, message: String },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (toml's message names the key and line).
+        message: String,
+    },
+    /// A setting has a bad value.
     #[error("{key}: {message}")]
-    Key { key: &'static str, message: String },
+    Key {
+        /// The setting's key.
+        key: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 pub(crate) fn key_err(key: &'static str, message: impl Into<String>) -> ConfigError {

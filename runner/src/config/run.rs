@@ -6,22 +6,37 @@ use super::*;
 /// Everything `run` needs, resolved.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
+    /// Where the control plane is.
     pub control_plane: ControlPlaneUrl,
+    /// An extra CA certificate (PEM) for TLS.
     pub ca_cert_pem: Option<Vec<u8>>,
+    /// The bearer secret, if any.
     pub secret: Option<Secret>,
+    /// Durable state lives here.
     pub state_dir: PathBuf,
+    /// Agent homes and thread workspaces live here.
     pub workspace_root: PathBuf,
     /// Empty means every built-in SDK.
     pub sdks: Vec<String>,
+    /// Turns allowed at once.
     pub max_concurrent_turns: usize,
+    /// How long running turns may go on after SIGTERM.
     pub drain_timeout: Duration,
+    /// Updates kept while disconnected.
     pub outbox_capacity: usize,
+    /// HTTP/2 keepalive ping interval.
     pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered.
     pub keepalive_timeout: Duration,
+    /// First reconnect delay.
     pub reconnect_min_delay: Duration,
+    /// Longest reconnect delay.
     pub reconnect_max_delay: Duration,
+    /// Largest skill package accepted.
     pub skill_max_bytes: u64,
+    /// How log lines are written.
     pub log_format: LogFormat,
+    /// The tracing filter (e.g. `info`).
     pub log_level: String,
     /// `None`: health endpoints off.
     pub health: Option<HealthListen>,

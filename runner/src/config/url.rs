@@ -7,11 +7,14 @@ pub struct ControlPlaneUrl {
     pub origin: String,
     /// The path every RPC is prefixed with (`/grpc`), empty for none.
     pub path_prefix: String,
+    /// Whether it is `https://`.
     pub tls: bool,
+    /// The host name (for TLS).
     pub host: String,
 }
 
 impl ControlPlaneUrl {
+    /// Parses `http(s)://host[:port][/prefix]`; the error says what is wrong.
     pub fn parse(text: &str) -> Result<Self, String> {
         let uri: http::Uri = text
             .parse()

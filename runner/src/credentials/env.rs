@@ -34,6 +34,7 @@ impl GitEnv {
         Self::with_inherited(exe, socket, inherited_config_count())
     }
 
+    /// The environment for `exe`'s helper speaking to `socket`, after `inherited` GIT_CONFIG entries the runner itself was given.
     pub fn with_inherited(exe: PathBuf, socket: PathBuf, inherited: usize) -> Self {
         Self {
             exe,
@@ -64,6 +65,7 @@ impl GitEnv {
         env
     }
 
+    /// The credential socket.
     pub fn socket(&self) -> &Path {
         &self.socket
     }

@@ -42,13 +42,17 @@ pub enum Op {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Request {
+    /// What git asks.
     pub op: Op,
     /// The thread whose agent runs git (checked like every wire id).
     pub thread: String,
+    /// `https` (or `http` for a loopback host).
     #[serde(default)]
     pub protocol: String,
+    /// The host (`github.com`).
     #[serde(default)]
     pub host: String,
+    /// The repository path (`owner/repo.git`).
     #[serde(default)]
     pub path: String,
     /// On `erase`: the password git is rejecting.
@@ -73,10 +77,13 @@ impl fmt::Debug for Request {
 /// may see; never a secret).
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Answer {
+    /// The user name git sends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
+    /// The password (the token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
+    /// Why nothing was given (shown to git's user).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -92,6 +99,7 @@ impl fmt::Debug for Answer {
 }
 
 impl Answer {
+    /// An answer carrying `token`.
     pub fn credentials(token: String) -> Self {
         Self {
             username: Some(USERNAME.to_owned()),
@@ -100,6 +108,7 @@ impl Answer {
         }
     }
 
+    /// An answer with no credentials, saying why.
     pub fn nothing(note: impl Into<String>) -> Self {
         Self {
             note: Some(note.into()),
@@ -111,9 +120,13 @@ impl Answer {
 /// The fields of git's credential input this helper uses.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct GitInput {
+    /// The protocol git asked about.
     pub protocol: String,
+    /// The host.
     pub host: String,
+    /// The repository path.
     pub path: String,
+    /// The password git rejected, if it said.
     pub password: Option<String>,
 }
 
@@ -164,7 +177,9 @@ pub fn git_output(username: &str, password: &str) -> Option<String> {
 /// A repository a request may get a token for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
+    /// The repository's owner.
     pub owner: String,
+    /// The repository's name.
     pub repo: String,
 }
 

@@ -41,7 +41,9 @@ pub const SOCKET_FILE: &str = "git.sock";
 
 /// An installation token as the socket hands it out.
 pub struct IssuedToken {
+    /// The installation the token is for.
     pub installation_id: i64,
+    /// The token.
     pub token: String,
 }
 
@@ -64,14 +66,32 @@ pub type ThreadCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// Why the socket could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
+    /// The socket's path is too long for a Unix socket.
     #[error(
         "credential socket path {path} is {len} bytes, over the {MAX_SOCKET_PATH}-byte limit of Unix sockets; choose a shorter state_dir"
     )]
-    PathTooLong { path: PathBuf, len: usize },
+    PathTooLong {
+        /// The path.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// Its directory could not be made safe (0700, ours, not a link).
     #[error("credential socket directory {path}: {source}")]
-    Dir { path: PathBuf, source: io::Error },
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// Binding the socket failed.
     #[error("credential socket {path}: {source}")]
-    Bind { path: PathBuf, source: io::Error },
+    Bind {
+        /// The socket's path.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
 }
 
 /// A running credential socket; [`CredentialServer::stop`] (or dropping it)
@@ -163,6 +183,7 @@ impl CredentialServer {
         })
     }
 
+    /// The socket's path.
     pub fn path(&self) -> &Path {
         &self.path
     }

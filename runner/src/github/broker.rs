@@ -42,6 +42,7 @@ const PARALLEL_REFRESHES: usize = 4;
 /// How the broker refreshes.
 #[derive(Debug, Clone)]
 pub struct BrokerOptions {
+    /// When tokens are refreshed.
     pub policy: RefreshPolicy,
     /// First retry delay after a failed refresh (jittered, doubling).
     pub retry_min_delay: Duration,

@@ -29,6 +29,7 @@ pub struct ControlPlaneSource {
 }
 
 impl ControlPlaneSource {
+    /// A source over the link's `client`.
     pub fn new(client: Client) -> Self {
         Self { client }
     }

@@ -6,13 +6,19 @@
 pub enum GithubError {
     /// No installation available to this runner covers the repository.
     #[error("no GitHub installation available to this runner covers {repo}")]
-    NotCovered { repo: String },
+    NotCovered {
+        /// The repository.
+        repo: String,
+    },
     /// The runner has no GitHub token source.
     #[error("GitHub access is not configured on this runner")]
     NotConfigured,
     /// Not an `owner/repo` name.
     #[error("{repo:?} is not a GitHub repository (expected owner/repo)")]
-    BadRepo { repo: String },
+    BadRepo {
+        /// What was given.
+        repo: String,
+    },
     /// The source does not know this installation (or no longer links it).
     #[error("GitHub installation {0} is not available to this runner")]
     UnknownInstallation(i64),

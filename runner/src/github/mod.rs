@@ -30,8 +30,11 @@ use crate::redact::Redactor;
 /// A token handed out by the broker. `Debug` prints the token as `***`.
 #[derive(Debug, Clone)]
 pub struct InstallationToken {
+    /// The installation.
     pub installation_id: i64,
+    /// The token (prints as `***`).
     pub token: Secret,
+    /// When it expires.
     pub expires_at: SystemTime,
     /// `owner/repo` of every repository the token covers.
     pub repositories: Vec<String>,
@@ -41,6 +44,7 @@ pub struct InstallationToken {
 /// reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Installation {
+    /// The installation's id.
     pub id: i64,
     /// The user or organisation it is installed on, when the source says.
     pub account: Option<String>,

@@ -16,6 +16,7 @@ pub const ASSUMED_LIFETIME: Duration = Duration::from_secs(60 * 60);
 /// One installation as a source lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedInstallation {
+    /// The installation's id.
     pub id: i64,
     /// The user or organisation it is installed on, when the source says.
     pub account: Option<String>,
@@ -24,7 +25,9 @@ pub struct ListedInstallation {
 /// A token just minted.
 #[derive(Debug, Clone)]
 pub struct MintedToken {
+    /// The token (prints as `***`).
     pub token: Secret,
+    /// When it expires.
     pub expires_at: SystemTime,
     /// `owner/repo` of every repository the token covers.
     pub repositories: Vec<String>,

@@ -88,6 +88,7 @@ impl HealthServer {
         Ok(Self { addr, stop, task })
     }
 
+    /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

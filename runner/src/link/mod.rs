@@ -40,7 +40,9 @@ pub use crate::link_state::LinkState;
 #[derive(Debug, thiserror::Error)]
 #[error("control plane refused the runner ({code:?}): {message}")]
 pub struct Refused {
+    /// The gRPC code (`UNAUTHENTICATED` or `PERMISSION_DENIED`).
     pub code: Code,
+    /// The control plane's message.
     pub message: String,
 }
 
@@ -54,6 +56,7 @@ enum SessionEnd {
     Closed,
 }
 
+/// The control-plane link (see the module doc).
 pub struct Link {
     rt: Arc<Runtime>,
     client: Client,
@@ -74,6 +77,7 @@ impl Link {
         }
     }
 
+    /// What the link is doing, as it changes.
     pub fn state(&self) -> watch::Receiver<LinkState> {
         self.state.subscribe()
     }

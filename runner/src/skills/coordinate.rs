@@ -13,14 +13,21 @@ pub enum Source {
     /// A git repository, at `git_ref` (default branch when `None`), with the
     /// package at `subpath` inside it.
     Git {
+        /// The repository's URL.
         url: String,
+        /// The branch, tag or commit (`None`: the default branch).
         git_ref: Option<String>,
+        /// The package's directory inside the repository.
         subpath: String,
     },
     /// A local directory.
-    Dir { path: String },
+    Dir {
+        /// The directory.
+        path: String,
+    },
 }
 
+/// Parses a package coordinate; the error says what is wrong.
 pub fn parse(text: &str) -> Result<Source, String> {
     let source = parse_source(text)?;
     if let Source::Git {

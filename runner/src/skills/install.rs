@@ -19,15 +19,20 @@ use super::package::Skill;
 /// `.agents/.skill-lock.json`
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Lock {
+    /// The lock file's format version.
     pub version: u32,
+    /// The installed skills, by name.
     pub skills: BTreeMap<String, LockEntry>,
 }
 
+/// One installed skill in the lock file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockEntry {
+    /// The skill's name.
     pub name: String,
     /// The package coordinate it came from.
     pub source: String,
+    /// The commit it was installed from (git packages).
     pub resolved_commit: Option<String>,
     /// `sha256:` over the skill's relative paths and contents.
     pub content_hash: String,
@@ -38,15 +43,18 @@ pub struct LockEntry {
 /// What happened to one skill.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Installed {
+    /// The skill's name.
     pub name: String,
     /// False when the same content was installed already.
     pub changed: bool,
 }
 
+/// Where an agent's lock file is.
 pub fn lock_path(agent_home: &Path) -> std::path::PathBuf {
     agent_home.join(".agents").join(".skill-lock.json")
 }
 
+/// An agent's lock file (empty when missing or unreadable).
 pub fn read_lock(agent_home: &Path) -> Lock {
     std::fs::read(lock_path(agent_home))
         .ok()
@@ -57,6 +65,7 @@ pub fn read_lock(agent_home: &Path) -> Lock {
         })
 }
 
+/// Installs the package at `source` into the agent's skills (see the module doc).
 pub fn install(
     agent_home: &Path,
     source: &str,

@@ -22,14 +22,24 @@ pub use install::Installed;
 
 pub use crate::config::DEFAULT_SKILL_MAX_BYTES as DEFAULT_MAX_BYTES;
 
+/// Why a skill installation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SkillError {
+    /// The coordinate is not one the runner understands.
     #[error("install_skills_mp_request.package_name: {0}")]
     Coordinate(String),
+    /// Fetching failed.
     #[error("fetching {from}: {message}")]
-    Fetch { from: String, message: String },
+    Fetch {
+        /// The source.
+        from: String,
+        /// What went wrong (tokens masked).
+        message: String,
+    },
+    /// The package is not a valid skill package.
     #[error("invalid skill package: {0}")]
     Package(String),
+    /// A file operation failed.
     #[error("installing skills: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -9,8 +9,11 @@ use super::SkillError;
 /// One skill found in a package.
 #[derive(Debug, Clone)]
 pub struct Skill {
+    /// The skill's name (from its SKILL.md).
     pub name: String,
+    /// Its description.
     pub description: String,
+    /// Its directory.
     pub dir: PathBuf,
 }
 

@@ -72,6 +72,7 @@ struct Slot {
 }
 
 impl ClaudeAdapter {
+    /// The claude-code SDK with `config`.
     pub fn new(config: ClaudeConfig) -> Self {
         Self {
             config,
@@ -79,6 +80,7 @@ impl ClaudeAdapter {
         }
     }
 
+    /// Its settings.
     pub fn config(&self) -> &ClaudeConfig {
         &self.config
     }

@@ -86,6 +86,7 @@ async fn in_process(state_dir: Option<PathBuf>) -> Result<Backend, String> {
 /// pipes (no port). The server stops when the last clone drops.
 #[derive(Clone)]
 pub struct InMemoryClient {
+    /// The engine's gRPC client.
     pub client: CodeAgentServiceClient<Channel>,
     _server: Arc<DropGuard>,
 }

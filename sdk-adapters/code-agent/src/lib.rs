@@ -152,6 +152,7 @@ impl CodeAgentAdapter {
         }
     }
 
+    /// Its settings.
     pub fn config(&self) -> &CodeAgentConfig {
         &self.config
     }

@@ -80,6 +80,7 @@ struct SlotState {
 }
 
 impl CodexAdapter {
+    /// The codex SDK with `config`.
     pub fn new(config: CodexConfig) -> Self {
         Self {
             config,
@@ -88,6 +89,7 @@ impl CodexAdapter {
         }
     }
 
+    /// Its settings.
     pub fn config(&self) -> &CodexConfig {
         &self.config
     }

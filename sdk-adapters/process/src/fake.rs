@@ -6,6 +6,9 @@
 //! (`required-features`) and the suites enable it through their
 //! dev-dependencies; normal builds never see it.
 
+// Test support: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::mpsc;
