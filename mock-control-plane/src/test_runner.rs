@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use agent_runner_proto::runner::agent_runner_control_service_client::AgentRunnerControlServiceClient;
 use agent_runner_proto::runner::{
-    AgentSdk, AgentStatus, AgentUpdate, ClientMessage, HeartbeatResponse, ItemStatus, ItemType,
-    ItemUpdate, RegisterRunnerRequest, ServerMessage, ThreadStatus, ThreadUpdate, TurnStatus,
-    TurnUpdate, client_message, server_message,
+    AgentSdk, AgentSdkStatus, AgentStatus, AgentUpdate, ClientMessage, HeartbeatResponse,
+    ItemStatus, ItemType, ItemUpdate, RegisterRunnerRequest, ServerMessage, ThreadStatus,
+    ThreadUpdate, TurnStatus, TurnUpdate, client_message, server_message,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -51,7 +51,7 @@ pub(crate) fn scripted_sdk() -> RegisterRunnerRequest {
         agent_sdks: vec![AgentSdk {
             name: "scripted".into(),
             models: vec![],
-            status: 1,
+            status: AgentSdkStatus::Ready as i32,
             error_message: None,
         }],
     }
