@@ -5,7 +5,7 @@
 //! failed turn's reason) is written as `***`, whichever crate logged it.
 
 use std::borrow::Cow;
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
@@ -19,12 +19,22 @@ pub fn init(format: LogFormat, level: &str) -> Result<(), String> {
     let filter = EnvFilter::try_new(level).map_err(|e| format!("log_level: {e}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour_wanted(
+            io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(RedactingStderr::new(Redactor::process()));
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     result.map_err(|e| format!("logging: {e}"))
+}
+
+/// Colour codes only on a terminal, and not when `NO_COLOR` is set to
+/// anything non-empty (no-color.org): redirected logs stay plain text.
+fn colour_wanted(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Makes one [`EventWriter`] per log event.
@@ -95,6 +105,16 @@ impl<W: Write> Drop for EventWriter<'_, W> {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsStr;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(super::colour_wanted(true, None));
+        assert!(super::colour_wanted(true, Some(OsStr::new(""))));
+        assert!(!super::colour_wanted(true, Some(OsStr::new("1"))));
+        assert!(!super::colour_wanted(false, None));
+    }
+
     use super::*;
 
     #[test]

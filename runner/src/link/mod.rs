@@ -88,13 +88,7 @@ impl Link {
     }
 
     fn backoff(&self) -> backon::ExponentialBackoff {
-        ExponentialBuilder::default()
-            .with_min_delay(self.min_delay)
-            .with_max_delay(self.max_delay)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times()
-            .build()
+        reconnect_backoff(self.min_delay, self.max_delay)
     }
 
     /// Run sessions until `close` is cancelled (then close the channel
@@ -114,7 +108,7 @@ impl Link {
                         backoff = self.backoff();
                     }
                     crate::metrics::reconnect();
-                    let delay = backoff.next().unwrap_or(self.max_delay);
+                    let delay = next_delay(&mut backoff, self.max_delay);
                     tracing::info!(
                         delay_ms = delay.as_millis() as u64,
                         "reconnecting to the control plane"
@@ -197,6 +191,23 @@ impl Link {
     }
 }
 
+/// Jittered delays doubling from `min` (see [`next_delay`] for the cap).
+fn reconnect_backoff(min: Duration, max: Duration) -> backon::ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(min)
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// The next reconnect delay. backon applies its jitter after the cap (up to
+/// twice the maximum was seen); the maximum is a maximum, so clamp here.
+fn next_delay(backoff: &mut backon::ExponentialBackoff, max: Duration) -> Duration {
+    backoff.next().unwrap_or(max).min(max)
+}
+
 fn lost_or_refused(rpc: &str, status: tonic::Status) -> SessionEnd {
     match status.code() {
         Code::Unauthenticated | Code::PermissionDenied => SessionEnd::Refused(Refused {
@@ -207,7 +218,7 @@ fn lost_or_refused(rpc: &str, status: tonic::Status) -> SessionEnd {
             tracing::warn!(
                 rpc,
                 ?code,
-                message = status.message(),
+                grpc_message = status.message(),
                 "control plane link lost"
             );
             SessionEnd::Lost { healthy: false }
@@ -305,6 +316,21 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
+
+    #[test]
+    fn reconnect_delays_never_exceed_the_maximum() {
+        let (min, max) = (Duration::from_millis(10), Duration::from_millis(80));
+        let mut backoff = reconnect_backoff(min, max);
+        let delays: Vec<Duration> = (0..200).map(|_| next_delay(&mut backoff, max)).collect();
+        assert!(delays.iter().all(|d| *d <= max), "{delays:?}");
+        assert!(delays.iter().any(|d| *d == max), "the cap is reached");
+        // What the clamp is for: the raw sequence overshoots.
+        let mut raw = reconnect_backoff(min, max);
+        assert!(
+            (0..200).filter_map(|_| raw.next()).any(|d| d > max),
+            "backon no longer overshoots its maximum; the clamp may go"
+        );
+    }
 
     #[tokio::test]
     async fn every_outbound_message_is_redacted_whoever_made_it() {

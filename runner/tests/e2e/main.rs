@@ -18,6 +18,7 @@ mod health;
 mod lifecycle;
 mod limits;
 mod link;
+mod logs;
 mod protocol;
 mod real_sdk;
 mod scale;

@@ -43,6 +43,14 @@ impl RunnerOpts {
         self.env.push((k.to_owned(), v.to_owned()));
         self
     }
+    /// The same options pointed at `cp`.
+    pub fn clone_for(&self, cp: &MockControlPlane) -> Self {
+        Self {
+            url: cp.url(),
+            args: self.args.clone(),
+            env: self.env.clone(),
+        }
+    }
 }
 
 pub fn runner_bin() -> &'static str {

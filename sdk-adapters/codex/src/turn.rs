@@ -233,7 +233,7 @@ impl TurnTask {
                     .and_then(Value::as_str)
                     .unwrap_or("codex reported an error");
                 if params.get("willRetry").and_then(Value::as_bool) == Some(true) {
-                    tracing::debug!(%message, "codex error, it will retry");
+                    tracing::debug!(codex_message = %message, "codex error, it will retry");
                 } else {
                     run.last_error = Some(message.to_owned());
                 }
