@@ -27,6 +27,9 @@ pub struct MockConfig {
     /// Served by `ListGithubInstallationsForRunner` and
     /// `GetGithubInstallationAccessTokenForRunner`.
     pub github_installations: Vec<GithubInstallation>,
+    /// Hold the ControlChannel's response headers until the first message
+    /// to send, as grpc-go and Python grpcio servers do.
+    pub delay_headers: bool,
 }
 
 impl MockConfig {
@@ -54,6 +57,13 @@ impl MockConfig {
         self
     }
 
+    /// Send the ControlChannel's response headers only with the first
+    /// message (see [`MockConfig::delay_headers`]).
+    pub fn with_delayed_headers(mut self) -> Self {
+        self.delay_headers = true;
+        self
+    }
+
     /// Add one GitHub installation to serve.
     pub fn with_github_installation(mut self, installation: GithubInstallation) -> Self {
         self.github_installations.push(installation);
@@ -72,6 +82,7 @@ impl fmt::Debug for MockConfig {
             )
             .field("tls", &self.tls.as_ref().map(|_| "<pem>"))
             .field("github_installations", &self.github_installations)
+            .field("delay_headers", &self.delay_headers)
             .finish()
     }
 }

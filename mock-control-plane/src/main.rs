@@ -57,6 +57,11 @@ struct ServeArgs {
     #[arg(long, value_name = "PREFIX")]
     path_prefix: Option<String>,
 
+    /// Send the ControlChannel's response headers only with the first
+    /// message, as grpc-go and Python grpcio servers do.
+    #[arg(long)]
+    delay_headers: bool,
+
     /// Require `authorization: Bearer <secret>` on every RPC; the secret is
     /// this file's content (surrounding whitespace trimmed).
     #[arg(long, value_name = "FILE")]
@@ -108,6 +113,7 @@ fn config(args: &ServeArgs) -> Result<MockConfig> {
     let mut config = MockConfig {
         listen: Some(args.listen),
         path_prefix: args.path_prefix.clone(),
+        delay_headers: args.delay_headers,
         ..MockConfig::default()
     };
     if let Some(path) = &args.secret_file {

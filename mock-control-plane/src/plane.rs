@@ -41,6 +41,7 @@ pub struct MockControlPlane {
     prefix: Option<String>,
     secret: Option<String>,
     tls: Option<(String, String)>,
+    delay_headers: bool,
     serving: Mutex<Option<Serving>>,
 }
 
@@ -76,6 +77,7 @@ impl MockControlPlane {
             prefix: normalize(config.path_prefix.as_deref()),
             secret: config.bearer_secret,
             tls: config.tls,
+            delay_headers: config.delay_headers,
             serving: Mutex::new(None),
         };
         let serving = plane.serve(listener)?;
@@ -92,7 +94,7 @@ impl MockControlPlane {
                 .context("loading the TLS certificate and key")?;
         }
         let service = AgentRunnerControlServiceServer::with_interceptor(
-            MockService::new(self.state.clone()),
+            MockService::new(self.state.clone(), self.delay_headers),
             BearerAuth::new(self.secret.clone()),
         );
         let router = builder

@@ -25,11 +25,15 @@ use crate::state::{OpenedStream, Registration, State};
 #[derive(Clone)]
 pub(crate) struct MockService {
     state: Arc<State>,
+    delay_headers: bool,
 }
 
 impl MockService {
-    pub(crate) fn new(state: Arc<State>) -> Self {
-        MockService { state }
+    pub(crate) fn new(state: Arc<State>, delay_headers: bool) -> Self {
+        MockService {
+            state,
+            delay_headers,
+        }
     }
 }
 
@@ -174,6 +178,18 @@ impl AgentRunnerControlService for MockService {
             id,
             cancel,
         ));
+        if self.delay_headers {
+            // Like grpc-go and grpcio servers: no response headers until
+            // there is a first message to send with them.
+            let mut outbound = outbound;
+            let Some(first) = outbound.recv().await else {
+                return Err(Status::unavailable("mock stopped"));
+            };
+            let rest = outbound_stream(outbound, kill);
+            return Ok(Response::new(Box::pin(
+                futures::StreamExt::chain(futures::stream::iter([Ok(first)]), rest),
+            )));
+        }
         Ok(Response::new(outbound_stream(outbound, kill)))
     }
 

@@ -19,7 +19,7 @@ use agent_runner_proto::{Validate, violations};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::Stream;
 use sdk_adapter::{SdkDescription, SdkStatus};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -87,6 +87,13 @@ impl Link {
         crate::metrics::link_state(state);
     }
 
+    /// The ControlChannel counts as open from now.
+    fn channel_open(&self) -> Instant {
+        self.set_state(LinkState::Connected);
+        tracing::info!("control channel open");
+        Instant::now()
+    }
+
     fn backoff(&self) -> backon::ExponentialBackoff {
         reconnect_backoff(self.min_delay, self.max_delay)
     }
@@ -150,17 +157,32 @@ impl Link {
             close.clone(),
         );
         let _stop_outbound = session_over.clone().drop_guard();
-        let opening = tokio::select! {
-            r = client.control_channel(outbound) => r,
-            () = close.cancelled() => return SessionEnd::Closed,
+        // The channel is open once the transport accepted the call, which
+        // is when it first asks the outbound half for a message. Response
+        // headers are no signal: grpc-go and grpcio servers send them only
+        // with their first message, which an idle control plane may never
+        // send.
+        let (accepted_tx, mut accepted) = oneshot::channel();
+        let opening = client.control_channel(Announced {
+            inner: Box::pin(outbound),
+            first_poll: Some(accepted_tx),
+        });
+        tokio::pin!(opening);
+        let mut opened = None;
+        let response = loop {
+            tokio::select! {
+                r = &mut opening => break r,
+                Ok(()) = &mut accepted, if opened.is_none() => {
+                    opened = Some(self.channel_open());
+                }
+                () = close.cancelled() => return SessionEnd::Closed,
+            }
         };
-        let mut inbound = match opening {
+        let mut inbound = match response {
             Ok(response) => response.into_inner(),
             Err(status) => return lost_or_refused("ControlChannel", status),
         };
-        let opened = Instant::now();
-        self.set_state(LinkState::Connected);
-        tracing::info!("control channel open");
+        let opened = opened.unwrap_or_else(|| self.channel_open());
         let healthy = || opened.elapsed() >= HEALTHY_AFTER;
         loop {
             let next = tokio::select! {
@@ -206,6 +228,27 @@ fn reconnect_backoff(min: Duration, max: Duration) -> backon::ExponentialBackoff
 /// twice the maximum was seen); the maximum is a maximum, so clamp here.
 fn next_delay(backoff: &mut backon::ExponentialBackoff, max: Duration) -> Duration {
     backoff.next().unwrap_or(max).min(max)
+}
+
+/// The outbound half, telling `first_poll` when the transport first asks
+/// it for a message (the call was accepted).
+struct Announced<S> {
+    inner: Pin<Box<S>>,
+    first_poll: Option<oneshot::Sender<()>>,
+}
+
+impl<S: Stream> Stream for Announced<S> {
+    type Item = S::Item;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        if let Some(tx) = self.first_poll.take() {
+            let _ = tx.send(());
+        }
+        self.inner.as_mut().poll_next(cx)
+    }
 }
 
 fn lost_or_refused(rpc: &str, status: tonic::Status) -> SessionEnd {

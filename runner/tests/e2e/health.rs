@@ -11,7 +11,7 @@ use std::process::Output;
 
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
-use mock_control_plane::MockControlPlane;
+use mock_control_plane::{MockConfig, MockControlPlane};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Status;
 
@@ -161,6 +161,28 @@ async fn interrupt_turn(cp: &MockControlPlane, thread: &str) {
     });
     send(cp, "i", request).await;
     turn_completed(cp, "i").await;
+}
+
+/// grpc-go and Python grpcio servers send response headers only with their
+/// first message: against such an idle control plane the channel is open
+/// (ready, counted connected) once the call is accepted, not once headers
+/// arrive; and it still works when the first request comes.
+#[tokio::test]
+async fn ready_against_a_control_plane_that_holds_its_headers() {
+    let cp = MockControlPlane::start(MockConfig::default().with_delayed_headers())
+        .await
+        .unwrap();
+    let r = start_with_health(&cp.url(), &[]);
+    let addr = health_addr(&r).await;
+    cp.wait_connected(WAIT).await.unwrap();
+    // Nothing was sent to the runner: no headers yet.
+    wait_get(&addr, "/readyz", |c, _| c == 200).await;
+    assert_eq!(
+        metric(&addr, "agent_runner_connection_state{state=\"connected\"}").await,
+        Some(1.0)
+    );
+    // The first request brings the headers with it.
+    create_agent(&cp, "a").await;
 }
 
 #[tokio::test]
