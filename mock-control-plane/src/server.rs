@@ -186,9 +186,10 @@ impl AgentRunnerControlService for MockService {
                 return Err(Status::unavailable("mock stopped"));
             };
             let rest = outbound_stream(outbound, kill);
-            return Ok(Response::new(Box::pin(
-                futures::StreamExt::chain(futures::stream::iter([Ok(first)]), rest),
-            )));
+            return Ok(Response::new(Box::pin(futures::StreamExt::chain(
+                futures::stream::iter([Ok(first)]),
+                rest,
+            ))));
         }
         Ok(Response::new(outbound_stream(outbound, kill)))
     }
