@@ -12,7 +12,7 @@ use sdk_adapter::{AgentSpec, ThreadSpec};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::commands::{AgentCmd, ThreadCmd};
-use crate::mailboxes::MAILBOX;
+use crate::mailboxes::{AgentTx, Queued};
 use crate::runtime::Runtime;
 use crate::skills;
 use crate::state::{AgentRow, ThreadRow};
@@ -25,8 +25,8 @@ pub fn route(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) -> Result<(), Age
         .send_agent(agent_id, cmd, || spawn(rt.clone(), agent_id.to_owned()))
 }
 
-fn spawn(rt: Arc<Runtime>, agent_id: String) -> mpsc::Sender<AgentCmd> {
-    let (tx, mut rx) = mpsc::channel(MAILBOX);
+fn spawn(rt: Arc<Runtime>, agent_id: String) -> AgentTx {
+    let (tx, mut rx) = mpsc::unbounded_channel();
     let me = tx.clone();
     let tracker = rt.tasks.clone();
     tracker.spawn(async move {
@@ -36,7 +36,9 @@ fn spawn(rt: Arc<Runtime>, agent_id: String) -> mpsc::Sender<AgentCmd> {
             row: None,
         };
         loop {
-            let Some(cmd) = rx.recv().await else { break };
+            let Some(cmd) = rx.recv().await.map(Queued::take) else {
+                break;
+            };
             let result = task.handle(cmd).await;
             if let Err((rid, text)) = result {
                 task.rt.outbox.push(updates::request_error(rid, text)).await;
@@ -154,7 +156,7 @@ impl AgentTask {
                 rid: rid.clone(),
                 done: Some(done),
             };
-            if tx.send(cmd).await.is_ok() {
+            if tx.send(Queued::internal(cmd)).is_ok() {
                 let _ = wait.await;
             }
         }

@@ -10,7 +10,7 @@ use agent_runner_proto::runner::{ServerMessage, server_message::Request};
 use agent_runner_proto::{Validate, violations};
 
 use crate::commands::{self, AgentCmd, ThreadCmd, UserMessage};
-use crate::mailboxes::{MAILBOX, ThreadRoute};
+use crate::mailboxes::ThreadRoute;
 use crate::metrics::{self, RequestOutcome};
 use crate::runtime::Runtime;
 use crate::updates::{self, RequestId};
@@ -136,7 +136,10 @@ fn to_agent(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) -> RequestOutcome 
             reject(
                 rt,
                 cmd.rid(),
-                format!("agent {agent_id} has {MAILBOX} requests waiting; retry later"),
+                format!(
+                    "the runner has {} requests waiting (--max-queued-requests); retry later",
+                    rt.mailboxes.max_queued()
+                ),
             );
             RequestOutcome::Rejected
         }
@@ -150,7 +153,10 @@ fn to_thread(rt: &Arc<Runtime>, agent_id: &str, thread_id: &str, cmd: ThreadCmd)
             reject(
                 rt,
                 cmd.rid(),
-                format!("thread {thread_id} has {MAILBOX} requests waiting; retry later"),
+                format!(
+                    "the runner has {} requests waiting (--max-queued-requests); retry later",
+                    rt.mailboxes.max_queued()
+                ),
             );
             RequestOutcome::Rejected
         }
@@ -194,16 +200,27 @@ mod tests {
     use crate::workspace::Workspaces;
 
     /// A thread whose task is stuck (the outbox is full of terminal updates
-    /// and nothing drains it) fills its mailbox; the next request is
-    /// answered at once by the dispatcher itself, and once the outbox drains
-    /// every request has exactly one answer.
+    /// and nothing drains it) fills the runner's queue bound; the next
+    /// request is answered at once by the dispatcher itself, and once the
+    /// outbox drains every request has exactly one answer.
     #[tokio::test]
-    async fn a_full_thread_mailbox_answers_at_once_and_loses_nothing() {
+    async fn a_full_request_queue_answers_at_once_and_loses_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let sdks = Sdks::from_adapters(vec![Arc::new(sdk_scripted::ScriptedAdapter::new())]);
         let store = Store::open(&dir.path().join("state")).unwrap();
         let ws = Workspaces::new(dir.path().join("ws")).unwrap();
-        let rt = Runtime::bare(sdks, store, ws, 16, 8, 1024);
+        const BOUND: usize = 64;
+        let rt = Runtime::new(crate::runtime::RuntimeParts {
+            sdks,
+            store,
+            workspaces: ws,
+            outbox: Arc::new(crate::outbox::Outbox::new(16)),
+            mailboxes: Arc::new(crate::mailboxes::Mailboxes::new(BOUND)),
+            max_turns: 8,
+            skill_max_bytes: 1024,
+            git_env: None,
+            github: None,
+        });
         for _ in 0..16 {
             let filler = updates::thread(None, "filler", ThreadStatus::Ready);
             rt.outbox.push(filler).await;
@@ -218,7 +235,7 @@ mod tests {
             env: Vec::new(),
         };
         crate::thread::start(&rt, "scripted".into(), spec, None);
-        let total = MAILBOX + 10;
+        let total = BOUND + 10;
         for i in 0..total {
             let msg = ServerMessage {
                 request_id: format!("r{i}"),

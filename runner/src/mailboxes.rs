@@ -5,22 +5,56 @@
 //! only: starting tasks is the business of [`crate::agent`] and
 //! [`crate::thread`], so these tables depend on nothing but the commands.
 //!
-//! Each mailbox holds [`MAILBOX`] requests; a full one answers the request
-//! with a `RequestError` at once (the read loop never waits).
+//! One bound covers every mailbox: at most `--max-queued-requests`
+//! (default [`DEFAULT_MAX_QUEUED`]) requests wait at once, whichever
+//! agents and threads they are for, so a burst for one agent (a control
+//! plane starting 200 tasks) queues like any other; past the bound the
+//! request is answered with a `RequestError` at once (the read loop never
+//! waits). A request's slot is freed when its task takes it. Commands the
+//! runner sends itself (drain, an agent deleting its threads) need no slot.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::commands::{AgentCmd, ThreadCmd};
 
-/// Requests a single agent or thread may have waiting.
-pub const MAILBOX: usize = 64;
+/// Requests allowed to wait at once, runner-wide, unless the operator says
+/// otherwise: far above any legitimate burst; each costs a few hundred
+/// bytes while it waits.
+pub const DEFAULT_MAX_QUEUED: usize = 10_000;
+
+/// A command in a mailbox, holding its slot until its task takes it.
+pub struct Queued<C> {
+    cmd: C,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl<C> Queued<C> {
+    /// A command the runner sends itself (no slot).
+    pub fn internal(cmd: C) -> Self {
+        Self { cmd, _slot: None }
+    }
+
+    /// The command; its slot is freed.
+    pub fn take(self) -> C {
+        self.cmd
+    }
+}
+
+/// An agent task's mailbox (sending side).
+pub type AgentTx = mpsc::UnboundedSender<Queued<AgentCmd>>;
+/// An agent task's mailbox (receiving side).
+pub type AgentRx = mpsc::UnboundedReceiver<Queued<AgentCmd>>;
+/// A thread task's mailbox (sending side).
+pub type ThreadTx = mpsc::UnboundedSender<Queued<ThreadCmd>>;
+/// A thread task's mailbox (receiving side).
+pub type ThreadRx = mpsc::UnboundedReceiver<Queued<ThreadCmd>>;
 
 struct ThreadEntry {
     agent_id: String,
-    tx: mpsc::Sender<ThreadCmd>,
+    tx: ThreadTx,
 }
 
 /// Where a thread request went.
@@ -31,15 +65,16 @@ pub enum ThreadRoute {
     Unknown(ThreadCmd),
     /// The thread belongs to this other agent.
     WrongAgent(String, ThreadCmd),
-    /// Its mailbox is full.
+    /// The runner has as many requests queued as it may.
     Busy(ThreadCmd),
 }
 
 /// The agent and thread mailboxes.
-#[derive(Default)]
 pub struct Mailboxes {
-    agents: Mutex<HashMap<String, mpsc::Sender<AgentCmd>>>,
+    agents: Mutex<HashMap<String, AgentTx>>,
     threads: Mutex<HashMap<String, ThreadEntry>>,
+    slots: Arc<Semaphore>,
+    max_queued: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -47,34 +82,49 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Mailboxes {
-    /// Empty tables.
-    pub fn new() -> Self {
-        Self::default()
+    /// Empty tables; at most `max_queued` requests wait at once.
+    pub fn new(max_queued: usize) -> Self {
+        Self {
+            agents: Mutex::new(HashMap::new()),
+            threads: Mutex::new(HashMap::new()),
+            slots: Arc::new(Semaphore::new(max_queued)),
+            max_queued,
+        }
+    }
+
+    /// How many requests may wait at once.
+    pub fn max_queued(&self) -> usize {
+        self.max_queued
+    }
+
+    /// A slot for one more waiting request, if the bound allows.
+    fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
     }
 
     /// Queues `cmd` for `agent_id`'s task, starting the task with `start`
-    /// if it has none. Never waits; a full mailbox hands `cmd` back.
+    /// if it has none. Never waits; with no slot left `cmd` is handed back.
     pub fn send_agent(
         &self,
         agent_id: &str,
         cmd: AgentCmd,
-        start: impl FnOnce() -> mpsc::Sender<AgentCmd>,
+        start: impl FnOnce() -> AgentTx,
     ) -> Result<(), AgentCmd> {
+        let Some(slot) = self.slot() else {
+            return Err(cmd);
+        };
         let mut agents = lock(&self.agents);
         let tx = agents.entry(agent_id.to_owned()).or_insert_with(start);
-        tx.try_send(cmd).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(c) | mpsc::error::TrySendError::Closed(c) => c,
+        tx.send(Queued {
+            cmd,
+            _slot: Some(slot),
         })
+        .map_err(|e| e.0.cmd)
     }
 
     /// Called by an agent task with an empty mailbox that has nothing left to
     /// do; returns false (stay) if a request arrived meanwhile.
-    pub fn retire_agent(
-        &self,
-        agent_id: &str,
-        tx: &mpsc::Sender<AgentCmd>,
-        rx_empty: impl Fn() -> bool,
-    ) -> bool {
+    pub fn retire_agent(&self, agent_id: &str, tx: &AgentTx, rx_empty: impl Fn() -> bool) -> bool {
         let mut agents = lock(&self.agents);
         if !rx_empty() {
             return false;
@@ -86,7 +136,7 @@ impl Mailboxes {
     }
 
     /// Registers a thread task's mailbox.
-    pub fn add_thread(&self, agent_id: &str, thread_id: &str, tx: mpsc::Sender<ThreadCmd>) {
+    pub fn add_thread(&self, agent_id: &str, thread_id: &str, tx: ThreadTx) {
         lock(&self.threads).insert(
             thread_id.to_owned(),
             ThreadEntry {
@@ -105,15 +155,20 @@ impl Mailboxes {
         if entry.agent_id != agent_id {
             return ThreadRoute::WrongAgent(entry.agent_id.clone(), cmd);
         }
-        match entry.tx.try_send(cmd) {
+        let Some(slot) = self.slot() else {
+            return ThreadRoute::Busy(cmd);
+        };
+        match entry.tx.send(Queued {
+            cmd,
+            _slot: Some(slot),
+        }) {
             Ok(()) => ThreadRoute::Sent,
-            Err(mpsc::error::TrySendError::Full(c)) => ThreadRoute::Busy(c),
-            Err(mpsc::error::TrySendError::Closed(c)) => ThreadRoute::Unknown(c),
+            Err(e) => ThreadRoute::Unknown(e.0.cmd),
         }
     }
 
     /// Mailboxes of an agent's threads.
-    pub fn agent_threads(&self, agent_id: &str) -> Vec<mpsc::Sender<ThreadCmd>> {
+    pub fn agent_threads(&self, agent_id: &str) -> Vec<ThreadTx> {
         lock(&self.threads)
             .values()
             .filter(|t| t.agent_id == agent_id)
@@ -122,7 +177,7 @@ impl Mailboxes {
     }
 
     /// Every thread's mailbox.
-    pub fn all_threads(&self) -> Vec<mpsc::Sender<ThreadCmd>> {
+    pub fn all_threads(&self) -> Vec<ThreadTx> {
         lock(&self.threads).values().map(|t| t.tx.clone()).collect()
     }
 

@@ -84,7 +84,7 @@ impl Runner {
             git_host = github.git_host(),
             "GitHub installation tokens"
         );
-        let mailboxes = Arc::new(Mailboxes::new());
+        let mailboxes = Arc::new(Mailboxes::new(config.max_queued_requests));
         let (credentials, git_env) = start_credentials(&mailboxes, config, github.clone())?;
         let rt = Runtime::new(RuntimeParts {
             sdks,

@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use crate::commands::ThreadCmd;
 use crate::credentials::GitEnv;
 use crate::github::TokenBroker;
-use crate::mailboxes::Mailboxes;
+use crate::mailboxes::{DEFAULT_MAX_QUEUED, Mailboxes, Queued};
 use crate::outbox::Outbox;
 use crate::redact::Redactor;
 use crate::sdks::Sdks;
@@ -144,7 +144,7 @@ impl Runtime {
             store,
             workspaces,
             outbox: Arc::new(Outbox::new(outbox_capacity)),
-            mailboxes: Arc::new(Mailboxes::new()),
+            mailboxes: Arc::new(Mailboxes::new(DEFAULT_MAX_QUEUED)),
             max_turns,
             skill_max_bytes,
             git_env: None,
@@ -230,7 +230,7 @@ impl Runtime {
             "drain timeout reached; interrupting running turns"
         );
         for tx in self.mailboxes.all_threads() {
-            let _ = tx.send(ThreadCmd::Drain).await;
+            let _ = tx.send(Queued::internal(ThreadCmd::Drain));
         }
         let _ = tokio::time::timeout(INTERRUPT_GRACE, running.wait_for(idle)).await;
     }

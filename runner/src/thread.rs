@@ -18,7 +18,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 
 use crate::commands::{ThreadCmd, UserMessage};
-use crate::mailboxes::MAILBOX;
+use crate::mailboxes::{Queued, ThreadRx, ThreadTx};
 use crate::runtime::{INTERRUPT_GRACE, RunningTurn, Runtime};
 use crate::state::RunningTurnRow;
 use crate::updates::{self, RequestId};
@@ -30,13 +30,8 @@ pub fn start(rt: &Arc<Runtime>, sdk: String, spec: ThreadSpec, last_turn: Option
     rt.mailboxes.add_thread(&agent_id, &thread_id, tx);
 }
 
-fn spawn(
-    rt: Arc<Runtime>,
-    sdk: String,
-    spec: ThreadSpec,
-    last_turn: Option<String>,
-) -> mpsc::Sender<ThreadCmd> {
-    let (tx, rx) = mpsc::channel(MAILBOX);
+fn spawn(rt: Arc<Runtime>, sdk: String, spec: ThreadSpec, last_turn: Option<String>) -> ThreadTx {
+    let (tx, rx) = mpsc::unbounded_channel();
     let adapter = rt.sdks.get(&sdk);
     let tracker = rt.tasks.clone();
     tracker.spawn(
@@ -74,7 +69,7 @@ struct ThreadTask {
     spec: ThreadSpec,
     last_turn: Option<String>,
     active: Option<ActiveTurn>,
-    rx: mpsc::Receiver<ThreadCmd>,
+    rx: ThreadRx,
 }
 
 enum Flow {
@@ -108,7 +103,7 @@ impl ThreadTask {
         loop {
             tokio::select! {
                 cmd = self.rx.recv() => {
-                    let Some(cmd) = cmd else { break };
+                    let Some(cmd) = cmd.map(Queued::take) else { break };
                     steer_tag += 1;
                     if let Flow::Deleted = self.handle(cmd, steer_tag).await {
                         break;
@@ -122,7 +117,7 @@ impl ThreadTask {
         }
         // Anything still queued was sent to a thread that no longer exists.
         self.rx.close();
-        while let Some(cmd) = self.rx.recv().await {
+        while let Some(cmd) = self.rx.recv().await.map(Queued::take) {
             crate::commands::unknown_thread(&self.rt.outbox, &self.spec.thread_id, cmd);
         }
     }

@@ -65,6 +65,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             vec!["scripted".into()]
         },
         max_concurrent_turns: 16,
+        max_queued_requests: crate::mailboxes::DEFAULT_MAX_QUEUED,
         drain_timeout: Duration::from_secs(5),
         outbox_capacity: 1000,
         keepalive_interval: Duration::from_secs(20),

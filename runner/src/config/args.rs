@@ -33,6 +33,10 @@ pub struct RunArgs {
     /// Turns allowed to run at once; a message beyond it gets a RequestError. Default: 256.
     #[arg(long, env = "AGENT_RUNNER_MAX_CONCURRENT_TURNS")]
     pub max_concurrent_turns: Option<usize>,
+    /// Requests allowed to wait at once, runner-wide (for all agents and
+    /// threads); beyond it a request gets a RequestError. Default: 10000.
+    #[arg(long, env = "AGENT_RUNNER_MAX_QUEUED_REQUESTS")]
+    pub max_queued_requests: Option<usize>,
     /// On SIGTERM, how long running turns may go on before they are interrupted. Default: 30s.
     #[arg(long, env = "AGENT_RUNNER_DRAIN_TIMEOUT", value_parser = parse_duration)]
     pub drain_timeout: Option<Duration>,

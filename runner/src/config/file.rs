@@ -14,6 +14,7 @@ pub(super) struct FileConfig {
     pub(super) workspace_root: Option<PathBuf>,
     pub(super) sdk: Option<Vec<String>>,
     pub(super) max_concurrent_turns: Option<usize>,
+    pub(super) max_queued_requests: Option<usize>,
     pub(super) drain_timeout: Option<String>,
     pub(super) outbox_capacity: Option<usize>,
     pub(super) keepalive_interval: Option<String>,

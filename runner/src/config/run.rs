@@ -20,6 +20,8 @@ pub struct RunConfig {
     pub sdks: Vec<String>,
     /// Turns allowed at once.
     pub max_concurrent_turns: usize,
+    /// Requests allowed to wait at once, runner-wide.
+    pub max_queued_requests: usize,
     /// How long running turns may go on after SIGTERM.
     pub drain_timeout: Duration,
     /// Updates kept while disconnected.
@@ -167,6 +169,10 @@ impl RunConfig {
                 .max_concurrent_turns
                 .or(file.max_concurrent_turns)
                 .unwrap_or(256),
+            max_queued_requests: args
+                .max_queued_requests
+                .or(file.max_queued_requests)
+                .unwrap_or(crate::mailboxes::DEFAULT_MAX_QUEUED),
             drain_timeout: duration(
                 "drain_timeout",
                 args.drain_timeout,
@@ -223,6 +229,9 @@ impl RunConfig {
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         if self.max_concurrent_turns == 0 {
             return Err(key_err("max_concurrent_turns", "must be at least 1"));
+        }
+        if self.max_queued_requests == 0 {
+            return Err(key_err("max_queued_requests", "must be at least 1"));
         }
         if self.outbox_capacity < 16 {
             return Err(key_err("outbox_capacity", "must be at least 16"));

@@ -1,7 +1,41 @@
-//! Limits and formats the README promises: the concurrent-turn cap, a
-//! thread addressed through the wrong agent, JSON log lines.
+//! Limits and formats the README promises: the concurrent-turn cap, the
+//! runner-wide queue bound, a thread addressed through the wrong agent, JSON
+//! log lines.
+
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::{CreateThreadRequest, ThreadStatus};
 
 use crate::support::*;
+
+/// A control plane starting 200 tasks at once sends 200 thread creations
+/// for one agent back to back: every one succeeds (a per-agent mailbox of
+/// 64 used to refuse 135 of them).
+#[tokio::test]
+async fn a_burst_of_200_thread_creations_for_one_agent_all_succeed() {
+    let (cp, _r) = connected().await;
+    create_agent(&cp, "a").await;
+    for i in 0..200 {
+        send(
+            &cp,
+            &format!("c{i}"),
+            Request::CreateThreadRequest(CreateThreadRequest {
+                agent_id: "a".into(),
+                model: "scripted-fast".into(),
+                reasoning_level: None,
+            }),
+        )
+        .await;
+    }
+    for i in 0..200 {
+        let rid = format!("c{i}");
+        let m = reply(&cp, &rid).await;
+        assert!(
+            matches!(payload(&m), Some(Payload::ThreadUpdate(u)) if u.status == ThreadStatus::Ready as i32),
+            "{rid}: {m:?}"
+        );
+    }
+}
 
 #[tokio::test]
 async fn turns_beyond_max_concurrent_turns_are_refused() {
