@@ -25,7 +25,7 @@ const WAIT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// The script the demo thread runs (contract §4: say/think/run/sleep/usage/fail).
+    /// The script the demo thread runs (docs/protocol.md §3: say/think/run/sleep/usage/fail).
     #[arg(
         long,
         default_value = "say Hello from the scripted agent!\nthink Which files are here?\nrun printf 'fn main() {}\\n' > main.rs && ls -l && wc -c main.rs\nusage 1200 340\nsay Done."
@@ -175,14 +175,28 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         }),
     )
     .await?;
+    let turn_start = cursor;
     print_until(&cp, &mut cursor, |m| {
         m.request_id.as_deref() == Some("req-3")
             && matches!(&m.payload, Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32)
     })
     .await?;
+    // A turn that failed ends with COMPLETED too, after a RequestError:
+    // the demo failed then, and says so with its exit code.
+    let failure = cp.received()[turn_start..cursor]
+        .iter()
+        .find_map(|m| match &m.payload {
+            Some(Payload::RequestError(e)) if m.request_id.as_deref() == Some("req-3") => {
+                Some(e.error_message.clone())
+            }
+            _ => None,
+        });
     runner.shutdown(Duration::from_secs(5)).await?;
     cp.stop().await?;
     let _ = std::fs::remove_dir_all(&dir);
+    if let Some(why) = failure {
+        anyhow::bail!("the demo turn failed: {why}");
+    }
     println!("\ndemo finished");
     Ok(())
 }

@@ -106,6 +106,23 @@ async fn sdk_list_prints_adapters_and_models() {
     assert!(text.contains("scripted-slow"), "{text}");
 }
 
+/// A demo whose turn fails exits non-zero, saying why (it exited 0).
+#[tokio::test]
+async fn a_demo_whose_turn_fails_exits_non_zero() {
+    let out = tokio::process::Command::new(runner_bin())
+        .arg("demo")
+        .arg("--script")
+        .arg("say before\nfail the model refused")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("the model refused"), "{stderr}");
+}
+
 #[tokio::test]
 async fn demo_prints_a_live_transcript() {
     // Without a model provider in the environment the demo is the scripted one.
