@@ -61,6 +61,7 @@ pub fn item_updates(n: usize) -> Vec<ClientMessage> {
                     thread_id: thread.to_owned(),
                     sdk_turn_id: turn.to_owned(),
                 })),
+                sequence: 0,
             }
         })
         .collect()
@@ -86,7 +87,7 @@ impl AgentRunnerControlService for FloorService {
         &self,
         _request: Request<RegisterRunnerRequest>,
     ) -> Result<Response<RegisterRunnerResponse>, Status> {
-        Ok(Response::new(RegisterRunnerResponse {}))
+        Ok(Response::new(RegisterRunnerResponse::default()))
     }
 
     type ControlChannelStream = Outbound;
@@ -124,6 +125,21 @@ impl AgentRunnerControlService for FloorService {
         &self,
         _request: Request<GetGithubInstallationAccessTokenForRunnerRequest>,
     ) -> Result<Response<GetGithubInstallationAccessTokenForRunnerResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+
+    async fn list_github_installations(
+        &self,
+        _request: Request<agent_runner_proto::runner::ListGithubInstallationsRequest>,
+    ) -> Result<Response<agent_runner_proto::runner::ListGithubInstallationsResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+
+    async fn github_installation_access_token(
+        &self,
+        _request: Request<agent_runner_proto::runner::GithubInstallationAccessTokenRequest>,
+    ) -> Result<Response<agent_runner_proto::runner::GithubInstallationAccessTokenResponse>, Status>
+    {
         Err(Status::unimplemented("floor"))
     }
 }
@@ -233,6 +249,7 @@ pub async fn round_trip(n: usize) -> Result<Vec<Duration>> {
                     status: TurnStatus::Running.into(),
                     thread_id: "thr-4f1d2c3b4a5968778695a4b3c2d1e0f1".into(),
                 })),
+                sequence: 0,
             };
             if out_tx.send(answer).await.is_err() {
                 break;
@@ -257,6 +274,7 @@ pub async fn round_trip(n: usize) -> Result<Vec<Duration>> {
                 model: None,
                 model_reasoning_level: None,
             })),
+            acked_sequence: 0,
         };
         let sent = Instant::now();
         outbound

@@ -91,6 +91,7 @@ impl Rig {
                     agent_id: agent.into(),
                     model: model.into(),
                     reasoning_level: None,
+                    ..Default::default()
                 });
                 let (reply, ..) = self
                     .collector

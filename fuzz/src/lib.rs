@@ -279,7 +279,7 @@ pub fn expected_invalid(msg: &ServerMessage) -> bool {
     }
     let ids: Vec<&str> = match &msg.request {
         None => return true,
-        Some(Request::HeartbeatRequest(_)) => vec![],
+        Some(Request::HeartbeatRequest(_)) | Some(Request::CodexConfigurationRequest(_)) => vec![],
         Some(Request::CreateAgentRequest(r)) => vec![&r.agent_id],
         Some(Request::DeleteAgentRequest(r)) => vec![&r.agent_id],
         Some(Request::CreateThreadRequest(r)) => vec![&r.agent_id],
@@ -392,6 +392,7 @@ pub fn random_request(rng: &mut Rng) -> Request {
             agent_id: agent(rng),
             model: rng.pick(MODELS).into(),
             reasoning_level: some_or_none(rng, LEVELS),
+            ..Default::default()
         }),
         4 => Request::DeleteThreadRequest(DeleteThreadRequest {
             agent_id: agent(rng),
@@ -436,7 +437,8 @@ fn strings(msg: &mut ServerMessage) -> Vec<&mut String> {
             v.extend(r.model.as_mut());
             v.extend(r.model_reasoning_level.as_mut());
         }
-        Some(Request::HeartbeatRequest(_)) | None => {}
+        Some(Request::HeartbeatRequest(_)) | Some(Request::CodexConfigurationRequest(_)) | None => {
+        }
     }
     v
 }
@@ -494,6 +496,7 @@ pub fn seeds() -> Vec<(String, ServerMessage)> {
     let m = |rid: &str, r: Option<Request>| ServerMessage {
         request_id: rid.into(),
         request: r,
+        acked_sequence: 0,
     };
     vec![
         (
@@ -529,6 +532,7 @@ pub fn seeds() -> Vec<(String, ServerMessage)> {
                     agent_id: KNOWN_AGENT.into(),
                     model: "scripted-fast".into(),
                     reasoning_level: Some("high".into()),
+                    ..Default::default()
                 })),
             ),
         ),

@@ -85,6 +85,7 @@ mod tests {
                     model_reasoning_level: None,
                 },
             )),
+            acked_sequence: 0,
         };
         let value = server_message_to_json(&message);
         assert_eq!(
@@ -133,6 +134,7 @@ mod tests {
                 thread_id: "t1".into(),
                 sdk_turn_id: "u1".into(),
             })),
+            sequence: 0,
         };
         let value = client_message_to_json(&item);
         assert_eq!(
@@ -161,6 +163,7 @@ mod tests {
                     model_context_window: Some(1000),
                 },
             )),
+            sequence: 0,
         };
         let value = client_message_to_json(&usage);
         assert_eq!(value.get("requestId"), None);
@@ -180,6 +183,7 @@ mod tests {
                 agent_id: "a1".into(),
                 status: AgentStatus::Ready as i32,
             })),
+            sequence: 0,
         };
         assert_eq!(
             client_message_to_json(&ready),

@@ -295,6 +295,7 @@ impl MockControlPlane {
         self.send(ServerMessage {
             request_id: request_id.into(),
             request: Some(request),
+            acked_sequence: 0,
         })
         .await
     }

@@ -10,9 +10,11 @@ use std::sync::Arc;
 use agent_runner_proto::runner::agent_runner_control_service_server::AgentRunnerControlService;
 use agent_runner_proto::runner::{
     ClientMessage, GetGithubInstallationAccessTokenForRunnerRequest,
-    GetGithubInstallationAccessTokenForRunnerResponse, GithubInstallationForRunner,
+    GetGithubInstallationAccessTokenForRunnerResponse, GithubInstallationAccessTokenRequest,
+    GithubInstallationAccessTokenResponse, GithubInstallationForRunner,
     ListGithubInstallationsForRunnerRequest, ListGithubInstallationsForRunnerResponse,
-    RegisterRunnerRequest, RegisterRunnerResponse, ServerMessage,
+    ListGithubInstallationsRequest, ListGithubInstallationsResponse, RegisterRunnerRequest,
+    RegisterRunnerResponse, ServerMessage,
 };
 use agent_runner_proto::{Validate, violations};
 use futures::Stream;
@@ -151,7 +153,7 @@ impl AgentRunnerControlService for MockService {
             metadata,
             violations,
         });
-        Ok(Response::new(RegisterRunnerResponse {}))
+        Ok(Response::new(RegisterRunnerResponse::default()))
     }
 
     type ControlChannelStream = OutboundStream;
@@ -238,6 +240,24 @@ impl AgentRunnerControlService for MockService {
                 "no GitHub installation {id} is linked to this runner"
             ))),
         }
+    }
+
+    async fn list_github_installations(
+        &self,
+        _request: Request<ListGithubInstallationsRequest>,
+    ) -> Result<Response<ListGithubInstallationsResponse>, Status> {
+        Err(Status::unimplemented(
+            "this mock serves ListGithubInstallationsForRunner",
+        ))
+    }
+
+    async fn github_installation_access_token(
+        &self,
+        _request: Request<GithubInstallationAccessTokenRequest>,
+    ) -> Result<Response<GithubInstallationAccessTokenResponse>, Status> {
+        Err(Status::unimplemented(
+            "this mock serves GetGithubInstallationAccessTokenForRunner",
+        ))
     }
 }
 

@@ -54,6 +54,7 @@ pub(crate) fn scripted_sdk() -> RegisterRunnerRequest {
             status: AgentSdkStatus::Ready as i32,
             error_message: None,
         }],
+        features: Vec::new(),
     }
 }
 
@@ -93,6 +94,7 @@ pub(crate) fn reply(request_id: &str, payload: client_message::Payload) -> Clien
     ClientMessage {
         request_id: (!request_id.is_empty()).then(|| request_id.to_owned()),
         payload: Some(payload),
+        sequence: 0,
     }
 }
 

@@ -206,6 +206,7 @@ mod tests {
             message: ClientMessage {
                 request_id: Some(format!("r{}", seq.unwrap_or(0))),
                 payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
+                sequence: 0,
             },
             at,
         }

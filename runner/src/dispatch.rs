@@ -49,6 +49,16 @@ fn route(
             rt.outbox.push_urgent(updates::heartbeat(rid));
             RequestOutcome::Answered
         }
+        Request::CodexConfigurationRequest(_) => {
+            // UNIMPLEMENTED (issue 12): logging codex in from the control plane.
+            reject(
+                rt,
+                rid,
+                "codex_configuration_request: not supported by this runner yet (UNIMPLEMENTED)"
+                    .to_owned(),
+            );
+            RequestOutcome::Invalid
+        }
         Request::CreateAgentRequest(r) => to_agent(
             rt,
             &r.agent_id,
@@ -58,6 +68,17 @@ fn route(
             },
         ),
         Request::DeleteAgentRequest(r) => to_agent(rt, &r.agent_id, AgentCmd::Delete { rid }),
+        Request::CreateThreadRequest(r) if unsupported_thread_field(&r).is_some() => {
+            let field = unsupported_thread_field(&r).unwrap_or_default();
+            reject(
+                rt,
+                rid,
+                format!(
+                    "create_thread_request.{field}: not supported by this runner yet (UNIMPLEMENTED)"
+                ),
+            );
+            RequestOutcome::Invalid
+        }
         Request::CreateThreadRequest(r) => to_agent(
             rt,
             &r.agent_id,
@@ -99,6 +120,24 @@ fn route(
     }
 }
 
+/// The later protocol's thread fields this runner does not act on yet
+/// (issue 12): refused by name rather than silently dropped.
+fn unsupported_thread_field(
+    r: &agent_runner_proto::runner::CreateThreadRequest,
+) -> Option<&'static str> {
+    if r.thread_id.is_some() {
+        Some("thread_id")
+    } else if r.additional_model_instructions.is_some() {
+        Some("additional_model_instructions")
+    } else if !r.mcp_servers.is_empty() {
+        Some("mcp_servers")
+    } else if !r.git_skill_packages.is_empty() {
+        Some("git_skill_packages")
+    } else {
+        None
+    }
+}
+
 fn reject(rt: &Runtime, rid: RequestId, text: String) {
     commands::reject(&rt.outbox, rid, text);
 }
@@ -107,7 +146,7 @@ fn reject(rt: &Runtime, rid: RequestId, text: String) {
 /// be path-safe; the error names the field.
 fn check_ids(request: &Request) -> Result<(), String> {
     match request {
-        Request::HeartbeatRequest(_) => Ok(()),
+        Request::HeartbeatRequest(_) | Request::CodexConfigurationRequest(_) => Ok(()),
         Request::CreateAgentRequest(r) => check_id("create_agent_request.agent_id", &r.agent_id),
         Request::DeleteAgentRequest(r) => check_id("delete_agent_request.agent_id", &r.agent_id),
         Request::CreateThreadRequest(r) => check_id("create_thread_request.agent_id", &r.agent_id),
@@ -183,6 +222,7 @@ fn request_kind(msg: &ServerMessage) -> &'static str {
         Some(Request::InstallSkillsMpRequest(_)) => "install_skills_mp_request",
         Some(Request::InterruptTurnRequest(_)) => "interrupt_turn_request",
         Some(Request::HeartbeatRequest(_)) => "heartbeat_request",
+        Some(Request::CodexConfigurationRequest(_)) => "codex_configuration_request",
     }
 }
 
@@ -243,6 +283,7 @@ mod tests {
                     agent_id: "a".into(),
                     thread_id: "t".into(),
                 })),
+                acked_sequence: 0,
             };
             dispatch(&rt, msg);
         }

@@ -23,6 +23,7 @@ fn message(request_id: RequestId, payload: Payload) -> ClientMessage {
     ClientMessage {
         request_id,
         payload: Some(payload),
+        sequence: 0,
     }
 }
 
@@ -214,6 +215,9 @@ pub fn kind(msg: &ClientMessage) -> &'static str {
         Some(Payload::SkillMpUpdate(_)) => "skill_mp_update",
         Some(Payload::HeartbeatResponse(_)) => "heartbeat_response",
         Some(Payload::ThreadTokenUsageUpdate(_)) => "thread_token_usage_update",
+        Some(Payload::ThreadNameUpdate(_)) => "thread_name_update",
+        Some(Payload::AgentSdkUpdate(_)) => "agent_sdk_update",
+        Some(Payload::CodexDeviceCode(_)) => "codex_device_code",
     }
 }
 

@@ -8,9 +8,12 @@
 //! is valid as it is. An envelope with no payload is left to the caller: it is
 //! not a `buf.validate` rule, but the runner rejects it all the same.
 
-use prost_protovalidate::{Validate, ValidationError};
+use prost_protovalidate::{Validate, ValidationError, Violation};
 
-use crate::runner::{ClientMessage, ServerMessage, client_message, server_message};
+use crate::runner::{
+    ClientMessage, CreateThreadRequest, ServerMessage, ThreadMcpHeader, client_message,
+    server_message, thread_mcp_server,
+};
 
 fn prefixed(field: &str, result: Result<(), ValidationError>) -> Result<(), ValidationError> {
     result.map_err(|err| {
@@ -26,16 +29,63 @@ fn prefixed(field: &str, result: Result<(), ValidationError>) -> Result<(), Vali
     })
 }
 
+/// The rules of the MCP transport messages, which sit in a oneof (see
+/// runner.proto): `command`, `url` and each header/env `key` non-empty.
+fn mcp_transports(request: &CreateThreadRequest) -> Result<(), ValidationError> {
+    fn min_len(out: &mut Vec<Violation>, path: String, value: &str) {
+        if value.is_empty() {
+            out.push(Violation::new(
+                path,
+                "string.min_len",
+                "value length must be at least 1 characters",
+            ));
+        }
+    }
+    fn keys(out: &mut Vec<Violation>, path: &str, headers: &[ThreadMcpHeader]) {
+        for (i, h) in headers.iter().enumerate() {
+            min_len(out, format!("{path}[{i}].key"), &h.key);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, server) in request.mcp_servers.iter().enumerate() {
+        let at = format!("mcp_servers[{i}]");
+        match &server.transport_config {
+            Some(thread_mcp_server::TransportConfig::Stdio(s)) => {
+                min_len(&mut out, format!("{at}.stdio.command"), &s.command);
+                keys(&mut out, &format!("{at}.stdio.env_vars"), &s.env_vars);
+            }
+            Some(thread_mcp_server::TransportConfig::StreamableHttp(h)) => {
+                min_len(&mut out, format!("{at}.streamable_http.url"), &h.url);
+                keys(
+                    &mut out,
+                    &format!("{at}.streamable_http.headers"),
+                    &h.headers,
+                );
+            }
+            None => {}
+        }
+    }
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationError::new(out))
+    }
+}
+
 impl Validate for ServerMessage {
     fn validate(&self) -> Result<(), ValidationError> {
         use server_message::Request;
         match &self.request {
-            None | Some(Request::HeartbeatRequest(_)) => Ok(()),
+            // No rules in these payloads.
+            None
+            | Some(Request::HeartbeatRequest(_))
+            | Some(Request::CodexConfigurationRequest(_)) => Ok(()),
             Some(Request::CreateAgentRequest(m)) => prefixed("create_agent_request", m.validate()),
             Some(Request::DeleteAgentRequest(m)) => prefixed("delete_agent_request", m.validate()),
-            Some(Request::CreateThreadRequest(m)) => {
-                prefixed("create_thread_request", m.validate())
-            }
+            Some(Request::CreateThreadRequest(m)) => prefixed(
+                "create_thread_request",
+                m.validate().and_then(|()| mcp_transports(m)),
+            ),
             Some(Request::DeleteThreadRequest(m)) => {
                 prefixed("delete_thread_request", m.validate())
             }
@@ -66,6 +116,9 @@ impl Validate for ClientMessage {
             Some(Payload::ThreadTokenUsageUpdate(m)) => {
                 prefixed("thread_token_usage_update", m.validate())
             }
+            Some(Payload::ThreadNameUpdate(m)) => prefixed("thread_name_update", m.validate()),
+            Some(Payload::AgentSdkUpdate(m)) => prefixed("agent_sdk_update", m.validate()),
+            Some(Payload::CodexDeviceCode(m)) => prefixed("codex_device_code", m.validate()),
         }
     }
 }
@@ -86,6 +139,7 @@ mod tests {
                     agent_sdk: "scripted".into(),
                 },
             )),
+            acked_sequence: 0,
         };
         let err = msg.validate().unwrap_err();
         assert_eq!(
@@ -105,6 +159,7 @@ mod tests {
                 command_execution_item: Some(Default::default()),
                 ..Default::default()
             })),
+            sequence: 0,
         };
         let text = violations(&msg.validate().unwrap_err());
         assert!(
@@ -116,6 +171,7 @@ mod tests {
             payload: Some(client_message::Payload::RequestError(RequestError {
                 error_message: "boom".into(),
             })),
+            sequence: 0,
         };
         assert!(ok.validate().is_ok());
     }

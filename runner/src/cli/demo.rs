@@ -148,6 +148,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             agent_id: "demo-agent".into(),
             model: model.clone(),
             reasoning_level,
+            ..Default::default()
         }),
     )
     .await?;
@@ -285,6 +286,13 @@ fn describe(m: &ClientMessage) -> String {
             format!("SkillMpUpdate {} {}", s.agent_id, s.package_name)
         }
         Some(Payload::HeartbeatResponse(_)) => "HeartbeatResponse".to_owned(),
+        Some(Payload::ThreadNameUpdate(n)) => format!(
+            "ThreadName    {} {}",
+            n.thread_id,
+            n.thread_name.as_deref().unwrap_or("(cleared)")
+        ),
+        Some(Payload::AgentSdkUpdate(s)) => format!("AgentSdk      {} status={}", s.name, s.status),
+        Some(Payload::CodexDeviceCode(c)) => format!("CodexDeviceCode {}", c.device_code),
         None => "(empty)".to_owned(),
     };
     format!("[{rid}] {body}")

@@ -136,6 +136,7 @@ impl Link {
         let descriptions = self.rt.sdks.describe_all().await;
         let request = RegisterRunnerRequest {
             agent_sdks: descriptions.into_iter().map(agent_sdk).collect(),
+            features: Vec::new(),
         };
         let registered = tokio::select! {
             r = client.register_runner(request) => r,

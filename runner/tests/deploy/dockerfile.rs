@@ -517,6 +517,7 @@ async fn binary_runs_like_the_image() {
             agent_id: "a".into(),
             model: "scripted-fast".into(),
             reasoning_level: None,
+            ..Default::default()
         }),
     )
     .await;

@@ -99,6 +99,7 @@ async fn leave_an_orphan(cp: &MockControlPlane, ns: &Namespaced) -> u32 {
             agent_id: "a".into(),
             model: "scripted-fast".into(),
             reasoning_level: None,
+            ..Default::default()
         }),
     )
     .await

@@ -23,6 +23,7 @@ async fn a_burst_of_200_thread_creations_for_one_agent_all_succeed() {
                 agent_id: "a".into(),
                 model: "scripted-fast".into(),
                 reasoning_level: None,
+                ..Default::default()
             }),
         )
         .await;

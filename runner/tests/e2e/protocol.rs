@@ -76,6 +76,7 @@ async fn create_thread_checks_agent_model_and_level() {
                 agent_id: agent.into(),
                 model: model.into(),
                 reasoning_level: level.map(str::to_owned),
+                ..Default::default()
             }),
         )
         .await;
@@ -90,6 +91,7 @@ async fn create_thread_checks_agent_model_and_level() {
             agent_id: "a".into(),
             model: "scripted-fast".into(),
             reasoning_level: Some("high".into()),
+            ..Default::default()
         }),
     )
     .await;
@@ -379,6 +381,7 @@ async fn invalid_and_unknown_requests_get_errors_naming_fields() {
     cp.send(ServerMessage {
         request_id: "v2".into(),
         request: None,
+        acked_sequence: 0,
     })
     .await
     .unwrap();

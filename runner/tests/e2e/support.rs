@@ -265,6 +265,7 @@ pub async fn try_create_thread(
             agent_id: agent.into(),
             model: model.into(),
             reasoning_level: None,
+            ..Default::default()
         }),
     )
     .await;
