@@ -4,7 +4,11 @@
 //! Layout under `--workspace-root`:
 //! `<agent_id>/` is the agent's home (skills under `.agents/skills/`), and
 //! `<agent_id>/threads/<thread_id>/` is a thread's workspace, where its
-//! commands run. An id becomes a path component only after [`check_id`].
+//! commands run, and `<agent_id>/private/<thread_id>/` holds what belongs to
+//! the thread but not in its workspace (a git work tree the agent may
+//! commit): its `home/` (HOME, caches, the thread's credential capability)
+//! and `tmp/` (TMPDIR). An id becomes a path component only after
+//! [`check_id`].
 //!
 //! Skills installed for an agent must be visible to whichever SDK runs its
 //! threads, and each SDK looks in its own place relative to the directory it
@@ -69,6 +73,22 @@ impl Workspaces {
     /// The workspace of `thread_id` of `agent_id`.
     pub fn thread_dir(&self, agent_id: &str, thread_id: &str) -> PathBuf {
         self.agent_home(agent_id).join("threads").join(thread_id)
+    }
+
+    /// What belongs to `thread_id` outside its workspace: `home/` and
+    /// `tmp/`; visible to that thread's processes only.
+    pub fn thread_private(&self, agent_id: &str, thread_id: &str) -> PathBuf {
+        self.agent_home(agent_id).join("private").join(thread_id)
+    }
+
+    /// The thread's HOME (`<private>/home`).
+    pub fn thread_home(&self, agent_id: &str, thread_id: &str) -> PathBuf {
+        self.thread_private(agent_id, thread_id).join("home")
+    }
+
+    /// The thread's TMPDIR (`<private>/tmp`).
+    pub fn thread_tmp(&self, agent_id: &str, thread_id: &str) -> PathBuf {
+        self.thread_private(agent_id, thread_id).join("tmp")
     }
 
     /// Where the agent's skills are installed.
