@@ -5,13 +5,12 @@
 
 use std::process::ExitCode;
 
-use agent_runner::cli::{self, Cli};
+use agent_runner::cli;
 use agent_runner::config::Secret;
-use clap::Parser;
 
 fn main() -> ExitCode {
     let env_secret = take_env_secret();
-    cli::main(Cli::parse(), env_secret)
+    cli::main(cli::parse(), env_secret)
 }
 
 fn take_env_secret() -> Option<Secret> {

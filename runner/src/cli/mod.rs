@@ -7,6 +7,7 @@ mod code_agent;
 mod demo;
 mod git_credential;
 mod github;
+mod parse_error;
 mod run;
 mod sdk;
 mod status;
@@ -18,6 +19,7 @@ use clap::{Parser, Subcommand};
 use crate::config::{RunArgs, Secret};
 
 pub use code_agent::redact_provider_keys;
+pub use parse_error::parse;
 
 /// The command line.
 #[derive(Parser)]

@@ -50,6 +50,61 @@ pub(super) fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
     toml::from_str(&text).map_err(|e| ConfigError::File {
         path: path.to_owned(),
         // toml's message names the key and shows the line.
-        message: e.to_string(),
+        message: with_suggestion(e.to_string()),
     })
+}
+
+/// toml's "unknown field `drain_timout`, expected one of `a`, `b`, …",
+/// followed by the closest known key when one is close enough to be a typo.
+fn with_suggestion(message: String) -> String {
+    let Some((_, rest)) = message.split_once("unknown field `") else {
+        return message;
+    };
+    let Some((unknown, rest)) = rest.split_once('`') else {
+        return message;
+    };
+    let best = rest
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|known| (strsim::damerau_levenshtein(unknown, known), known))
+        .min();
+    match best {
+        // At most a third of the key's letters wrong.
+        Some((distance, known)) if distance > 0 && distance * 3 <= unknown.len().max(3) => {
+            format!("{}\ndid you mean `{known}`?", message.trim_end())
+        }
+        _ => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_error(text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runner.toml");
+        std::fs::write(&path, text).unwrap();
+        match load_file(&path) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{text:?} parsed"),
+        }
+    }
+
+    #[test]
+    fn a_misspelt_key_gets_a_suggestion() {
+        let err = parse_error("drain_timout = \"3s\"\n");
+        assert!(err.contains("unknown field `drain_timout`"), "{err}");
+        assert!(err.ends_with("did you mean `drain_timeout`?"), "{err}");
+        let err = parse_error("statedir = \"/x\"\n");
+        assert!(err.ends_with("did you mean `state_dir`?"), "{err}");
+    }
+
+    #[test]
+    fn a_key_like_nothing_known_gets_no_guess() {
+        let err = parse_error("colour = \"blue\"\n");
+        assert!(err.contains("unknown field `colour`"), "{err}");
+        assert!(!err.contains("did you mean"), "{err}");
+    }
 }

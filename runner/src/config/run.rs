@@ -56,6 +56,13 @@ impl RunConfig {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
+        // A bad value read from the file says so: the user looks there, not
+        // for a flag.
+        let config_path = args.config.clone();
+        let in_file = |key: &'static str, message: String| match &config_path {
+            Some(path) => key_err(key, format!("{message} (in {})", path.display())),
+            None => key_err(key, message),
+        };
         let github = args
             .github
             .clone()
@@ -148,7 +155,7 @@ impl RunConfig {
                         file: Option<String>,
                         default| match (flag, file) {
             (Some(d), _) => Ok(d),
-            (None, Some(text)) => parse_duration(&text).map_err(|m| key_err(key, m)),
+            (None, Some(text)) => parse_duration(&text).map_err(|m| in_file(key, m)),
             (None, None) => Ok(default),
         };
 

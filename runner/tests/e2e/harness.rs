@@ -111,7 +111,10 @@ async fn the_stdio_walkthrough_is_what_the_binaries_do() {
         for (doc_id, run_id) in want_ids.seen.iter().zip(&got_ids.seen) {
             line = line.replace(doc_id, run_id);
         }
-        input_w.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        input_w
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
         let mut got = Vec::new();
         let counted = |got: &[serde_json::Value], kind: &str| {
             got.iter().filter(|v| v["event"] == kind).count()

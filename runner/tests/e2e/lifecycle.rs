@@ -89,6 +89,48 @@ async fn malformed_config_exits_naming_the_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("control_plane_url"));
 }
 
+/// A bad value says where it came from: the environment variable, the
+/// config file (with a guess for a misspelt key), or the flag.
+#[tokio::test]
+async fn bad_values_say_where_they_came_from() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = tokio::process::Command::new(runner_bin());
+        cmd.arg("run").args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        async move {
+            let out = cmd.output().await.unwrap();
+            assert!(!out.status.success());
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        }
+    };
+    let url = ["--control-plane-url", "http://127.0.0.1:1"];
+    let err = run(&url, &[("AGENT_RUNNER_DRAIN_TIMEOUT", "abc")]).await;
+    assert!(
+        err.contains("in the environment variable AGENT_RUNNER_DRAIN_TIMEOUT"),
+        "{err}"
+    );
+    let err = run(
+        &[&url[..], &["--drain-timeout", "abc"]].concat(),
+        &[("AGENT_RUNNER_DRAIN_TIMEOUT", "abc")],
+    )
+    .await;
+    assert!(err.contains("'--drain-timeout"), "{err}");
+    assert!(!err.contains("environment variable"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runner.toml");
+    let path = file.to_str().unwrap();
+    std::fs::write(&file, "drain_timeout = \"3x\"\n").unwrap();
+    let err = run(&[&url[..], &["--config", path]].concat(), &[]).await;
+    assert!(err.contains("drain_timeout: "), "{err}");
+    assert!(err.contains(&format!("(in {path})")), "{err}");
+    std::fs::write(&file, "drain_timout = \"3s\"\n").unwrap();
+    let err = run(&[&url[..], &["--config", path]].concat(), &[]).await;
+    assert!(err.contains("did you mean `drain_timeout`?"), "{err}");
+}
+
 #[tokio::test]
 async fn sdk_list_prints_adapters_and_models() {
     let out = tokio::process::Command::new(runner_bin())
