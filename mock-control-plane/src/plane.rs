@@ -277,10 +277,10 @@ impl MockControlPlane {
                 bail!("the ControlChannel stream closed before the message could be sent")
             }
             Pushed::Full(tx, message) => {
-                if tx.send(message.clone()).await.is_err() {
+                if tx.send((*message).clone()).await.is_err() {
                     bail!("the ControlChannel stream closed before the message could be sent");
                 }
-                self.state.record_sent(message);
+                self.state.record_sent(*message);
                 Ok(())
             }
         }
