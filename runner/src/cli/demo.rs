@@ -4,10 +4,12 @@
 //! adapter against it (temporary state and workspaces), creates an agent and
 //! a thread, sends a short script, and prints every update as it arrives.
 //!
-//! With `OPENAI_API_KEY` (or `OPENAI_BASE_URL`) in the environment the
-//! runner also enables the `code-agent` SDK (its engine embedded), and the
-//! demo agent uses it with `--prompt` instead of the script, on the first
-//! model it advertises (`CODE_AGENT_MODELS` picks them).
+//! `--sdk` picks the demo agent's SDK. By default it is `scripted`, or
+//! `code-agent` (its engine embedded) when `OPENAI_API_KEY` or
+//! `OPENAI_BASE_URL` is in the environment; a model-driven SDK gets
+//! `--prompt` instead of the script, on the first model it advertises
+//! (`CODE_AGENT_MODELS` picks the engine's). An option the chosen SDK would
+//! ignore is refused, not dropped.
 
 use std::time::Duration;
 
@@ -23,20 +25,27 @@ use crate::runner::Runner;
 /// Longest wait for the next update (a real model may think for a while).
 const WAIT: Duration = Duration::from_secs(120);
 
+/// What the scripted demo runs unless `--script` says otherwise.
+const SCRIPT: &str = "say Hello from the scripted agent!\nthink Which files are here?\nrun printf 'fn main() {}\\n' > main.rs && ls -l && wc -c main.rs\nusage 1200 340\nsay Done.";
+
+/// What a model-driven demo asks unless `--prompt` says otherwise.
+const PROMPT: &str = "Create a shell script hello.sh that prints 'Hello from the code-agent!', run it with sh, then say in one sentence what you did.";
+
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// The script the demo thread runs (docs/protocol.md §3: say/think/run/sleep/usage/fail).
-    #[arg(
-        long,
-        default_value = "say Hello from the scripted agent!\nthink Which files are here?\nrun printf 'fn main() {}\\n' > main.rs && ls -l && wc -c main.rs\nusage 1200 340\nsay Done."
-    )]
-    pub script: String,
-    /// What the code-agent demo asks (used when OPENAI_API_KEY or OPENAI_BASE_URL is set).
-    #[arg(
-        long,
-        default_value = "Create a shell script hello.sh that prints 'Hello from the code-agent!', run it with sh, then say in one sentence what you did."
-    )]
-    pub prompt: String,
+    /// The demo agent's SDK: `scripted`, `code-agent`, `codex` or
+    /// `claude-code` (the last two need their CLI installed and logged in).
+    /// Default: `code-agent` when OPENAI_API_KEY or OPENAI_BASE_URL is set,
+    /// else `scripted`.
+    #[arg(long)]
+    pub sdk: Option<String>,
+    /// The script the scripted demo runs (docs/protocol.md §3:
+    /// say/think/run/sleep/usage/fail). Only with the scripted SDK.
+    #[arg(long)]
+    pub script: Option<String>,
+    /// What a model-driven demo asks. Not with the scripted SDK.
+    #[arg(long)]
+    pub prompt: Option<String>,
     /// Show the runner's own log lines (e.g. `info`) on stderr.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -47,9 +56,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         crate::logging::init(LogFormat::Text, level).map_err(anyhow::Error::msg)?;
     }
     super::code_agent::redact_provider_keys();
-    let want_code_agent = ["OPENAI_API_KEY", "OPENAI_BASE_URL"]
+    let provider_in_env = ["OPENAI_API_KEY", "OPENAI_BASE_URL"]
         .iter()
         .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));
+    let chosen = DemoSdk::choose(&args, provider_in_env)?;
     let dir = tempfile_dir()?;
     let cp = MockControlPlane::start(MockConfig::default()).await?;
     println!("mock control plane listening on {}", cp.url());
@@ -59,10 +69,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         secret: None,
         state_dir: dir.join("state"),
         workspace_root: dir.join("workspaces"),
-        sdks: if want_code_agent {
-            vec!["scripted".into(), sdk_code_agent::SDK_NAME.into()]
-        } else {
+        sdks: if chosen.name == "scripted" {
             vec!["scripted".into()]
+        } else {
+            vec!["scripted".into(), chosen.name.clone()]
         },
         max_concurrent_turns: 16,
         max_queued_requests: crate::mailboxes::DEFAULT_MAX_QUEUED,
@@ -102,28 +112,46 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "scripted".to_owned(),
         "scripted-fast".to_owned(),
         Some("low".to_owned()),
-        args.script.clone(),
+        chosen.message.clone(),
     );
-    if want_code_agent {
-        let code_agent = cp
+    if chosen.name != "scripted" {
+        let advertised = cp
             .registrations()
             .into_iter()
             .flat_map(|r| r.request.agent_sdks)
-            .find(|s| s.name == sdk_code_agent::SDK_NAME);
-        match code_agent {
+            .find(|s| s.name == chosen.name);
+        let why = match advertised {
             Some(sdk) if sdk.status == AgentSdkStatus::Ready as i32 && !sdk.models.is_empty() => {
                 plan = (
                     sdk.name.clone(),
                     sdk.models[0].name.clone(),
                     None,
-                    args.prompt.clone(),
+                    chosen.message.clone(),
                 );
+                None
             }
-            Some(sdk) => println!(
-                "code-agent is not ready ({}); the demo uses the scripted SDK",
-                sdk.error_message.as_deref().unwrap_or("no reason given")
-            ),
-            None => println!("code-agent was not advertised; the demo uses the scripted SDK"),
+            Some(sdk) => Some(format!(
+                "{} is not ready ({})",
+                sdk.name,
+                sdk.error_message
+                    .as_deref()
+                    .unwrap_or("it advertises no model")
+            )),
+            None => Some(format!("{} was not advertised", chosen.name)),
+        };
+        match why {
+            None => {}
+            // Only a default choice falls back; an asked-for SDK fails.
+            Some(why) if chosen.implicit => {
+                println!("{why}; the demo uses the scripted SDK");
+                plan.3 = SCRIPT.to_owned();
+            }
+            Some(why) => {
+                runner.shutdown(Duration::from_secs(5)).await?;
+                cp.stop().await?;
+                let _ = std::fs::remove_dir_all(&dir);
+                anyhow::bail!("--sdk {}: {why}", chosen.name);
+            }
         }
     }
     let (sdk, model, reasoning_level, message) = plan;
@@ -200,6 +228,50 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     println!("\ndemo finished");
     Ok(())
+}
+
+/// The demo agent's SDK and what it is sent, from the options.
+#[derive(Debug, PartialEq)]
+struct DemoSdk {
+    name: String,
+    message: String,
+    /// Chosen by default rather than by `--sdk`.
+    implicit: bool,
+}
+
+impl DemoSdk {
+    fn choose(args: &DemoArgs, provider_in_env: bool) -> anyhow::Result<Self> {
+        const KNOWN: [&str; 4] = ["scripted", "code-agent", "codex", "claude-code"];
+        let (name, implicit) = match &args.sdk {
+            Some(name) if KNOWN.contains(&name.as_str()) => (name.clone(), false),
+            Some(name) => anyhow::bail!(
+                "--sdk {name:?}: not an SDK this runner drives (one of {})",
+                KNOWN.join(", ")
+            ),
+            None if provider_in_env => (sdk_code_agent::SDK_NAME.to_owned(), true),
+            None => ("scripted".to_owned(), true),
+        };
+        let message = if name == "scripted" {
+            if args.prompt.is_some() {
+                anyhow::bail!(
+                    "--prompt is for a model-driven SDK (--sdk code-agent, codex or claude-code); the scripted SDK runs --script"
+                );
+            }
+            args.script.clone().unwrap_or_else(|| SCRIPT.to_owned())
+        } else {
+            if args.script.is_some() {
+                anyhow::bail!(
+                    "--script is for the scripted SDK (--sdk scripted); {name} is asked with --prompt"
+                );
+            }
+            args.prompt.clone().unwrap_or_else(|| PROMPT.to_owned())
+        };
+        Ok(Self {
+            name,
+            message,
+            implicit,
+        })
+    }
 }
 
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
@@ -303,4 +375,62 @@ fn indent(text: &str) -> String {
         .map(|l| format!("      {l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(sdk: Option<&str>, script: Option<&str>, prompt: Option<&str>) -> DemoArgs {
+        DemoArgs {
+            sdk: sdk.map(str::to_owned),
+            script: script.map(str::to_owned),
+            prompt: prompt.map(str::to_owned),
+            log_level: None,
+        }
+    }
+
+    #[test]
+    fn the_default_sdk_follows_the_environment() {
+        let chosen = DemoSdk::choose(&args(None, None, None), false).unwrap();
+        assert_eq!((chosen.name.as_str(), chosen.implicit), ("scripted", true));
+        assert_eq!(chosen.message, SCRIPT);
+        let chosen = DemoSdk::choose(&args(None, None, Some("hi")), true).unwrap();
+        assert_eq!(chosen.name, "code-agent");
+        assert_eq!(chosen.message, "hi");
+        // Asked for: wins over the environment, and is not implicit.
+        let chosen = DemoSdk::choose(&args(Some("scripted"), Some("say x"), None), true).unwrap();
+        assert_eq!(
+            chosen,
+            DemoSdk {
+                name: "scripted".into(),
+                message: "say x".into(),
+                implicit: false
+            }
+        );
+    }
+
+    #[test]
+    fn options_the_sdk_would_ignore_are_refused() {
+        let err = DemoSdk::choose(&args(Some("code-agent"), Some("say x"), None), false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--script is for the scripted SDK"), "{err}");
+        // With a provider configured, --script used to be dropped silently.
+        let err = DemoSdk::choose(&args(None, Some("say x"), None), true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--script is for the scripted SDK"), "{err}");
+        let err = DemoSdk::choose(&args(None, None, Some("hi")), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--prompt is for a model-driven SDK"),
+            "{err}"
+        );
+        let err = DemoSdk::choose(&args(Some("gpt"), None, None), false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not an SDK this runner drives"), "{err}");
+    }
 }

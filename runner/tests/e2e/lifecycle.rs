@@ -165,6 +165,39 @@ async fn a_demo_whose_turn_fails_exits_non_zero() {
     assert!(stderr.contains("the model refused"), "{stderr}");
 }
 
+/// `--sdk` picks the demo's SDK; one that cannot run is an error, not a
+/// silent switch to the scripted SDK, and an option the SDK would ignore
+/// is refused before anything starts.
+#[tokio::test]
+async fn demo_sdk_choice_is_honoured_or_refused() {
+    let demo = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(runner_bin());
+        cmd.arg("demo")
+            .args(args)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL");
+        async move { cmd.output().await.unwrap() }
+    };
+    let out = demo(&["--sdk", "code-agent"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--sdk code-agent: code-agent is not ready"),
+        "{stderr}"
+    );
+    let out = demo(&["--sdk", "code-agent", "--script", "say x"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--script is for the scripted SDK"),
+        "{stderr}"
+    );
+    let out = demo(&["--sdk", "scripted", "--script", "say picked"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("picked"), "{stdout}");
+}
+
 #[tokio::test]
 async fn demo_prints_a_live_transcript() {
     // Without a model provider in the environment the demo is the scripted one.
