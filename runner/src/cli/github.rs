@@ -7,11 +7,12 @@
 //! registration). They print installations, repositories and token expiry,
 //! never a token.
 
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Subcommand};
 
-use crate::config::{self, LogFormat, RunArgs, RunConfig, Secret};
+use crate::config::{self, GithubArgs, LogFormat, RunArgs, RunConfig, Secret};
 use crate::github::{self, GithubError, TokenBroker};
 use crate::redact::Redactor;
 
@@ -29,7 +30,7 @@ pub enum GithubCommand {
 #[derive(Debug, Args)]
 pub struct InstallationsArgs {
     #[command(flatten)]
-    pub run: RunArgs,
+    pub run: GithubSettings,
 }
 
 #[derive(Debug, Args)]
@@ -38,20 +39,59 @@ pub struct CheckArgs {
     #[arg(long)]
     pub repo: String,
     #[command(flatten)]
-    pub run: RunArgs,
+    pub run: GithubSettings,
+}
+
+/// The settings of `run` that `github` uses (same flags, env and
+/// `--config` keys): the control plane and how to reach it, or the
+/// runner's own GitHub App. Only these show in `--help`.
+#[derive(Debug, Args)]
+pub struct GithubSettings {
+    /// TOML file with `run`'s settings (only the ones below are used).
+    #[arg(long, env = "AGENT_RUNNER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The control plane URL, as for `run` (not needed with `--github-app-id`).
+    #[arg(long, env = "AGENT_RUNNER_CONTROL_PLANE_URL")]
+    pub control_plane_url: Option<String>,
+    /// Extra CA certificate (PEM) for an `https://` control plane.
+    #[arg(long, env = "AGENT_RUNNER_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// File holding the bearer secret (or set AGENT_RUNNER_SECRET).
+    #[arg(long, env = "AGENT_RUNNER_SECRET_FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Log level for what the command logs on stderr. Default: warn.
+    #[arg(long, env = "AGENT_RUNNER_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// Where tokens come from.
+    #[command(flatten)]
+    pub github: GithubArgs,
+}
+
+impl From<GithubSettings> for RunArgs {
+    fn from(s: GithubSettings) -> Self {
+        RunArgs {
+            config: s.config,
+            control_plane_url: s.control_plane_url,
+            ca_cert: s.ca_cert,
+            secret_file: s.secret_file,
+            log_level: s.log_level,
+            github: s.github,
+            ..Default::default()
+        }
+    }
 }
 
 pub async fn run(command: GithubCommand, env_secret: Option<Secret>) -> anyhow::Result<()> {
     match command {
         GithubCommand::Installations(args) => {
-            let broker = connect(args.run, env_secret)?;
+            let broker = connect(args.run.into(), env_secret)?;
             let installations = broker.installations().await?;
             print!("{}", render_installations(&broker, &installations));
             Ok(())
         }
         GithubCommand::Check(args) => {
             let (owner, repo) = split_repo(&args.repo)?;
-            let broker = connect(args.run, env_secret)?;
+            let broker = connect(args.run.into(), env_secret)?;
             let token = broker.token_for_repo(owner, repo).await?;
             println!(
                 "{}: covered by installation {}; token expires {}",
@@ -144,6 +184,30 @@ fn when(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn github_commands_take_only_the_settings_they_use() {
+        use clap::Parser;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["agent-runner", "github", "check", "--repo", "a/b"];
+            argv.extend_from_slice(extra);
+            crate::cli::Cli::try_parse_from(argv).map(|_| ())
+        };
+        parse(&["--control-plane-url", "http://x", "--github-app-id", "1"]).unwrap();
+        parse(&[
+            "--config",
+            "f.toml",
+            "--secret-file",
+            "s",
+            "--log-level",
+            "info",
+        ])
+        .unwrap();
+        for unrelated in [["--drain-timeout", "1s"], ["--sdk", "codex"]] {
+            let err = parse(&unrelated).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
+        }
+    }
 
     #[test]
     fn repo_argument_must_be_owner_slash_repo() {

@@ -1,11 +1,12 @@
 //! `agent-runner status`: ask a running runner how it is, through its health
 //! endpoints; `--probe livez|readyz` is the container HEALTHCHECK.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::config::{DEFAULT_HEALTH_ADDR, parse_health_addr};
+use crate::config::{DEFAULT_HEALTH_ADDR, file_health_addr, parse_health_addr};
 use crate::health::client;
 use crate::status::{self, Status};
 
@@ -14,8 +15,12 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// The runner's --health-addr (0.0.0.0 and [::] mean this host).
-    #[arg(long, env = "AGENT_RUNNER_HEALTH_ADDR", default_value = DEFAULT_HEALTH_ADDR)]
-    pub health_addr: String,
+    /// Default: `health_addr` of the --config file, else 127.0.0.1:9464.
+    #[arg(long, env = "AGENT_RUNNER_HEALTH_ADDR")]
+    pub health_addr: Option<String>,
+    /// The runner's config file (`run --config`), for its `health_addr`.
+    #[arg(long, env = "AGENT_RUNNER_CONFIG")]
+    pub config: Option<PathBuf>,
     /// Print /status as JSON instead of the summary.
     #[arg(long, conflicts_with = "probe")]
     pub json: bool,
@@ -31,7 +36,12 @@ pub enum Probe {
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let addr = parse_health_addr(&args.health_addr)
+    let text = match args.health_addr {
+        Some(text) => text,
+        None => file_health_addr(args.config.as_deref())?
+            .unwrap_or_else(|| DEFAULT_HEALTH_ADDR.to_owned()),
+    };
+    let addr = parse_health_addr(&text)
         .map_err(|m| anyhow::anyhow!("health_addr: {m}"))?
         .ok_or_else(|| {
             anyhow::anyhow!("health_addr is empty: the runner's health endpoints are off")

@@ -274,6 +274,15 @@ pub fn resolve_github(args: &RunArgs) -> Result<GithubConfig, ConfigError> {
         .resolve()
 }
 
+/// The `health_addr` key of the config file at `path`, if any: what
+/// `agent-runner status` reads when neither its flag nor env says.
+pub fn file_health_addr(path: Option<&Path>) -> Result<Option<String>, ConfigError> {
+    match path {
+        Some(path) => Ok(load_file(path)?.health_addr),
+        None => Ok(None),
+    }
+}
+
 pub(super) fn read_secret_file(path: &Path) -> Result<Secret, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| key_err("secret_file", format!("{}: {e}", path.display())))?;
