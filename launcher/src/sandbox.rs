@@ -485,8 +485,10 @@ impl ThreadSandbox {
     }
 
     /// Kills every process of the thread and removes its cgroup (thread
-    /// deletion, shutdown).
-    pub fn close(self) -> KillReport {
+    /// deletion, shutdown). Takes `&self` so a sandbox shared by `Arc` (the
+    /// runner's thread and its adapter) can be closed by its owner. A launch
+    /// after `close` fails when the thread had a cgroup (it is gone).
+    pub fn close(&self) -> KillReport {
         let report = self.kill_all();
         if let Some(cg) = &self.cgroup
             && let Err(e) = cg.remove()

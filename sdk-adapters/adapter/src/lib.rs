@@ -13,9 +13,13 @@
 //! [`SteerGate`] (steering against the end of a turn), [`finish_turn`] and
 //! [`sleep_until`], and [`ItemContent`] (an item's body, reported as an
 //! event).
+//!
+//! Every process an adapter starts for a thread goes through the thread's
+//! [`Sandbox`] (the `agent-launcher` crate, re-exported as [`launcher`]).
 
 pub mod cap;
 mod event;
+mod sandbox;
 mod sdk;
 mod steering;
 #[cfg(feature = "testing")]
@@ -30,5 +34,8 @@ pub use sdk::{
     AgentSpec, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus, SteerError,
     TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec, Turn, TurnControl, TurnInput,
 };
+pub use sandbox::Sandbox;
 pub use steering::SteerGate;
+/// The launcher every spawn site starts its processes through.
+pub use agent_launcher as launcher;
 pub use turn_task::{Gone, finish_turn, sleep_until};
