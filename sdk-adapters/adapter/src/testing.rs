@@ -51,6 +51,27 @@ pub fn sandbox(workspace: &Path) -> crate::Sandbox {
     sandbox_in_mode(workspace, Mode::Off)
 }
 
+/// One mode-`off` sandbox shared by a whole test binary, for children that
+/// belong to no particular thread (its workspace lives in a temporary
+/// directory kept for the life of the process).
+pub fn shared_sandbox() -> std::sync::Arc<crate::launcher::ThreadSandbox> {
+    static SHARED: std::sync::OnceLock<(std::path::PathBuf, crate::Sandbox)> =
+        std::sync::OnceLock::new();
+    let (_, sandbox) = SHARED.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!(
+            "adapter-tests-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
+        let ws = dir.join("workspace");
+        (dir, sandbox(&ws))
+    });
+    sandbox.get().unwrap().clone()
+}
+
 /// As [`sandbox`], in `mode`.
 pub fn sandbox_in_mode(workspace: &Path, mode: Mode) -> crate::Sandbox {
     std::fs::create_dir_all(workspace).unwrap();

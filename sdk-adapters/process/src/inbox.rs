@@ -114,7 +114,11 @@ mod tests {
         let spec = ChildSpec::new("inbox test", "sh")
             .arg("-c")
             .arg("sleep 600");
-        JsonChild::spawn(spec, Arc::new(|_: &serde_json::Value| None))
+        JsonChild::spawn(
+            spec,
+            &sdk_adapter::testing::shared_sandbox(),
+            Arc::new(|_: &serde_json::Value| None),
+        )
             .unwrap()
             .0
     }
