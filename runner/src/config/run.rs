@@ -48,6 +48,8 @@ pub struct RunConfig {
     pub github: GithubConfig,
     /// The file the bearer secret was read from (hidden from agents).
     pub secret_file: Option<PathBuf>,
+    /// The GitHub App's private key file, if any (hidden from agents).
+    pub github_app_key_file: Option<PathBuf>,
     /// The agent sandbox.
     pub sandbox: SandboxConfig,
 }
@@ -60,6 +62,11 @@ impl RunConfig {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
+        let github_app_key_file = args
+            .github
+            .github_app_private_key_file
+            .clone()
+            .or(file.github_app_private_key_file.clone());
         let github = args
             .github
             .clone()
@@ -239,6 +246,7 @@ impl RunConfig {
             sdk_options,
             github,
             secret_file,
+            github_app_key_file,
             sandbox,
         };
         let mut config = config;

@@ -85,7 +85,9 @@ impl SandboxArgs {
     /// Each setting from `self`, else from `other` (lists: `self`'s when
     /// not empty).
     pub(super) fn or(self, other: Self) -> Self {
-        let list = |a: Vec<_>, b| if a.is_empty() { b } else { a };
+        fn list<T>(a: Vec<T>, b: Vec<T>) -> Vec<T> {
+            if a.is_empty() { b } else { a }
+        }
         Self {
             sandbox: self.sandbox.or(other.sandbox),
             agent_uid: self.agent_uid.or(other.agent_uid),
