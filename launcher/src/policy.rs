@@ -185,7 +185,11 @@ mod tests {
         let split = split_around_protected(&etc, std::slice::from_ref(&secret));
         assert_eq!(
             split,
-            vec![etc.join("agent-runner/other"), etc.join("hosts"), etc.join("ssl")]
+            vec![
+                etc.join("agent-runner/other"),
+                etc.join("hosts"),
+                etc.join("ssl")
+            ]
         );
         check_protected(&split, &[secret]).unwrap();
         // Nothing protected inside: the directory itself.

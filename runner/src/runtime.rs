@@ -177,8 +177,7 @@ impl Runtime {
     /// The sandbox of `thread_id` (made on first use; see
     /// [`AgentSandboxes::thread`]). Blocking, briefly (directories).
     pub fn thread_sandbox(&self, agent_id: &str, thread_id: &str) -> sdk_adapter::Sandbox {
-        self.sandboxes
-            .thread(&self.workspaces, agent_id, thread_id)
+        self.sandboxes.thread(&self.workspaces, agent_id, thread_id)
     }
 
     /// What the thread's adapter is given for `row`.

@@ -101,11 +101,12 @@ impl AgentSandboxes {
     /// Builds the launcher from the run settings (probing the host) and
     /// kills what a previous run on the same state dir left behind.
     pub fn start(config: &RunConfig) -> anyhow::Result<Self> {
-        let launcher_config = launcher_config(
+        let mut launcher_config = launcher_config(
             &config.sandbox,
             scope_for(&config.state_dir),
             protected_paths(config),
         );
+        launcher_config.read_only.extend(runner_programs(config));
         let me = Self::with_probe(launcher_config, agent_launcher::probe_host())?;
         me.sweep_leftovers();
         Ok(me)
@@ -373,8 +374,29 @@ fn log_kill(thread_id: &str, why: &str, report: Result<KillReport, tokio::task::
             tracing::info!(%thread_id, why, killed = report.killed, "killed the thread's remaining processes");
         }
         Ok(_) => {}
-        Err(e) => tracing::error!(%thread_id, why, error = %e, "killing the thread's processes failed"),
+        Err(e) => {
+            tracing::error!(%thread_id, why, error = %e, "killing the thread's processes failed")
+        }
     }
+}
+
+/// What agents must be able to run besides the system: this binary (the
+/// git credential helper is `agent-runner git-credential`) and the
+/// directories of the codex and claude CLIs when they are given as paths
+/// (a CLI found on PATH under `/usr` is readable already; one elsewhere
+/// needs `--sandbox-read-only`).
+fn runner_programs(config: &RunConfig) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::env::current_exe().into_iter().collect();
+    let options = &config.sdk_options;
+    for bin in [&options.codex.bin, &options.claude.bin] {
+        if bin.components().count() > 1
+            && let Ok(real) = std::fs::canonicalize(bin)
+            && let Some(dir) = real.parent()
+        {
+            out.push(dir.to_path_buf());
+        }
+    }
+    out
 }
 
 /// The metric label of a "missing" line: its text up to the first colon.
@@ -442,7 +464,11 @@ mod tests {
         let first = first.get().unwrap();
         let again = sandboxes.thread(&ws, "a", "t");
         assert_eq!(first.tag(), again.get().unwrap().tag());
-        for d in [ws.thread_private("a", "t"), ws.thread_home("a", "t"), ws.thread_tmp("a", "t")] {
+        for d in [
+            ws.thread_private("a", "t"),
+            ws.thread_home("a", "t"),
+            ws.thread_tmp("a", "t"),
+        ] {
             let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o700, "{}", d.display());
         }

@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use agent_launcher::ThreadSandbox;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
-use agent_launcher::ThreadSandbox;
 use tokio::process::{Child, Command};
 
 use super::args::{object, object_schema, optional_u64, required_str};

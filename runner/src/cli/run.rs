@@ -22,7 +22,11 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
     logging::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
     procs::warn_if_pid1();
     match hardening {
-        Ok(h) => tracing::debug!(not_dumpable = h.not_dumpable, no_core = h.no_core, "runner hardened"),
+        Ok(h) => tracing::debug!(
+            not_dumpable = h.not_dumpable,
+            no_core = h.no_core,
+            "runner hardened"
+        ),
         Err(e) => tracing::warn!(error = %e, "could not harden the runner process"),
     }
     let mut term = signal(SignalKind::terminate())?;

@@ -21,13 +21,21 @@ pub struct SandboxArgs {
     pub agent_uid: Option<String>,
     /// A directory agents may read and execute (SDK CLIs, toolchains);
     /// repeatable (env: comma-separated).
-    #[arg(long = "sandbox-read-only", env = "AGENT_RUNNER_SANDBOX_READ_ONLY", value_delimiter = ',')]
+    #[arg(
+        long = "sandbox-read-only",
+        env = "AGENT_RUNNER_SANDBOX_READ_ONLY",
+        value_delimiter = ','
+    )]
     pub sandbox_read_only: Vec<PathBuf>,
     /// The name of one more variable of the runner's environment agents get
     /// (besides PATH, LANG, LC_*, TERM, TZ and what each SDK needs);
     /// repeatable (env: comma-separated). Names that look like secrets are
     /// refused.
-    #[arg(long = "sandbox-env", env = "AGENT_RUNNER_SANDBOX_ENV", value_delimiter = ',')]
+    #[arg(
+        long = "sandbox-env",
+        env = "AGENT_RUNNER_SANDBOX_ENV",
+        value_delimiter = ','
+    )]
     pub sandbox_env: Vec<String>,
     /// Open files per agent process (RLIMIT_NOFILE). Default: 4096.
     #[arg(long, env = "AGENT_RUNNER_SANDBOX_NOFILE")]
@@ -105,11 +113,17 @@ impl SandboxArgs {
     pub(super) fn resolve(self) -> Result<SandboxConfig, ConfigError> {
         let mut config = SandboxConfig::default();
         if let Some(mode) = self.sandbox {
-            config.mode = mode.trim().parse().map_err(|e| key_err("sandbox", format!("{e}")))?;
+            config.mode = mode
+                .trim()
+                .parse()
+                .map_err(|e| key_err("sandbox", format!("{e}")))?;
         }
         if let Some(uid) = self.agent_uid {
-            config.agent_user =
-                Some(uid.trim().parse().map_err(|e| key_err("agent_uid", format!("{e}")))?);
+            config.agent_user = Some(
+                uid.trim()
+                    .parse()
+                    .map_err(|e| key_err("agent_uid", format!("{e}")))?,
+            );
         }
         for dir in &self.sandbox_read_only {
             if !dir.is_absolute() {
@@ -142,8 +156,7 @@ impl SandboxArgs {
             config.rlimits.nofile = Some(n);
         }
         config.rlimits.fsize = positive("sandbox_fsize", self.sandbox_fsize)?;
-        config.cgroup_limits.memory_max =
-            positive("sandbox_memory_max", self.sandbox_memory_max)?;
+        config.cgroup_limits.memory_max = positive("sandbox_memory_max", self.sandbox_memory_max)?;
         config.cgroup_limits.pids_max = positive("sandbox_pids_max", self.sandbox_pids_max)?;
         if let Some(text) = self.sandbox_cpu_max {
             config.cgroup_limits.cpu_max = Some(parse_cpu_max(&text)?);

@@ -26,16 +26,16 @@ mod steering;
 pub mod testing;
 mod turn_task;
 
+/// The launcher every spawn site starts its processes through.
+pub use agent_launcher as launcher;
 pub use event::{
     CommandInfo, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown,
     TurnEvent, TurnOutcome,
 };
+pub use sandbox::Sandbox;
 pub use sdk::{
     AgentSpec, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus, SteerError,
     TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec, Turn, TurnControl, TurnInput,
 };
-pub use sandbox::Sandbox;
 pub use steering::SteerGate;
-/// The launcher every spawn site starts its processes through.
-pub use agent_launcher as launcher;
 pub use turn_task::{Gone, finish_turn, sleep_until};

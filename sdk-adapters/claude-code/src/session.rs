@@ -27,8 +27,13 @@ pub(crate) const PASS_ENV: &[&str] = &[
 ];
 
 /// Prefixes of further variables Claude Code reads.
-pub(crate) const PASS_ENV_PREFIXES: &[&str] =
-    &["ANTHROPIC_", "CLAUDE_CODE_", "AWS_", "VERTEX_REGION_", "MCP_"];
+pub(crate) const PASS_ENV_PREFIXES: &[&str] = &[
+    "ANTHROPIC_",
+    "CLAUDE_CODE_",
+    "AWS_",
+    "VERTEX_REGION_",
+    "MCP_",
+];
 use serde_json::Value;
 use tokio::task::JoinHandle;
 

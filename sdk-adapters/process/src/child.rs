@@ -36,11 +36,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use sdk_adapter::launcher::{LaunchError, ThreadSandbox};
 use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
-use sdk_adapter::launcher::{LaunchError, ThreadSandbox};
 use tokio_util::sync::CancellationToken;
 
 use crate::lines::read_line;

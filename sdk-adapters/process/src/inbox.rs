@@ -119,8 +119,8 @@ mod tests {
             &sdk_adapter::testing::shared_sandbox(),
             Arc::new(|_: &serde_json::Value| None),
         )
-            .unwrap()
-            .0
+        .unwrap()
+        .0
     }
 
     fn inbox(child: &JsonChild, grace: Duration) -> (TurnInbox<u32>, Arc<TurnSink<u32>>) {

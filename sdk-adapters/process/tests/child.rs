@@ -79,7 +79,8 @@ async fn an_exit_fails_waiting_requests_with_status_and_stderr() {
 
 #[tokio::test]
 async fn an_unanswered_request_times_out() {
-    let (child, _inbound) = JsonChild::spawn(sh("cat >/dev/null"), &shared_sandbox(), by_id()).unwrap();
+    let (child, _inbound) =
+        JsonChild::spawn(sh("cat >/dev/null"), &shared_sandbox(), by_id()).unwrap();
     let err = child
         .request("1".into(), &json!({}), Duration::from_millis(200))
         .await
@@ -119,17 +120,30 @@ async fn kill_takes_the_whole_tree() {
 
 #[tokio::test]
 async fn a_missing_program_is_not_found() {
-    let err =
-        JsonChild::spawn(ChildSpec::new("x", "surely-no-such-agent-cli"), &shared_sandbox(), by_id()).unwrap_err();
+    let err = JsonChild::spawn(
+        ChildSpec::new("x", "surely-no-such-agent-cli"),
+        &shared_sandbox(),
+        by_id(),
+    )
+    .unwrap_err();
     assert!(matches!(err, ChildError::NotFound { .. }), "{err}");
-    let err = JsonChild::spawn(sh("true").cwd("/nonexistent/dir"), &shared_sandbox(), by_id()).unwrap_err();
+    let err = JsonChild::spawn(
+        sh("true").cwd("/nonexistent/dir"),
+        &shared_sandbox(),
+        by_id(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
 
 #[tokio::test]
 async fn shutdown_closes_stdin_and_the_child_goes() {
-    let (child, mut inbound) =
-        JsonChild::spawn(sh("cat >/dev/null; echo '{\"bye\":1}'"), &shared_sandbox(), by_id()).unwrap();
+    let (child, mut inbound) = JsonChild::spawn(
+        sh("cat >/dev/null; echo '{\"bye\":1}'"),
+        &shared_sandbox(),
+        by_id(),
+    )
+    .unwrap();
     let handle = child.handle();
     tokio::time::timeout(PATIENCE, child.shutdown(PATIENCE))
         .await

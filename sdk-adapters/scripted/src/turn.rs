@@ -157,9 +157,14 @@ impl TurnTask {
 
     async fn run_command(&mut self, command: String) -> Result<Flow, Gone> {
         let item_id = self.next_item_id();
-        let spawned = self.sandbox.get().map_err(|e| e.to_string()).and_then(|sandbox| {
-            command::spawn(&command, &self.workspace, &self.env, sandbox).map_err(|e| e.to_string())
-        });
+        let spawned = self
+            .sandbox
+            .get()
+            .map_err(|e| e.to_string())
+            .and_then(|sandbox| {
+                command::spawn(&command, &self.workspace, &self.env, sandbox)
+                    .map_err(|e| e.to_string())
+            });
         let running = match spawned {
             Ok(running) => running,
             Err(error) => {
