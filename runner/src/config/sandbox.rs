@@ -212,6 +212,40 @@ mod tests {
     }
 
     #[test]
+    fn flag_beats_file_and_file_keys_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "sandbox = \"off\"\nsandbox_read_only = [\"/opt/tools\"]\nsandbox_pids_max = 9\nagent_uid = \"nope\"\n",
+        )
+        .unwrap();
+        let resolve = |sandbox: SandboxArgs| {
+            RunConfig::resolve(
+                RunArgs {
+                    control_plane_url: Some("http://x:1".into()),
+                    config: Some(file.clone()),
+                    sandbox,
+                    ..Default::default()
+                },
+                None,
+            )
+        };
+        // The file's bad agent_uid is reported by its key.
+        let err = resolve(SandboxArgs::default()).unwrap_err().to_string();
+        assert!(err.starts_with("agent_uid:"), "{err}");
+        let c = resolve(SandboxArgs {
+            sandbox: Some("enforce".into()),
+            agent_uid: Some("1000".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(c.sandbox.mode, Mode::Enforce);
+        assert_eq!(c.sandbox.read_only, vec![PathBuf::from("/opt/tools")]);
+        assert_eq!(c.sandbox.cgroup_limits.pids_max, Some(9));
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             (
