@@ -18,6 +18,7 @@ use crate::events::EventBus;
 use crate::llm::ClientOptions;
 use crate::model::ModelClients;
 use crate::providers::ProviderStore;
+use crate::sandboxes::{EngineLauncher, Sandboxes};
 use crate::session::Session;
 use crate::store::{FileStore, validate_session_id};
 use crate::tools::{DEFAULT_BASH_TIMEOUT, DEFAULT_OUTPUT_CAP, ToolContext, ToolRegistry};
@@ -43,6 +44,8 @@ pub struct EngineConfig {
     pub max_sessions: usize,
     /// Timeouts and retries of model calls.
     pub client_options: ClientOptions,
+    /// Where the sandboxes of tool processes (`bash`) come from.
+    pub launcher: EngineLauncher,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             chunk_buffer: 64,
             max_sessions: 1024,
             client_options: ClientOptions::default(),
+            launcher: EngineLauncher::Default,
         }
     }
 }
@@ -77,6 +81,8 @@ pub(crate) struct EngineInner {
     pub env: EnvRegistry,
     pub default_workspace: RwLock<Option<PathBuf>>,
     pub models: ModelClients,
+    /// The sandboxes tool processes are launched in.
+    pub sandboxes: Sandboxes,
     /// Cancelled by `Shutdown`: every generation is a child of it.
     pub shutdown: CancellationToken,
 }
@@ -124,7 +130,10 @@ impl Engine {
             }
             tracing::info!(count = sessions.len(), "reloaded file-backed sessions");
         }
+        let sandboxes = Sandboxes::new(&config.launcher, config.state_dir.as_deref())
+            .context("preparing the tool sandbox")?;
         let inner = EngineInner {
+            sandboxes,
             events: EventBus::new(config.event_buffer),
             models: ModelClients::new(config.client_options.clone()),
             config,
@@ -144,6 +153,12 @@ impl Engine {
     /// Cancelled once `Shutdown` was called (or [`Engine::shutdown`]).
     pub fn shutdown_token(&self) -> CancellationToken {
         self.inner.shutdown.clone()
+    }
+
+    /// The sandboxes tool processes run in: an embedder registers its
+    /// threads' sandboxes here.
+    pub fn sandboxes(&self) -> Sandboxes {
+        self.inner.sandboxes.clone()
     }
 
     /// Cancels every generation and writes every FILE session.
@@ -287,6 +302,7 @@ impl EngineInner {
             bash_timeout: self.config.bash_timeout,
             output_cap: self.config.output_cap,
             todos: session.todos.clone(),
+            sandbox: self.sandboxes.for_workspace(workspace),
         }
     }
 
@@ -297,5 +313,6 @@ impl EngineInner {
             session.generation.cancel();
             self.persist_or_report(&session).await;
         }
+        self.sandboxes.close_own();
     }
 }

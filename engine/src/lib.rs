@@ -23,6 +23,7 @@ mod hitl;
 mod lanes;
 mod model;
 mod prompt;
+mod sandboxes;
 mod serve;
 mod service;
 mod session;
@@ -31,6 +32,7 @@ mod structured;
 mod tool_call;
 
 pub use engine::{Engine, EngineConfig};
+pub use sandboxes::{EngineLauncher, Sandboxes};
 pub use serve::serve;
 pub use service::Service;
 pub use store::validate_session_id;

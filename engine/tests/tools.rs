@@ -13,11 +13,28 @@ use std::path::Path;
 use code_agent_engine::tools::{ToolContext, ToolOutput, ToolRegistry};
 use serde_json::{Value, json};
 
-fn workspace() -> (tempfile::TempDir, ToolContext) {
+/// A workspace whose `bash` runs in a best-effort sandbox (HOME and TMPDIR
+/// in a second temporary directory).
+fn workspace() -> ((tempfile::TempDir, tempfile::TempDir), ToolContext) {
     let dir = tempfile::tempdir().unwrap();
-    let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
+    let private = tempfile::tempdir().unwrap();
+    let workspace = dir.path().canonicalize().unwrap();
+    let launcher = agent_launcher::Launcher::new(agent_launcher::LauncherConfig {
+        cgroups: false,
+        ..agent_launcher::LauncherConfig::new(agent_launcher::Mode::BestEffort, "engine-tests")
+    })
+    .unwrap();
+    let sandbox = launcher
+        .thread(agent_launcher::ThreadSpec {
+            workspace: workspace.clone(),
+            home_dir: private.path().join("home"),
+            tmp_dir: private.path().join("tmp"),
+            ..Default::default()
+        })
+        .unwrap();
+    let ctx = ToolContext::new(workspace).with_sandbox(std::sync::Arc::new(sandbox));
     std::fs::write(ctx.workspace.join("inside.txt"), "root:inside\n").unwrap();
-    (dir, ctx)
+    ((dir, private), ctx)
 }
 
 async fn call(ctx: &ToolContext, tool: &str, args: Value) -> ToolOutput {
@@ -174,5 +191,7 @@ async fn bash_env_has_no_secrets_but_has_the_session_env() {
         assert!(!out.output.contains(secret), "{secret} leaked");
     }
     assert!(out.output.contains("SESSION_VAR=from-session"));
-    assert!(out.output.contains("H4_PLAIN_VAR=plain-value"));
+    // The launcher's allowlist: the engine's other variables stay out too.
+    assert!(!out.output.contains("H4_PLAIN_VAR"), "{}", out.output);
+    assert!(out.output.contains("PATH="));
 }

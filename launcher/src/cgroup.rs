@@ -112,9 +112,17 @@ pub fn probe_cgroup_at(dir: &Path) -> CgroupProbe {
         uuid::Uuid::new_v4().simple()
     ));
     if let Err(e) = std::fs::create_dir(&trial) {
+        // The usual, expected answer on hosts without delegation: named by
+        // its errno, so logs do not read like a failing file operation.
+        let why = match e.raw_os_error() {
+            Some(libc::EACCES) => "EACCES".to_string(),
+            Some(libc::EPERM) => "EPERM".to_string(),
+            Some(libc::EROFS) => "EROFS, cgroupfs is read-only".to_string(),
+            _ => e.to_string(),
+        };
         return CgroupProbe::Unavailable {
             reason: format!(
-                "{} is not delegated to the runner (mkdir: {e}); use systemd Delegate=yes or a writable cgroupfs",
+                "{} is not delegated to the runner (creating a child cgroup: {why}); use systemd Delegate=yes or a writable cgroupfs",
                 dir.display()
             ),
         };

@@ -98,6 +98,34 @@ pub(crate) fn canonical(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// `dir` as read-only rules that leave out every protected path inside it:
+/// `dir` itself when none lies inside, else its entries (recursively split
+/// the same way) minus the protected ones. So a system directory such as
+/// `/etc` stays readable while `/etc/agent-runner/secret` does not.
+pub(crate) fn split_around_protected(dir: &Path, protected: &[PathBuf]) -> Vec<PathBuf> {
+    let canon = canonical(dir);
+    let inside: Vec<PathBuf> = protected
+        .iter()
+        .map(|p| canonical(p))
+        .filter(|p| p.starts_with(&canon))
+        .collect();
+    if inside.is_empty() {
+        return vec![dir.to_path_buf()];
+    }
+    if inside.iter().any(|p| *p == canon) {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(&canon) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        out.extend(split_around_protected(&entry.path(), &inside));
+    }
+    out.sort();
+    out
+}
+
 /// Refuses a policy that would expose a protected path: one equal to or
 /// beneath a directory the sandbox opens.
 pub(crate) fn check_protected(
@@ -142,6 +170,30 @@ mod tests {
         );
         assert!("0".parse::<AgentUser>().is_err());
         assert!("x:1".parse::<AgentUser>().is_err());
+    }
+
+    #[test]
+    fn system_dirs_are_split_around_protected_paths() {
+        let d = tempfile::tempdir().unwrap();
+        let etc = d.path().canonicalize().unwrap().join("etc");
+        std::fs::create_dir_all(etc.join("agent-runner")).unwrap();
+        std::fs::create_dir_all(etc.join("ssl")).unwrap();
+        std::fs::write(etc.join("hosts"), "").unwrap();
+        std::fs::write(etc.join("agent-runner/secret"), "s").unwrap();
+        std::fs::write(etc.join("agent-runner/other"), "").unwrap();
+        let secret = etc.join("agent-runner/secret");
+        let split = split_around_protected(&etc, std::slice::from_ref(&secret));
+        assert_eq!(
+            split,
+            vec![
+                etc.join("agent-runner/other"),
+                etc.join("hosts"),
+                etc.join("ssl")
+            ]
+        );
+        check_protected(&split, &[secret]).unwrap();
+        // Nothing protected inside: the directory itself.
+        assert_eq!(split_around_protected(&etc, &[]), vec![etc.clone()]);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::landlock_rules::{LandlockRequest, build};
 use crate::mode::Mode;
 use crate::policy::{
     AgentUser, DEFAULT_SYSTEM_READ_ONLY, DEVICE_FILES, NetRules, ThreadSpec, check_protected,
+    split_around_protected,
 };
 use crate::probe::{HostProbe, probe_host};
 use crate::report::{Applied, LauncherStatus};
@@ -264,10 +265,14 @@ impl Launcher {
             .chain(&spec.read_write)
             .cloned()
             .collect();
+        // System paths are split around protected ones (a secret under
+        // `/etc` hides that file, not all of `/etc`); the operator's and the
+        // thread's own directories are not, and must not contain one.
         let read_only: Vec<(PathBuf, bool)> = config
             .system_read_only
             .iter()
-            .map(|p| (p.clone(), true))
+            .flat_map(|p| split_around_protected(p, &config.protected))
+            .map(|p| (p, true))
             .chain(config.read_only.iter().map(|p| (p.clone(), false)))
             .chain(spec.skills.iter().map(|p| (p.clone(), false)))
             .chain(spec.read_only.iter().map(|p| (p.clone(), false)))
@@ -485,8 +490,10 @@ impl ThreadSandbox {
     }
 
     /// Kills every process of the thread and removes its cgroup (thread
-    /// deletion, shutdown).
-    pub fn close(self) -> KillReport {
+    /// deletion, shutdown). Takes `&self` so a sandbox shared by `Arc` (the
+    /// runner's thread and its adapter) can be closed by its owner. A launch
+    /// after `close` fails when the thread had a cgroup (it is gone).
+    pub fn close(&self) -> KillReport {
         let report = self.kill_all();
         if let Some(cg) = &self.cgroup
             && let Err(e) = cg.remove()

@@ -287,12 +287,17 @@ impl AgentTask {
             reasoning_level: reasoning_level.clone(),
             sdk_thread_id: None,
             env: rt.thread_env(&thread_id),
+            sandbox: rt.thread_sandbox(&self.agent_id, &thread_id),
         };
         let handle = match adapter.create_thread(&spec).await {
             Ok(h) => h,
             Err(e) => {
                 crate::metrics::adapter_error(&agent.sdk, "create_thread");
+                rt.sandboxes.close_thread(&thread_id).await;
                 let _ = rt.workspaces.remove(&workspace);
+                let _ = rt
+                    .workspaces
+                    .remove(&rt.workspaces.thread_private(&self.agent_id, &thread_id));
                 return Err((rid, e.to_string()));
             }
         };

@@ -260,6 +260,7 @@ mod tests {
             skill_max_bytes: 1024,
             git_env: None,
             github: None,
+            sandboxes: Arc::new(crate::sandbox::AgentSandboxes::unconfined("dispatch-test")),
         });
         for _ in 0..16 {
             let filler = updates::thread(None, "filler", ThreadStatus::Ready);
@@ -273,6 +274,7 @@ mod tests {
             reasoning_level: None,
             sdk_thread_id: None,
             env: Vec::new(),
+            sandbox: sdk_adapter::Sandbox::refused("dispatch test: no processes"),
         };
         crate::thread::start(&rt, "scripted".into(), spec, None);
         let total = BOUND + 10;

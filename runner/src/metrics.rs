@@ -81,6 +81,11 @@ struct AdapterErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FeatureLabel {
+    feature: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
     version: &'static str,
 }
@@ -141,6 +146,7 @@ pub struct Metrics {
     adapter_errors: Family<AdapterErrorLabels, Counter>,
     token_refreshes: Counter,
     token_refresh_failures: Counter,
+    sandbox_missing: Family<FeatureLabel, Gauge>,
     /// Request id → (kind, arrival) until its first reply is sent.
     pending: Mutex<HashMap<String, (&'static str, Instant)>>,
 }
@@ -172,6 +178,7 @@ impl Metrics {
             adapter_errors: Family::default(),
             token_refreshes: Counter::default(),
             token_refresh_failures: Counter::default(),
+            sandbox_missing: Family::default(),
             pending: Mutex::new(HashMap::new()),
         };
         let info: Family<VersionLabel, Gauge> = Family::default();
@@ -262,6 +269,11 @@ impl Metrics {
             "token_refresh_failures",
             "Failed attempts to mint a GitHub installation token (each retry counts)",
             m.token_refresh_failures.clone(),
+        );
+        m.registry.register(
+            "sandbox_missing",
+            "1 for each isolation the agent sandbox could not apply on this host (best-effort mode), by feature (Landlock, cgroup, cgroup limits, …)",
+            m.sandbox_missing.clone(),
         );
         for state in STATES {
             m.connection_state
@@ -431,6 +443,16 @@ pub fn adapter_error(sdk: &str, operation: &'static str) {
             operation,
         })
         .inc();
+}
+
+/// The agent sandbox could not apply `feature` on this host.
+pub fn sandbox_missing(feature: &str) {
+    get()
+        .sandbox_missing
+        .get_or_create(&FeatureLabel {
+            feature: feature.to_owned(),
+        })
+        .set(1);
 }
 
 /// A GitHub installation token was minted (see [`crate::github`]).

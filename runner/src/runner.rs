@@ -17,6 +17,7 @@ use crate::link::{Link, LinkState, Refused};
 use crate::mailboxes::Mailboxes;
 use crate::outbox::Outbox;
 use crate::runtime::{Runtime, RuntimeParts};
+use crate::sandbox::AgentSandboxes;
 use crate::sdks::Sdks;
 use crate::state::Store;
 use crate::workspace::Workspaces;
@@ -65,12 +66,16 @@ impl Runner {
                 None
             }
         };
-        let sdks =
-            Sdks::with_options(&config.sdks, &config.sdk_options).map_err(anyhow::Error::msg)?;
         let store = Store::open(&config.state_dir)
             .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
         let workspaces = Workspaces::new(config.workspace_root.clone())
             .with_context(|| format!("workspace_root {}", config.workspace_root.display()))?;
+        // The one launcher, before any agent process can exist: probes the
+        // host, kills what a previous run left behind.
+        let sandboxes = Arc::new(AgentSandboxes::start(config)?);
+        let mut sdk_options = config.sdk_options.clone();
+        sdk_options.codex.probe_sandbox = sandboxes.probe(&workspaces);
+        let sdks = Sdks::with_options(&config.sdks, &sdk_options).map_err(anyhow::Error::msg)?;
         // Start-up in dependency order: the control-plane client (it
         // connects lazily) → the token broker (control-plane tokens go
         // through that client) → the git credential socket → the runtime,
@@ -96,6 +101,7 @@ impl Runner {
             skill_max_bytes: config.skill_max_bytes,
             git_env: Some(git_env),
             github: Some(github),
+            sandboxes,
         });
         crate::metrics::sdks_enabled(&rt.sdks.names());
         rt.sdks.describe_all().await;
@@ -147,6 +153,14 @@ impl Runner {
             "draining: new turns are refused"
         );
         self.rt.drain(drain_timeout).await;
+        // Whatever the drained turns left running (a `setsid` daemon, an
+        // agent CLI) goes now: no agent process outlives the runner.
+        let sandboxes = self.rt.sandboxes.clone();
+        if let Ok(killed) = tokio::task::spawn_blocking(move || sandboxes.kill_everything()).await
+            && killed > 0
+        {
+            tracing::info!(killed, "killed the agents' remaining processes");
+        }
         let flushed = tokio::time::timeout(FLUSH_TIMEOUT, async {
             while !self.rt.outbox.is_empty() {
                 tokio::time::sleep(Duration::from_millis(20)).await;

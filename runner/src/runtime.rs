@@ -24,6 +24,7 @@ use crate::github::TokenBroker;
 use crate::mailboxes::{DEFAULT_MAX_QUEUED, Mailboxes, Queued};
 use crate::outbox::Outbox;
 use crate::redact::Redactor;
+use crate::sandbox::AgentSandboxes;
 use crate::sdks::Sdks;
 use crate::state::{Store, ThreadRow};
 use crate::workspace::Workspaces;
@@ -82,6 +83,9 @@ pub struct Runtime {
     /// GitHub installation tokens (control plane or the runner's own App;
     /// `None` in bare runtimes).
     github: Option<TokenBroker>,
+    /// The launcher and every thread's sandbox: every agent process starts
+    /// through it and every kill path goes through it.
+    pub sandboxes: Arc<AgentSandboxes>,
 }
 
 /// Everything a [`Runtime`] is made of.
@@ -105,6 +109,8 @@ pub struct RuntimeParts {
     pub git_env: Option<GitEnv>,
     /// The GitHub token broker, if any.
     pub github: Option<TokenBroker>,
+    /// The agent sandbox (built at start; see [`crate::sandbox`]).
+    pub sandboxes: Arc<AgentSandboxes>,
 }
 
 impl Runtime {
@@ -126,11 +132,13 @@ impl Runtime {
             redactor: Redactor::process(),
             git_env: parts.git_env,
             github: parts.github,
+            sandboxes: parts.sandboxes,
         })
     }
 
-    /// A runtime without GitHub tokens or a credential socket (tests,
-    /// fuzzing, benchmarks).
+    /// A runtime without GitHub tokens or a credential socket, whose agent
+    /// processes run unconfined (sandbox mode `off`: the environment
+    /// allowlist and process tracking only) — tests, fuzzing, benchmarks.
     pub fn bare(
         sdks: Sdks,
         store: Store,
@@ -149,6 +157,7 @@ impl Runtime {
             skill_max_bytes,
             git_env: None,
             github: None,
+            sandboxes: Arc::new(AgentSandboxes::unconfined("bare-runtime")),
         })
     }
 
@@ -165,9 +174,16 @@ impl Runtime {
             .unwrap_or_default()
     }
 
+    /// The sandbox of `thread_id` (made on first use; see
+    /// [`AgentSandboxes::thread`]). Blocking, briefly (directories).
+    pub fn thread_sandbox(&self, agent_id: &str, thread_id: &str) -> sdk_adapter::Sandbox {
+        self.sandboxes.thread(&self.workspaces, agent_id, thread_id)
+    }
+
     /// What the thread's adapter is given for `row`.
     pub fn thread_spec(&self, row: &ThreadRow) -> ThreadSpec {
         ThreadSpec {
+            sandbox: self.thread_sandbox(&row.agent_id, &row.thread_id),
             agent_id: row.agent_id.clone(),
             thread_id: row.thread_id.clone(),
             workspace: self.workspaces.thread_dir(&row.agent_id, &row.thread_id),

@@ -42,6 +42,9 @@ pub struct Status {
     pub child_processes: Option<usize>,
     /// The SDKs and their status.
     pub sdks: Vec<Sdk>,
+    /// The agent sandbox: mode, what the host offers, what is not applied.
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxStatus,
 }
 
 /// The link, as `/status` shows it.
@@ -170,6 +173,7 @@ pub fn collect(rt: &Runtime, link: LinkState, child_processes: Option<usize>) ->
         },
         child_processes,
         sdks,
+        sandbox: rt.sandboxes.status().clone(),
     }
 }
 
@@ -251,6 +255,21 @@ fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
         }
         writeln!(out)?;
     }
+    write_sandbox(out, &s.sandbox)
+}
+
+/// The sandbox lines of `status` and `sdk list`.
+pub fn write_sandbox(out: &mut String, s: &crate::sandbox::SandboxStatus) -> std::fmt::Result {
+    writeln!(out, "sandbox     {}", s.mode)?;
+    if let Some(why) = &s.refused {
+        writeln!(out, "  REFUSING every turn: {why}")?;
+    }
+    for fact in &s.host {
+        writeln!(out, "  host: {fact}")?;
+    }
+    for missing in &s.missing {
+        writeln!(out, "  not applied: {missing}")?;
+    }
     Ok(())
 }
 
@@ -309,6 +328,12 @@ mod tests {
                 error_message: None,
                 models: vec!["scripted-fast".into()],
             }],
+            sandbox: crate::sandbox::SandboxStatus {
+                mode: "best-effort".into(),
+                host: vec!["landlock: ABI 7".into()],
+                missing: vec!["cgroup: no delegated cgroup v2".into()],
+                refused: None,
+            },
         };
         let text = render(&s);
         for want in [
@@ -322,6 +347,9 @@ mod tests {
             "outbox      5 queued (capacity 10000), 1 dropped, 0 coalesced",
             "processes   2 alive",
             "  scripted  ready  models: scripted-fast",
+            "sandbox     best-effort",
+            "  host: landlock: ABI 7",
+            "  not applied: cgroup: no delegated cgroup v2",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

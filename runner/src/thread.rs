@@ -209,6 +209,11 @@ impl ThreadTask {
                 .error(msg.rid, format!("create_user_message_request: {e}"))
                 .await;
         }
+        // No sandbox, no turn (mode enforce on a host without Landlock, or
+        // a policy error): the reason goes back as the RequestError.
+        if let Err(e) = self.spec.sandbox.get() {
+            return self.error(msg.rid, e.to_string()).await;
+        }
         let Ok(slot) = rt.turn_slots.clone().try_acquire_owned() else {
             let text = format!(
                 "the runner is running its limit of {} turns; retry later",
@@ -321,6 +326,7 @@ impl ThreadTask {
             crate::metrics::adapter_error(&self.sdk, "turn");
             self.error(turn.rid.clone(), text.clone()).await;
         }
+        let interrupted = turn.interrupted.is_some();
         let rid = match turn.interrupted {
             Some((rid, _)) => rid,
             None => turn.rid,
@@ -338,6 +344,12 @@ impl ThreadTask {
         tracing::debug!(%thread_id, turn_id = %turn.id, ?outcome, "turn ended");
         self.last_turn = Some(turn.id);
         self.rt.turn_finished(&thread_id, &outcome);
+        if interrupted {
+            // An interrupt stops everything the turn started, also what left
+            // its process group (`setsid`); the adapter restarts its CLI for
+            // the next turn if it was among them.
+            self.rt.sandboxes.kill_thread(&thread_id).await;
+        }
     }
 
     /// The adapter did not stop an interrupted turn in time: end it here;
@@ -375,8 +387,16 @@ impl ThreadTask {
             crate::metrics::adapter_error(&self.sdk, "delete_thread");
             tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "SDK failed to delete thread");
         }
+        // Every process of the thread goes, whatever group it is in.
+        rt.sandboxes.close_thread(&self.spec.thread_id).await;
         if let Err(e) = rt.workspaces.remove(&self.spec.workspace) {
             tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "removing thread workspace failed");
+        }
+        let private = rt
+            .workspaces
+            .thread_private(&self.spec.agent_id, &self.spec.thread_id);
+        if let Err(e) = rt.workspaces.remove(&private) {
+            tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "removing the thread's private dir failed");
         }
         if let Err(e) = rt.store.delete_thread(&self.spec.thread_id) {
             tracing::error!(thread_id = %self.spec.thread_id, error = %e, "deleting thread state failed");

@@ -65,6 +65,11 @@ impl Workspaces {
         })
     }
 
+    /// The workspace root (canonical).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Ids must have passed [`check_id`].
     pub fn agent_home(&self, agent_id: &str) -> PathBuf {
         self.root.join(agent_id)

@@ -27,7 +27,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("agent-runner-proto", &["proto-build"]),
     ("code-agent-proto", &["proto-build"]),
     ("agent-launcher", &[]),
-    ("sdk-adapter", &[]),
+    ("sdk-adapter", &["agent-launcher"]),
     ("sdk-scripted", &["sdk-adapter"]),
     ("sdk-process", &["sdk-adapter"]),
     ("sdk-codex", &["sdk-adapter", "sdk-process"]),
@@ -41,7 +41,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "code-agent-engine",
         ],
     ),
-    ("code-agent-engine", &["code-agent-proto"]),
+    ("code-agent-engine", &["code-agent-proto", "agent-launcher"]),
     ("mock-control-plane", &["agent-runner-proto"]),
     (
         "agent-runner",

@@ -1,6 +1,8 @@
-//! The `bash` tool: one shell command in the workspace, in its own process
-//! group, with a timeout, an output cap and the whole group killed on
-//! timeout or cancel.
+//! The `bash` tool: one shell command in the workspace, started through the
+//! session's sandbox (the one launcher, issue 17: confined to the workspace,
+//! HOME and TMPDIR, a clean environment, its own session and process group),
+//! with a timeout, an output cap and the whole group killed on timeout or
+//! cancel. Without a sandbox no shell starts.
 //!
 //! stdout and stderr share one pipe so their lines interleave as a terminal
 //! would show them. When the shell exits, whatever it left running in its
@@ -14,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use agent_launcher::ThreadSandbox;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
@@ -87,7 +90,11 @@ async fn run_command(command: &str, timeout: Duration, ctx: &ToolContext) -> Too
         Ok(pair) => pair,
         Err(err) => return base(ToolOutput::err(format!("cannot create a pipe: {err}"))),
     };
-    let spawned = spawn(command, &ctx.workspace, &ctx.env, writer);
+    let sandbox = match &ctx.sandbox {
+        Ok(sandbox) => sandbox,
+        Err(why) => return base(ToolOutput::err(format!("cannot start the shell: {why}"))),
+    };
+    let spawned = spawn(command, &ctx.workspace, &ctx.env, sandbox, writer);
     let mut child = match spawned {
         Ok(child) => child,
         Err(err) => return base(ToolOutput::err(format!("cannot start the shell: {err}"))),
@@ -199,23 +206,26 @@ fn spawn(
     command: &str,
     workspace: &Path,
     extra_env: &[(String, String)],
+    sandbox: &ThreadSandbox,
     writer: std::io::PipeWriter,
 ) -> std::io::Result<Child> {
     let stderr = writer.try_clone()?;
     let mut cmd = Command::new(shell());
+    // The sandbox starts from an empty environment plus its allowlist; the
+    // session's variables (minus secrets) are added on top.
     cmd.arg("-c")
         .arg(command)
         .current_dir(workspace)
-        .env_clear()
-        .envs(child_env(std::env::vars_os(), extra_env))
+        .envs(child_env(std::iter::empty(), extra_env))
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::from(stderr))
-        .process_group(0)
         .kill_on_drop(true);
     // `cmd` (holding the write ends) is dropped on return, so the pipe
     // reaches EOF once the group has closed its copies.
-    cmd.spawn()
+    let (child, applied) = sandbox.spawn(&mut cmd).map_err(std::io::Error::other)?;
+    tracing::debug!(%applied, "bash launched");
+    Ok(child)
 }
 
 /// `bash` when it is on PATH, else `/bin/sh`.
@@ -253,8 +263,31 @@ async fn read_capped(reader: std::io::PipeReader, cap: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::temp_context as ctx;
+    use std::sync::Arc;
     use std::time::Instant;
+
+    /// A temporary workspace whose `bash` runs in a best-effort sandbox
+    /// (HOME and TMPDIR in a second temporary directory).
+    type Ctx = (tempfile::TempDir, tempfile::TempDir);
+
+    fn ctx() -> (Ctx, ToolContext) {
+        let (dir, ctx) = crate::tools::temp_context();
+        let private = tempfile::tempdir().unwrap();
+        let launcher = agent_launcher::Launcher::new(agent_launcher::LauncherConfig {
+            cgroups: false,
+            ..agent_launcher::LauncherConfig::new(agent_launcher::Mode::BestEffort, "engine-tests")
+        })
+        .unwrap();
+        let sandbox = launcher
+            .thread(agent_launcher::ThreadSpec {
+                workspace: ctx.workspace.clone(),
+                home_dir: private.path().join("home"),
+                tmp_dir: private.path().join("tmp"),
+                ..Default::default()
+            })
+            .unwrap();
+        ((dir, private), ctx.with_sandbox(Arc::new(sandbox)))
+    }
 
     /// No live process of the group remains now, and the group disappears
     /// entirely (zombies reaped) within a generous bound.

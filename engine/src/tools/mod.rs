@@ -88,11 +88,14 @@ pub struct ToolContext {
     pub output_cap: usize,
     /// The session's todo list (the `todo` tool replaces it).
     pub todos: Arc<Mutex<Vec<Todo>>>,
+    /// The sandbox processes are launched in, or why none may start.
+    pub sandbox: Result<Arc<agent_launcher::ThreadSandbox>, String>,
 }
 
 impl ToolContext {
-    /// A context with the default timeout and cap, no extra env and an
-    /// empty todo list.
+    /// A context with the default timeout and cap, no extra env, an empty
+    /// todo list and no sandbox (so no process may start; see
+    /// [`ToolContext::with_sandbox`]).
     pub fn new(workspace: PathBuf) -> Self {
         Self {
             workspace,
@@ -101,7 +104,14 @@ impl ToolContext {
             bash_timeout: DEFAULT_BASH_TIMEOUT,
             output_cap: DEFAULT_OUTPUT_CAP,
             todos: Arc::new(Mutex::new(Vec::new())),
+            sandbox: Err("this tool context has no sandbox".to_string()),
         }
+    }
+
+    /// The same context, launching processes in `sandbox`.
+    pub fn with_sandbox(mut self, sandbox: Arc<agent_launcher::ThreadSandbox>) -> Self {
+        self.sandbox = Ok(sandbox);
+        self
     }
 }
 

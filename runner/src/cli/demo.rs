@@ -87,6 +87,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         log_level: "info".into(),
         health: None,
         github: Default::default(),
+        secret_file: None,
+        github_app_key_file: None,
+        sandbox: Default::default(),
         sdk_options: crate::sdks::SdkOptions {
             code_agent: sdk_code_agent::CodeAgentConfig {
                 state_dir: Some(dir.join("state").join("code-agent")),

@@ -6,8 +6,12 @@ use crate::config::{RunArgs, RunConfig, Secret};
 use crate::runner::Runner;
 use crate::{logging, procs};
 
-/// Registers and serves until SIGTERM/SIGINT (a second signal exits at once).
+/// Registers and serves until SIGTERM/SIGINT (a second signal kills every
+/// agent process and exits at once, 130).
 pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
+    // Before any agent exists: not dumpable (no process of our uid reads our
+    // environ or memory), no core files (they would hold our secrets).
+    let hardening = agent_launcher::harden_runner();
     let config = RunConfig::resolve(args, env_secret)?;
     super::code_agent::redact_provider_keys();
     // The bearer secret is never logged on purpose; masking it too covers
@@ -17,6 +21,14 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
     }
     logging::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
     procs::warn_if_pid1();
+    match hardening {
+        Ok(h) => tracing::debug!(
+            not_dumpable = h.not_dumpable,
+            no_core = h.no_core,
+            "runner hardened"
+        ),
+        Err(e) => tracing::warn!(error = %e, "could not harden the runner process"),
+    }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut runner = Runner::start(&config).await?;
@@ -30,12 +42,19 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
         _ = int.recv() => {}
         refused = runner.refused() => return refused,
     }
+    let sandboxes = runner.rt.sandboxes.clone();
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        eprintln!("agent-runner: second signal, exiting at once");
+        eprintln!("agent-runner: second signal, killing every agent process and exiting");
+        // Agents run in sessions of their own: the terminal's signal never
+        // reached them. Nothing of theirs may outlive us.
+        let killed = tokio::task::spawn_blocking(move || sandboxes.kill_everything()).await;
+        if let Ok(killed) = killed {
+            eprintln!("agent-runner: killed {killed} agent processes");
+        }
         std::process::exit(130);
     });
     runner.shutdown(config.drain_timeout).await

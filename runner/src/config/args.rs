@@ -79,6 +79,9 @@ pub struct RunArgs {
     /// Settings of the code-agent adapter (see `CodeAgentArgs`).
     #[command(flatten)]
     pub code_agent: CodeAgentArgs,
+    /// The agent sandbox (see `SandboxArgs`).
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 /// Default limit on a package's total size.

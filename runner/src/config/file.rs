@@ -40,6 +40,16 @@ pub(super) struct FileConfig {
     // The code-agent adapter (see `CodeAgentArgs`).
     pub(super) code_agent_endpoint: Option<String>,
     pub(super) code_agent_state_dir: Option<PathBuf>,
+    // The agent sandbox (see `SandboxArgs`).
+    pub(super) sandbox: Option<String>,
+    pub(super) agent_uid: Option<String>,
+    pub(super) sandbox_read_only: Option<Vec<PathBuf>>,
+    pub(super) sandbox_env: Option<Vec<String>>,
+    pub(super) sandbox_nofile: Option<u64>,
+    pub(super) sandbox_fsize: Option<u64>,
+    pub(super) sandbox_memory_max: Option<u64>,
+    pub(super) sandbox_pids_max: Option<u64>,
+    pub(super) sandbox_cpu_max: Option<String>,
 }
 
 pub(super) fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {

@@ -11,7 +11,7 @@
 //! One file per concern, each with its tests: `args` (the flags), `file`
 //! (the TOML file), `url` (the control-plane URL), `run` (merging everything
 //! into [`RunConfig`]), `sdks` (adapter settings), `github` (where
-//! installation tokens come from).
+//! installation tokens come from), `sandbox` (the agent sandbox).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,7 @@ mod args;
 mod file;
 mod github;
 mod run;
+mod sandbox;
 mod sdks;
 mod url;
 
@@ -33,6 +34,7 @@ pub use args::*;
 use file::{FileConfig, load_file};
 pub use github::*;
 pub use run::*;
+pub use sandbox::*;
 pub use sdks::*;
 pub use url::*;
 

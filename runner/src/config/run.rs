@@ -46,6 +46,12 @@ pub struct RunConfig {
     pub sdk_options: crate::sdks::SdkOptions,
     /// Where GitHub installation tokens come from.
     pub github: GithubConfig,
+    /// The file the bearer secret was read from (hidden from agents).
+    pub secret_file: Option<PathBuf>,
+    /// The GitHub App's private key file, if any (hidden from agents).
+    pub github_app_key_file: Option<PathBuf>,
+    /// The agent sandbox.
+    pub sandbox: SandboxConfig,
 }
 
 impl RunConfig {
@@ -63,6 +69,11 @@ impl RunConfig {
             Some(path) => key_err(key, format!("{message} (in {})", path.display())),
             None => key_err(key, message),
         };
+        let github_app_key_file = args
+            .github
+            .github_app_private_key_file
+            .clone()
+            .or(file.github_app_private_key_file.clone());
         let github = args
             .github
             .clone()
@@ -98,10 +109,25 @@ impl RunConfig {
             ));
         }
 
-        let secret = match args.secret_file.or(file.secret_file) {
-            Some(path) => Some(read_secret_file(&path)?),
+        let secret_file = args.secret_file.or(file.secret_file);
+        let secret = match &secret_file {
+            Some(path) => Some(read_secret_file(path)?),
             None => env_secret,
         };
+        let sandbox = args
+            .sandbox
+            .or(SandboxArgs {
+                sandbox: file.sandbox,
+                agent_uid: file.agent_uid,
+                sandbox_read_only: file.sandbox_read_only.unwrap_or_default(),
+                sandbox_env: file.sandbox_env.unwrap_or_default(),
+                sandbox_nofile: file.sandbox_nofile,
+                sandbox_fsize: file.sandbox_fsize,
+                sandbox_memory_max: file.sandbox_memory_max,
+                sandbox_pids_max: file.sandbox_pids_max,
+                sandbox_cpu_max: file.sandbox_cpu_max,
+            })
+            .resolve()?;
 
         let sdks = if !args.sdk.is_empty() {
             args.sdk
@@ -226,6 +252,9 @@ impl RunConfig {
             health,
             sdk_options,
             github,
+            secret_file,
+            github_app_key_file,
+            sandbox,
         };
         let mut config = config;
         default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);

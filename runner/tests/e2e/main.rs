@@ -21,6 +21,7 @@ mod link;
 mod logs;
 mod protocol;
 mod real_sdk;
+mod sandbox;
 mod scale;
 mod skills;
 mod soak;

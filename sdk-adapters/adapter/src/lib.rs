@@ -13,19 +13,26 @@
 //! [`SteerGate`] (steering against the end of a turn), [`finish_turn`] and
 //! [`sleep_until`], and [`ItemContent`] (an item's body, reported as an
 //! event).
+//!
+//! Every process an adapter starts for a thread goes through the thread's
+//! [`Sandbox`] (the `agent-launcher` crate, re-exported as [`launcher`]).
 
 pub mod cap;
 mod event;
+mod sandbox;
 mod sdk;
 mod steering;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod turn_task;
 
+/// The launcher every spawn site starts its processes through.
+pub use agent_launcher as launcher;
 pub use event::{
     CommandInfo, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown,
     TurnEvent, TurnOutcome,
 };
+pub use sandbox::Sandbox;
 pub use sdk::{
     AgentSpec, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus, SteerError,
     TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec, Turn, TurnControl, TurnInput,

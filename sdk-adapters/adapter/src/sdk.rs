@@ -85,6 +85,11 @@ pub struct ThreadSpec {
     /// (e.g. the runner's `GIT_CONFIG_*` credential-helper settings).
     /// Adapters add it on top of their own environment.
     pub env: Vec<(String, String)>,
+    /// The thread's sandbox: every process started for the thread (a
+    /// command, an agent CLI and what it runs) is launched through it, so
+    /// it is confined to the thread's workspace, HOME and TMPDIR and killed
+    /// with the thread. Its HOME and TMPDIR are the thread's.
+    pub sandbox: crate::Sandbox,
 }
 
 impl ThreadSpec {

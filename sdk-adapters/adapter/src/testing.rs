@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::launcher::{Launcher, LauncherConfig, Mode, ThreadSpec as SandboxSpec};
 use crate::{
     CommandInfo, ItemEvent, ItemKind, ItemStatus, SdkAdapter, SteerError, ThreadSpec, TokenUsage,
     Turn, TurnEvent, TurnInput, TurnOutcome,
@@ -38,7 +39,56 @@ pub fn thread_spec(dir: &Path, model: &str) -> ThreadSpec {
         reasoning_level: Some("low".into()),
         sdk_thread_id: None,
         env: Vec::new(),
+        sandbox: sandbox(&dir.join("workspace")),
     }
+}
+
+/// A sandbox for `workspace` (created if missing) in mode `off` without
+/// cgroups: the launcher's environment allowlist, own session and tracking
+/// tag, but no Landlock (the suites' fake CLIs live in `target/`). HOME and
+/// TMPDIR are `<workspace>.home` and `<workspace>.tmp`.
+pub fn sandbox(workspace: &Path) -> crate::Sandbox {
+    sandbox_in_mode(workspace, Mode::Off)
+}
+
+/// One mode-`off` sandbox shared by a whole test binary, for children that
+/// belong to no particular thread (its workspace lives in a temporary
+/// directory kept for the life of the process).
+pub fn shared_sandbox() -> std::sync::Arc<crate::launcher::ThreadSandbox> {
+    static SHARED: std::sync::OnceLock<(std::path::PathBuf, crate::Sandbox)> =
+        std::sync::OnceLock::new();
+    let (_, sandbox) = SHARED.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!(
+            "adapter-tests-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
+        let ws = dir.join("workspace");
+        (dir, sandbox(&ws))
+    });
+    sandbox.get().unwrap().clone()
+}
+
+/// As [`sandbox`], in `mode`.
+pub fn sandbox_in_mode(workspace: &Path, mode: Mode) -> crate::Sandbox {
+    std::fs::create_dir_all(workspace).unwrap();
+    let config = LauncherConfig {
+        cgroups: false,
+        ..LauncherConfig::new(mode, "adapter-tests")
+    };
+    let launcher = Launcher::new(config).unwrap();
+    let sandbox = launcher
+        .thread(SandboxSpec {
+            workspace: workspace.to_path_buf(),
+            home_dir: workspace.with_extension("home"),
+            tmp_dir: workspace.with_extension("tmp"),
+            ..SandboxSpec::default()
+        })
+        .unwrap();
+    crate::Sandbox::ready(std::sync::Arc::new(sandbox))
 }
 
 /// A user message `text` on the thread's own model and reasoning level.

@@ -114,13 +114,15 @@ impl ClaudeAdapter {
         slot: &Slot,
         flavor: Flavor,
     ) -> Result<Session, SdkError> {
+        let sandbox = spec.sandbox.get()?;
         let resume = slot.shared.resumable.load(Ordering::SeqCst)
-            || has_transcript(&self.config, &slot.session_id);
+            || has_transcript(&self.config, &sandbox.spec().home_dir, &slot.session_id);
         Session::start(
             &self.config,
             &spec.thread_id,
             &spec.workspace,
             &spec.env,
+            sandbox,
             &slot.session_id,
             resume,
             flavor,

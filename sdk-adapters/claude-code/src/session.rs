@@ -11,7 +11,29 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use sdk_adapter::launcher::ThreadSandbox;
 use sdk_process::{ChildError, ChildSpec, Inbound, JsonChild, TurnSink};
+
+/// The runner's variables Claude Code documents it reads, passed on top of
+/// the launcher's allowlist: its config dir and these prefixes (Anthropic
+/// API key, token and endpoint; Claude Code switches; Bedrock and Vertex).
+/// Without `CLAUDE_CONFIG_DIR` claude uses `$HOME/.claude`, and `HOME` is
+/// the thread's own.
+pub(crate) const PASS_ENV: &[&str] = &[
+    "CLAUDE_CONFIG_DIR",
+    "CLOUD_ML_REGION",
+    "DISABLE_TELEMETRY",
+    "DISABLE_AUTOUPDATER",
+];
+
+/// Prefixes of further variables Claude Code reads.
+pub(crate) const PASS_ENV_PREFIXES: &[&str] = &[
+    "ANTHROPIC_",
+    "CLAUDE_CODE_",
+    "AWS_",
+    "VERTEX_REGION_",
+    "MCP_",
+];
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
@@ -64,6 +86,7 @@ impl Session {
         thread_id: &str,
         cwd: &Path,
         thread_env: &[(String, String)],
+        sandbox: &ThreadSandbox,
         session_id: &str,
         resume: bool,
         flavor: Flavor,
@@ -89,10 +112,11 @@ impl Session {
             .arg("stdio")
             .arg(if resume { "--resume" } else { "--session-id" })
             .arg(session_id);
-        for (key, value) in config.env.iter().chain(thread_env) {
+        let documented = sdk_process::runner_env(PASS_ENV, PASS_ENV_PREFIXES);
+        for (key, value) in documented.iter().chain(&config.env).chain(thread_env) {
             spec = spec.env(key, value);
         }
-        let (child, inbound) = JsonChild::spawn(spec, protocol::response_key())?;
+        let (child, inbound) = JsonChild::spawn(spec, sandbox, protocol::response_key())?;
         let sink = Arc::new(Sink::default());
         let router = tokio::spawn(route(
             inbound,
@@ -165,9 +189,10 @@ async fn route(
 
 /// Whether Claude Code has a transcript for `session_id` (so `--resume`
 /// works): `<config dir>/projects/<any project>/<session_id>.jsonl`, where
-/// the config dir is `CLAUDE_CONFIG_DIR`, else `$HOME/.claude` (the
-/// adapter's extra environment first, then the runner's).
-pub(crate) fn has_transcript(config: &ClaudeConfig, session_id: &str) -> bool {
+/// the config dir is `CLAUDE_CONFIG_DIR` (the adapter's extra environment
+/// first, then the runner's), else `<home>/.claude` with `home` the
+/// thread's HOME (the sandbox's).
+pub(crate) fn has_transcript(config: &ClaudeConfig, home: &Path, session_id: &str) -> bool {
     let env = |key: &str| {
         config
             .env
@@ -177,10 +202,7 @@ pub(crate) fn has_transcript(config: &ClaudeConfig, session_id: &str) -> bool {
             .map(|(_, v)| PathBuf::from(v))
             .or_else(|| std::env::var_os(key).map(PathBuf::from))
     };
-    let Some(dir) = env("CLAUDE_CONFIG_DIR").or_else(|| env("HOME").map(|h| h.join(".claude")))
-    else {
-        return false;
-    };
+    let dir = env("CLAUDE_CONFIG_DIR").unwrap_or_else(|| home.join(".claude"));
     let file = format!("{session_id}.jsonl");
     std::fs::read_dir(dir.join("projects"))
         .map(|projects| {

@@ -37,6 +37,10 @@ const PENDING_CONNECTIONS: usize = 16;
 #[derive(Clone)]
 pub(crate) struct Backend {
     pub client: Client,
+    /// The embedded engine's sandboxes: each thread's own is registered
+    /// there, so the engine's `bash` runs in it (`None`: a remote engine, or
+    /// one the embedder started, which sandboxes its tools itself).
+    pub sandboxes: Option<code_agent_engine::Sandboxes>,
     /// Stops the in-process server when the last clone drops.
     _server: Option<Arc<DropGuard>>,
 }
@@ -62,6 +66,7 @@ fn remote(url: &str) -> Result<Backend, String> {
     }
     Ok(Backend {
         client: CodeAgentServiceClient::new(endpoint.connect_lazy()),
+        sandboxes: None,
         _server: None,
     })
 }
@@ -72,14 +77,19 @@ async fn in_process(state_dir: Option<PathBuf>) -> Result<Backend, String> {
             .await
             .map_err(|e| format!("code-agent state dir {}: {e}", dir.display()))?;
     }
+    // Only the threads' own sandboxes (registered per thread) may run
+    // processes: the embedded engine makes none of its own.
     let config = code_agent_engine::EngineConfig {
         state_dir,
+        launcher: code_agent_engine::EngineLauncher::RegisteredOnly,
         ..Default::default()
     };
     let engine = code_agent_engine::Engine::start(config)
         .await
         .map_err(|e| format!("starting the embedded code-agent engine: {e:#}"))?;
-    Ok(in_memory_client(engine.grpc_service()).into())
+    let mut backend = Backend::from(in_memory_client(engine.grpc_service()));
+    backend.sandboxes = Some(engine.sandboxes());
+    Ok(backend)
 }
 
 /// A client of a `CodeAgentService` served in this process over in-memory
@@ -135,6 +145,7 @@ impl From<InMemoryClient> for Backend {
     fn from(in_memory: InMemoryClient) -> Self {
         Backend {
             client: in_memory.client,
+            sandboxes: None,
             _server: Some(in_memory._server),
         }
     }

@@ -6,7 +6,8 @@
 //!
 //! How a runner thread maps onto the service:
 //! - `create_thread` ⇒ `Initialize{workspace, env}` (the engine gives the
-//!   thread's env to its tool processes) and a FILE session whose id is the
+//!   thread's env to its tool processes; the embedded engine is also handed
+//!   the thread's sandbox, in which alone its `bash` runs) and a FILE session whose id is the
 //!   thread id (so it survives restarts; re-opening finds it with
 //!   `GetSession`, else creates it again). The session id is the runner's
 //!   `sdk_thread_id`.
@@ -157,6 +158,11 @@ impl CodeAgentAdapter {
         &self.config
     }
 
+    /// The embedded engine's sandbox registry, once the backend is open.
+    fn sandboxes(&self) -> Option<code_agent_engine::Sandboxes> {
+        self.backend.get().and_then(|b| b.sandboxes.clone())
+    }
+
     /// The client; starts the embedded engine on first use (a failure is
     /// retried on the next call).
     async fn client(&self) -> Result<Client, SdkError> {
@@ -219,6 +225,11 @@ impl CodeAgentAdapter {
         }
         let mut client = self.client().await?;
         spec.create_workspace().await?;
+        if let Some(sandboxes) = self.sandboxes() {
+            // The embedded engine runs this thread's `bash` in the thread's
+            // own sandbox (and nowhere else).
+            sandboxes.register(&spec.workspace, spec.sandbox.get()?.clone());
+        }
         let workspace = spec.workspace.to_string_lossy().into_owned();
         let init = InitializeRequest {
             workspace: workspace.clone(),
@@ -408,7 +419,11 @@ impl SdkAdapter for CodeAgentAdapter {
             // Wait for a start_turn in progress to let go.
             let _ = slot.state.lock().await;
         }
-        self.destroy(session_id(spec)?).await
+        let destroyed = self.destroy(session_id(spec)?).await;
+        if let Some(sandboxes) = self.sandboxes() {
+            sandboxes.forget(&spec.workspace);
+        }
+        destroyed
     }
 
     async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError> {
@@ -469,6 +484,7 @@ mod tests {
             reasoning_level: None,
             sdk_thread_id: sdk_thread_id.map(str::to_owned),
             env: Vec::new(),
+            sandbox: sdk_adapter::Sandbox::refused("unit test: no processes"),
         }
     }
 

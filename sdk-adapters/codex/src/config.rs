@@ -34,6 +34,10 @@ pub struct CodexConfig {
     /// At most one RUNNING update per item per this interval while deltas
     /// stream in.
     pub coalesce: Duration,
+    /// Where `describe()` starts its `codex app-server` probe (it belongs
+    /// to no thread): a sandbox the runner made for SDK probes. The default
+    /// refuses, so `describe()` reports ERROR until the runner sets one.
+    pub probe_sandbox: sdk_adapter::Sandbox,
 }
 
 impl Default for CodexConfig {
@@ -48,6 +52,9 @@ impl Default for CodexConfig {
             describe_ttl: Duration::from_secs(30),
             interrupt_grace: Duration::from_secs(15),
             coalesce: Duration::from_millis(100),
+            probe_sandbox: sdk_adapter::Sandbox::refused(
+                "no sandbox was given for the describe probe (CodexConfig::probe_sandbox)",
+            ),
         }
     }
 }

@@ -60,11 +60,16 @@ impl Describer {
 
 async fn probe(config: &CodexConfig) -> SdkDescription {
     let timeout = config.describe_timeout;
+    let sandbox = match config.probe_sandbox.get() {
+        Ok(sandbox) => sandbox,
+        Err(e) => return description(SdkStatus::Error, Some(e.to_string()), Vec::new()),
+    };
     let server = match AppServer::start(
         config,
         "codex app-server (describe)".to_owned(),
         None,
         &[],
+        sandbox,
         timeout,
     )
     .await

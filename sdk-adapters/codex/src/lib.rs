@@ -141,11 +141,13 @@ impl CodexAdapter {
         state.server = None;
         spec.create_workspace().await?;
         let label = format!("codex app-server (thread {})", spec.thread_id);
+        let sandbox = spec.sandbox.get()?;
         let server = AppServer::start(
             &self.config,
             label,
             Some(&spec.workspace),
             &spec.env,
+            sandbox,
             self.config.request_timeout,
         )
         .await

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sdk_adapter::launcher::ThreadSandbox;
 use sdk_process::{ChildError, ChildSpec, Inbound, JsonChild, TurnSink};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -47,6 +48,23 @@ pub(crate) enum StartError {
     Rpc(#[from] RpcError),
 }
 
+/// The runner's variables codex documents it reads (its home, OpenAI
+/// credentials and endpoint, logging), passed on top of the launcher's
+/// allowlist. Without `CODEX_HOME` codex uses `$HOME/.codex`, and `HOME` is
+/// the thread's own.
+pub(crate) const PASS_ENV: &[&str] = &[
+    "CODEX_HOME",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_ORGANIZATION",
+    "OPENAI_PROJECT",
+    "CODEX_API_KEY",
+    "RUST_LOG",
+];
+
+/// Prefixes of further variables codex reads (none beyond the names).
+pub(crate) const PASS_ENV_PREFIXES: &[&str] = &[];
+
 /// A running, initialized app-server. Dropping it kills its process tree.
 #[derive(Debug)]
 pub(crate) struct AppServer {
@@ -74,16 +92,18 @@ impl AppServer {
         label: String,
         cwd: Option<&Path>,
         thread_env: &[(String, String)],
+        sandbox: &ThreadSandbox,
         timeout: Duration,
     ) -> Result<Self, StartError> {
         let mut spec = ChildSpec::new(label, &config.bin).arg("app-server");
         if let Some(cwd) = cwd {
             spec = spec.cwd(cwd);
         }
-        for (key, value) in config.env.iter().chain(thread_env) {
+        let documented = sdk_process::runner_env(PASS_ENV, PASS_ENV_PREFIXES);
+        for (key, value) in documented.iter().chain(&config.env).chain(thread_env) {
             spec = spec.env(key, value);
         }
-        let (child, inbound) = JsonChild::spawn(spec, rpc::response_key())?;
+        let (child, inbound) = JsonChild::spawn(spec, sandbox, rpc::response_key())?;
         let rpc = Arc::new(Rpc::new(child.handle(), config.request_timeout));
         let sink = Arc::new(Sink::default());
         let router = tokio::spawn(route(

@@ -39,6 +39,7 @@ fn config(dir: &Path) -> CodexConfig {
             dir.to_string_lossy().into_owned(),
         )],
         request_timeout: Duration::from_secs(20),
+        probe_sandbox: sdk_adapter::testing::sandbox(&dir.join("probe")),
         ..CodexConfig::default()
     }
 }

@@ -106,6 +106,7 @@ async fn a_real_codex_runs_a_command_and_resumes_after_a_restart() {
         env: vec![("CODEX_HOME".into(), home.to_string_lossy().into_owned())],
         request_timeout: PATIENCE,
         describe_timeout: PATIENCE,
+        probe_sandbox: sdk_adapter::testing::sandbox(&dir.path().join("probe")),
         ..CodexConfig::default()
     };
     let adapter = CodexAdapter::new(config.clone());

@@ -1,7 +1,12 @@
 //! One agent CLI as a child process speaking JSON lines.
 //!
 //! Why each choice:
-//! - The child gets a process group of its own (`process_group(0)`), so
+//! - The child is started through the thread's sandbox (the one launcher,
+//!   issue 17): confined to the thread's workspace, HOME and TMPDIR, with a
+//!   clean environment (the launcher's allowlist plus what the spec sets),
+//!   tagged so the runner kills whatever it leaves behind with the thread.
+//! - The child gets a session and process group of its own (the launcher's
+//!   `setsid`), so
 //!   [`ChildHandle::kill`] reaches everything it started (`kill(-pgid)`): the
 //!   npm `codex` shim and the native binary under it, the shells an agent
 //!   runs, their children.
@@ -31,6 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use sdk_adapter::launcher::{LaunchError, ThreadSandbox};
 use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
@@ -67,7 +73,8 @@ pub struct ChildSpec {
     pub args: Vec<OsString>,
     /// Its working directory (`None`: the runner's).
     pub cwd: Option<PathBuf>,
-    /// Added to (or replacing in) the runner's environment.
+    /// Added to (or replacing in) the sandbox's environment (its allowlist
+    /// of the runner's variables; nothing else of the runner's reaches it).
     pub env: Vec<(OsString, OsString)>,
     /// A stdout line longer than this is dropped (logged as cut).
     pub max_line_bytes: usize,
@@ -246,11 +253,13 @@ impl std::fmt::Debug for JsonChild {
 }
 
 impl JsonChild {
-    /// Start the child (must be called inside a tokio runtime). Lines that
-    /// `response_key` maps to a key go to [`ChildHandle::request`] waiters;
-    /// the rest arrive on the returned [`Inbound`].
+    /// Start the child through `sandbox` (must be called inside a tokio
+    /// runtime). Lines that `response_key` maps to a key go to
+    /// [`ChildHandle::request`] waiters; the rest arrive on the returned
+    /// [`Inbound`].
     pub fn spawn(
         spec: ChildSpec,
+        sandbox: &ThreadSandbox,
         response_key: ResponseKey,
     ) -> Result<(Self, Inbound), ChildError> {
         let program = display(spec.program.as_os_str());
@@ -267,7 +276,6 @@ impl JsonChild {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
         if let Some(cwd) = &spec.cwd {
             cmd.current_dir(cwd);
@@ -275,15 +283,18 @@ impl JsonChild {
         for (key, value) in &spec.env {
             cmd.env(key, value);
         }
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => ChildError::NotFound {
-                program: program.clone(),
-            },
-            _ => ChildError::Spawn {
+        let (mut child, applied) = sandbox.spawn(&mut cmd).map_err(|e| match e {
+            LaunchError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                ChildError::NotFound {
+                    program: program.clone(),
+                }
+            }
+            e => ChildError::Spawn {
                 program: program.clone(),
                 message: e.to_string(),
             },
         })?;
+        tracing::debug!(child = %spec.label, %applied, "agent cli launched");
         let spawn_error = |message: &str| ChildError::Spawn {
             program: program.clone(),
             message: message.to_owned(),

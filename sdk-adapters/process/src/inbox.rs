@@ -114,9 +114,13 @@ mod tests {
         let spec = ChildSpec::new("inbox test", "sh")
             .arg("-c")
             .arg("sleep 600");
-        JsonChild::spawn(spec, Arc::new(|_: &serde_json::Value| None))
-            .unwrap()
-            .0
+        JsonChild::spawn(
+            spec,
+            &sdk_adapter::testing::shared_sandbox(),
+            Arc::new(|_: &serde_json::Value| None),
+        )
+        .unwrap()
+        .0
     }
 
     fn inbox(child: &JsonChild, grace: Duration) -> (TurnInbox<u32>, Arc<TurnSink<u32>>) {

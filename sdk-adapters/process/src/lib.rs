@@ -11,6 +11,8 @@
 //!   through the `JsonChild`) or drop.
 //! - [`ChildHandle`]: a cheap clone for writers (turn controls, routers) that
 //!   does not keep the process alive.
+//! - [`runner_env`]: the runner's variables an SDK documents it needs,
+//!   passed explicitly on top of the launcher's allowlist.
 //! - [`find_program`]: a fast "is the binary there" check for `describe()`.
 //! - [`cap_text`] / [`CappedText`]: the cap on text that travels inside one
 //!   item update.
@@ -33,12 +35,14 @@ mod child;
 pub mod fake;
 mod inbox;
 mod lines;
+mod passthrough;
 mod program;
 mod sink;
 mod threads;
 
 pub use child::{ChildError, ChildHandle, ChildSpec, Inbound, JsonChild, ResponseKey};
 pub use inbox::{Next, TurnInbox};
+pub use passthrough::{NETWORK_ENV, runner_env};
 pub use program::find_program;
 pub use sdk_adapter::cap::{CappedText, OUTPUT_CAP_BYTES, cap_text};
 pub use sink::TurnSink;

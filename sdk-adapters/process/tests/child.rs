@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sdk_adapter::testing::{PATIENCE, wait_dead};
+use sdk_adapter::testing::{PATIENCE, shared_sandbox, wait_dead};
 use sdk_process::{ChildError, ChildSpec, JsonChild, ResponseKey};
 use serde_json::{Value, json};
 
@@ -37,7 +37,7 @@ async fn responses_go_to_their_request_and_the_rest_in_order() {
             echo "{\"id\":7,\"result\":$line}"
         done
     "#;
-    let (child, mut inbound) = JsonChild::spawn(sh(script), by_id()).unwrap();
+    let (child, mut inbound) = JsonChild::spawn(sh(script), &shared_sandbox(), by_id()).unwrap();
     let response = child
         .request("7".into(), &json!({"x": 1}), PATIENCE)
         .await
@@ -52,7 +52,7 @@ async fn responses_go_to_their_request_and_the_rest_in_order() {
 #[tokio::test]
 async fn an_exit_fails_waiting_requests_with_status_and_stderr() {
     let script = "read -r line; echo 'boom: no credentials' >&2; exit 3";
-    let (child, mut inbound) = JsonChild::spawn(sh(script), by_id()).unwrap();
+    let (child, mut inbound) = JsonChild::spawn(sh(script), &shared_sandbox(), by_id()).unwrap();
     let err = child
         .request("1".into(), &json!({"id": 1}), PATIENCE)
         .await
@@ -79,7 +79,8 @@ async fn an_exit_fails_waiting_requests_with_status_and_stderr() {
 
 #[tokio::test]
 async fn an_unanswered_request_times_out() {
-    let (child, _inbound) = JsonChild::spawn(sh("cat >/dev/null"), by_id()).unwrap();
+    let (child, _inbound) =
+        JsonChild::spawn(sh("cat >/dev/null"), &shared_sandbox(), by_id()).unwrap();
     let err = child
         .request("1".into(), &json!({}), Duration::from_millis(200))
         .await
@@ -95,7 +96,7 @@ async fn kill_takes_the_whole_tree() {
         "sleep 300 & echo $! > {p}; sleep 300 & echo $! >> {p}; wait",
         p = pids.display()
     );
-    let (child, _inbound) = JsonChild::spawn(sh(&script), by_id()).unwrap();
+    let (child, _inbound) = JsonChild::spawn(sh(&script), &shared_sandbox(), by_id()).unwrap();
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let grandchildren: Vec<i32> = loop {
         let text = std::fs::read_to_string(&pids).unwrap_or_default();
@@ -119,17 +120,30 @@ async fn kill_takes_the_whole_tree() {
 
 #[tokio::test]
 async fn a_missing_program_is_not_found() {
-    let err =
-        JsonChild::spawn(ChildSpec::new("x", "surely-no-such-agent-cli"), by_id()).unwrap_err();
+    let err = JsonChild::spawn(
+        ChildSpec::new("x", "surely-no-such-agent-cli"),
+        &shared_sandbox(),
+        by_id(),
+    )
+    .unwrap_err();
     assert!(matches!(err, ChildError::NotFound { .. }), "{err}");
-    let err = JsonChild::spawn(sh("true").cwd("/nonexistent/dir"), by_id()).unwrap_err();
+    let err = JsonChild::spawn(
+        sh("true").cwd("/nonexistent/dir"),
+        &shared_sandbox(),
+        by_id(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
 
 #[tokio::test]
 async fn shutdown_closes_stdin_and_the_child_goes() {
-    let (child, mut inbound) =
-        JsonChild::spawn(sh("cat >/dev/null; echo '{\"bye\":1}'"), by_id()).unwrap();
+    let (child, mut inbound) = JsonChild::spawn(
+        sh("cat >/dev/null; echo '{\"bye\":1}'"),
+        &shared_sandbox(),
+        by_id(),
+    )
+    .unwrap();
     let handle = child.handle();
     tokio::time::timeout(PATIENCE, child.shutdown(PATIENCE))
         .await

@@ -1,7 +1,12 @@
-//! Running one `run` step: `sh -c COMMAND` in its own process group, with
-//! stdout and stderr combined into one pipe and the result capped.
+//! Running one `run` step: `sh -c COMMAND` started through the thread's
+//! sandbox (the one launcher, issue 17) in its own session and process
+//! group, with stdout and stderr combined into one pipe and the result
+//! capped.
 //!
 //! Why each choice:
+//! - The thread's [`ThreadSandbox`] launches it: confined to the thread's
+//!   workspace, HOME and TMPDIR, a clean environment, and tagged so the
+//!   runner can kill it with the thread even after a `setsid`.
 //! - One pipe for both streams (the same write end installed as fd 1 and 2)
 //!   keeps the output interleaved exactly as the command wrote it.
 //! - A process group of its own lets an interrupt kill the whole tree the
@@ -23,6 +28,7 @@ use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
 use sdk_adapter::cap::{CappedBytes, OUTPUT_CAP_BYTES};
+use sdk_adapter::launcher::ThreadSandbox;
 
 /// After the shell exits, at most this much more is read from the pipe (a
 /// process that escaped the group could otherwise keep the drain busy).
@@ -51,13 +57,15 @@ pub(crate) struct CommandResult {
     pub exit_code: i32,
 }
 
-/// Start `sh -c command` in `cwd` (stdin null, stdout+stderr one pipe, a new
-/// process group), with `env` added to the adapter's own environment (the
-/// thread's `ThreadSpec::env`, e.g. the runner's git credential settings).
+/// Start `sh -c command` in `cwd` through `sandbox` (stdin null,
+/// stdout+stderr one pipe, a new session and so a new process group), with
+/// `env` added to the sandbox's environment (the thread's `ThreadSpec::env`,
+/// e.g. the runner's git credential settings).
 pub(crate) fn spawn(
     command: &str,
     cwd: &Path,
     env: &[(String, String)],
+    sandbox: &ThreadSandbox,
 ) -> io::Result<RunningCommand> {
     let (reader, writer) = io::pipe()?;
     let writer_for_stderr = writer.try_clone()?;
@@ -72,13 +80,14 @@ pub(crate) fn spawn(
             .stdin(Stdio::null())
             .stdout(writer)
             .stderr(writer_for_stderr)
-            .process_group(0)
             .kill_on_drop(true)
             .envs(env.iter().map(|(k, v)| (k, v)));
         if cwd.is_absolute() {
             cmd.env("PWD", cwd);
         }
-        cmd.spawn()?
+        let (child, applied) = sandbox.spawn(&mut cmd).map_err(io::Error::other)?;
+        tracing::debug!(%applied, "scripted: command launched");
+        child
         // `cmd` drops here, closing our copies of the write end: the pipe's
         // only writers are now the command and its children.
     };

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `say TEXT` | an `AgentMessage` item with TEXT |
 //! | `think TEXT` | a `Reasoning` item with TEXT |
-//! | `run COMMAND` | a `CommandExecution` item; `sh -c COMMAND` really runs in the thread's workspace, with the thread's `ThreadSpec::env` added to its environment |
+//! | `run COMMAND` | a `CommandExecution` item; `sh -c COMMAND` really runs in the thread's workspace, started through the thread's sandbox (`ThreadSpec::sandbox`), with the thread's `ThreadSpec::env` added to its environment |
 //! | `sleep MS` | waits MS milliseconds; an interrupt cuts it short |
 //! | `usage INPUT OUTPUT` | a [`TurnEvent::Usage`](sdk_adapter::TurnEvent::Usage) |
 //! | `fail TEXT` | the turn ends `Failed(TEXT)` |
@@ -114,6 +114,7 @@ impl SdkAdapter for ScriptedAdapter {
         Ok(turn::start(
             spec.workspace.clone(),
             spec.env.clone(),
+            spec.sandbox.clone(),
             input.text,
         ))
     }

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sdk_adapter::{
-    CommandInfo, ItemEvent, ItemKind, ItemStatus, TURN_EVENT_BUFFER, TokenUsage,
+    CommandInfo, ItemEvent, ItemKind, ItemStatus, Sandbox, TURN_EVENT_BUFFER, TokenUsage,
     TokenUsageBreakdown, Turn, TurnEvent, TurnOutcome,
 };
 use tokio::sync::mpsc;
@@ -32,10 +32,15 @@ use crate::control::{Next, ScriptedControl};
 use crate::plan::{Entry, Plan};
 use crate::script::Step;
 
-/// Start a turn running `text` in `workspace`, its commands with `env` added
-/// to their environment; the script runs on a spawned task (so this must be
-/// called inside a tokio runtime).
-pub(crate) fn start(workspace: PathBuf, env: Vec<(String, String)>, text: String) -> Turn {
+/// Start a turn running `text` in `workspace`, its commands launched through
+/// `sandbox` with `env` added to their environment; the script runs on a
+/// spawned task (so this must be called inside a tokio runtime).
+pub(crate) fn start(
+    workspace: PathBuf,
+    env: Vec<(String, String)>,
+    sandbox: Sandbox,
+    text: String,
+) -> Turn {
     let turn_id = format!("turn-{}", uuid::Uuid::new_v4());
     let (events, receiver) = mpsc::channel(TURN_EVENT_BUFFER);
     let control = Arc::new(ScriptedControl::default());
@@ -44,6 +49,7 @@ pub(crate) fn start(workspace: PathBuf, env: Vec<(String, String)>, text: String
         cwd: workspace.to_string_lossy().into_owned(),
         workspace,
         env,
+        sandbox,
         events,
         control: control.clone(),
         items: 0,
@@ -73,6 +79,8 @@ struct TurnTask {
     cwd: String,
     /// Extra environment of every command (`ThreadSpec::env`).
     env: Vec<(String, String)>,
+    /// Every command is launched through the thread's sandbox.
+    sandbox: Sandbox,
     events: mpsc::Sender<TurnEvent>,
     control: Arc<ScriptedControl>,
     /// Items created so far.
@@ -149,7 +157,15 @@ impl TurnTask {
 
     async fn run_command(&mut self, command: String) -> Result<Flow, Gone> {
         let item_id = self.next_item_id();
-        let running = match command::spawn(&command, &self.workspace, &self.env) {
+        let spawned = self
+            .sandbox
+            .get()
+            .map_err(|e| e.to_string())
+            .and_then(|sandbox| {
+                command::spawn(&command, &self.workspace, &self.env, sandbox)
+                    .map_err(|e| e.to_string())
+            });
+        let running = match spawned {
             Ok(running) => running,
             Err(error) => {
                 return Ok(Flow::Finish(TurnOutcome::Failed(format!(

@@ -541,8 +541,9 @@ async fn create_thread_checks_model_and_level() {
             .await,
         "low",
     );
+    // The sandbox made the workspace; a rejected thread puts nothing in it.
     assert!(
-        !good.workspace.exists(),
+        std::fs::read_dir(&good.workspace).unwrap().next().is_none(),
         "a rejected thread creates nothing"
     );
 

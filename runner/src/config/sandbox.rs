@@ -1,0 +1,299 @@
+//! Settings of the agent sandbox (issue 17): the mode, the uid agents run
+//! as, what they may read besides the system, which more of the runner's
+//! environment they get, and per-thread limits. Flag > env > file, each
+//! error naming its key.
+
+use agent_launcher::{AgentUser, CgroupLimits, Mode, Rlimits};
+
+use super::*;
+
+/// Flags of the agent sandbox (each also an env var).
+#[derive(Debug, Clone, Default, Args)]
+pub struct SandboxArgs {
+    /// How agent processes are confined: `enforce` (refuse turns where
+    /// Landlock is unavailable), `best-effort` (apply what the host offers,
+    /// report the rest) or `off`. Default: best-effort.
+    #[arg(long, env = "AGENT_RUNNER_SANDBOX")]
+    pub sandbox: Option<String>,
+    /// Run agent processes as this user: `UID[:GID]` (not 0; the runner
+    /// must be root). Default: the runner's uid, capabilities dropped.
+    #[arg(long, env = "AGENT_RUNNER_AGENT_UID")]
+    pub agent_uid: Option<String>,
+    /// A directory agents may read and execute (SDK CLIs, toolchains);
+    /// repeatable (env: comma-separated).
+    #[arg(
+        long = "sandbox-read-only",
+        env = "AGENT_RUNNER_SANDBOX_READ_ONLY",
+        value_delimiter = ','
+    )]
+    pub sandbox_read_only: Vec<PathBuf>,
+    /// The name of one more variable of the runner's environment agents get
+    /// (besides PATH, LANG, LC_*, TERM, TZ and what each SDK needs);
+    /// repeatable (env: comma-separated). Names that look like secrets are
+    /// refused.
+    #[arg(
+        long = "sandbox-env",
+        env = "AGENT_RUNNER_SANDBOX_ENV",
+        value_delimiter = ','
+    )]
+    pub sandbox_env: Vec<String>,
+    /// Open files per agent process (RLIMIT_NOFILE). Default: 4096.
+    #[arg(long, env = "AGENT_RUNNER_SANDBOX_NOFILE")]
+    pub sandbox_nofile: Option<u64>,
+    /// Largest file an agent process may write, in bytes (RLIMIT_FSIZE).
+    /// Default: unlimited.
+    #[arg(long, env = "AGENT_RUNNER_SANDBOX_FSIZE")]
+    pub sandbox_fsize: Option<u64>,
+    /// Memory of a thread's processes together, in bytes (cgroup
+    /// `memory.max`; needs a delegated cgroup v2). Default: unlimited.
+    #[arg(long, env = "AGENT_RUNNER_SANDBOX_MEMORY_MAX")]
+    pub sandbox_memory_max: Option<u64>,
+    /// Processes of one thread at once (cgroup `pids.max`; needs a
+    /// delegated cgroup v2). Default: unlimited.
+    #[arg(long, env = "AGENT_RUNNER_SANDBOX_PIDS_MAX")]
+    pub sandbox_pids_max: Option<u64>,
+    /// CPU of one thread: `QUOTA_US PERIOD_US` (cgroup `cpu.max`, e.g.
+    /// `50000 100000` for half a core; needs a delegated cgroup v2).
+    /// Default: unlimited.
+    #[arg(long, env = "AGENT_RUNNER_SANDBOX_CPU_MAX")]
+    pub sandbox_cpu_max: Option<String>,
+}
+
+/// The sandbox settings, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// `--sandbox`.
+    pub mode: Mode,
+    /// `--agent-uid`.
+    pub agent_user: Option<AgentUser>,
+    /// `--sandbox-read-only`.
+    pub read_only: Vec<PathBuf>,
+    /// `--sandbox-env`: more names inherited from the runner.
+    pub env: Vec<String>,
+    /// Per-process limits.
+    pub rlimits: Rlimits,
+    /// Per-thread cgroup limits.
+    pub cgroup_limits: CgroupLimits,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            mode: Mode::BestEffort,
+            agent_user: None,
+            read_only: Vec::new(),
+            env: Vec::new(),
+            rlimits: Rlimits::default(),
+            cgroup_limits: CgroupLimits::default(),
+        }
+    }
+}
+
+impl SandboxArgs {
+    /// Each setting from `self`, else from `other` (lists: `self`'s when
+    /// not empty).
+    pub(super) fn or(self, other: Self) -> Self {
+        fn list<T>(a: Vec<T>, b: Vec<T>) -> Vec<T> {
+            if a.is_empty() { b } else { a }
+        }
+        Self {
+            sandbox: self.sandbox.or(other.sandbox),
+            agent_uid: self.agent_uid.or(other.agent_uid),
+            sandbox_read_only: list(self.sandbox_read_only, other.sandbox_read_only),
+            sandbox_env: list(self.sandbox_env, other.sandbox_env),
+            sandbox_nofile: self.sandbox_nofile.or(other.sandbox_nofile),
+            sandbox_fsize: self.sandbox_fsize.or(other.sandbox_fsize),
+            sandbox_memory_max: self.sandbox_memory_max.or(other.sandbox_memory_max),
+            sandbox_pids_max: self.sandbox_pids_max.or(other.sandbox_pids_max),
+            sandbox_cpu_max: self.sandbox_cpu_max.or(other.sandbox_cpu_max),
+        }
+    }
+
+    /// Checked settings (defaults for what is not given).
+    pub(super) fn resolve(self) -> Result<SandboxConfig, ConfigError> {
+        let mut config = SandboxConfig::default();
+        if let Some(mode) = self.sandbox {
+            config.mode = mode
+                .trim()
+                .parse()
+                .map_err(|e| key_err("sandbox", format!("{e}")))?;
+        }
+        if let Some(uid) = self.agent_uid {
+            config.agent_user = Some(
+                uid.trim()
+                    .parse()
+                    .map_err(|e| key_err("agent_uid", format!("{e}")))?,
+            );
+        }
+        for dir in &self.sandbox_read_only {
+            if !dir.is_absolute() {
+                return Err(key_err(
+                    "sandbox_read_only",
+                    format!("{} is not an absolute path", dir.display()),
+                ));
+            }
+        }
+        config.read_only = self.sandbox_read_only;
+        let env: Vec<String> = self
+            .sandbox_env
+            .into_iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let policy = agent_launcher::EnvPolicy {
+            inherit: env.clone(),
+            set: Vec::new(),
+        };
+        policy
+            .validate()
+            .map_err(|e| key_err("sandbox_env", e.to_string()))?;
+        config.env = env;
+        let positive = |key: &'static str, v: Option<u64>| match v {
+            Some(0) => Err(key_err(key, "must be at least 1")),
+            other => Ok(other),
+        };
+        if let Some(n) = positive("sandbox_nofile", self.sandbox_nofile)? {
+            config.rlimits.nofile = Some(n);
+        }
+        config.rlimits.fsize = positive("sandbox_fsize", self.sandbox_fsize)?;
+        config.cgroup_limits.memory_max = positive("sandbox_memory_max", self.sandbox_memory_max)?;
+        config.cgroup_limits.pids_max = positive("sandbox_pids_max", self.sandbox_pids_max)?;
+        if let Some(text) = self.sandbox_cpu_max {
+            config.cgroup_limits.cpu_max = Some(parse_cpu_max(&text)?);
+        }
+        Ok(config)
+    }
+}
+
+fn parse_cpu_max(text: &str) -> Result<(u64, u64), ConfigError> {
+    let bad = || {
+        key_err(
+            "sandbox_cpu_max",
+            format!("{text:?} is not `QUOTA_US PERIOD_US` (e.g. `50000 100000`)"),
+        )
+    };
+    let mut words = text.split_whitespace();
+    let (Some(q), Some(p), None) = (words.next(), words.next(), words.next()) else {
+        return Err(bad());
+    };
+    let (q, p): (u64, u64) = (q.parse().map_err(|_| bad())?, p.parse().map_err(|_| bad())?);
+    if q == 0 || p == 0 {
+        return Err(bad());
+    }
+    Ok((q, p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_values() {
+        let c = SandboxArgs::default().resolve().unwrap();
+        assert_eq!(c, SandboxConfig::default());
+        assert_eq!(c.mode, Mode::BestEffort);
+        let c = SandboxArgs {
+            sandbox: Some("enforce".into()),
+            agent_uid: Some("65534:65534".into()),
+            sandbox_read_only: vec!["/opt/node".into()],
+            sandbox_env: vec!["GOPATH".into()],
+            sandbox_nofile: Some(100),
+            sandbox_pids_max: Some(64),
+            sandbox_cpu_max: Some("50000 100000".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.mode, Mode::Enforce);
+        assert_eq!(c.agent_user.map(|u| u.uid), Some(65534));
+        assert_eq!(c.rlimits.nofile, Some(100));
+        assert_eq!(c.cgroup_limits.pids_max, Some(64));
+        assert_eq!(c.cgroup_limits.cpu_max, Some((50000, 100000)));
+    }
+
+    #[test]
+    fn flag_beats_file_and_file_keys_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "sandbox = \"off\"\nsandbox_read_only = [\"/opt/tools\"]\nsandbox_pids_max = 9\nagent_uid = \"nope\"\n",
+        )
+        .unwrap();
+        let resolve = |sandbox: SandboxArgs| {
+            RunConfig::resolve(
+                RunArgs {
+                    control_plane_url: Some("http://x:1".into()),
+                    config: Some(file.clone()),
+                    sandbox,
+                    ..Default::default()
+                },
+                None,
+            )
+        };
+        // The file's bad agent_uid is reported by its key.
+        let err = resolve(SandboxArgs::default()).unwrap_err().to_string();
+        assert!(err.starts_with("agent_uid:"), "{err}");
+        let c = resolve(SandboxArgs {
+            sandbox: Some("enforce".into()),
+            agent_uid: Some("1000".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(c.sandbox.mode, Mode::Enforce);
+        assert_eq!(c.sandbox.read_only, vec![PathBuf::from("/opt/tools")]);
+        assert_eq!(c.sandbox.cgroup_limits.pids_max, Some(9));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            (
+                SandboxArgs {
+                    sandbox: Some("strict".into()),
+                    ..Default::default()
+                },
+                "sandbox:",
+            ),
+            (
+                SandboxArgs {
+                    agent_uid: Some("0".into()),
+                    ..Default::default()
+                },
+                "agent_uid:",
+            ),
+            (
+                SandboxArgs {
+                    sandbox_read_only: vec!["relative".into()],
+                    ..Default::default()
+                },
+                "sandbox_read_only:",
+            ),
+            (
+                SandboxArgs {
+                    sandbox_env: vec!["OPENAI_API_KEY".into()],
+                    ..Default::default()
+                },
+                "sandbox_env:",
+            ),
+            (
+                SandboxArgs {
+                    sandbox_cpu_max: Some("half".into()),
+                    ..Default::default()
+                },
+                "sandbox_cpu_max:",
+            ),
+            (
+                SandboxArgs {
+                    sandbox_nofile: Some(0),
+                    ..Default::default()
+                },
+                "sandbox_nofile:",
+            ),
+        ];
+        for (args, key) in cases {
+            let err = args.resolve().unwrap_err().to_string();
+            assert!(err.starts_with(key), "{err}");
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! The runner's side of the one launcher (issue 17): the [`Launcher`] built
+//! once at start from the sandbox settings, each thread's
+//! [`ThreadSandbox`] (made when the thread is created or re-opened, closed
+//! when it is deleted), and the kill paths that reach every process of a
+//! thread — interrupt, delete, shutdown — including those that left their
+//! process group (`setsid`).
+//!
+//! What agents may never see is listed here once: the state dir, the bearer
+//! secret file, the GitHub App key file and the code-agent state dir.
+//!
+//! In mode `enforce` on a host without Landlock the launcher cannot be
+//! built; the runner still starts, and every thread's sandbox carries the
+//! reason, so turns are refused with it (a `RequestError`) instead of
+//! running unconfined.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_launcher::{
+    EnvPolicy, HostProbe, KillReport, Launcher, LauncherConfig, Mode, ThreadSandbox, ThreadSpec,
+};
+use sdk_adapter::Sandbox;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{RunConfig, SandboxConfig};
+use crate::workspace::Workspaces;
+
+/// The id under which the SDK probe sandbox (codex `describe`) is kept; not
+/// a valid thread id, so never confused with one.
+const PROBE: &str = ".sdk-probe";
+
+/// What `/status`, `agent-runner status` and `sdk list` show of the sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxStatus {
+    /// `enforce`, `best-effort` or `off`.
+    pub mode: String,
+    /// What the host offers, one fact a line (Landlock ABI, cgroup, uid).
+    pub host: Vec<String>,
+    /// What will not be applied to any thread on this host.
+    pub missing: Vec<String>,
+    /// Why no thread may run at all (mode `enforce` without Landlock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// The launcher and every thread's sandbox.
+#[derive(Debug)]
+pub struct AgentSandboxes {
+    launcher: Result<Arc<Launcher>, String>,
+    status: SandboxStatus,
+    threads: Mutex<HashMap<String, Arc<ThreadSandbox>>>,
+    /// Set when agents run as another uid: their directories are theirs.
+    owner: Option<(u32, u32)>,
+}
+
+/// Paths agents must never see, from the settings.
+pub fn protected_paths(config: &RunConfig) -> Vec<PathBuf> {
+    let mut out = vec![config.state_dir.clone()];
+    out.extend(config.secret_file.clone());
+    out.extend(config.github_app_key_file.clone());
+    out.extend(config.sdk_options.code_agent.state_dir.clone());
+    out
+}
+
+/// A scope stable across restarts of the runner on `state_dir` and
+/// distinct between runners sharing a host (they have distinct state dirs).
+pub fn scope_for(state_dir: &Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let dir = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut hasher);
+    format!("agent-runner-{:012x}", hasher.finish() & 0xffff_ffff_ffff)
+}
+
+/// The launcher's configuration for `sandbox` settings.
+pub fn launcher_config(
+    sandbox: &SandboxConfig,
+    scope: String,
+    protected: Vec<PathBuf>,
+) -> LauncherConfig {
+    let mut config = LauncherConfig::new(sandbox.mode, scope);
+    config.protected = protected;
+    config.read_only = sandbox.read_only.clone();
+    config.env = EnvPolicy {
+        inherit: EnvPolicy::default()
+            .inherit
+            .into_iter()
+            .chain(sandbox.env.iter().cloned())
+            .collect(),
+        set: Vec::new(),
+    };
+    config.rlimits = sandbox.rlimits;
+    config.cgroup_limits = sandbox.cgroup_limits;
+    config.agent_user = sandbox.agent_user;
+    config
+}
+
+impl AgentSandboxes {
+    /// Builds the launcher from the run settings (probing the host) and
+    /// kills what a previous run on the same state dir left behind.
+    pub fn start(config: &RunConfig) -> anyhow::Result<Self> {
+        let mut launcher_config = launcher_config(
+            &config.sandbox,
+            scope_for(&config.state_dir),
+            protected_paths(config),
+        );
+        launcher_config.read_only.extend(runner_programs(config));
+        let me = Self::with_probe(launcher_config, agent_launcher::probe_host())?;
+        me.sweep_leftovers();
+        Ok(me)
+    }
+
+    /// Builds the launcher with a given host probe. An `enforce` launcher
+    /// the host cannot satisfy is not an error here: threads are refused
+    /// with the reason. A contradictory configuration is an error.
+    pub fn with_probe(config: LauncherConfig, probe: HostProbe) -> anyhow::Result<Self> {
+        let mode = config.mode;
+        let owner = match mode {
+            Mode::Off => None,
+            _ => config.agent_user.map(|u| (u.uid, u.gid)),
+        };
+        let host = probe.summary();
+        let (launcher, status) = match Launcher::with_probe(config, probe) {
+            Ok(launcher) => {
+                let status = launcher.status();
+                let status = SandboxStatus {
+                    mode: status.mode.to_string(),
+                    host: status.host,
+                    missing: status.missing,
+                    refused: None,
+                };
+                (Ok(Arc::new(launcher)), status)
+            }
+            Err(e @ agent_launcher::LaunchError::Unavailable { .. }) => {
+                let why = e.to_string();
+                let status = SandboxStatus {
+                    mode: mode.to_string(),
+                    host,
+                    missing: Vec::new(),
+                    refused: Some(why.clone()),
+                };
+                (Err(why), status)
+            }
+            Err(e) => return Err(anyhow::anyhow!("sandbox: {e}")),
+        };
+        match (&status.refused, status.missing.is_empty()) {
+            (Some(why), _) => {
+                tracing::error!(mode = %status.mode, reason = %why, "agent sandbox unavailable: every turn will be refused");
+            }
+            (None, true) => {
+                tracing::info!(mode = %status.mode, host = %status.host.join("; "), "agent sandbox ready");
+            }
+            (None, false) => {
+                tracing::warn!(mode = %status.mode, host = %status.host.join("; "), missing = %status.missing.join("; "), "agent sandbox: what could not be applied on this host");
+            }
+        }
+        for what in &status.missing {
+            crate::metrics::sandbox_missing(feature_of(what));
+        }
+        Ok(Self {
+            launcher,
+            status,
+            threads: Mutex::new(HashMap::new()),
+            owner,
+        })
+    }
+
+    /// A sandbox without isolation (mode `off`, no cgroups, no sweep): for
+    /// runtimes built in tests, fuzzing and benchmarks.
+    pub fn unconfined(scope: &str) -> Self {
+        let config = LauncherConfig {
+            cgroups: false,
+            ..LauncherConfig::new(Mode::Off, scope)
+        };
+        match Launcher::new(config) {
+            Ok(launcher) => {
+                let s = launcher.status();
+                Self {
+                    status: SandboxStatus {
+                        mode: s.mode.to_string(),
+                        host: s.host,
+                        missing: s.missing,
+                        refused: None,
+                    },
+                    launcher: Ok(Arc::new(launcher)),
+                    threads: Mutex::new(HashMap::new()),
+                    owner: None,
+                }
+            }
+            Err(e) => Self {
+                status: SandboxStatus {
+                    mode: Mode::Off.to_string(),
+                    refused: Some(e.to_string()),
+                    ..SandboxStatus::default()
+                },
+                launcher: Err(e.to_string()),
+                threads: Mutex::new(HashMap::new()),
+                owner: None,
+            },
+        }
+    }
+
+    /// The mode and what the host offers and lacks.
+    pub fn status(&self) -> &SandboxStatus {
+        &self.status
+    }
+
+    /// Kills processes and cgroups a previous run left behind.
+    pub fn sweep_leftovers(&self) {
+        let Ok(launcher) = &self.launcher else {
+            return;
+        };
+        let report = launcher.sweep_leftovers();
+        if report.killed > 0 || !report.cgroups.is_empty() {
+            tracing::warn!(
+                killed = report.killed,
+                cgroups = report.cgroups.len(),
+                survivors = ?report.survivors,
+                "killed agent processes a previous run left behind"
+            );
+        }
+    }
+
+    /// The sandbox of `thread_id` of `agent_id`, made on first use: its
+    /// workspace (must exist), HOME and TMPDIR under the thread's private
+    /// dir (0700, owned by the agent uid when one is set), the agent's
+    /// skills read-only. Blocking (file system, cgroupfs).
+    pub fn thread(&self, workspaces: &Workspaces, agent_id: &str, thread_id: &str) -> Sandbox {
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sandbox) = threads.get(thread_id) {
+            return Sandbox::ready(sandbox.clone());
+        }
+        let launcher = match &self.launcher {
+            Ok(launcher) => launcher,
+            Err(why) => return Sandbox::refused(why.clone()),
+        };
+        let workspace = workspaces.thread_dir(agent_id, thread_id);
+        let private = workspaces.thread_private(agent_id, thread_id);
+        if let Err(e) = self.own_dirs(&workspace, &private) {
+            return Sandbox::refused(format!("preparing the thread's directories: {e}"));
+        }
+        let spec = ThreadSpec {
+            workspace,
+            home_dir: workspaces.thread_home(agent_id, thread_id),
+            tmp_dir: workspaces.thread_tmp(agent_id, thread_id),
+            skills: vec![workspaces.agent_skills(agent_id)],
+            ..ThreadSpec::default()
+        };
+        match launcher.thread(spec) {
+            Ok(sandbox) => {
+                tracing::debug!(%thread_id, applied = %sandbox.applied(), "thread sandbox ready");
+                let sandbox = Arc::new(sandbox);
+                threads.insert(thread_id.to_owned(), sandbox.clone());
+                Sandbox::ready(sandbox)
+            }
+            Err(e) => {
+                tracing::error!(%thread_id, error = %e, "thread sandbox refused");
+                Sandbox::refused(e.to_string())
+            }
+        }
+    }
+
+    /// A sandbox for processes that belong to no thread (the codex
+    /// `describe` probe), under `<workspace root>/.sdk-probe/`.
+    pub fn probe(&self, workspaces: &Workspaces) -> Sandbox {
+        let root = workspaces.root().join(PROBE);
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sandbox) = threads.get(PROBE) {
+            return Sandbox::ready(sandbox.clone());
+        }
+        let launcher = match &self.launcher {
+            Ok(launcher) => launcher,
+            Err(why) => return Sandbox::refused(why.clone()),
+        };
+        let workspace = root.join("workspace");
+        if let Err(e) = self.own_dirs(&workspace, &root.join("private")) {
+            return Sandbox::refused(format!("preparing the probe's directories: {e}"));
+        }
+        let spec = ThreadSpec {
+            workspace,
+            home_dir: root.join("private/home"),
+            tmp_dir: root.join("private/tmp"),
+            ..ThreadSpec::default()
+        };
+        match launcher.thread(spec) {
+            Ok(sandbox) => {
+                let sandbox = Arc::new(sandbox);
+                threads.insert(PROBE.to_owned(), sandbox.clone());
+                Sandbox::ready(sandbox)
+            }
+            Err(e) => Sandbox::refused(e.to_string()),
+        }
+    }
+
+    /// Creates `workspace` and `private` (0700); with an agent uid both
+    /// become the agent's.
+    fn own_dirs(&self, workspace: &Path, private: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(workspace)?;
+        std::fs::create_dir_all(private)?;
+        std::fs::set_permissions(private, std::fs::Permissions::from_mode(0o700))?;
+        if let Some((uid, gid)) = self.owner {
+            for dir in [workspace, private] {
+                chown_tree(dir, uid, gid)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, thread_id: &str) -> Option<Arc<ThreadSandbox>> {
+        self.threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(thread_id)
+            .cloned()
+    }
+
+    /// Kills every process of `thread_id` (those that left the process
+    /// group too); the thread stays usable. Runs on the blocking pool.
+    pub async fn kill_thread(&self, thread_id: &str) {
+        let Some(sandbox) = self.get(thread_id) else {
+            return;
+        };
+        let thread_id = thread_id.to_owned();
+        let report = tokio::task::spawn_blocking(move || sandbox.kill_all()).await;
+        log_kill(&thread_id, "interrupt", report);
+    }
+
+    /// Kills every process of `thread_id` and forgets its sandbox (thread
+    /// deletion). Runs on the blocking pool.
+    pub async fn close_thread(&self, thread_id: &str) {
+        let removed = self
+            .threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(thread_id);
+        let Some(sandbox) = removed else {
+            return;
+        };
+        let thread_id = thread_id.to_owned();
+        let report = tokio::task::spawn_blocking(move || sandbox.close()).await;
+        log_kill(&thread_id, "delete", report);
+    }
+
+    /// Kills every process of every thread (shutdown, the second signal).
+    /// Blocking; threads stay known (a turn may still report its end).
+    pub fn kill_everything(&self) -> usize {
+        let all: Vec<(String, Arc<ThreadSandbox>)> = self
+            .threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut killed = 0;
+        for (thread_id, sandbox) in all {
+            let report = sandbox.kill_all();
+            killed += report.killed;
+            if !report.survivors.is_empty() {
+                tracing::warn!(%thread_id, survivors = ?report.survivors, "agent processes survived the kill");
+            }
+        }
+        killed
+    }
+}
+
+fn log_kill(thread_id: &str, why: &str, report: Result<KillReport, tokio::task::JoinError>) {
+    match report {
+        Ok(report) if !report.survivors.is_empty() => {
+            tracing::warn!(%thread_id, why, killed = report.killed, survivors = ?report.survivors, "agent processes survived the kill");
+        }
+        Ok(report) if report.killed > 0 => {
+            tracing::info!(%thread_id, why, killed = report.killed, "killed the thread's remaining processes");
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(%thread_id, why, error = %e, "killing the thread's processes failed")
+        }
+    }
+}
+
+/// What agents must be able to run besides the system: this binary (the
+/// git credential helper is `agent-runner git-credential`) and the
+/// directories of the codex and claude CLIs when they are given as paths
+/// (a CLI found on PATH under `/usr` is readable already; one elsewhere
+/// needs `--sandbox-read-only`).
+fn runner_programs(config: &RunConfig) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::env::current_exe().into_iter().collect();
+    let options = &config.sdk_options;
+    for bin in [&options.codex.bin, &options.claude.bin] {
+        if bin.components().count() > 1
+            && let Ok(real) = std::fs::canonicalize(bin)
+            && let Some(dir) = real.parent()
+        {
+            out.push(dir.to_path_buf());
+        }
+    }
+    out
+}
+
+/// The metric label of a "missing" line: its text up to the first colon.
+fn feature_of(line: &str) -> &str {
+    line.split(':').next().unwrap_or(line).trim()
+}
+
+/// `chown -R uid:gid dir` without following symlinks.
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    if std::fs::symlink_metadata(dir)?.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            chown_tree(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe_without_landlock() -> HostProbe {
+        let mut probe = agent_launcher::probe_host();
+        probe.landlock = Err("kernel built without Landlock (ENOSYS)".into());
+        probe
+    }
+
+    #[test]
+    fn enforce_without_landlock_refuses_every_thread_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        ws.create_thread("a", "t").unwrap();
+        let mut config = LauncherConfig::new(Mode::Enforce, "runner-test");
+        config.cgroups = false;
+        let sandboxes = AgentSandboxes::with_probe(config, probe_without_landlock()).unwrap();
+        let refused = sandboxes.status().refused.clone().unwrap();
+        assert!(refused.contains("Landlock"), "{refused}");
+        let sandbox = sandboxes.thread(&ws, "a", "t");
+        let err = sandbox.get().unwrap_err().to_string();
+        assert!(err.contains("enforce") && err.contains("Landlock"), "{err}");
+    }
+
+    #[test]
+    fn best_effort_without_landlock_says_what_is_missing() {
+        let mut config = LauncherConfig::new(Mode::BestEffort, "runner-test");
+        config.cgroups = false;
+        let sandboxes = AgentSandboxes::with_probe(config, probe_without_landlock()).unwrap();
+        let status = sandboxes.status();
+        assert_eq!(status.refused, None);
+        assert!(
+            status.missing.iter().any(|m| m.starts_with("Landlock:")),
+            "{status:?}"
+        );
+        assert_eq!(feature_of(&status.missing[0]), "Landlock");
+    }
+
+    #[test]
+    fn thread_dirs_are_private_and_the_sandbox_is_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        ws.create_thread("a", "t").unwrap();
+        let sandboxes = AgentSandboxes::unconfined("runner-test");
+        let first = sandboxes.thread(&ws, "a", "t");
+        let first = first.get().unwrap();
+        let again = sandboxes.thread(&ws, "a", "t");
+        assert_eq!(first.tag(), again.get().unwrap().tag());
+        for d in [
+            ws.thread_private("a", "t"),
+            ws.thread_home("a", "t"),
+            ws.thread_tmp("a", "t"),
+        ] {
+            let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
+        assert_eq!(first.spec().home_dir, ws.thread_home("a", "t"));
+    }
+
+    #[test]
+    fn scope_is_stable_per_state_dir() {
+        let a = scope_for(Path::new("/var/lib/agent-runner/a"));
+        assert_eq!(a, scope_for(Path::new("/var/lib/agent-runner/a")));
+        assert_ne!(a, scope_for(Path::new("/var/lib/agent-runner/b")));
+        assert!(a.len() <= 64);
+    }
+}
