@@ -161,7 +161,7 @@ impl Live {
         let runner = Runtime::bare(sdks, store, workspaces, 100_000, 64, 1 << 20);
         tokio.block_on(async {
             runner.sdks.describe_all().await;
-            agent_runner::restore::restore(&runner)
+            agent_runner::restore::restore(&runner, &Default::default())
                 .await
                 .expect("harness: restore");
         });
