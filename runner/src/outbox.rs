@@ -187,6 +187,10 @@ pub struct Outbox {
     held: AtomicUsize,
     /// Every update the link keeps for a re-send (for status).
     unsettled: AtomicUsize,
+    /// Whether updates taken out count as held from the moment they are
+    /// taken (acked mode): the bound then never sees a batch between the
+    /// queue and the link's records.
+    hold_taken: std::sync::atomic::AtomicBool,
     /// Where durable updates are journaled, with the redactor that masks
     /// secrets before anything reaches the disk (`None`: memory only).
     journal: Option<(Journal, Redactor)>,
@@ -218,6 +222,7 @@ impl Outbox {
             dropped: AtomicU64::new(0),
             held: AtomicUsize::new(0),
             unsettled: AtomicUsize::new(0),
+            hold_taken: std::sync::atomic::AtomicBool::new(false),
             journal: None,
         }
     }
@@ -233,10 +238,17 @@ impl Outbox {
 
     /// The link reports how many sent updates it keeps unsettled (`total`)
     /// and how many of them count against the bound (`held`: the
-    /// unacknowledged ones). Room made wakes waiting producers.
-    pub fn set_unsettled(&self, held: usize, total: usize) {
+    /// unacknowledged ones), and whether updates taken from now on count as
+    /// held at once (`hold_taken`: acked mode). Room made wakes waiting
+    /// producers.
+    pub fn set_unsettled(&self, held: usize, total: usize, hold_taken: bool) {
         self.unsettled.store(total, Ordering::Relaxed);
+        // Under the queue's lock, so a producer checking the bound sees
+        // either the taken updates still queued or already held.
+        let queue = self.lock();
+        self.hold_taken.store(hold_taken, Ordering::Relaxed);
         let before = self.held.swap(held, Ordering::Relaxed);
+        drop(queue);
         if held < before {
             self.drained.notify_waiters();
         }
@@ -384,7 +396,14 @@ impl Outbox {
             let filled = self.filled.notified();
             tokio::pin!(filled);
             filled.as_mut().enable();
-            let next = self.lock().pop_front();
+            let next = {
+                let mut queue = self.lock();
+                let next = queue.pop_front();
+                if next.is_some() && self.hold_taken.load(Ordering::Relaxed) {
+                    self.held.fetch_add(1, Ordering::Relaxed);
+                }
+                next
+            };
             if let Some(taken) = next {
                 self.drained.notify_waiters();
                 // Let another waiting consumer see what is left.
@@ -404,6 +423,9 @@ impl Outbox {
                 Some(t) => out.push(t),
                 None => break,
             }
+        }
+        if self.hold_taken.load(Ordering::Relaxed) {
+            self.held.fetch_add(out.len(), Ordering::Relaxed);
         }
         drop(queue);
         if !out.is_empty() {

@@ -527,8 +527,11 @@ impl Sending {
             Mode::Acked => inner.inflight.len() + inner.resend.len(),
             Mode::Legacy { .. } => 0,
         };
-        self.outbox
-            .set_unsettled(held, inner.inflight.len() + inner.resend.len());
+        self.outbox.set_unsettled(
+            held,
+            inner.inflight.len() + inner.resend.len(),
+            inner.inflight.mode() == Mode::Acked,
+        );
     }
 }
 
