@@ -244,18 +244,29 @@ impl Link {
 }
 
 impl Link {
-    /// One `ServerMessage`: its acknowledgement (acked mode) goes to
-    /// [`Sending`]; a message carrying nothing else gets no answer; the
-    /// rest is dispatched.
     fn received(&self, mode: Mode, msg: agent_runner_proto::runner::ServerMessage) {
-        if msg.acked_sequence != 0 {
-            self.sending.ack(msg.acked_sequence);
-            if mode == Mode::Acked && msg.request.is_none() && msg.request_id.is_empty() {
-                return;
-            }
-        }
-        crate::dispatch::dispatch(&self.rt, msg);
+        on_server_message(&self.rt, &self.sending, mode, msg);
     }
+}
+
+/// What the read loop does with one `ServerMessage` (public for the fuzz
+/// harness): its acknowledgement goes to `sending` (which ignores one that
+/// makes no sense, or one in legacy mode, with a log line); in acked mode a
+/// message carrying nothing but an acknowledgement gets no answer; the rest
+/// is dispatched. Never waits.
+pub fn on_server_message(
+    rt: &Arc<Runtime>,
+    sending: &Sending,
+    mode: Mode,
+    msg: agent_runner_proto::runner::ServerMessage,
+) {
+    if msg.acked_sequence != 0 {
+        sending.ack(msg.acked_sequence);
+        if mode == Mode::Acked && msg.request.is_none() && msg.request_id.is_empty() {
+            return;
+        }
+    }
+    crate::dispatch::dispatch(rt, msg);
 }
 
 /// Jittered delays doubling from `min` (see [`next_delay`] for the cap).
