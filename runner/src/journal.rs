@@ -139,6 +139,23 @@ impl Journal {
         Ok(())
     }
 
+    /// Queues the append of entry `id` (waiting only for room in the store
+    /// thread's queue, not for the disk). Ordered before every later write:
+    /// awaiting any later write ([`Journal::append`], [`Journal::flush`],
+    /// [`Journal::mark_sent`]) means this one is on disk too.
+    pub async fn append_queued(&self, id: u64, message: Vec<u8>) -> Result<(), JournalError> {
+        self.store
+            .submit(move |tx| {
+                tx.execute(
+                    "INSERT INTO entries (id, message) VALUES (?1, ?2)",
+                    params![id as i64, message],
+                )
+                .map(drop)
+            })
+            .await?;
+        Ok(())
+    }
+
     /// Queues the append of entry `id` without waiting (for producers that
     /// cannot wait: replies made by the read loop). Ordered before every
     /// later write. False when the store thread's queue is full: the entry

@@ -270,13 +270,22 @@ impl Outbox {
     }
 
     /// Queue an update, making room or waiting as the module doc says. A
-    /// durable update is journaled first (it then counts as produced: a
-    /// crash from here on does not lose it).
+    /// durable update is journaled first: queued on the journal's store
+    /// thread, in order; a turn's end (`TurnUpdate COMPLETED`) waits until
+    /// it is on disk, and with it everything the turn journaled before (the
+    /// store thread writes in order), so a turn recorded as finished has
+    /// its updates journaled. The link never sends a journaled update
+    /// before its write is on disk.
     pub async fn push(&self, mut msg: ClientMessage) {
         let mut journal_id = None;
         if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
             let started = std::time::Instant::now();
-            match journal.append(id, bytes).await {
+            let written = if is_turn_end(&msg) {
+                journal.append(id, bytes).await
+            } else {
+                journal.append_queued(id, bytes).await
+            };
+            match written {
                 Ok(()) => journal_id = Some(id),
                 Err(e) => tracing::error!(
                     kind = crate::updates::kind(&msg),
@@ -464,6 +473,11 @@ fn is_intermediate(msg: &ClientMessage) -> bool {
         Some(Payload::ThreadTokenUsageUpdate(_)) => true,
         _ => false,
     }
+}
+
+/// A `TurnUpdate COMPLETED`.
+fn is_turn_end(msg: &ClientMessage) -> bool {
+    matches!(&msg.payload, Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32)
 }
 
 /// An update that must survive a crash and a dead connection: terminal

@@ -304,7 +304,7 @@ impl Sending {
             } else {
                 Vec::new()
             };
-            let (out, marks, forget) = {
+            let (out, marks, forget, journaled) = {
                 let mut inner = self.lock();
                 let mode = inner.inflight.mode();
                 let now = Instant::now();
@@ -313,6 +313,8 @@ impl Sending {
                 let mut forget = Vec::new();
                 let mut resent = 0;
                 let mut unnumbered: Vec<Sent> = Vec::new();
+                let journaled = resends.iter().any(|s| s.journal.is_some())
+                    || fresh.iter().any(|t| t.journal.is_some());
                 for sent in resends {
                     resent += 1;
                     self.take(
@@ -365,22 +367,30 @@ impl Sending {
                 }
                 self.check_full(&mut inner);
                 self.publish(&inner);
-                (out, marks, forget)
+                (out, marks, forget, journaled)
             };
             self.forget(forget);
-            if !marks.is_empty()
-                && let Some(j) = self.journal.clone()
-            {
+            // Nothing journaled goes on the wire before its entry (and, in
+            // acked mode, its sequence number) is on disk: one commit per
+            // batch.
+            if journaled && let Some(j) = self.journal.clone() {
                 // On a task of its own: the outbound half must stay `Sync`,
                 // which the store thread's queue is not.
-                let marked = tokio::spawn(async move { j.mark_sent(marks).await }).await;
+                let marked = tokio::spawn(async move {
+                    if marks.is_empty() {
+                        j.flush().await
+                    } else {
+                        j.mark_sent(marks).await
+                    }
+                })
+                .await;
                 if let Err(e) = marked
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map_err(|e| e.to_string()))
                 {
                     tracing::error!(
                         error = %e,
-                        "recording sequence numbers in the journal failed; after a crash these updates would be sent again with new numbers"
+                        "journal write failed; after a crash these updates may be lost or sent again with new numbers"
                     );
                 }
             }
