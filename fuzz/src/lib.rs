@@ -15,7 +15,14 @@
 //! - a valid message with a request id gets a reply carrying that id within
 //!   [`REPLY_WITHIN`] (no hang);
 //! - bytes that do not decode are what tonic rejects before dispatch (the
-//!   link then drops the stream and reconnects); nothing to answer.
+//!   link then drops the stream and reconnects); nothing to answer;
+//! - acknowledged delivery (issue 18): every message goes through the
+//!   link's own handling ([`agent_runner::link::on_server_message`]) on a
+//!   session that accepted `acked-delivery/1`, with every update the harness
+//!   takes recorded as sent ([`agent_runner::link::Sending`]). An
+//!   `acked_sequence` beyond what was sent or going backwards settles
+//!   nothing (no update dropped); a sensible one settles exactly what it
+//!   covers; a message carrying only an acknowledgement is not answered.
 //!
 //! Safety of the host: turn scripts are run for real by the scripted
 //! adapter, so `run COMMAND` lines become `say COMMAND` and `sleep MS` lines
@@ -33,7 +40,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner::dispatch;
+use agent_runner::delivery::Mode;
+use agent_runner::link::{Sending, on_server_message};
 use agent_runner::runtime::Runtime;
 use agent_runner::sdks::Sdks;
 use agent_runner::state::{AgentRow, Store, ThreadRow};
@@ -73,6 +81,8 @@ pub enum Outcome {
     Answered,
     /// Valid without a request id: nothing to correlate a reply with.
     Unchecked,
+    /// Only an acknowledgement: taken, not answered.
+    AckOnly,
 }
 
 /// The scripted adapter with the host protected (see the module docs).
@@ -127,8 +137,16 @@ pub fn defuse(text: &str) -> String {
 struct Live {
     tokio: tokio::runtime::Runtime,
     runner: Arc<Runtime>,
+    /// Delivery on an acked session: every update taken is recorded here.
+    sending: Arc<Sending>,
+    /// The last sensible acknowledgement.
+    acked: u64,
     _dir: tempfile::TempDir,
 }
+
+/// Unacknowledged updates above which the harness acknowledges everything
+/// (bounded memory over long runs).
+const ACK_ALL_ABOVE: usize = 10_000;
 
 impl Live {
     fn new() -> Self {
@@ -161,21 +179,37 @@ impl Live {
         let runner = Runtime::bare(sdks, store, workspaces, 100_000, 64, 1 << 20);
         tokio.block_on(async {
             runner.sdks.describe_all().await;
-            agent_runner::restore::restore(&runner)
+            agent_runner::restore::restore(&runner, &Default::default())
                 .await
                 .expect("harness: restore");
         });
+        let sending = Arc::new(Sending::new(
+            runner.outbox.clone(),
+            None,
+            agent_runner::journal::Recovered::default(),
+            agent_runner::redact::Redactor::new(),
+            Duration::from_secs(30),
+        ));
+        sending.registered(true, 0);
         Live {
             tokio,
             runner,
+            sending,
+            acked: 0,
             _dir: dir,
         }
     }
 
-    fn drain(&self) -> Vec<ClientMessage> {
+    /// Takes every queued update the way the link does (numbered and
+    /// recorded as sent).
+    fn drain(&mut self) -> Vec<ClientMessage> {
         let mut out = vec![];
         while !self.runner.outbox.is_empty() {
-            out.push(self.tokio.block_on(self.runner.outbox.pop()));
+            out.extend(self.tokio.block_on(self.sending.next_batch()));
+        }
+        if self.sending.unsettled() > ACK_ALL_ABOVE {
+            self.acked = self.sending.last_sequence();
+            self.sending.ack(self.acked);
         }
         out
     }
@@ -229,15 +263,36 @@ impl Harness {
             r.agent_id = NO_AGENT.into();
         }
         let rid = updates::request_id(&msg.request_id);
-        let live = &self.live;
+        let ack_only =
+            msg.acked_sequence != 0 && msg.request.is_none() && msg.request_id.is_empty();
+        let live = &mut self.live;
         // What earlier inputs left queued is not this input's answer.
         live.drain();
+        let (highest, before) = (live.sending.last_sequence(), live.sending.unsettled());
         {
             let _in_runtime = live.tokio.enter();
-            dispatch::dispatch(&live.runner, msg.clone());
+            on_server_message(&live.runner, &live.sending, Mode::Acked, msg.clone());
         }
+        check_ack(live, &msg, highest, before);
+        if ack_only {
+            // Nothing ran since (no await): whatever is queued now was
+            // queued by the read loop itself.
+            let queued = live.runner.outbox.try_pop_many(usize::MAX);
+            assert!(
+                queued.is_empty(),
+                "an acknowledgement-only message was answered: {msg:?}\n{queued:?}"
+            );
+            return Outcome::AckOnly;
+        }
+        let live = &self.live;
         if invalid {
-            let replies = live.drain();
+            let replies: Vec<ClientMessage> = live
+                .runner
+                .outbox
+                .try_pop_many(usize::MAX)
+                .into_iter()
+                .map(|t| t.message)
+                .collect();
             let answered = replies.iter().any(|m| {
                 m.request_id == rid && matches!(m.payload, Some(Payload::RequestError(_)))
             });
@@ -269,6 +324,29 @@ impl Harness {
             Err(_) => panic!("no reply within {REPLY_WITHIN:?} (hang) to {msg:?}"),
         }
     }
+}
+
+/// An acknowledgement settles exactly what it covers, or nothing when it
+/// makes no sense; no update is dropped on its word.
+fn check_ack(live: &mut Live, msg: &ServerMessage, highest: u64, before: usize) {
+    let after = live.sending.unsettled();
+    let a = msg.acked_sequence;
+    if a == 0 || a > highest || a < live.acked {
+        assert_eq!(
+            after, before,
+            "acked_sequence {a} (sent through {highest}, acknowledged {}) changed what is kept",
+            live.acked
+        );
+        return;
+    }
+    // Everything taken was recorded with consecutive numbers: what stays
+    // is what lies above the acknowledgement.
+    assert_eq!(
+        after,
+        (highest - a) as usize,
+        "acked_sequence {a} of {highest} settled the wrong updates"
+    );
+    live.acked = a;
 }
 
 /// What the runner must reject in its read loop: `buf.validate` violations,
@@ -446,7 +524,20 @@ fn strings(msg: &mut ServerMessage) -> Vec<&mut String> {
 /// One structure-aware edit of `msg`. `bytes` mutates a field's bytes in
 /// place (libFuzzer's own mutator in the fuzz target).
 pub fn mutate(msg: &mut ServerMessage, rng: &mut Rng, bytes: &mut dyn FnMut(&mut Vec<u8>)) {
-    match rng.below(7) {
+    match rng.below(8) {
+        7 => {
+            // Acknowledgements: none, small, huge, or planted alone.
+            msg.acked_sequence = match rng.below(4) {
+                0 => 0,
+                1 => rng.below(64) as u64,
+                2 => u64::MAX - rng.below(2) as u64,
+                _ => {
+                    msg.request = None;
+                    msg.request_id.clear();
+                    1 + rng.below(1_000) as u64
+                }
+            };
+        }
         0 => msg.request = Some(random_request(rng)),
         1 => msg.request_id = rng.pick(REQUEST_IDS).to_owned(),
         2 => msg.request = None,
@@ -582,6 +673,29 @@ pub fn seeds() -> Vec<(String, ServerMessage)> {
             ),
         ),
         (
+            "ack_only".into(),
+            ServerMessage {
+                request_id: String::new(),
+                request: None,
+                acked_sequence: 3,
+            },
+        ),
+        (
+            "ack_beyond_what_was_sent_with_a_request".into(),
+            ServerMessage {
+                acked_sequence: u64::MAX,
+                ..m("r12", Some(Request::HeartbeatRequest(HeartbeatRequest {})))
+            },
+        ),
+        (
+            "ack_going_backwards".into(),
+            ServerMessage {
+                request_id: String::new(),
+                request: None,
+                acked_sequence: 1,
+            },
+        ),
+        (
             "install_skills".into(),
             m(
                 "r11",
@@ -615,6 +729,8 @@ mod tests {
                 if name == "no_request" || name.ends_with("bad_id") || name.ends_with("empty_text")
                 {
                     Outcome::Invalid
+                } else if name == "ack_only" || name == "ack_going_backwards" {
+                    Outcome::AckOnly
                 } else {
                     Outcome::Answered
                 };

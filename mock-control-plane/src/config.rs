@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 
 use serde::Deserialize;
 
+use crate::acks::AckMode;
+
 /// Options for [`crate::MockControlPlane::start`]. `Default` is a plaintext,
 /// unauthenticated server on `127.0.0.1:0` without a path prefix.
 #[derive(Clone, Default)]
@@ -30,6 +32,12 @@ pub struct MockConfig {
     /// Hold the ControlChannel's response headers until the first message
     /// to send, as grpc-go and Python grpcio servers do.
     pub delay_headers: bool,
+    /// Acknowledged delivery: accept and acknowledge at once (default),
+    /// late, never, or refuse the feature (a legacy control plane).
+    pub ack_mode: AckMode,
+    /// Forget what was processed when restarted (a control plane without
+    /// durable state): the next registration answers `acked_sequence` 0.
+    pub forget_acks_on_restart: bool,
 }
 
 impl MockConfig {
@@ -64,6 +72,19 @@ impl MockConfig {
         self
     }
 
+    /// Treat acknowledged delivery this way (see [`AckMode`]).
+    pub fn with_ack_mode(mut self, mode: AckMode) -> Self {
+        self.ack_mode = mode;
+        self
+    }
+
+    /// Forget acknowledgements on restart (see
+    /// [`MockConfig::forget_acks_on_restart`]).
+    pub fn with_forgetful_restarts(mut self) -> Self {
+        self.forget_acks_on_restart = true;
+        self
+    }
+
     /// Add one GitHub installation to serve.
     pub fn with_github_installation(mut self, installation: GithubInstallation) -> Self {
         self.github_installations.push(installation);
@@ -83,6 +104,8 @@ impl fmt::Debug for MockConfig {
             .field("tls", &self.tls.as_ref().map(|_| "<pem>"))
             .field("github_installations", &self.github_installations)
             .field("delay_headers", &self.delay_headers)
+            .field("ack_mode", &self.ack_mode)
+            .field("forget_acks_on_restart", &self.forget_acks_on_restart)
             .finish()
     }
 }

@@ -6,12 +6,16 @@
 //! `ClientMessage` the runner sends, pushes `ServerMessage`s into the live
 //! `ControlChannel` stream, waits for messages matching a predicate (timeouts
 //! print what did arrive), and injects faults: a broken stream, failing
-//! registrations or streams, a stop and a restart on the same port.
+//! registrations or streams, a stop and a restart on the same port. It
+//! speaks acknowledged delivery ([`acks`]): accepts it (or refuses it, to
+//! play a legacy control plane), acknowledges as it processes (or late, or
+//! never), drops duplicates and reports what it saw.
 //!
 //! The binary (`src/main.rs`) wraps the same library for harnesses written in
 //! any language: [`stdio`] speaks JSON lines, [`scenario`] runs a YAML script.
 //! Both use the canonical protobuf JSON mapping ([`json`]).
 
+pub mod acks;
 mod auth;
 mod config;
 pub mod github_api;
@@ -29,6 +33,7 @@ mod plane_tests;
 #[cfg(test)]
 mod test_runner;
 
+pub use acks::{AckMode, SequenceReport};
 pub use config::{GithubInstallation, MockConfig};
 pub use plane::MockControlPlane;
 pub use state::{Registration, TimelineEvent};

@@ -62,6 +62,18 @@ struct ServeArgs {
     #[arg(long)]
     delay_headers: bool,
 
+    /// Acknowledged delivery (acked-delivery/1): `on` accepts it and
+    /// acknowledges as messages are processed, `late:MS` acknowledges MS
+    /// milliseconds late, `never` accepts it and never acknowledges, `off`
+    /// refuses it (a legacy control plane).
+    #[arg(long, value_name = "MODE", default_value = "on")]
+    acked_delivery: mock_control_plane::AckMode,
+
+    /// Forget what was processed on `restart` (the next registration
+    /// answers acked_sequence 0), as a control plane without durable state.
+    #[arg(long)]
+    forget_acks_on_restart: bool,
+
     /// Require `authorization: Bearer <secret>` on every RPC; the secret is
     /// this file's content (surrounding whitespace trimmed).
     #[arg(long, value_name = "FILE")]
@@ -114,6 +126,8 @@ fn config(args: &ServeArgs) -> Result<MockConfig> {
         listen: Some(args.listen),
         path_prefix: args.path_prefix.clone(),
         delay_headers: args.delay_headers,
+        ack_mode: args.acked_delivery,
+        forget_acks_on_restart: args.forget_acks_on_restart,
         ..MockConfig::default()
     };
     if let Some(path) = &args.secret_file {

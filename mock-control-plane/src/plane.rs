@@ -17,6 +17,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Status;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
+use crate::acks::{AckMode, SequenceReport, Sequencing};
 use crate::auth::BearerAuth;
 use crate::config::{GithubInstallation, MockConfig};
 use crate::prefix::{PrefixLayer, normalize};
@@ -72,7 +73,10 @@ impl MockControlPlane {
         let listener = bind(listen)?;
         let addr = listener.local_addr().context("reading the bound address")?;
         let plane = MockControlPlane {
-            state: Arc::new(State::new(config.github_installations)),
+            state: Arc::new(State::new(
+                config.github_installations,
+                Sequencing::new(config.ack_mode, config.forget_acks_on_restart),
+            )),
             addr,
             prefix: normalize(config.path_prefix.as_deref()),
             secret: config.bearer_secret,
@@ -176,6 +180,7 @@ impl MockControlPlane {
     /// message log, registrations and fault settings are kept.
     pub async fn restart(&self) -> Result<()> {
         self.stop().await?;
+        self.state.update(|inner| inner.sequencing.restarted());
         let mut serving = self.serving.lock().await;
         if serving.is_none() {
             let listener = bind(self.addr)?;
@@ -448,6 +453,23 @@ impl MockControlPlane {
     /// (`None`: accepted again). The live stream, if any, is left alone.
     pub fn fail_stream_with(&self, status: Option<Status>) {
         self.state.update(|inner| inner.fail_stream = status);
+    }
+
+    // ---- acknowledged delivery ----
+
+    /// From now on, treat acknowledged delivery this way (a change of
+    /// acceptance applies from the next registration; acknowledging starts
+    /// or stops at once).
+    pub fn set_ack_mode(&self, mode: AckMode) {
+        self.state.update(|inner| inner.sequencing.mode = mode);
+        // Wake the acknowledgers so a switch to acknowledging acts now.
+        self.state.nudge_acks();
+    }
+
+    /// What the sequence check saw so far: the highest processed number,
+    /// duplicates dropped, gaps, unnumbered messages, acknowledgements sent.
+    pub fn sequence_report(&self) -> SequenceReport {
+        self.state.lock().sequencing.report.clone()
     }
 
     // ---- GitHub ----

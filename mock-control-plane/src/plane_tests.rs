@@ -648,3 +648,83 @@ fn futures_are_send(plane: &'static MockControlPlane) {
     assert_send(plane.stop());
     assert_send(plane.restart());
 }
+
+/// Acknowledged delivery over real gRPC: the feature is accepted, numbered
+/// messages are processed once (a repeat is dropped, a skip recorded as a
+/// gap), acknowledgements arrive cumulatively, and a later registration
+/// answers the processed mark; a refusing mock accepts nothing.
+#[tokio::test]
+async fn acked_delivery_drops_duplicates_and_acknowledges() {
+    let (plane, mut c) = plain_with_client().await;
+    let offer = || {
+        let mut r = scripted_sdk();
+        r.features = vec![crate::acks::ACKED_DELIVERY.to_owned()];
+        r
+    };
+    let registered = c
+        .register_runner(request(offer(), None))
+        .await
+        .expect("registers")
+        .into_inner();
+    assert_eq!(registered.features, vec!["acked-delivery/1".to_owned()]);
+    assert_eq!(registered.acked_sequence, 0);
+    let mut stream = Stream::open(&mut c, None).await.expect("opens");
+    for seq in [1, 2, 2, 5] {
+        let mut m = heartbeat(&format!("h{seq}"));
+        m.sequence = seq;
+        stream.send(m).await;
+    }
+    // Acknowledgements are cumulative; wait for the one covering 5.
+    loop {
+        let m = stream.next().await.expect("open").expect("an ack");
+        assert!(m.request.is_none() && m.request_id.is_empty(), "{m:?}");
+        if m.acked_sequence == 5 {
+            break;
+        }
+    }
+    let report = plane.sequence_report();
+    assert_eq!(report.processed, 5);
+    assert_eq!(report.duplicates, 1);
+    assert_eq!(report.gaps, vec![(3, 4)]);
+    let seqs: Vec<u64> = plane.received().iter().map(|m| m.sequence).collect();
+    assert_eq!(seqs, vec![1, 2, 5], "the duplicate is not processed");
+    assert!(plane.sent().is_empty(), "acknowledgements are not logged as sent");
+    let again = c
+        .register_runner(request(offer(), None))
+        .await
+        .expect("registers")
+        .into_inner();
+    assert_eq!(again.acked_sequence, 5);
+
+    plane.set_ack_mode(crate::AckMode::Refuse);
+    let legacy = c
+        .register_runner(request(offer(), None))
+        .await
+        .expect("registers")
+        .into_inner();
+    assert!(legacy.features.is_empty());
+    assert_eq!(legacy.acked_sequence, 0);
+}
+
+/// The `expect_sequence` step checks the sequence report: a runner that
+/// does not offer acked delivery leaves it empty, so zero passes and one
+/// duplicate fails with the report.
+#[tokio::test]
+async fn expect_sequence_step_checks_the_report() {
+    let (outcome, text) = run_scenario(
+        r#"
+steps:
+  - send: {requestId: r1, heartbeatRequest: {}}
+  - expect: {match: {requestId: r1}}
+  - expect_sequence: {duplicates: 0, gaps: 0, unnumbered: 0}
+  - expect_sequence: {duplicates: 1}
+"#,
+        BTreeMap::new(),
+    )
+    .await;
+    let err = outcome.expect_err("the last step fails");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("step 4/4 (expect_sequence) failed"), "{msg}");
+    assert!(msg.contains("expected 1 duplicates, saw 0"), "{msg}");
+    assert!(text.contains("0 duplicate(s) dropped"), "{text}");
+}

@@ -106,6 +106,16 @@ pub enum Step {
     DropConnection,
     /// Stop the server and serve again on the same port.
     Restart,
+    /// Check the acknowledged-delivery sequence report: each given count
+    /// must equal what was seen.
+    ExpectSequence {
+        /// Duplicates dropped.
+        duplicates: Option<u64>,
+        /// Gaps seen.
+        gaps: Option<usize>,
+        /// Messages without a number on an acked session.
+        unnumbered: Option<u64>,
+    },
 }
 
 /// An `expect` (or `capture`) step.
@@ -133,6 +143,7 @@ impl Step {
             Step::Sleep(_) => "sleep_ms",
             Step::DropConnection => "drop_connection",
             Step::Restart => "restart",
+            Step::ExpectSequence { .. } => "expect_sequence",
         }
     }
 }
@@ -189,8 +200,16 @@ struct RawExpectNone {
 #[serde(deny_unknown_fields)]
 struct Empty {}
 
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpectSequence {
+    duplicates: Option<u64>,
+    gaps: Option<usize>,
+    unnumbered: Option<u64>,
+}
+
 const STEP_KINDS: &str = "wait_registered, wait_connected, send, expect, capture, \
-                          expect_none, sleep_ms, drop_connection, restart";
+                          expect_none, sleep_ms, drop_connection, restart, expect_sequence";
 
 /// The step's arguments; `null` (`- restart:`) reads as the defaults.
 fn args<T: Default + for<'de> Deserialize<'de>>(value: serde_yaml::Value) -> Result<T> {
@@ -273,6 +292,14 @@ fn parse_step(raw: serde_yaml::Value) -> Result<Step> {
         "restart" => {
             args::<Empty>(value)?;
             Step::Restart
+        }
+        "expect_sequence" => {
+            let a: RawExpectSequence = args(value)?;
+            Step::ExpectSequence {
+                duplicates: a.duplicates,
+                gaps: a.gaps,
+                unnumbered: a.unnumbered,
+            }
         }
         other => bail!("unknown step kind {other:?} (expected one of {STEP_KINDS})"),
     };
@@ -421,6 +448,30 @@ impl Run<'_> {
             Step::Restart => {
                 self.plane.restart().await?;
                 let _ = writeln!(self.out, "  serving again at {}", self.plane.url());
+            }
+            Step::ExpectSequence {
+                duplicates,
+                gaps,
+                unnumbered,
+            } => {
+                let r = self.plane.sequence_report();
+                let _ = writeln!(
+                    self.out,
+                    "  processed through {}, {} duplicate(s) dropped, gaps {:?}, {} unnumbered",
+                    r.processed, r.duplicates, r.gaps, r.unnumbered
+                );
+                let checks = [
+                    ("duplicates", duplicates.map(|d| (d, r.duplicates))),
+                    ("gaps", gaps.map(|g| (g as u64, r.gaps.len() as u64))),
+                    ("unnumbered", unnumbered.map(|u| (u, r.unnumbered))),
+                ];
+                for (what, check) in checks {
+                    if let Some((want, got)) = check
+                        && want != got
+                    {
+                        bail!("expected {want} {what}, saw {got} ({r:?})");
+                    }
+                }
             }
         }
         Ok(())

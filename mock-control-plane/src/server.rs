@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::metadata::{KeyAndValueRef, MetadataMap};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::acks::AckMode;
 use crate::state::{OpenedStream, Registration, State};
 
 #[derive(Clone)]
@@ -132,6 +133,50 @@ async fn read_inbound(
     state.close_stream(opened_id);
 }
 
+/// Sends acknowledgement-only `ServerMessage`s into one stream as the
+/// processed mark rises (cumulative: a burst gets few), at once or late as
+/// the ack mode says, until the stream ends.
+async fn acknowledge(
+    state: Arc<State>,
+    tx: mpsc::Sender<ServerMessage>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let mut processed = state.processed();
+    let mut acked = 0;
+    loop {
+        let (mode, session_acked) = {
+            let inner = state.lock();
+            (inner.sequencing.mode, inner.sequencing.session_acked)
+        };
+        let mark = *processed.borrow_and_update();
+        if session_acked && mark != acked && matches!(mode, AckMode::Immediate | AckMode::Late(_)) {
+            let mut mark = mark;
+            if let AckMode::Late(delay) = mode {
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = cancel.cancelled() => return,
+                }
+                mark = *processed.borrow_and_update();
+            }
+            let ack = ServerMessage {
+                request_id: String::new(),
+                request: None,
+                acked_sequence: mark,
+            };
+            if tx.send(ack).await.is_err() {
+                return;
+            }
+            acked = mark;
+            state.update(|inner| inner.sequencing.report.acks_sent += 1);
+            continue;
+        }
+        tokio::select! {
+            changed = processed.changed() => if changed.is_err() { return },
+            () = cancel.cancelled() => return,
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl AgentRunnerControlService for MockService {
     async fn register_runner(
@@ -148,12 +193,18 @@ impl AgentRunnerControlService for MockService {
         let violations = check(&request);
         let sdks: Vec<&str> = request.agent_sdks.iter().map(|s| s.name.as_str()).collect();
         tracing::info!(?sdks, "runner registered");
+        let (features, acked_sequence) = self
+            .state
+            .update(|inner| inner.sequencing.registration(&request.features));
         self.state.record_registration(Registration {
             request,
             metadata,
             violations,
         });
-        Ok(Response::new(RegisterRunnerResponse::default()))
+        Ok(Response::new(RegisterRunnerResponse {
+            features,
+            acked_sequence,
+        }))
     }
 
     type ControlChannelStream = OutboundStream;
@@ -169,11 +220,13 @@ impl AgentRunnerControlService for MockService {
         }
         let OpenedStream {
             id,
+            tx,
             outbound,
             kill,
             cancel,
         } = self.state.open_stream();
         tracing::info!(stream = id, "runner connected its ControlChannel");
+        tokio::spawn(acknowledge(self.state.clone(), tx, cancel.clone()));
         tokio::spawn(read_inbound(
             self.state.clone(),
             request.into_inner(),

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use crate::acks::Sequencing;
 use crate::config::GithubInstallation;
 
 /// How many ServerMessages may wait in a live stream before `send` waits.
@@ -95,6 +96,7 @@ pub(crate) struct Inner {
     pub(crate) fail_stream: Option<Status>,
     pub(crate) github: Vec<GithubInstallation>,
     pub(crate) token_requests: Vec<i64>,
+    pub(crate) sequencing: Sequencing,
 }
 
 impl Inner {
@@ -115,6 +117,8 @@ pub(crate) enum Pushed {
 /// What the new live stream's handler needs.
 pub(crate) struct OpenedStream {
     pub(crate) id: u64,
+    /// Where acknowledgements go (the same queue as what tests send).
+    pub(crate) tx: mpsc::Sender<ServerMessage>,
     pub(crate) outbound: mpsc::Receiver<ServerMessage>,
     pub(crate) kill: oneshot::Receiver<Status>,
     pub(crate) cancel: CancellationToken,
@@ -124,17 +128,31 @@ pub(crate) struct State {
     inner: Mutex<Inner>,
     /// Bumped on every change; waiters re-check their condition on each bump.
     generation: watch::Sender<u64>,
+    /// The highest sequence number processed; acknowledgers watch it.
+    processed: watch::Sender<u64>,
 }
 
 impl State {
-    pub(crate) fn new(github: Vec<GithubInstallation>) -> Self {
+    pub(crate) fn new(github: Vec<GithubInstallation>, sequencing: Sequencing) -> Self {
         State {
             inner: Mutex::new(Inner {
                 github,
+                sequencing,
                 ..Inner::default()
             }),
             generation: watch::Sender::new(0),
+            processed: watch::Sender::new(0),
         }
+    }
+
+    /// Wakes every acknowledger (the ack mode changed).
+    pub(crate) fn nudge_acks(&self) {
+        self.processed.send_modify(|_| {});
+    }
+
+    /// Watches the highest processed sequence number.
+    pub(crate) fn processed(&self) -> watch::Receiver<u64> {
+        self.processed.subscribe()
     }
 
     /// The state's lock; a panic elsewhere while holding it does not poison
@@ -178,7 +196,7 @@ impl State {
             }
             inner.live = Some(LiveStream {
                 id,
-                tx,
+                tx: tx.clone(),
                 kill: kill_tx,
                 cancel: cancel.clone(),
             });
@@ -187,6 +205,7 @@ impl State {
         });
         OpenedStream {
             id,
+            tx,
             outbound,
             kill,
             cancel,
@@ -222,8 +241,13 @@ impl State {
         })
     }
 
+    /// Logs a message the runner sent, unless the sequence check drops it
+    /// as a duplicate; then acknowledgers learn the new high mark.
     pub(crate) fn record_received(&self, message: ClientMessage, violations: Option<String>) {
-        self.update(|inner| {
+        let processed = self.update(|inner| {
+            if !inner.sequencing.arrived(message.sequence) {
+                return None;
+            }
             let index = inner.received.len();
             inner.received.push((message.clone(), violations.clone()));
             inner.timeline.push(TimelineEvent::Received {
@@ -231,7 +255,15 @@ impl State {
                 message,
                 violations,
             });
+            Some(inner.sequencing.report.processed)
         });
+        if let Some(p) = processed {
+            self.processed.send_if_modified(|old| {
+                let changed = *old != p;
+                *old = p;
+                changed
+            });
+        }
     }
 
     /// Pushes `message` into the live stream without waiting, recording it

@@ -30,6 +30,8 @@ enum Work {
     Send(Box<ServerMessage>),
     DropConnection,
     Restart,
+    SetAckMode(crate::AckMode),
+    SequenceReport,
 }
 
 /// A stdin line: a control command or a ServerMessage.
@@ -39,8 +41,18 @@ fn parse_line(line: &str) -> Result<Work> {
         return match command.as_str() {
             Some("drop_connection") => Ok(Work::DropConnection),
             Some("restart") => Ok(Work::Restart),
+            Some("ack_mode") => {
+                let mode = value
+                    .get("mode")
+                    .and_then(Value::as_str)
+                    .context("ack_mode needs \"mode\": on, off, never or late:MS")?;
+                Ok(Work::SetAckMode(mode.parse().map_err(anyhow::Error::msg)?))
+            }
+            Some("sequence_report") => Ok(Work::SequenceReport),
             _ => {
-                anyhow::bail!("unknown command {command} (known: \"drop_connection\", \"restart\")")
+                anyhow::bail!(
+                    "unknown command {command} (known: \"drop_connection\", \"restart\", \"ack_mode\", \"sequence_report\")"
+                )
             }
         };
     }
@@ -74,6 +86,18 @@ pub fn event_json(event: &TimelineEvent) -> Value {
             json!({"event": "sent", "message": server_message_to_json(message)})
         }
     }
+}
+
+/// The `sequence_report` line: what the acknowledged-delivery check saw.
+pub fn sequence_report_json(r: &crate::SequenceReport) -> Value {
+    json!({
+        "event": "sequence_report",
+        "processed": r.processed,
+        "duplicates": r.duplicates,
+        "gaps": r.gaps.iter().map(|(a, b)| json!([a, b])).collect::<Vec<_>>(),
+        "unnumbered": r.unnumbered,
+        "acksSent": r.acks_sent,
+    })
 }
 
 fn registered_json(registration: &Registration) -> Value {
@@ -206,6 +230,10 @@ where
                                 json!({"event": "error", "error": format!("restart: {err:#}")}),
                             );
                         }
+                    }
+                    Work::SetAckMode(mode) => plane.set_ack_mode(mode),
+                    Work::SequenceReport => {
+                        let _ = extra_tx.send(sequence_report_json(&plane.sequence_report()));
                     }
                 }
             }

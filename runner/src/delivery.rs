@@ -18,7 +18,8 @@
 //!   everything still kept is re-sent: at least once.
 //!
 //! Acknowledgements that make no sense (beyond what was sent, or going
-//! backwards) are logged and ignored: nothing is dropped on their word.
+//! backwards) are refused ([`BadAck`]; the link logs them): nothing is
+//! dropped on their word.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -60,6 +61,27 @@ pub struct InFlight {
     highest: u64,
     /// Highest sequence number acknowledged.
     acked: u64,
+}
+
+/// An acknowledgement that makes no sense: ignored, nothing settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadAck {
+    /// It covers sequence numbers never sent.
+    #[error("acknowledged sequence {acked} but only {highest} was ever sent")]
+    Beyond {
+        /// What was acknowledged.
+        acked: u64,
+        /// The highest sequence number sent.
+        highest: u64,
+    },
+    /// It is below an earlier acknowledgement.
+    #[error("acknowledged sequence {acked} after already acknowledging {earlier}")]
+    Backwards {
+        /// What was acknowledged.
+        acked: u64,
+        /// The earlier, higher acknowledgement.
+        earlier: u64,
+    },
 }
 
 /// What an acknowledgement did.
@@ -113,7 +135,9 @@ impl InFlight {
         }
         let keep = match self.mode {
             Mode::Acked => sent.sequence.is_some(),
-            Mode::Legacy { .. } => sent.journal.is_some(),
+            Mode::Legacy { .. } => {
+                sent.journal.is_some() || crate::outbox::is_durable(&sent.message)
+            }
         };
         if keep {
             self.sent.push_back(sent);
@@ -122,18 +146,24 @@ impl InFlight {
     }
 
     /// A cumulative acknowledgement: everything with a sequence number at
-    /// or below `through` arrived.
-    pub fn ack(&mut self, through: u64) -> Settled {
+    /// or below `through` arrived. Repeating the last one settles nothing;
+    /// one beyond what was sent or going backwards is refused (the caller
+    /// logs it) and changes nothing.
+    pub fn ack(&mut self, through: u64) -> Result<Settled, BadAck> {
         if through > self.highest {
-            tracing::warn!(
-                acked_sequence = through,
-                highest_sent = self.highest,
-                "the control plane acknowledged updates never sent; ignoring it"
-            );
-            return Settled::default();
+            return Err(BadAck::Beyond {
+                acked: through,
+                highest: self.highest,
+            });
         }
-        if through <= self.acked {
-            return Settled::default();
+        if through < self.acked {
+            return Err(BadAck::Backwards {
+                acked: through,
+                earlier: self.acked,
+            });
+        }
+        if through == self.acked {
+            return Ok(Settled::default());
         }
         self.acked = through;
         let mut settled = Settled::default();
@@ -146,6 +176,38 @@ impl InFlight {
                 settled.updates += 1;
                 settled.journal.extend(s.journal);
             }
+        }
+        Ok(settled)
+    }
+
+    /// The highest sequence number acknowledged so far.
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    /// Sequence numbers up to `floor` may have been sent (by an earlier
+    /// run of the runner): a control plane acknowledging them is not
+    /// acknowledging something never sent.
+    pub fn note_sent_through(&mut self, floor: u64) {
+        self.highest = self.highest.max(floor);
+    }
+
+    /// The control plane's registration says it processed everything up
+    /// to `through`, which may be below an earlier acknowledgement (a
+    /// control plane that lost its state): settle what it covers and take
+    /// it as the new baseline.
+    pub fn rebase(&mut self, through: u64) -> Settled {
+        self.acked = self.acked.min(through);
+        self.ack(through).unwrap_or_default()
+    }
+
+    /// Settles the oldest update kept, whatever its age (legacy mode's
+    /// count bound).
+    pub fn settle_oldest(&mut self) -> Settled {
+        let mut settled = Settled::default();
+        if let Some(s) = self.sent.pop_front() {
+            settled.updates = 1;
+            settled.journal.extend(s.journal);
         }
         settled
     }
@@ -220,7 +282,7 @@ mod tests {
             let journal = (seq % 2 == 0).then_some(seq * 10);
             assert!(f.record(sent(Some(seq), journal, now)));
         }
-        let s = f.ack(3);
+        let s = f.ack(3).unwrap();
         assert_eq!(
             s,
             Settled {
@@ -228,9 +290,22 @@ mod tests {
                 updates: 3
             }
         );
-        // Stale and impossible acknowledgements change nothing.
-        assert_eq!(f.ack(2), Settled::default());
-        assert_eq!(f.ack(99), Settled::default());
+        // A repeat settles nothing; stale and impossible ones are refused.
+        assert_eq!(f.ack(3), Ok(Settled::default()));
+        assert_eq!(
+            f.ack(2),
+            Err(BadAck::Backwards {
+                acked: 2,
+                earlier: 3
+            })
+        );
+        assert_eq!(
+            f.ack(99),
+            Err(BadAck::Beyond {
+                acked: 99,
+                highest: 5
+            })
+        );
         assert_eq!(f.len(), 2);
         let (again, settled) = f.connection_ended(false);
         assert_eq!(settled, Settled::default());

@@ -10,7 +10,7 @@
 //!
 //! With acknowledged delivery every `ClientMessage` carries a sequence number
 //! that never repeats over the runner's life. Numbers are reserved here in
-//! blocks ahead of use, so handing one out costs no disk write; after a crash
+//! blocks ahead of use ([`Sequencer`]), so handing one out costs no disk write; after a crash
 //! numbering resumes above the last reservation (a gap the control plane can
 //! see, only after its last acknowledgement). A journaled update's number is
 //! recorded (`mark_sent`) before it goes on the wire, so a re-send after a
@@ -20,6 +20,8 @@
 //! its [`StoreThread`] in group commits: a burst of updates costs one commit.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -67,6 +69,9 @@ pub struct Recovered {
 #[derive(Clone)]
 pub struct Journal {
     store: StoreThread,
+    /// The id the next appended entry gets (ids are chosen here, not by
+    /// SQLite, so an entry's id is known before its write lands).
+    next_id: Arc<AtomicU64>,
 }
 
 impl Journal {
@@ -90,21 +95,79 @@ impl Journal {
              );",
         )?;
         let recovered = read(&conn)?;
+        // AUTOINCREMENT remembers the highest id ever used, even of
+        // entries since forgotten: ids never repeat.
+        let used: Option<i64> = conn
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'entries'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let first_id = recovered
+            .entries
+            .last()
+            .map_or(0, |e| e.id)
+            .max(used.unwrap_or(0) as u64)
+            + 1;
         let store = StoreThread::start("outbox-journal", conn)?;
-        Ok((Self { store }, recovered))
+        let journal = Self {
+            store,
+            next_id: Arc::new(AtomicU64::new(first_id)),
+        };
+        Ok((journal, recovered))
     }
 
-    /// Journals `message` (an encoded `ClientMessage`); returns its id once
-    /// it is on disk.
-    pub async fn append(&self, message: Vec<u8>) -> Result<u64, JournalError> {
-        let id = self
-            .store
+    /// A fresh entry id, above every id used before (restarts included:
+    /// recovered entries are below it).
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Journals `message` (an encoded `ClientMessage`) as entry `id` (from
+    /// [`Journal::next_id`]); returns once it is on disk.
+    pub async fn append(&self, id: u64, message: Vec<u8>) -> Result<(), JournalError> {
+        self.store
             .run(move |tx| {
-                tx.execute("INSERT INTO entries (message) VALUES (?1)", [message])?;
-                Ok(tx.last_insert_rowid())
+                tx.execute(
+                    "INSERT INTO entries (id, message) VALUES (?1, ?2)",
+                    params![id as i64, message],
+                )
+                .map(drop)
             })
             .await?;
-        Ok(id as u64)
+        Ok(())
+    }
+
+    /// Queues the append of entry `id` (waiting only for room in the store
+    /// thread's queue, not for the disk). Ordered before every later write:
+    /// awaiting any later write ([`Journal::append`], [`Journal::flush`],
+    /// [`Journal::mark_sent`]) means this one is on disk too.
+    pub async fn append_queued(&self, id: u64, message: Vec<u8>) -> Result<(), JournalError> {
+        self.store
+            .submit(move |tx| {
+                tx.execute(
+                    "INSERT INTO entries (id, message) VALUES (?1, ?2)",
+                    params![id as i64, message],
+                )
+                .map(drop)
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Queues the append of entry `id` without waiting (for producers that
+    /// cannot wait: replies made by the read loop). Ordered before every
+    /// later write. False when the store thread's queue is full: the entry
+    /// is then not journaled (it lives in memory only).
+    pub fn append_detached(&self, id: u64, message: Vec<u8>) -> bool {
+        self.store.try_submit(move |tx| {
+            tx.execute(
+                "INSERT INTO entries (id, message) VALUES (?1, ?2)",
+                params![id as i64, message],
+            )
+            .map(drop)
+        })
     }
 
     /// Records the sequence numbers journaled updates are about to be sent
@@ -126,38 +189,35 @@ impl Journal {
         Ok(())
     }
 
-    /// Forgets the given entries (sent to a control plane without
-    /// acknowledgements). Not awaited to disk: a crash before it lands only
-    /// sends them again (at least once).
-    pub async fn forget(&self, ids: Vec<u64>) -> Result<(), JournalError> {
+    /// Forgets the given entries (delivery settled). Neither waits for
+    /// room nor for the disk: a crash before it lands, or a full queue,
+    /// only means they are sent again after a restart (at least once; with
+    /// acknowledgements the control plane drops the repeat by its
+    /// sequence). False when the queue was full.
+    pub fn forget(&self, ids: Vec<u64>) -> bool {
         if ids.is_empty() {
-            return Ok(());
+            return true;
         }
-        self.store
-            .submit(move |tx| {
-                let mut stmt = tx.prepare_cached("DELETE FROM entries WHERE id = ?1")?;
-                for id in ids {
-                    stmt.execute([id as i64])?;
-                }
-                Ok(())
-            })
-            .await?;
-        Ok(())
+        self.store.try_submit(move |tx| {
+            let mut stmt = tx.prepare_cached("DELETE FROM entries WHERE id = ?1")?;
+            for id in ids {
+                stmt.execute([id as i64])?;
+            }
+            Ok(())
+        })
     }
 
     /// Forgets every entry sent with a sequence number at or below
-    /// `acked` (the control plane processed them).
-    pub async fn forget_through(&self, acked: u64) -> Result<(), JournalError> {
-        self.store
-            .submit(move |tx| {
-                tx.execute(
-                    "DELETE FROM entries WHERE sequence IS NOT NULL AND sequence <= ?1",
-                    [acked as i64],
-                )
-                .map(drop)
-            })
-            .await?;
-        Ok(())
+    /// `acked` (the control plane processed them). Like
+    /// [`Journal::forget`], never waits; a later call covers a skipped one.
+    pub fn forget_through(&self, acked: u64) -> bool {
+        self.store.try_submit(move |tx| {
+            tx.execute(
+                "DELETE FROM entries WHERE sequence IS NOT NULL AND sequence <= ?1",
+                [acked as i64],
+            )
+            .map(drop)
+        })
     }
 
     /// Reserves sequence numbers up to `through`; returns once that is on
@@ -209,34 +269,43 @@ fn read(conn: &Connection) -> Result<Recovered, rusqlite::Error> {
 }
 
 /// Hands out sequence numbers: strictly increasing, never reused across
-/// restarts, reserving a block on disk before the current one runs out.
+/// restarts. Numbers are handed out only from a block already reserved on
+/// disk ([`Journal::reserve_through`]); the caller reserves ahead (an
+/// await, before it takes anything it could lose) and hands out without
+/// waiting.
+#[derive(Debug)]
 pub struct Sequencer {
-    journal: Journal,
     next: u64,
     reserved: u64,
 }
 
 impl Sequencer {
     /// Continues above `floor` (see [`Recovered::sequence_floor`]).
-    pub fn new(journal: Journal, floor: u64) -> Self {
+    pub fn new(floor: u64) -> Self {
         Self {
-            journal,
             next: floor + 1,
             reserved: floor,
         }
     }
 
-    /// The next `n` numbers (a contiguous run starting at the returned one).
-    pub async fn take(&mut self, n: u64) -> Result<u64, JournalError> {
-        let first = self.next;
-        let last = first + n.saturating_sub(1);
-        if last > self.reserved {
-            let through = last + SEQUENCE_BLOCK;
-            self.journal.reserve_through(through).await?;
-            self.reserved = through;
-        }
-        self.next = last + 1;
-        Ok(first)
+    /// If fewer than `n` reserved numbers are left: the number to reserve
+    /// through (a block ahead) before taking `n`.
+    pub fn needs_reservation(&self, n: u64) -> Option<u64> {
+        let last = self.next + n.saturating_sub(1);
+        (last > self.reserved).then_some(last + SEQUENCE_BLOCK)
+    }
+
+    /// Numbers up to `through` are reserved on disk.
+    pub fn reserved(&mut self, through: u64) {
+        self.reserved = self.reserved.max(through);
+    }
+
+    /// The next number, if one is reserved.
+    pub fn take(&mut self) -> Option<u64> {
+        (self.next <= self.reserved).then(|| {
+            self.next += 1;
+            self.next - 1
+        })
     }
 
     /// The highest number handed out so far (0 if none).
@@ -254,16 +323,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (journal, recovered) = Journal::open(dir.path()).unwrap();
         assert!(recovered.entries.is_empty());
-        let a = journal.append(b"a".to_vec()).await.unwrap();
-        let b = journal.append(b"b".to_vec()).await.unwrap();
-        let c = journal.append(b"c".to_vec()).await.unwrap();
+        let (a, b, c) = (journal.next_id(), journal.next_id(), journal.next_id());
+        journal.append(a, b"a".to_vec()).await.unwrap();
+        journal.append(b, b"b".to_vec()).await.unwrap();
+        assert!(journal.append_detached(c, b"c".to_vec()));
         journal.mark_sent(vec![(a, 7), (b, 8)]).await.unwrap();
-        journal.forget_through(7).await.unwrap();
-        journal.forget(vec![c]).await.unwrap();
+        assert!(journal.forget_through(7));
+        assert!(journal.forget(vec![c]));
         journal.flush().await.unwrap();
         drop(journal);
 
-        let (_journal, recovered) = Journal::open(dir.path()).unwrap();
+        let (journal, recovered) = Journal::open(dir.path()).unwrap();
+        assert!(journal.next_id() > c, "ids never repeat across restarts");
         assert_eq!(
             recovered.entries,
             vec![JournalEntry {
@@ -279,18 +350,24 @@ mod tests {
     async fn sequences_never_repeat_across_restarts() {
         let dir = tempfile::tempdir().unwrap();
         let (journal, recovered) = Journal::open(dir.path()).unwrap();
-        let mut seq = Sequencer::new(journal.clone(), recovered.sequence_floor);
-        assert_eq!(seq.take(1).await.unwrap(), 1);
-        assert_eq!(seq.take(3).await.unwrap(), 2);
+        let mut seq = Sequencer::new(recovered.sequence_floor);
+        assert_eq!(seq.take(), None, "nothing reserved yet");
+        let through = seq.needs_reservation(4).unwrap();
+        journal.reserve_through(through).await.unwrap();
+        seq.reserved(through);
+        assert_eq!(seq.needs_reservation(4), None);
+        let taken: Vec<u64> = (0..4).map(|_| seq.take().unwrap()).collect();
+        assert_eq!(taken, vec![1, 2, 3, 4]);
         assert_eq!(seq.last(), 4);
         // A crash: nothing but the reservation is known.
         drop(seq);
         drop(journal);
-        let (journal, recovered) = Journal::open(dir.path()).unwrap();
+        let (_journal, recovered) = Journal::open(dir.path()).unwrap();
         assert!(recovered.sequence_floor >= 4);
-        let mut seq = Sequencer::new(journal, recovered.sequence_floor);
-        let next = seq.take(SEQUENCE_BLOCK * 2).await.unwrap();
+        let mut seq = Sequencer::new(recovered.sequence_floor);
+        let through = seq.needs_reservation(1).unwrap();
+        seq.reserved(through);
+        let next = seq.take().unwrap();
         assert!(next > 4, "{next}");
-        assert_eq!(seq.last(), next + SEQUENCE_BLOCK * 2 - 1);
     }
 }

@@ -86,6 +86,11 @@ struct FeatureLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabel {
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
     version: &'static str,
 }
@@ -140,6 +145,11 @@ pub struct Metrics {
     outbox_depth: Gauge,
     outbox_dropped: Counter,
     outbox_coalesced: Counter,
+    delivery_unsettled: Gauge,
+    delivery_resent: Family<ModeLabel, Counter>,
+    delivery_acks_ignored: Counter,
+    delivery_unacked_full: Counter,
+    journal_appends: Histogram,
     running_turns: Family<SdkLabel, Gauge>,
     turn_duration: Histograms<TurnLabels>,
     child_processes: Gauge,
@@ -172,6 +182,12 @@ impl Metrics {
             outbox_depth: Gauge::default(),
             outbox_dropped: Counter::default(),
             outbox_coalesced: Counter::default(),
+            delivery_unsettled: Gauge::default(),
+            delivery_resent: Family::default(),
+            delivery_acks_ignored: Counter::default(),
+            delivery_unacked_full: Counter::default(),
+            // 10 µs … ~80 ms.
+            journal_appends: Histogram::new(exponential_buckets(0.000_01, 2.0, 14)),
             running_turns: Family::default(),
             turn_duration: Family::new_with_constructor(turn_histogram),
             child_processes: Gauge::default(),
@@ -238,6 +254,32 @@ impl Metrics {
             "outbox_coalesced",
             "Intermediate updates merged into a queued one because the outbox was full",
             m.outbox_coalesced.clone(),
+        );
+        m.registry.register(
+            "delivery_unsettled",
+            "Updates handed to the control plane and kept until delivery is settled (acknowledged, or past the legacy re-send window); they count against the outbox capacity",
+            m.delivery_unsettled.clone(),
+        );
+        m.registry.register(
+            "delivery_resent",
+            "Updates sent again after a connection died, by delivery mode (acked: every unacknowledged update; legacy: terminal and structural updates)",
+            m.delivery_resent.clone(),
+        );
+        m.registry.register(
+            "delivery_acks_ignored",
+            "Acknowledgements ignored because they made no sense (beyond what was sent, or from a control plane that did not accept acked delivery)",
+            m.delivery_acks_ignored.clone(),
+        );
+        m.registry.register(
+            "delivery_unacked_full",
+            "Times the unacknowledged updates filled the outbox capacity (the control plane is not acknowledging)",
+            m.delivery_unacked_full.clone(),
+        );
+        m.registry.register_with_unit(
+            "journal_append_duration",
+            "Time to journal one durable update (a group commit shared with the updates journaled at the same time)",
+            Unit::Seconds,
+            m.journal_appends.clone(),
         );
         m.registry.register(
             "running_turns",
@@ -393,6 +435,38 @@ pub fn outbox_totals() -> (u64, u64) {
     (m.outbox_dropped.get(), m.outbox_coalesced.get())
 }
 
+/// `n` updates were sent again after a connection died (`mode`: "acked"
+/// or "legacy").
+pub fn delivery_resent(mode: &'static str, n: usize) {
+    get()
+        .delivery_resent
+        .get_or_create(&ModeLabel { mode })
+        .inc_by(n as u64);
+}
+
+/// Re-sends so far in `mode`, process-wide.
+pub fn delivery_resent_total(mode: &'static str) -> u64 {
+    get()
+        .delivery_resent
+        .get_or_create(&ModeLabel { mode })
+        .get()
+}
+
+/// An acknowledgement was ignored (nonsense, or not negotiated).
+pub fn delivery_ack_ignored() {
+    get().delivery_acks_ignored.inc();
+}
+
+/// The unacknowledged updates filled the outbox capacity.
+pub fn delivery_unacked_full() {
+    get().delivery_unacked_full.inc();
+}
+
+/// One durable update took `took` to journal.
+pub fn journal_append(took: Duration) {
+    get().journal_appends.observe(took.as_secs_f64());
+}
+
 /// These SDKs are enabled: their running-turn series exist from the start
 /// (at 0), so an autoscaler sees the metric before the first turn.
 pub fn sdks_enabled(names: &[String]) {
@@ -475,6 +549,8 @@ pub fn get_token_refresh_failures() -> u64 {
 pub struct Scraped {
     /// Updates waiting in the outbox.
     pub outbox_depth: usize,
+    /// Updates sent and not yet settled.
+    pub delivery_unsettled: usize,
     /// `None` where it cannot be counted (no /proc).
     pub child_processes: Option<usize>,
 }
@@ -484,6 +560,8 @@ pub fn render(scraped: Scraped) -> String {
     let m = get();
     m.outbox_depth
         .set(i64::try_from(scraped.outbox_depth).unwrap_or(i64::MAX));
+    m.delivery_unsettled
+        .set(i64::try_from(scraped.delivery_unsettled).unwrap_or(i64::MAX));
     m.child_processes.set(
         scraped
             .child_processes
@@ -541,6 +619,7 @@ mod tests {
         update_sent(&updates::heartbeat(Some("unit-test-names".to_owned())));
         let text = render(Scraped {
             outbox_depth: 3,
+            delivery_unsettled: 1,
             child_processes: Some(2),
         });
         for name in [
@@ -556,6 +635,10 @@ mod tests {
             "agent_runner_outbox_depth 3",
             "agent_runner_outbox_dropped_total ",
             "agent_runner_outbox_coalesced_total ",
+            "agent_runner_delivery_unsettled 1",
+            "agent_runner_delivery_acks_ignored_total ",
+            "agent_runner_delivery_unacked_full_total ",
+            "# UNIT agent_runner_journal_append_duration_seconds seconds",
             "agent_runner_running_turns{sdk=\"unit-test-sdk\"} 0",
             "agent_runner_turn_duration_seconds_bucket{le=\"5.0\",sdk=\"unit-test-sdk\",outcome=\"completed\"} 1",
             "agent_runner_child_processes 2",

@@ -2,12 +2,20 @@
 //!
 //! Producers (thread and agent tasks) push; the live ControlChannel's sender
 //! pops. While disconnected, updates wait here and go out in order after the
-//! reconnect; an update is taken out exactly once, so nothing is sent twice.
-//! (One caveat no runner can lift without acknowledgements in the protocol:
-//! frames already handed to HTTP/2 when a connection dies are lost with it.)
+//! reconnect. What was handed to a connection but is not yet known to have
+//! arrived is kept by the link ([`crate::delivery`], `link/sending.rs`), not
+//! here.
 //!
-//! Bounded by `capacity`. When full, room is made by giving up intermediate
-//! updates, never terminal ones:
+//! Durable updates (terminal and structural: see [`is_durable`]) are
+//! journaled ([`crate::journal`]) before they are queued, so they survive a
+//! crash; each carries its journal id out of the outbox so the link can
+//! forget it once delivery is settled.
+//!
+//! Bounded by `capacity`, which counts the queued updates plus the ones the
+//! link still holds unsettled ([`Outbox::set_unsettled`]): a control plane
+//! that stops acknowledging fills the bound and producers feel it. When
+//! full, room is made by giving up intermediate updates (queued, never yet
+//! sent), never terminal ones:
 //! 1. a RUNNING item update replaces the queued RUNNING update of the same
 //!    item (its text is newer; coalesced), a token-usage update replaces the
 //!    queued one of the same thread;
@@ -35,8 +43,23 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use agent_runner_proto::runner::{ClientMessage, ItemStatus, client_message::Payload};
+use std::sync::atomic::AtomicUsize;
+
+use agent_runner_proto::runner::{ClientMessage, ItemStatus, TurnStatus, client_message::Payload};
+use prost::Message as _;
 use tokio::sync::Notify;
+
+use crate::journal::Journal;
+use crate::redact::Redactor;
+
+/// An update taken out of the outbox, with its journal entry if it has one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taken {
+    /// The update.
+    pub message: ClientMessage,
+    /// Its journal entry (durable updates of a journaled outbox).
+    pub journal: Option<u64>,
+}
 
 /// The queued updates and the indexes of the intermediate ones.
 struct Queue {
@@ -50,6 +73,8 @@ struct Queue {
     /// collision only costs a coalescing opportunity: a match is re-checked
     /// with [`supersedes`] before anything is replaced.
     newest: HashMap<u64, u64>,
+    /// The journal entry of each queued durable update, by queue number.
+    journaled: HashMap<u64, u64>,
 }
 
 impl Queue {
@@ -60,6 +85,7 @@ impl Queue {
             next: 1 << 62,
             intermediate: BTreeSet::new(),
             newest: HashMap::new(),
+            journaled: HashMap::new(),
         }
     }
 
@@ -71,10 +97,13 @@ impl Queue {
         self.items.is_empty()
     }
 
-    fn push_back(&mut self, msg: ClientMessage) {
+    fn push_back_journaled(&mut self, msg: ClientMessage, journal: Option<u64>) {
         let seq = self.next;
         self.next += 1;
         self.index(seq, &msg);
+        if let Some(id) = journal {
+            self.journaled.insert(seq, id);
+        }
         self.items.push_back((seq, msg));
     }
 
@@ -90,10 +119,13 @@ impl Queue {
         self.items.push_front((seq, msg));
     }
 
-    fn pop_front(&mut self) -> Option<ClientMessage> {
+    fn pop_front(&mut self) -> Option<Taken> {
         let (seq, msg) = self.items.pop_front()?;
         self.unindex(seq, &msg);
-        Some(msg)
+        Some(Taken {
+            message: msg,
+            journal: self.journaled.remove(&seq),
+        })
     }
 
     fn index(&mut self, seq: u64, msg: &ClientMessage) {
@@ -150,6 +182,18 @@ pub struct Outbox {
     drained: Notify,
     coalesced: AtomicU64,
     dropped: AtomicU64,
+    /// Updates handed to the control plane and not yet acknowledged (kept
+    /// by the link for a re-send); they count against `capacity`.
+    held: AtomicUsize,
+    /// Every update the link keeps for a re-send (for status).
+    unsettled: AtomicUsize,
+    /// Whether updates taken out count as held from the moment they are
+    /// taken (acked mode): the bound then never sees a batch between the
+    /// queue and the link's records.
+    hold_taken: std::sync::atomic::AtomicBool,
+    /// Where durable updates are journaled, with the redactor that masks
+    /// secrets before anything reaches the disk (`None`: memory only).
+    journal: Option<(Journal, Redactor)>,
 }
 
 /// Counters for status and metrics.
@@ -161,10 +205,13 @@ pub struct OutboxStats {
     pub coalesced: u64,
     /// Intermediate updates dropped so far.
     pub dropped: u64,
+    /// Updates sent and not yet settled (acknowledged, or past the legacy
+    /// re-send window).
+    pub unsettled: usize,
 }
 
 impl Outbox {
-    /// An outbox holding `capacity` updates.
+    /// An outbox holding `capacity` updates, in memory only.
     pub fn new(capacity: usize) -> Self {
         Self {
             queue: Mutex::new(Queue::new(capacity)),
@@ -173,30 +220,109 @@ impl Outbox {
             drained: Notify::new(),
             coalesced: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            held: AtomicUsize::new(0),
+            unsettled: AtomicUsize::new(0),
+            hold_taken: std::sync::atomic::AtomicBool::new(false),
+            journal: None,
         }
+    }
+
+    /// An outbox that journals durable updates before queueing them, each
+    /// with `redactor`'s secrets masked first.
+    pub fn journaled(capacity: usize, journal: Journal, redactor: Redactor) -> Self {
+        Self {
+            journal: Some((journal, redactor)),
+            ..Self::new(capacity)
+        }
+    }
+
+    /// The link reports how many sent updates it keeps unsettled (`total`)
+    /// and how many of them count against the bound (`held`: the
+    /// unacknowledged ones), and whether updates taken from now on count as
+    /// held at once (`hold_taken`: acked mode). Room made wakes waiting
+    /// producers.
+    pub fn set_unsettled(&self, held: usize, total: usize, hold_taken: bool) {
+        self.unsettled.store(total, Ordering::Relaxed);
+        // Under the queue's lock, so a producer checking the bound sees
+        // either the taken updates still queued or already held.
+        let queue = self.lock();
+        self.hold_taken.store(hold_taken, Ordering::Relaxed);
+        let before = self.held.swap(held, Ordering::Relaxed);
+        drop(queue);
+        if held < before {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Masks secrets and encodes `msg` for the journal; `None` when the
+    /// outbox has no journal or `msg` is not durable.
+    fn for_journal(&self, msg: &mut ClientMessage) -> Option<(&Journal, u64, Vec<u8>)> {
+        let (journal, redactor) = self.journal.as_ref()?;
+        if !is_durable(msg) {
+            return None;
+        }
+        crate::updates::redact(msg, redactor);
+        Some((journal, journal.next_id(), msg.encode_to_vec()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queue an update, making room or waiting as the module doc says.
-    pub async fn push(&self, msg: ClientMessage) {
-        let mut msg = Some(msg);
+    /// Queue an update, making room or waiting as the module doc says. A
+    /// durable update is journaled first: queued on the journal's store
+    /// thread, in order; a turn's end (`TurnUpdate COMPLETED`) waits until
+    /// it is on disk, and with it everything the turn journaled before (the
+    /// store thread writes in order), so a turn recorded as finished has
+    /// its updates journaled. The link never sends a journaled update
+    /// before its write is on disk.
+    pub async fn push(&self, mut msg: ClientMessage) {
+        let mut journal_id = None;
+        if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
+            let started = std::time::Instant::now();
+            let written = if is_turn_end(&msg) {
+                journal.append(id, bytes).await
+            } else {
+                journal.append_queued(id, bytes).await
+            };
+            match written {
+                Ok(()) => journal_id = Some(id),
+                Err(e) => tracing::error!(
+                    kind = crate::updates::kind(&msg),
+                    error = %e,
+                    "journaling an update failed; it is kept in memory only"
+                ),
+            }
+            crate::metrics::journal_append(started.elapsed());
+        }
+        let mut slot = Some((msg, journal_id));
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if self.try_push(&mut msg) {
+            if self.try_push_entry(&mut slot) {
                 return;
             }
             drained.await;
         }
     }
 
-    /// Queue at once, even past the bound (replies from the read loop).
-    pub fn push_reply(&self, msg: ClientMessage) {
-        self.lock().push_back(msg);
+    /// Queue at once, even past the bound (replies from the read loop). A
+    /// durable one is journaled without waiting for the disk (queued on
+    /// the journal's thread ahead of anything that could send it).
+    pub fn push_reply(&self, mut msg: ClientMessage) {
+        let mut journal_id = None;
+        if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
+            if journal.append_detached(id, bytes) {
+                journal_id = Some(id);
+            } else {
+                tracing::warn!(
+                    kind = crate::updates::kind(&msg),
+                    "the journal's queue is full; a reply is kept in memory only"
+                );
+            }
+        }
+        self.lock().push_back_journaled(msg, journal_id);
         self.filled.notify_one();
     }
 
@@ -208,13 +334,23 @@ impl Outbox {
 
     /// Queue the message in `slot` (taking it) or make room for it; leaves
     /// it there and returns false when the producer must wait.
+    #[cfg(test)]
     fn try_push(&self, slot: &mut Option<ClientMessage>) -> bool {
-        let Some(msg) = slot.take() else {
+        let mut entry = slot.take().map(|m| (m, None));
+        let pushed = self.try_push_entry(&mut entry);
+        *slot = entry.map(|(m, _)| m);
+        pushed
+    }
+
+    /// [`Outbox::try_push`] of an update with its journal entry.
+    fn try_push_entry(&self, slot: &mut Option<(ClientMessage, Option<u64>)>) -> bool {
+        let Some((msg, journal_id)) = slot.take() else {
             return true;
         };
         let mut queue = self.lock();
-        if queue.len() < self.capacity {
-            queue.push_back(msg);
+        let held = self.held.load(Ordering::Relaxed);
+        if queue.len() + held < self.capacity {
+            queue.push_back_journaled(msg, journal_id);
             drop(queue);
             self.filled.notify_one();
             return true;
@@ -228,7 +364,7 @@ impl Outbox {
             return true;
         }
         if queue.drop_oldest_intermediate() {
-            queue.push_back(msg);
+            queue.push_back_journaled(msg, journal_id);
             drop(queue);
             self.count(&self.dropped, "dropped");
             crate::metrics::outbox_dropped();
@@ -241,7 +377,7 @@ impl Outbox {
             crate::metrics::outbox_dropped();
             return true;
         }
-        *slot = Some(msg);
+        *slot = Some((msg, journal_id));
         false
     }
 
@@ -260,19 +396,51 @@ impl Outbox {
     /// Take the oldest update, waiting for one. Cancel-safe: an update is
     /// removed only when this returns it.
     pub async fn pop(&self) -> ClientMessage {
+        self.pop_entry().await.message
+    }
+
+    /// [`Outbox::pop`] with the update's journal entry.
+    pub async fn pop_entry(&self) -> Taken {
         loop {
             let filled = self.filled.notified();
             tokio::pin!(filled);
             filled.as_mut().enable();
-            let next = self.lock().pop_front();
-            if let Some(msg) = next {
+            let next = {
+                let mut queue = self.lock();
+                let next = queue.pop_front();
+                if next.is_some() && self.hold_taken.load(Ordering::Relaxed) {
+                    self.held.fetch_add(1, Ordering::Relaxed);
+                }
+                next
+            };
+            if let Some(taken) = next {
                 self.drained.notify_waiters();
                 // Let another waiting consumer see what is left.
                 self.filled.notify_one();
-                return msg;
+                return taken;
             }
             filled.await;
         }
+    }
+
+    /// Takes up to `max` more updates without waiting (a batch to send).
+    pub fn try_pop_many(&self, max: usize) -> Vec<Taken> {
+        let mut queue = self.lock();
+        let mut out = Vec::new();
+        while out.len() < max {
+            match queue.pop_front() {
+                Some(t) => out.push(t),
+                None => break,
+            }
+        }
+        if self.hold_taken.load(Ordering::Relaxed) {
+            self.held.fetch_add(out.len(), Ordering::Relaxed);
+        }
+        drop(queue);
+        if !out.is_empty() {
+            self.drained.notify_waiters();
+        }
+        out
     }
 
     /// Depth and counters.
@@ -281,6 +449,7 @@ impl Outbox {
             depth: self.lock().len(),
             coalesced: self.coalesced.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
+            unsettled: self.unsettled.load(Ordering::Relaxed),
         }
     }
 
@@ -302,6 +471,32 @@ fn is_intermediate(msg: &ClientMessage) -> bool {
     match &msg.payload {
         Some(Payload::ItemUpdate(i)) => i.status == ItemStatus::Running as i32,
         Some(Payload::ThreadTokenUsageUpdate(_)) => true,
+        _ => false,
+    }
+}
+
+/// A `TurnUpdate COMPLETED`.
+fn is_turn_end(msg: &ClientMessage) -> bool {
+    matches!(&msg.payload, Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32)
+}
+
+/// An update that must survive a crash and a dead connection: terminal
+/// (`TurnUpdate COMPLETED`, a COMPLETED item, a `RequestError`) or
+/// structural (thread, agent, skill, SDK and thread-name updates). The rest
+/// (RUNNING snapshots, token usage, heartbeat answers, device codes) is
+/// superseded by later updates or only meaningful now.
+pub fn is_durable(msg: &ClientMessage) -> bool {
+    match &msg.payload {
+        Some(Payload::TurnUpdate(t)) => t.status == TurnStatus::Completed as i32,
+        Some(Payload::ItemUpdate(i)) => i.status == ItemStatus::Completed as i32,
+        Some(Payload::ThreadUpdate(_)) => true,
+        Some(
+            Payload::RequestError(_)
+            | Payload::AgentUpdate(_)
+            | Payload::SkillMpUpdate(_)
+            | Payload::AgentSdkUpdate(_)
+            | Payload::ThreadNameUpdate(_),
+        ) => true,
         _ => false,
     }
 }

@@ -5,6 +5,7 @@
 //! ended. Above the tasks ([`crate::agent`], [`crate::thread`]) because it
 //! starts them.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use agent_runner_proto::runner::TurnStatus;
@@ -16,9 +17,19 @@ use crate::updates;
 
 /// Bring back what the store knows: agents and threads are re-opened in
 /// their SDKs, and every turn that was running when the runner died is
-/// reported ended (`RequestError` + `TurnUpdate COMPLETED`).
-pub async fn restore(rt: &Arc<Runtime>) -> Result<(), StoreError> {
+/// reported ended (`RequestError` + `TurnUpdate COMPLETED`) — unless its
+/// own `TurnUpdate COMPLETED` is in `journaled_ends` (`(thread_id,
+/// sdk_turn_id)` of completions the outbox journal will send): the turn
+/// ended before the crash and only its record lagged behind.
+pub async fn restore(
+    rt: &Arc<Runtime>,
+    journaled_ends: &HashSet<(String, String)>,
+) -> Result<(), StoreError> {
     for row in rt.store.running_turns()? {
+        if journaled_ends.contains(&(row.thread_id.clone(), row.sdk_turn_id.clone())) {
+            rt.store.finish_turn(&row.thread_id, &row.sdk_turn_id)?;
+            continue;
+        }
         let rid = row.request_id.clone();
         rt.outbox.push_reply(updates::request_error(
             rid.clone(),

@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::RunConfig;
 use crate::credentials::{CredentialServer, GitEnv, ThreadCheck};
 use crate::health::{self, HealthServer};
-use crate::link::{Link, LinkState, Refused};
+use crate::journal::Journal;
+use crate::link::{Link, LinkState, Refused, Sending};
 use crate::mailboxes::Mailboxes;
 use crate::outbox::Outbox;
 use crate::runtime::{Runtime, RuntimeParts};
@@ -32,9 +33,18 @@ pub struct Runner {
     /// What its link is doing.
     pub link_state: watch::Receiver<LinkState>,
     close: CancellationToken,
+    /// What was sent and not yet settled.
+    sending: Arc<Sending>,
     link: JoinHandle<Result<(), Refused>>,
     health: Option<HealthServer>,
     credentials: CredentialServer,
+}
+
+/// How long a sent terminal update is kept for a re-send when the control
+/// plane does not acknowledge: twice what keepalive needs to notice a dead
+/// connection, at least 10 s.
+fn legacy_settle(config: &RunConfig) -> Duration {
+    (2 * (config.keepalive_interval + config.keepalive_timeout)).max(Duration::from_secs(10))
 }
 
 /// The git credential socket for agents (it answers only for live
@@ -91,11 +101,27 @@ impl Runner {
         );
         let mailboxes = Arc::new(Mailboxes::new(config.max_queued_requests));
         let (credentials, git_env) = start_credentials(&mailboxes, config, github.clone())?;
+        // The outbox journal: what a previous run produced and did not get
+        // delivered is sent first.
+        let (journal, recovered) = Journal::open(&config.state_dir)
+            .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
+        let outbox = Arc::new(Outbox::journaled(
+            config.outbox_capacity,
+            journal.clone(),
+            crate::redact::Redactor::process(),
+        ));
+        let sending = Arc::new(Sending::new(
+            outbox.clone(),
+            Some(journal),
+            recovered,
+            crate::redact::Redactor::process(),
+            legacy_settle(config),
+        ));
         let rt = Runtime::new(RuntimeParts {
             sdks,
             store,
             workspaces,
-            outbox: Arc::new(Outbox::new(config.outbox_capacity)),
+            outbox,
             mailboxes,
             max_turns: config.max_concurrent_turns,
             skill_max_bytes: config.skill_max_bytes,
@@ -105,10 +131,10 @@ impl Runner {
         });
         crate::metrics::sdks_enabled(&rt.sdks.names());
         rt.sdks.describe_all().await;
-        crate::restore::restore(&rt)
+        crate::restore::restore(&rt, &sending.pending_turn_ends())
             .await
             .context("restoring state")?;
-        let link = Link::new(rt.clone(), client, config);
+        let link = Link::new(rt.clone(), client, config, sending.clone());
         let link_state = link.state();
         let close = CancellationToken::new();
         let token = close.clone();
@@ -124,6 +150,7 @@ impl Runner {
             rt,
             link_state,
             close,
+            sending,
             link,
             health,
             credentials,
@@ -161,8 +188,10 @@ impl Runner {
         {
             tracing::info!(killed, "killed the agents' remaining processes");
         }
+        // Sent and, where the control plane acknowledges, acknowledged:
+        // what is not stays journaled and goes first after the restart.
         let flushed = tokio::time::timeout(FLUSH_TIMEOUT, async {
-            while !self.rt.outbox.is_empty() {
+            while !self.sending.flushed() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
@@ -170,7 +199,8 @@ impl Runner {
         if flushed.is_err() {
             tracing::warn!(
                 queued = self.rt.outbox.stats().depth,
-                "updates not delivered before shutdown"
+                unacknowledged = self.sending.unsettled(),
+                "updates not delivered before shutdown; journaled ones are sent after the restart"
             );
         }
         self.close.cancel();

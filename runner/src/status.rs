@@ -86,6 +86,11 @@ pub struct Outbox {
     pub dropped: u64,
     /// Intermediate updates coalesced so far.
     pub coalesced: u64,
+    /// Updates sent and kept until delivery is settled (acknowledged, or
+    /// past the legacy re-send window); with acknowledgements they count
+    /// against `capacity`.
+    #[serde(default)]
+    pub unsettled: usize,
 }
 
 /// An SDK, as `/status` shows it.
@@ -170,6 +175,7 @@ pub fn collect(rt: &Runtime, link: LinkState, child_processes: Option<usize>) ->
             capacity: rt.outbox.capacity(),
             dropped: stats.dropped,
             coalesced: stats.coalesced,
+            unsettled: stats.unsettled,
         },
         child_processes,
         sdks,
@@ -237,8 +243,8 @@ fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
     let o = &s.outbox;
     writeln!(
         out,
-        "outbox      {} queued (capacity {}), {} dropped, {} coalesced",
-        o.depth, o.capacity, o.dropped, o.coalesced
+        "outbox      {} queued (capacity {}), {} sent unsettled, {} dropped, {} coalesced",
+        o.depth, o.capacity, o.unsettled, o.dropped, o.coalesced
     )?;
     match s.child_processes {
         Some(n) => writeln!(out, "processes   {n} alive under the runner")?,
@@ -320,6 +326,7 @@ mod tests {
                 capacity: 10_000,
                 dropped: 1,
                 coalesced: 0,
+                unsettled: 3,
             },
             child_processes: Some(2),
             sdks: vec![Sdk {
@@ -344,7 +351,7 @@ mod tests {
             "threads     4",
             "turns       1 running (limit 256)",
             "scripted  agent a1  thread thr-1  turn turn-9  running for 1m 15s",
-            "outbox      5 queued (capacity 10000), 1 dropped, 0 coalesced",
+            "outbox      5 queued (capacity 10000), 3 sent unsettled, 1 dropped, 0 coalesced",
             "processes   2 alive",
             "  scripted  ready  models: scripted-fast",
             "sandbox     best-effort",

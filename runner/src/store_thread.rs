@@ -79,6 +79,17 @@ impl StoreThread {
         self.enqueue(work, None).await
     }
 
+    /// Queues `work` without waiting for room or for its commit; false
+    /// (and `work` not run) when the queue is full or the thread is gone.
+    /// For writes whose loss costs only a repeat (a later write covers
+    /// them), from places that must not wait.
+    pub fn try_submit<F>(&self, work: F) -> bool
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    {
+        self.jobs.try_send(job(work, None)).is_ok()
+    }
+
     async fn enqueue<R, F>(
         &self,
         work: F,
@@ -88,41 +99,50 @@ impl StoreThread {
         R: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
     {
-        let job: Job = Box::new(move |tx: &mut Transaction<'_>| {
-            let outcome = match tx.savepoint() {
-                Ok(mut sp) => match work(&sp) {
-                    Ok(value) => sp.commit().map(|()| value),
-                    Err(e) => {
-                        // Dropping the savepoint rolls it back.
-                        let _ = sp.rollback();
-                        Err(e)
-                    }
-                },
-                Err(e) => Err(e),
-            };
-            Box::new(move |committed: Result<(), String>| {
-                let result = match (outcome, committed) {
-                    (Ok(value), Ok(())) => Ok(value),
-                    (Err(e), _) => Err(StoreThreadError::Sql(e)),
-                    (Ok(_), Err(e)) => Err(StoreThreadError::Commit(e)),
-                };
-                match done {
-                    Some(done) => {
-                        let _ = done.send(result);
-                    }
-                    None => {
-                        if let Err(e) = result {
-                            tracing::error!(error = %e, "state store write failed");
-                        }
-                    }
-                }
-            })
-        });
         self.jobs
-            .send(job)
+            .send(job(work, done))
             .await
             .map_err(|_| StoreThreadError::Stopped)
     }
+}
+
+/// The job that runs `work` in its own savepoint and reports to `done`
+/// (or logs a failure when nobody waits).
+fn job<R, F>(work: F, done: Option<oneshot::Sender<Result<R, StoreThreadError>>>) -> Job
+where
+    R: Send + 'static,
+    F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+{
+    Box::new(move |tx: &mut Transaction<'_>| {
+        let outcome = match tx.savepoint() {
+            Ok(mut sp) => match work(&sp) {
+                Ok(value) => sp.commit().map(|()| value),
+                Err(e) => {
+                    // Dropping the savepoint rolls it back.
+                    let _ = sp.rollback();
+                    Err(e)
+                }
+            },
+            Err(e) => Err(e),
+        };
+        Box::new(move |committed: Result<(), String>| {
+            let result = match (outcome, committed) {
+                (Ok(value), Ok(())) => Ok(value),
+                (Err(e), _) => Err(StoreThreadError::Sql(e)),
+                (Ok(_), Err(e)) => Err(StoreThreadError::Commit(e)),
+            };
+            match done {
+                Some(done) => {
+                    let _ = done.send(result);
+                }
+                None => {
+                    if let Err(e) = result {
+                        tracing::error!(error = %e, "state store write failed");
+                    }
+                }
+            }
+        })
+    })
 }
 
 /// The thread's loop: wait for a job, take every job already waiting (up to

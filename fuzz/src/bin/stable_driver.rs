@@ -80,7 +80,7 @@ fn main() {
         .collect();
     let mut h = Harness::new();
     let mut rng = Rng(seed | 1);
-    let mut counts = [0u64; 4];
+    let mut counts = [0u64; 5];
     let start = Instant::now();
     let mut done = 0;
     for i in 0..n {
@@ -117,11 +117,12 @@ fn main() {
         }
     }
     println!(
-        "stable_driver: {done} executions in {:.1}s without a finding: undecodable {}, invalid (RequestError) {}, answered {}, no request id {}",
+        "stable_driver: {done} executions in {:.1}s without a finding: undecodable {}, invalid (RequestError) {}, answered {}, no request id {}, acknowledgement only {}",
         start.elapsed().as_secs_f64(),
         counts[Outcome::Undecodable as usize],
         counts[Outcome::Invalid as usize],
         counts[Outcome::Answered as usize],
-        counts[Outcome::Unchecked as usize]
+        counts[Outcome::Unchecked as usize],
+        counts[Outcome::AckOnly as usize]
     );
 }

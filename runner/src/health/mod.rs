@@ -174,8 +174,10 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
             }
         }
         "/metrics" => {
+            let outbox = rt.outbox.stats();
             let scraped = metrics::Scraped {
-                outbox_depth: rt.outbox.stats().depth,
+                outbox_depth: outbox.depth,
+                delivery_unsettled: outbox.unsettled,
                 child_processes: count_processes().await,
             };
             reply(

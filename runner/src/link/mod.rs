@@ -7,6 +7,15 @@
 //! the runner waits a jittered, doubling delay (`backon`; reset once a
 //! channel stayed up for [`HEALTHY_AFTER`]) and starts a new session.
 //! `UNAUTHENTICATED` and `PERMISSION_DENIED` are terminal.
+//!
+//! Every registration offers acknowledged delivery (`acked-delivery/1`);
+//! what is sent, re-sent, numbered and kept until delivery is settled is
+//! [`sending`]'s business. The read loop hands `acked_sequence` to it and
+//! answers nothing to a message that carries only an acknowledgement.
+
+mod sending;
+
+pub use sending::{ACKED_DELIVERY, Sending};
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,7 +24,6 @@ use std::time::Duration;
 use agent_runner_proto::runner::{
     AgentSdk, AgentSdkStatus, ClientMessage, LlmModel, RegisterRunnerRequest,
 };
-use agent_runner_proto::{Validate, violations};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::Stream;
 use sdk_adapter::{SdkDescription, SdkStatus};
@@ -26,10 +34,8 @@ use tonic::Code;
 
 use crate::client::Client;
 use crate::config::RunConfig;
-use crate::outbox::Outbox;
-use crate::redact::Redactor;
+use crate::delivery::Mode;
 use crate::runtime::Runtime;
-use crate::updates;
 
 /// A channel that stayed open this long resets the reconnect backoff.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
@@ -63,17 +69,25 @@ pub struct Link {
     min_delay: Duration,
     max_delay: Duration,
     state: watch::Sender<LinkState>,
+    sending: Arc<Sending>,
 }
 
 impl Link {
-    /// A link over `client` (its channel connects lazily, on first use).
-    pub fn new(rt: Arc<Runtime>, client: Client, config: &RunConfig) -> Self {
+    /// A link over `client` (its channel connects lazily, on first use),
+    /// sending through `sending` (which reads `rt`'s outbox).
+    pub fn new(
+        rt: Arc<Runtime>,
+        client: Client,
+        config: &RunConfig,
+        sending: Arc<Sending>,
+    ) -> Self {
         Self {
             rt,
             client,
             min_delay: config.reconnect_min_delay,
             max_delay: config.reconnect_max_delay,
             state: watch::Sender::new(LinkState::Connecting),
+            sending,
         }
     }
 
@@ -104,7 +118,12 @@ impl Link {
         let mut backoff = self.backoff();
         loop {
             self.set_state(LinkState::Connecting);
-            match self.session(&close).await {
+            let end = self.session(&close).await;
+            // Whatever was sent and is not settled goes again, first, on the
+            // next connection (a legacy clean close settles it instead).
+            self.sending
+                .connection_ended(matches!(end, SessionEnd::Closed));
+            match end {
                 SessionEnd::Closed => break,
                 SessionEnd::Refused(r) => {
                     self.set_state(LinkState::Closed);
@@ -136,27 +155,30 @@ impl Link {
         let descriptions = self.rt.sdks.describe_all().await;
         let request = RegisterRunnerRequest {
             agent_sdks: descriptions.into_iter().map(agent_sdk).collect(),
-            features: Vec::new(),
+            features: vec![ACKED_DELIVERY.to_owned()],
         };
         let registered = tokio::select! {
             r = client.register_runner(request) => r,
             () = close.cancelled() => return SessionEnd::Closed,
         };
-        if let Err(status) = registered {
-            crate::metrics::register_failed(status.code());
-            return lost_or_refused("RegisterRunner", status);
-        }
+        let registered = match registered {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                crate::metrics::register_failed(status.code());
+                return lost_or_refused("RegisterRunner", status);
+            }
+        };
         self.set_state(LinkState::Registered);
-        tracing::info!("registered with the control plane");
+        let accepted = registered.features.iter().any(|f| f == ACKED_DELIVERY);
+        let mode = self.sending.registered(accepted, registered.acked_sequence);
+        tracing::info!(
+            acked_delivery = accepted,
+            "registered with the control plane"
+        );
 
         // The outbound half pulls from the outbox until this session ends.
         let session_over = CancellationToken::new();
-        let outbound = outbound(
-            self.rt.outbox.clone(),
-            self.rt.redactor.clone(),
-            session_over.clone(),
-            close.clone(),
-        );
+        let outbound = outbound(self.sending.clone(), session_over.clone(), close.clone());
         let _stop_outbound = session_over.clone().drop_guard();
         // The channel is open once the transport accepted the call, which
         // is when it first asks the outbound half for a message. Response
@@ -185,9 +207,16 @@ impl Link {
         };
         let opened = opened.unwrap_or_else(|| self.channel_open());
         let healthy = || opened.elapsed() >= HEALTHY_AFTER;
+        // Legacy mode: sent terminal updates settle once past their window.
+        let mut settle = tokio::time::interval(Duration::from_secs(1));
+        settle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 next = inbound.message() => next,
+                _ = settle.tick() => {
+                    self.sending.settle_expired();
+                    continue;
+                }
                 () = session_over.cancelled() => {
                     // The outbound half finished: shutdown flushed the outbox
                     // and half-closed; give the server a moment to close too.
@@ -198,7 +227,7 @@ impl Link {
                 }
             };
             match next {
-                Ok(Some(msg)) => crate::dispatch::dispatch(&self.rt, msg),
+                Ok(Some(msg)) => self.received(mode, msg),
                 Ok(None) => {
                     tracing::warn!("control plane closed the channel");
                     return SessionEnd::Lost { healthy: healthy() };
@@ -212,6 +241,32 @@ impl Link {
             }
         }
     }
+}
+
+impl Link {
+    fn received(&self, mode: Mode, msg: agent_runner_proto::runner::ServerMessage) {
+        on_server_message(&self.rt, &self.sending, mode, msg);
+    }
+}
+
+/// What the read loop does with one `ServerMessage` (public for the fuzz
+/// harness): its acknowledgement goes to `sending` (which ignores one that
+/// makes no sense, or one in legacy mode, with a log line); in acked mode a
+/// message carrying nothing but an acknowledgement gets no answer; the rest
+/// is dispatched. Never waits.
+pub fn on_server_message(
+    rt: &Arc<Runtime>,
+    sending: &Sending,
+    mode: Mode,
+    msg: agent_runner_proto::runner::ServerMessage,
+) {
+    if msg.acked_sequence != 0 {
+        sending.ack(msg.acked_sequence);
+        if mode == Mode::Acked && msg.request.is_none() && msg.request_id.is_empty() {
+            return;
+        }
+    }
+    crate::dispatch::dispatch(rt, msg);
 }
 
 /// Jittered delays doubling from `min` (see [`next_delay`] for the cap).
@@ -270,21 +325,19 @@ fn lost_or_refused(rpc: &str, status: tonic::Status) -> SessionEnd {
     }
 }
 
-/// The runner → control plane half of one session: outbox updates, each
-/// with every known secret masked (the one place outbound text is redacted,
-/// whoever produced it) and checked against its `buf.validate` rules (a
-/// violation is a runner bug: it is logged and not sent). Ends when the
-/// session ends, or when shutdown asked to close and the outbox is empty (a
-/// clean half-close).
+/// The runner → control plane half of one session: batches from
+/// [`Sending`] (re-sends first, then the outbox; each update redacted —
+/// the one place outbound text is masked, whoever produced it — validated,
+/// numbered and recorded there). Ends when the session ends, or when
+/// shutdown asked to close and nothing waits (a clean half-close).
 fn outbound(
-    outbox: Arc<Outbox>,
-    redactor: Redactor,
+    sending: Arc<Sending>,
     session_over: CancellationToken,
     close: CancellationToken,
 ) -> impl Stream<Item = ClientMessage> + Send + Sync + 'static {
     let state = Outbound {
-        outbox,
-        redactor,
+        sending,
+        ready: std::collections::VecDeque::new(),
         session_over,
         close,
     };
@@ -297,39 +350,36 @@ type NextOutbound =
     Pin<Box<dyn std::future::Future<Output = Option<(ClientMessage, Outbound)>> + Send + Sync>>;
 
 struct Outbound {
-    outbox: Arc<Outbox>,
-    redactor: Redactor,
+    sending: Arc<Sending>,
+    /// Taken and recorded, not yet handed to the transport (lost with the
+    /// session only as far as the transport would have lost them: kept
+    /// updates are re-sent).
+    ready: std::collections::VecDeque<ClientMessage>,
     session_over: CancellationToken,
     close: CancellationToken,
 }
 
-async fn next_outbound(s: Outbound) -> Option<(ClientMessage, Outbound)> {
+async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
     loop {
-        let mut msg = tokio::select! {
+        if let Some(msg) = s.ready.pop_front() {
+            tracing::trace!(
+                kind = crate::updates::kind(&msg),
+                sequence = msg.sequence,
+                "update sent"
+            );
+            crate::metrics::update_sent(&msg);
+            return Some((msg, s));
+        }
+        let batch = tokio::select! {
             biased;
             () = s.session_over.cancelled() => return None,
-            msg = s.outbox.pop() => msg,
-            () = s.close.cancelled(), if s.outbox.is_empty() => {
+            batch = s.sending.next_batch() => batch,
+            () = s.close.cancelled(), if s.sending.idle() => {
                 s.session_over.cancel();
                 return None;
             }
         };
-        updates::redact(&mut msg, &s.redactor);
-        match msg.validate() {
-            Ok(()) => {
-                tracing::trace!(kind = updates::kind(&msg), "update sent");
-                crate::metrics::update_sent(&msg);
-                return Some((msg, s));
-            }
-            Err(err) => {
-                crate::metrics::invalid_update(&msg);
-                tracing::error!(
-                    kind = updates::kind(&msg),
-                    violations = %violations(&err),
-                    "bug: invalid update not sent"
-                );
-            }
-        }
+        s.ready.extend(batch);
     }
 }
 
@@ -378,21 +428,23 @@ mod tests {
 
     #[tokio::test]
     async fn every_outbound_message_is_redacted_whoever_made_it() {
-        let outbox = Arc::new(Outbox::new(16));
-        let redactor = Redactor::new();
+        let outbox = Arc::new(crate::outbox::Outbox::new(16));
+        let redactor = crate::redact::Redactor::new();
         let token = "ghs_outbound_boundary_test_token";
         redactor.add(token);
         // An agent-level error (not a thread's update) quoting the token.
-        outbox.push_reply(updates::request_error(
+        outbox.push_reply(crate::updates::request_error(
             Some("r1".into()),
             format!("skill install failed: https://x-access-token:{token}@github.com/o/r"),
         ));
-        let stream = outbound(
+        let sending = Arc::new(Sending::new(
             outbox,
+            None,
+            crate::journal::Recovered::default(),
             redactor,
-            CancellationToken::new(),
-            CancellationToken::new(),
-        );
+            Duration::from_secs(30),
+        ));
+        let stream = outbound(sending, CancellationToken::new(), CancellationToken::new());
         tokio::pin!(stream);
         let msg = stream.next().await.expect("one message");
         let text = format!("{msg:?}");

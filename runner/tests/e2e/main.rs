@@ -8,6 +8,8 @@
 
 mod support;
 
+mod acked;
+
 mod code_agent;
 mod codex;
 mod credentials;

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::support::*;
 
 /// Rounds of each fault kind (`SOAK_ROUNDS`, default 6).
-fn rounds() -> usize {
+pub(crate) fn rounds() -> usize {
     std::env::var("SOAK_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -44,10 +44,10 @@ fn rounds() -> usize {
 
 /// A small deterministic generator (xorshift64*): random moments without a
 /// dependency, replayable with `SOAK_SEED`.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(test: &str) -> Self {
+    pub(crate) fn new(test: &str) -> Self {
         let seed = std::env::var("SOAK_SEED")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -60,7 +60,7 @@ impl Rng {
         Rng(seed | 1)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -68,12 +68,12 @@ impl Rng {
     }
 
     /// Uniform in `0..=max_ms` milliseconds.
-    fn ms(&mut self, max_ms: u64) -> Duration {
+    pub(crate) fn ms(&mut self, max_ms: u64) -> Duration {
         Duration::from_millis(self.next() % (max_ms + 1))
     }
 }
 
-fn rss_bytes(r: &RunnerProc) -> u64 {
+pub(crate) fn rss_bytes(r: &RunnerProc) -> u64 {
     let pid = r.child.id().expect("runner is running");
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     status
@@ -87,14 +87,14 @@ fn rss_bytes(r: &RunnerProc) -> u64 {
 
 /// One step of a turn as the control plane sees it, for comparing shapes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Step {
+pub(crate) enum Step {
     Turn(i32),
     Item(u32, i32),
     Error(String),
     Other,
 }
 
-fn step(m: &ClientMessage) -> Step {
+pub(crate) fn step(m: &ClientMessage) -> Step {
     match payload(m) {
         Some(Payload::TurnUpdate(t)) => Step::Turn(t.status),
         Some(Payload::ItemUpdate(i)) => {
@@ -113,7 +113,7 @@ fn step(m: &ClientMessage) -> Step {
 
 /// What a turn of `items` items (the user message included) must look like:
 /// RUNNING, each item RUNNING then COMPLETED, COMPLETED.
-fn expected_shape(items: u32) -> Vec<Step> {
+pub(crate) fn expected_shape(items: u32) -> Vec<Step> {
     let mut v = vec![Step::Turn(TurnStatus::Running as i32)];
     for n in 1..=items {
         v.push(Step::Item(n, ItemStatus::Running as i32));
@@ -124,7 +124,7 @@ fn expected_shape(items: u32) -> Vec<Step> {
 }
 
 /// Every message per request id, in arrival order (one pass over the log).
-fn by_rid(cp: &MockControlPlane) -> HashMap<String, Vec<ClientMessage>> {
+pub(crate) fn by_rid(cp: &MockControlPlane) -> HashMap<String, Vec<ClientMessage>> {
     let mut map: HashMap<String, Vec<ClientMessage>> = HashMap::new();
     for m in cp.received() {
         if let Some(rid) = &m.request_id {
@@ -135,7 +135,7 @@ fn by_rid(cp: &MockControlPlane) -> HashMap<String, Vec<ClientMessage>> {
 }
 
 /// Wait until every rid in `rids` has a message matching `pred`.
-async fn wait_all(
+pub(crate) async fn wait_all(
     cp: &MockControlPlane,
     rids: &[String],
     pred: impl Fn(&ClientMessage) -> bool,
@@ -149,7 +149,7 @@ async fn wait_all(
         .map_err(|e| format!("{e:#}"))
 }
 
-fn item_completed_with(m: &ClientMessage, text: &str) -> bool {
+pub(crate) fn item_completed_with(m: &ClientMessage, text: &str) -> bool {
     matches!(payload(m), Some(Payload::ItemUpdate(i))
         if i.status == ItemStatus::Completed as i32 && i.text.as_deref() == Some(text))
 }
@@ -344,14 +344,14 @@ async fn random_moment_drops_lose_only_in_flight_frames() {
 
 /// A TCP proxy on loopback that can blackhole every connection open at the
 /// time (no more bytes either way, nothing closed); new connections flow.
-struct Proxy {
-    addr: std::net::SocketAddr,
+pub(crate) struct Proxy {
+    pub(crate) addr: std::net::SocketAddr,
     stall: watch::Sender<u64>,
     close: CancellationToken,
 }
 
 impl Proxy {
-    async fn start(upstream: std::net::SocketAddr) -> Proxy {
+    pub(crate) async fn start(upstream: std::net::SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let (stall, _) = watch::channel(0u64);
@@ -379,7 +379,7 @@ impl Proxy {
     }
 
     /// Freeze every connection open now.
-    fn blackhole(&self) {
+    pub(crate) fn blackhole(&self) {
         self.stall.send_modify(|g| *g += 1);
     }
 }
@@ -486,7 +486,7 @@ async fn stalled_connection_is_noticed_by_keepalive() {
 
 /// SIGKILL `runner` and wait until it is gone; start `restart()` in its
 /// place and wait until it connected. The new runner.
-async fn kill_and_restart(
+pub(crate) async fn kill_and_restart(
     cp: &MockControlPlane,
     runner: &mut RunnerProc,
     restart: impl FnOnce() -> RunnerProc,

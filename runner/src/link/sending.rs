@@ -1,0 +1,565 @@
+//! Delivery on the wire: which update goes out next (re-sends first), the
+//! sequence number it carries, and what is kept until its delivery is
+//! settled — across connections and across restarts of the runner.
+//!
+//! The outbox holds updates never sent; this holds the ones sent (or
+//! recovered from the journal) whose delivery is not settled, in a
+//! [`crate::delivery::InFlight`], plus a re-send queue. Every session:
+//!
+//! 1. registration decides the mode ([`Sending::registered`]): with
+//!    `acked-delivery/1` accepted, the registration's `acked_sequence`
+//!    settles what the control plane already processed;
+//! 2. the outbound half takes batches from [`Sending::next_batch`]: first
+//!    everything waiting for a re-send, in order, then the outbox. In acked
+//!    mode each update gets its sequence number (re-sends keep theirs) and
+//!    a journaled update's number is recorded in the journal before it goes
+//!    on the wire, so a re-send after a crash carries the same number and
+//!    the control plane drops it as already processed;
+//! 3. acknowledgements ([`Sending::ack`]) settle updates and forget their
+//!    journal entries; in legacy mode terminal updates settle once they
+//!    were sent longer ago than the re-send window;
+//! 4. when the connection ends ([`Sending::connection_ended`]), everything
+//!    unsettled goes to the front of the re-send queue (in legacy mode a
+//!    clean close settles everything instead).
+//!
+//! Bounds. Acked mode: the unacknowledged updates count against the
+//! outbox's capacity ([`Outbox::set_unsettled`]), so a control plane that
+//! stops acknowledging fills it: intermediate updates not yet sent are
+//! coalesced or dropped, producers of terminal updates wait, nothing kept is
+//! dropped; a warning and `agent_runner_delivery_unacked_full_total` say
+//! so. Legacy mode: at most `capacity` terminal updates are kept for a
+//! re-send (the oldest settle early beyond that), and they do not hold
+//! producers back.
+//!
+//! Where the link cannot wait (the read loop), the journal is only asked,
+//! never awaited: a forget that does not land costs a repeat after a crash,
+//! never a loss.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use agent_runner_proto::runner::{ClientMessage, TurnStatus, client_message::Payload};
+use agent_runner_proto::{Validate, violations};
+use prost::Message as _;
+
+use crate::delivery::{InFlight, Mode, Sent, Settled};
+use crate::journal::{Journal, Recovered, Sequencer};
+use crate::outbox::Outbox;
+use crate::redact::Redactor;
+use crate::updates;
+
+/// The feature string of acknowledged delivery (contract §1).
+pub const ACKED_DELIVERY: &str = "acked-delivery/1";
+
+/// At most this many updates are taken per batch (one journal write marks
+/// the sequence numbers of a whole batch).
+const BATCH: usize = 64;
+
+/// Delivery state shared by the outbound half, the read loop and shutdown.
+pub struct Sending {
+    outbox: Arc<Outbox>,
+    journal: Option<Journal>,
+    redactor: Redactor,
+    legacy_settle: Duration,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    inflight: InFlight,
+    /// Updates to send again, oldest first, before anything from the outbox.
+    resend: VecDeque<Sent>,
+    sequencer: Sequencer,
+    /// The "not acknowledging" warning was given since acks last progressed.
+    full_warned: bool,
+    /// Acknowledgements ignored so far (logged at 1, 2, 4, 8…).
+    bad_acks: u64,
+}
+
+impl Sending {
+    /// Delivery for `outbox`, starting with what the journal recovered
+    /// (sent first, in order, before anything new). `legacy_settle`: how
+    /// long a control plane without acknowledgements may take before a sent
+    /// terminal update counts as delivered (cover keepalive's detection of
+    /// a dead connection).
+    pub fn new(
+        outbox: Arc<Outbox>,
+        journal: Option<Journal>,
+        recovered: Recovered,
+        redactor: Redactor,
+        legacy_settle: Duration,
+    ) -> Self {
+        let now = Instant::now();
+        let mut resend = VecDeque::new();
+        let mut unreadable = Vec::new();
+        for entry in recovered.entries {
+            match ClientMessage::decode(entry.message.as_slice()) {
+                Ok(message) => resend.push_back(Sent {
+                    sequence: entry.sequence,
+                    journal: Some(entry.id),
+                    message,
+                    at: now,
+                }),
+                Err(e) => {
+                    tracing::error!(entry = entry.id, error = %e, "unreadable journal entry dropped");
+                    unreadable.push(entry.id);
+                }
+            }
+        }
+        if !resend.is_empty() {
+            tracing::info!(
+                updates = resend.len(),
+                "updates journaled before the restart are sent first"
+            );
+        }
+        let mut inflight = InFlight::new(Mode::Legacy {
+            settle: legacy_settle,
+        });
+        inflight.note_sent_through(recovered.sequence_floor);
+        let sending = Self {
+            outbox,
+            journal,
+            redactor,
+            legacy_settle,
+            inner: Mutex::new(Inner {
+                inflight,
+                resend,
+                sequencer: Sequencer::new(recovered.sequence_floor),
+                full_warned: false,
+                bad_acks: 0,
+            }),
+        };
+        sending.forget(unreadable);
+        sending.publish(&sending.lock());
+        sending
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `(thread_id, sdk_turn_id)` of every turn whose `TurnUpdate COMPLETED`
+    /// waits for a re-send: start-up must not report those turns again.
+    pub fn pending_turn_ends(&self) -> HashSet<(String, String)> {
+        let inner = self.lock();
+        inner
+            .resend
+            .iter()
+            .filter_map(|s| match &s.message.payload {
+                Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32 => {
+                    Some((t.thread_id.clone(), t.sdk_turn_id.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A registration succeeded: `accepted` says whether the control plane
+    /// accepted acked delivery, `acked_sequence` what it already processed.
+    pub fn registered(&self, accepted: bool, acked_sequence: u64) -> Mode {
+        let mut inner = self.lock();
+        let mode = if accepted {
+            Mode::Acked
+        } else {
+            Mode::Legacy {
+                settle: self.legacy_settle,
+            }
+        };
+        inner.inflight.set_mode(mode);
+        if accepted {
+            let highest = inner.inflight.highest_sequence();
+            if acked_sequence > highest {
+                self.bad_ack(
+                    &mut inner,
+                    &format!(
+                        "registration acknowledged sequence {acked_sequence} but only {highest} was ever sent"
+                    ),
+                );
+            } else {
+                let mut settled = inner.inflight.rebase(acked_sequence);
+                settle_resends(&mut inner.resend, acked_sequence, &mut settled);
+                self.forget(settled.journal);
+                if let Some(j) = &self.journal {
+                    j.forget_through(acked_sequence);
+                }
+            }
+            tracing::info!(
+                acked_sequence,
+                resending = inner.resend.len(),
+                "acknowledged delivery accepted"
+            );
+        } else {
+            if acked_sequence != 0 {
+                self.bad_ack(
+                    &mut inner,
+                    "registration carries acked_sequence without accepting acked delivery",
+                );
+            }
+            tracing::info!(
+                resending = inner.resend.len(),
+                "the control plane does not acknowledge: terminal updates are re-sent after a dropped connection"
+            );
+        }
+        self.publish(&inner);
+        mode
+    }
+
+    /// The connection ended; `clean` when shutdown closed it after the
+    /// outbox drained.
+    pub fn connection_ended(&self, clean: bool) {
+        let mut inner = self.lock();
+        let (again, settled) = inner.inflight.connection_ended(clean);
+        self.forget(settled.journal);
+        // Sent before anything still waiting for a re-send: in front.
+        for sent in again.into_iter().rev() {
+            inner.resend.push_front(sent);
+        }
+        self.publish(&inner);
+    }
+
+    /// `ServerMessage.acked_sequence`: the control plane processed every
+    /// update numbered up to `through`.
+    pub fn ack(&self, through: u64) {
+        let mut inner = self.lock();
+        if inner.inflight.mode() != Mode::Acked {
+            self.bad_ack(
+                &mut inner,
+                "acked_sequence from a control plane that did not accept acked delivery",
+            );
+            return;
+        }
+        match inner.inflight.ack(through) {
+            Ok(mut settled) => {
+                settle_resends(&mut inner.resend, through, &mut settled);
+                if settled.updates > 0 {
+                    inner.full_warned = false;
+                    if let Some(j) = &self.journal {
+                        j.forget_through(through);
+                    }
+                }
+                self.forget(settled.journal);
+            }
+            Err(bad) => self.bad_ack(&mut inner, &bad.to_string()),
+        }
+        self.publish(&inner);
+    }
+
+    /// Legacy mode: settle what was sent longer ago than the window.
+    pub fn settle_expired(&self) {
+        let mut inner = self.lock();
+        let settled = inner.inflight.settle(Instant::now());
+        if settled.updates > 0 {
+            self.forget(settled.journal);
+            self.publish(&inner);
+        }
+    }
+
+    /// Nothing waits to be sent (neither a re-send nor the outbox).
+    pub fn idle(&self) -> bool {
+        self.lock().resend.is_empty() && self.outbox.is_empty()
+    }
+
+    /// Shutdown may close: nothing waits to be sent and, in acked mode,
+    /// everything sent was acknowledged (in legacy mode the clean close
+    /// that follows settles what is kept).
+    pub fn flushed(&self) -> bool {
+        let inner = self.lock();
+        inner.resend.is_empty()
+            && self.outbox.is_empty()
+            && (inner.inflight.mode() != Mode::Acked || inner.inflight.is_empty())
+    }
+
+    /// How many sent updates are unsettled (kept for a re-send).
+    pub fn unsettled(&self) -> usize {
+        let inner = self.lock();
+        inner.inflight.len() + inner.resend.len()
+    }
+
+    /// The highest sequence number handed out so far (0: none).
+    pub fn last_sequence(&self) -> u64 {
+        self.lock().sequencer.last()
+    }
+
+    /// The next updates to send, waiting for at least one: re-sends first,
+    /// then the outbox. Each is redacted, validated (an invalid one is a
+    /// runner bug: logged, not sent), numbered in acked mode and recorded as
+    /// sent before it is returned, so a session that ends before it goes
+    /// out still sends it again. Cancel-safe up to the moment updates are
+    /// taken; after that they are recorded.
+    pub async fn next_batch(&self) -> Vec<ClientMessage> {
+        loop {
+            self.reserve_numbers().await;
+            let resends: Vec<Sent> = {
+                let mut inner = self.lock();
+                let settled = inner.inflight.settle(Instant::now());
+                self.forget(settled.journal);
+                let n = inner.resend.len().min(BATCH);
+                inner.resend.drain(..n).collect()
+            };
+            let fresh = if resends.is_empty() {
+                let first = self.outbox.pop_entry().await;
+                let mut fresh = vec![first];
+                fresh.extend(self.outbox.try_pop_many(BATCH - 1));
+                fresh
+            } else {
+                Vec::new()
+            };
+            let (out, marks, forget, journaled) = {
+                let mut inner = self.lock();
+                let mode = inner.inflight.mode();
+                let now = Instant::now();
+                let mut out = Vec::with_capacity(resends.len() + fresh.len());
+                let mut marks = Vec::new();
+                let mut forget = Vec::new();
+                let mut resent = 0;
+                let mut unnumbered: Vec<Sent> = Vec::new();
+                let journaled = resends.iter().any(|s| s.journal.is_some())
+                    || fresh.iter().any(|t| t.journal.is_some());
+                for sent in resends {
+                    resent += 1;
+                    self.take(
+                        &mut inner,
+                        mode,
+                        sent,
+                        now,
+                        &mut out,
+                        &mut marks,
+                        &mut forget,
+                        &mut unnumbered,
+                    );
+                }
+                for taken in fresh {
+                    let mut message = taken.message;
+                    updates::redact(&mut message, &self.redactor);
+                    if let Err(err) = message.validate() {
+                        crate::metrics::invalid_update(&message);
+                        tracing::error!(
+                            kind = updates::kind(&message),
+                            violations = %violations(&err),
+                            "bug: invalid update not sent"
+                        );
+                        forget.extend(taken.journal);
+                        continue;
+                    }
+                    let sent = Sent {
+                        sequence: None,
+                        journal: taken.journal,
+                        message,
+                        at: now,
+                    };
+                    self.take(
+                        &mut inner,
+                        mode,
+                        sent,
+                        now,
+                        &mut out,
+                        &mut marks,
+                        &mut forget,
+                        &mut unnumbered,
+                    );
+                }
+                // Not numbered (the reservation ran out): first next time.
+                for sent in unnumbered.into_iter().rev() {
+                    inner.resend.push_front(sent);
+                }
+                if resent > 0 {
+                    crate::metrics::delivery_resent(mode_name(mode), resent);
+                }
+                self.check_full(&mut inner);
+                self.publish(&inner);
+                (out, marks, forget, journaled)
+            };
+            self.forget(forget);
+            // Nothing journaled goes on the wire before its entry (and, in
+            // acked mode, its sequence number) is on disk: one commit per
+            // batch.
+            if journaled && let Some(j) = self.journal.clone() {
+                // On a task of its own: the outbound half must stay `Sync`,
+                // which the store thread's queue is not.
+                let marked = tokio::spawn(async move {
+                    if marks.is_empty() {
+                        j.flush().await
+                    } else {
+                        j.mark_sent(marks).await
+                    }
+                })
+                .await;
+                if let Err(e) = marked
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+                {
+                    tracing::error!(
+                        error = %e,
+                        "journal write failed; after a crash these updates may be lost or sent again with new numbers"
+                    );
+                }
+            }
+            if !out.is_empty() {
+                return out;
+            }
+        }
+    }
+
+    /// One update on its way out: numbered (acked mode), recorded, added
+    /// to `out`. An update the control plane already acknowledged is
+    /// settled instead.
+    #[allow(clippy::too_many_arguments)]
+    fn take(
+        &self,
+        inner: &mut Inner,
+        mode: Mode,
+        mut sent: Sent,
+        now: Instant,
+        out: &mut Vec<ClientMessage>,
+        marks: &mut Vec<(u64, u64)>,
+        forget: &mut Vec<u64>,
+        unnumbered: &mut Vec<Sent>,
+    ) {
+        if !unnumbered.is_empty() {
+            unnumbered.push(sent);
+            return;
+        }
+        let sequence = match mode {
+            Mode::Acked => match sent.sequence {
+                Some(seq) if seq <= inner.inflight.acked() => {
+                    forget.extend(sent.journal);
+                    return;
+                }
+                Some(seq) => Some(seq),
+                None => match inner.sequencer.take() {
+                    Some(seq) => {
+                        inner.inflight.note_sent_through(seq);
+                        Some(seq)
+                    }
+                    None => {
+                        unnumbered.push(sent);
+                        return;
+                    }
+                },
+            },
+            Mode::Legacy { .. } => None,
+        };
+        sent.message.sequence = sequence.unwrap_or(0);
+        sent.sequence = sequence.or(sent.sequence);
+        sent.at = now;
+        if let (Some(id), Some(seq)) = (sent.journal, sequence) {
+            marks.push((id, seq));
+        }
+        let message = sent.message.clone();
+        inner.inflight.record(sent);
+        out.push(message);
+        if let Mode::Legacy { .. } = mode {
+            // Legacy retention is bounded by count too: the oldest settle
+            // early rather than hold producers back.
+            while inner.inflight.len() > self.outbox.capacity() {
+                let settled = inner.inflight.settle_oldest();
+                forget.extend(settled.journal);
+            }
+        }
+    }
+
+    /// Acked mode: make sure a batch's worth of numbers is reserved on
+    /// disk before anything is taken (the only await that could lose
+    /// something is thus before the taking).
+    async fn reserve_numbers(&self) {
+        loop {
+            let need = {
+                let inner = self.lock();
+                match inner.inflight.mode() {
+                    Mode::Acked => inner.sequencer.needs_reservation(BATCH as u64),
+                    Mode::Legacy { .. } => None,
+                }
+            };
+            let Some(through) = need else { return };
+            match self.journal.clone() {
+                None => {}
+                Some(j) => {
+                    // A task of its own, as in `next_batch`.
+                    let reserved = tokio::spawn(async move { j.reserve_through(through).await })
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()));
+                    if let Err(e) = reserved {
+                        tracing::error!(error = %e, "reserving sequence numbers failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                }
+            }
+            self.lock().sequencer.reserved(through);
+            return;
+        }
+    }
+
+    fn check_full(&self, inner: &mut Inner) {
+        if inner.inflight.mode() != Mode::Acked || inner.full_warned {
+            return;
+        }
+        let unacked = inner.inflight.len() + inner.resend.len();
+        if unacked >= self.outbox.capacity() {
+            inner.full_warned = true;
+            crate::metrics::delivery_unacked_full();
+            tracing::warn!(
+                unacknowledged = unacked,
+                capacity = self.outbox.capacity(),
+                acked_sequence = inner.inflight.acked(),
+                "the control plane is not acknowledging: the outbox is full of unacknowledged updates; intermediate updates are coalesced or dropped and terminal ones wait (none is dropped)"
+            );
+        }
+    }
+
+    fn bad_ack(&self, inner: &mut Inner, what: &str) {
+        crate::metrics::delivery_ack_ignored();
+        inner.bad_acks += 1;
+        if inner.bad_acks.is_power_of_two() {
+            tracing::warn!(
+                total = inner.bad_acks,
+                "ignoring an acknowledgement that makes no sense ({what}); nothing is dropped"
+            );
+        }
+    }
+
+    fn forget(&self, ids: Vec<u64>) {
+        if let Some(j) = &self.journal
+            && !ids.is_empty()
+            && !j.forget(ids)
+        {
+            tracing::debug!(
+                "journal queue full; settled entries are forgotten later or re-sent after a crash"
+            );
+        }
+    }
+
+    /// Tells the outbox how many sent updates hold room (acked mode only:
+    /// legacy retention does not hold producers back).
+    fn publish(&self, inner: &Inner) {
+        let held = match inner.inflight.mode() {
+            Mode::Acked => inner.inflight.len() + inner.resend.len(),
+            Mode::Legacy { .. } => 0,
+        };
+        self.outbox.set_unsettled(
+            held,
+            inner.inflight.len() + inner.resend.len(),
+            inner.inflight.mode() == Mode::Acked,
+        );
+    }
+}
+
+/// Drops from `resend` what an acknowledgement of `through` covers.
+fn settle_resends(resend: &mut VecDeque<Sent>, through: u64, settled: &mut Settled) {
+    resend.retain(|s| {
+        let covered = s.sequence.is_some_and(|q| q <= through);
+        if covered {
+            settled.updates += 1;
+            settled.journal.extend(s.journal);
+        }
+        !covered
+    });
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Acked => "acked",
+        Mode::Legacy { .. } => "legacy",
+    }
+}

@@ -1,0 +1,433 @@
+//! Acknowledged delivery and the durable outbox (issue 18), through the real
+//! binary over loopback: faults at random moments while threads stream,
+//! with a control plane that acknowledges (exactly once, in order) and one
+//! that does not (terminal updates at least once).
+//!
+//! Short by default (CI); `SOAK_ROUNDS=N` scales every fault count (the
+//! issue's long form: `SOAK_ROUNDS=50 cargo test -p agent-runner --test e2e
+//! acked -- --nocapture`, which gives 100 drops + restarts and 50 kills).
+//! `SOAK_SEED` replays the random moments of an earlier run. No test
+//! asserts a timing; each prints what it measured.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
+use mock_control_plane::{AckMode, MockConfig, MockControlPlane};
+
+use crate::soak::{Proxy, Rng, Step, by_rid, expected_shape, kill_and_restart, rounds, step};
+use crate::support::*;
+
+async fn mock_with(mode: AckMode) -> MockControlPlane {
+    MockControlPlane::start(MockConfig::default().with_ack_mode(mode))
+        .await
+        .expect("mock starts")
+}
+
+/// A turn streaming `lines` items, 10 ms apart.
+fn streaming_script(lines: u32) -> String {
+    (0..lines)
+        .map(|i| format!("say s{i}\nsleep 10\n"))
+        .collect()
+}
+
+/// Every turn in `rids` arrived whole, each update exactly once and in
+/// order, and the mock saw a gap-free, numbered sequence.
+fn assert_exact(cp: &MockControlPlane, rids: &[String], items: u32, runner: &RunnerProc) {
+    let all = by_rid(cp);
+    let want = expected_shape(items);
+    for rid in rids {
+        let got: Vec<Step> = all
+            .get(rid)
+            .map_or(vec![], |v| v.iter().map(step).collect());
+        assert_eq!(
+            got,
+            want,
+            "{rid}: every update exactly once, in order\n{}",
+            runner.logs()
+        );
+    }
+    let report = cp.sequence_report();
+    assert!(report.gaps.is_empty(), "sequence gaps: {report:?}");
+    assert_eq!(report.unnumbered, 0, "{report:?}");
+    assert!(
+        cp.invalid_received().is_empty(),
+        "{:?}",
+        cp.invalid_received()
+    );
+}
+
+/// Drops and control-plane restarts at random moments while 50 threads
+/// stream items, against a control plane that acknowledges: every update
+/// (RUNNING snapshots in flight included) is processed exactly once and in
+/// order, with no gap in the sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acked_drops_and_restarts_while_streaming_lose_and_repeat_nothing() {
+    const THREADS: usize = 50;
+    const LINES: u32 = 20;
+    let mut rng = Rng::new("acked_soak");
+    let faults = 2 * rounds();
+    let (cp, runner) = agent_with(|opts| opts).await;
+    let mut threads = Vec::new();
+    for i in 0..THREADS {
+        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
+    }
+    let script = streaming_script(LINES);
+    let (mut rids, mut done, mut wave) = (Vec::new(), 0, 0);
+    while done < faults {
+        let wave_rids: Vec<String> = (0..THREADS).map(|i| format!("w{wave}-t{i}")).collect();
+        for (rid, t) in wave_rids.iter().zip(&threads) {
+            send(&cp, rid, user_message("a", t, &script, false)).await;
+        }
+        // Two faults per wave at random moments while items stream: a
+        // dropped stream, then a control-plane restart.
+        for _ in 0..2 {
+            tokio::time::sleep(Duration::from_millis(30) + rng.ms(200)).await;
+            let streams = cp.connection_count();
+            if done % 2 == 0 {
+                if !cp.drop_stream() {
+                    continue;
+                }
+            } else {
+                cp.stop().await.expect("stop");
+                tokio::time::sleep(rng.ms(200)).await;
+                cp.restart().await.expect("restart");
+            }
+            done += 1;
+            cp.wait_for_connections(streams + 1, WAIT)
+                .await
+                .unwrap_or_else(|e| panic!("no reconnect: {e:#}\n{}", runner.logs()));
+        }
+        for rid in &wave_rids {
+            turn_completed(&cp, rid).await;
+        }
+        rids.extend(wave_rids);
+        wave += 1;
+    }
+    // A late duplicate would show up here.
+    let hb = "late-hb";
+    send(&cp, hb, Request::HeartbeatRequest(HeartbeatRequest {})).await;
+    reply(&cp, hb).await;
+    assert_exact(&cp, &rids, LINES + 1, &runner);
+    let report = cp.sequence_report();
+    println!(
+        "acked_soak: {done} faults ({} drops, {} restarts) over {} turns of {} updates: 0 lost, 0 processed twice; {} re-sent updates dropped by the control plane as already processed; {} acknowledgements",
+        done.div_ceil(2),
+        done / 2,
+        rids.len(),
+        expected_shape(LINES + 1).len(),
+        report.duplicates,
+        report.acks_sent
+    );
+}
+
+/// A connection that stalls (no bytes, no close) while items stream is
+/// noticed by keepalive; after the reconnect nothing is lost, nothing
+/// repeated: what went into the dead connection is re-sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acked_blackholed_connection_loses_nothing() {
+    const THREADS: usize = 10;
+    const LINES: u32 = 40;
+    let mut rng = Rng::new("acked_blackhole");
+    let stalls = (rounds() / 2).max(2);
+    let cp = mock().await;
+    let proxy = Proxy::start(cp.addr()).await;
+    let runner = RunnerProc::start(
+        RunnerOpts::new(format!("http://{}", proxy.addr))
+            .arg("--keepalive-interval")
+            .arg("1s")
+            .arg("--keepalive-timeout")
+            .arg("1s"),
+    );
+    cp.wait_connected(WAIT)
+        .await
+        .expect("connects via the proxy");
+    create_agent(&cp, "a").await;
+    let mut threads = Vec::new();
+    for i in 0..THREADS {
+        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
+    }
+    let script = streaming_script(LINES);
+    let mut rids = Vec::new();
+    for round in 0..stalls {
+        let wave: Vec<String> = (0..THREADS).map(|i| format!("b{round}-t{i}")).collect();
+        for (rid, t) in wave.iter().zip(&threads) {
+            send(&cp, rid, user_message("a", t, &script, false)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50) + rng.ms(250)).await;
+        let streams = cp.connection_count();
+        proxy.blackhole();
+        cp.wait_for_connections(streams + 1, WAIT)
+            .await
+            .unwrap_or_else(|e| panic!("stall {round} not noticed: {e:#}\n{}", runner.logs()));
+        for rid in &wave {
+            turn_completed(&cp, rid).await;
+        }
+        rids.extend(wave);
+    }
+    assert_exact(&cp, &rids, LINES + 1, &runner);
+    println!(
+        "acked_blackhole: {stalls} stalls over {} streaming turns: 0 lost, 0 processed twice ({} re-sends dropped as already processed)",
+        rids.len(),
+        cp.sequence_report().duplicates
+    );
+}
+
+/// What the control plane saw of one turn.
+#[derive(Default, Debug)]
+struct TurnSeen {
+    started: bool,
+    completed: usize,
+    /// COMPLETED updates per item id.
+    items: HashMap<String, usize>,
+}
+
+fn turns_seen(cp: &MockControlPlane, rids: &[String]) -> HashMap<String, TurnSeen> {
+    let all = by_rid(cp);
+    rids.iter()
+        .map(|rid| {
+            let mut seen = TurnSeen::default();
+            for m in all.get(rid).into_iter().flatten() {
+                match payload(m) {
+                    Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Running as i32 => {
+                        seen.started = true;
+                    }
+                    Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32 => {
+                        seen.started = true;
+                        seen.completed += 1;
+                    }
+                    Some(Payload::ItemUpdate(i)) if i.status == ItemStatus::Completed as i32 => {
+                        *seen.items.entry(i.sdk_item_id.clone()).or_default() += 1;
+                    }
+                    _ => {}
+                }
+            }
+            (rid.clone(), seen)
+        })
+        .collect()
+}
+
+/// SIGKILLs at random moments while threads stream, the runner restarted
+/// on the same state each time. Returns (turns started, extra COMPLETED
+/// turn updates, extra completed items).
+async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, usize) {
+    const THREADS: usize = 10;
+    let mut rng = Rng::new(name);
+    let kills = rounds().max(3);
+    let cp = mock_with(mode).await;
+    let dirs = Arc::new(tempfile::tempdir().expect("tempdir"));
+    let opts = || RunnerOpts::new(cp.url());
+    let mut runner = RunnerProc::start_in(opts(), dirs.clone());
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    create_agent(&cp, "a").await;
+    let mut threads = Vec::new();
+    for i in 0..THREADS {
+        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
+    }
+    let script: String = (0..30).map(|i| format!("say s{i}\nsleep 5\n")).collect();
+    let mut rids = Vec::new();
+    for round in 0..kills {
+        let wave: Vec<String> = (0..THREADS).map(|i| format!("k{round}-t{i}")).collect();
+        for (rid, t) in wave.iter().zip(&threads) {
+            send(&cp, rid, user_message("a", t, &script, false)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20) + rng.ms(300)).await;
+        runner = kill_and_restart(&cp, &mut runner, || {
+            RunnerProc::start_in(opts(), dirs.clone())
+        })
+        .await;
+        // Every killed turn is over now (completed or reported); the
+        // threads take new turns.
+        for (i, t) in threads.iter().enumerate() {
+            let r = format!("k{round}-end-t{i}");
+            send(&cp, &r, user_message("a", t, "say end", false)).await;
+            turn_completed(&cp, &r).await;
+        }
+        rids.extend(wave);
+    }
+    let seen = turns_seen(&cp, &rids);
+    let (mut started, mut extra_turn, mut extra_items) = (0, 0, 0);
+    for (rid, s) in &seen {
+        if !s.started && s.completed == 0 {
+            // The message was still in a mailbox at the kill: it never
+            // reached the runner's store, and no turn exists.
+            continue;
+        }
+        started += 1;
+        assert!(
+            s.completed >= 1,
+            "{rid}: its turn never ended for the control plane: {s:?}\n{}",
+            runner.logs()
+        );
+        extra_turn += s.completed - 1;
+        extra_items += s.items.values().map(|n| n - 1).sum::<usize>();
+    }
+    assert!(started > 0, "no turn started before the kills");
+    assert!(cp.invalid_received().is_empty());
+    (started, extra_turn, extra_items)
+}
+
+/// With acknowledgements: every turn's end arrives exactly once and no
+/// completed item twice, across SIGKILLs (the journal is sent first after
+/// the restart, with the sequence numbers it was sent with).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acked_sigkills_while_streaming_deliver_every_terminal_update_once() {
+    let (started, extra_turn, extra_items) =
+        sigkills_while_streaming(AckMode::Immediate, "acked_sigkill").await;
+    println!(
+        "acked_sigkill: {started} turns killed or finished around kills: every COMPLETED arrived; {extra_turn} turn ends and {extra_items} items processed twice"
+    );
+    assert_eq!((extra_turn, extra_items), (0, 0), "exactly once");
+}
+
+/// Without acknowledgements: every turn's end arrives at least once;
+/// duplicates are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_sigkills_while_streaming_deliver_every_terminal_update() {
+    let (started, extra_turn, extra_items) =
+        sigkills_while_streaming(AckMode::Refuse, "legacy_sigkill").await;
+    println!(
+        "legacy_sigkill: {started} turns killed or finished around kills: every COMPLETED arrived; duplicates: {extra_turn} turn ends, {extra_items} completed items"
+    );
+}
+
+/// A control plane without acknowledgements: stream drops at random
+/// moments while threads stream; every turn's COMPLETED and every
+/// completed item arrives at least once (terminal updates handed to a dead
+/// connection are re-sent); no message carries a sequence number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_drops_while_streaming_deliver_every_terminal_update() {
+    const THREADS: usize = 20;
+    const LINES: u32 = 30;
+    let mut rng = Rng::new("legacy_drops");
+    let drops = rounds();
+    let cp = mock_with(AckMode::Refuse).await;
+    let runner = RunnerProc::start(RunnerOpts::new(cp.url()));
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    create_agent(&cp, "a").await;
+    let mut threads = Vec::new();
+    for i in 0..THREADS {
+        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
+    }
+    let script = streaming_script(LINES);
+    let (mut rids, mut done, mut wave) = (Vec::new(), 0, 0);
+    while done < drops {
+        let wave_rids: Vec<String> = (0..THREADS).map(|i| format!("l{wave}-t{i}")).collect();
+        for (rid, t) in wave_rids.iter().zip(&threads) {
+            send(&cp, rid, user_message("a", t, &script, false)).await;
+        }
+        for _ in 0..2 {
+            tokio::time::sleep(Duration::from_millis(30) + rng.ms(200)).await;
+            let streams = cp.connection_count();
+            if cp.drop_stream() {
+                done += 1;
+                cp.wait_for_connections(streams + 1, WAIT)
+                    .await
+                    .unwrap_or_else(|e| panic!("no reconnect: {e:#}\n{}", runner.logs()));
+            }
+        }
+        // The turn's COMPLETED must arrive (re-sent if it died in flight).
+        for rid in &wave_rids {
+            turn_completed(&cp, rid).await;
+        }
+        rids.extend(wave_rids);
+        wave += 1;
+    }
+    // Let the last re-sends land before counting.
+    let hb = "late-hb";
+    send(&cp, hb, Request::HeartbeatRequest(HeartbeatRequest {})).await;
+    reply(&cp, hb).await;
+    let seen = turns_seen(&cp, &rids);
+    let (mut extra_turn, mut extra_items) = (0, 0);
+    for (rid, s) in &seen {
+        assert!(s.completed >= 1, "{rid}: {s:?}");
+        assert_eq!(
+            s.items.len(),
+            LINES as usize + 1,
+            "{rid}: every completed item at least once: {s:?}"
+        );
+        extra_turn += s.completed - 1;
+        extra_items += s.items.values().map(|n| n - 1).sum::<usize>();
+    }
+    assert!(
+        cp.received().iter().all(|m| m.sequence == 0),
+        "a legacy control plane gets no sequence numbers"
+    );
+    let regs = cp.registrations();
+    assert!(
+        regs.iter()
+            .all(|r| r.request.features == vec!["acked-delivery/1".to_owned()]),
+        "every registration offers the feature"
+    );
+    println!(
+        "legacy_drops: {done} drops over {} streaming turns: every terminal update arrived; duplicates: {extra_turn} turn ends, {extra_items} completed items",
+        rids.len()
+    );
+}
+
+/// A control plane that accepts acknowledged delivery but never
+/// acknowledges: the runner sends at most its outbox capacity (memory
+/// stays bounded), says so in its log, still answers heartbeats, and drops
+/// no terminal update; once acknowledgements come, every turn finishes and
+/// every terminal update arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_acking_control_plane_bounds_what_is_kept() {
+    const CAPACITY: usize = 64;
+    const THREADS: usize = 4;
+    const LINES: u32 = 40;
+    let cp = mock_with(AckMode::Never).await;
+    let runner = RunnerProc::start(
+        RunnerOpts::new(cp.url())
+            .arg("--outbox-capacity")
+            .arg(&CAPACITY.to_string()),
+    );
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    create_agent(&cp, "a").await;
+    let mut threads = Vec::new();
+    for i in 0..THREADS {
+        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
+    }
+    let script: String = (0..LINES).map(|i| format!("say s{i}\n")).collect();
+    let rids: Vec<String> = (0..THREADS).map(|i| format!("n-t{i}")).collect();
+    for (rid, t) in rids.iter().zip(&threads) {
+        send(&cp, rid, user_message("a", t, &script, false)).await;
+    }
+    runner
+        .wait_log("the control plane is not acknowledging")
+        .await;
+    // Still answering while full.
+    send(&cp, "hb", Request::HeartbeatRequest(HeartbeatRequest {})).await;
+    reply(&cp, "hb").await;
+    let sent_unacked = cp.received_count();
+    assert!(
+        sent_unacked <= CAPACITY + 2,
+        "{sent_unacked} updates sent without an acknowledgement (capacity {CAPACITY})"
+    );
+    // Acknowledgements resume: everything kept is settled, turns finish.
+    cp.set_ack_mode(AckMode::Immediate);
+    for rid in &rids {
+        turn_completed(&cp, rid).await;
+    }
+    let seen = turns_seen(&cp, &rids);
+    for (rid, s) in &seen {
+        assert_eq!(s.completed, 1, "{rid}: {s:?}");
+        assert_eq!(s.items.len(), LINES as usize + 1, "{rid}: {s:?}");
+        assert!(s.items.values().all(|n| *n == 1), "{rid}: {s:?}");
+    }
+    let report = cp.sequence_report();
+    assert!(report.gaps.is_empty(), "{report:?}");
+    let all = by_rid(&cp);
+    let running_items = rids
+        .iter()
+        .flat_map(|r| all.get(r).into_iter().flatten())
+        .filter(|m| matches!(payload(m), Some(Payload::ItemUpdate(i)) if i.status == ItemStatus::Running as i32))
+        .count();
+    println!(
+        "never_acking: capacity {CAPACITY}: {sent_unacked} updates sent before acknowledgements resumed; {} of {} RUNNING snapshots given up while full; every terminal update exactly once",
+        THREADS * (LINES as usize + 1) - running_items,
+        THREADS * (LINES as usize + 1)
+    );
+}
