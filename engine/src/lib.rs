@@ -31,6 +31,7 @@ mod structured;
 mod tool_call;
 
 pub use engine::{Engine, EngineConfig};
+pub use prompt::default_prompt;
 pub use serve::serve;
 pub use service::Service;
 pub use store::validate_session_id;

@@ -86,10 +86,20 @@ impl AgentTask {
             AgentCmd::Create { sdk, rid } => self.create(sdk, rid).await,
             AgentCmd::Delete { rid } => self.delete(rid).await,
             AgentCmd::CreateThread {
+                thread_id,
+                instructions,
                 model,
                 reasoning_level,
                 rid,
-            } => self.create_thread(model, reasoning_level, rid).await,
+            } => {
+                let request = NewThread {
+                    thread_id,
+                    instructions,
+                    model,
+                    reasoning_level,
+                };
+                self.create_thread(request, rid).await
+            }
             AgentCmd::InstallSkill { package, rid } => self.install_skill(package, rid).await,
         }
     }
@@ -245,12 +255,13 @@ impl AgentTask {
         }
     }
 
-    async fn create_thread(
-        &mut self,
-        model: String,
-        reasoning_level: Option<String>,
-        rid: RequestId,
-    ) -> Reply {
+    async fn create_thread(&mut self, request: NewThread, rid: RequestId) -> Reply {
+        let NewThread {
+            thread_id: chosen,
+            instructions,
+            model,
+            reasoning_level,
+        } = request;
         let reasoning_level = reasoning_level.filter(|l| !l.is_empty());
         let Some(agent) = self.agent(&rid)? else {
             return Err((
@@ -274,7 +285,20 @@ impl AgentTask {
         rt.sdks
             .check_model(&agent.sdk, &model, reasoning_level.as_deref())
             .map_err(|e| (rid.clone(), format!("create_thread_request: {e}")))?;
-        let thread_id = format!("thr-{}", uuid::Uuid::new_v4().simple());
+        let thread_id = match chosen {
+            Some(id) => {
+                if self.thread_exists(&id, &rid)? {
+                    // Idempotent: the thread is there already.
+                    tracing::info!(agent_id = %self.agent_id, thread_id = %id, "thread exists already; answering READY again");
+                    rt.outbox
+                        .push(updates::thread(rid, &id, ThreadStatus::Ready))
+                        .await;
+                    return Ok(());
+                }
+                id
+            }
+            None => format!("thr-{}", uuid::Uuid::new_v4().simple()),
+        };
         let workspace = rt
             .workspaces
             .create_thread(&self.agent_id, &thread_id)
@@ -287,6 +311,7 @@ impl AgentTask {
             reasoning_level: reasoning_level.clone(),
             sdk_thread_id: None,
             env: rt.thread_env(&thread_id),
+            instructions: instructions.clone(),
         };
         let handle = match adapter.create_thread(&spec).await {
             Ok(h) => h,
@@ -297,20 +322,57 @@ impl AgentTask {
             }
         };
         spec.sdk_thread_id = Some(handle.sdk_thread_id.clone());
-        rt.store
-            .put_thread(&ThreadRow {
-                thread_id: thread_id.clone(),
-                agent_id: self.agent_id.clone(),
-                sdk_thread_id: handle.sdk_thread_id,
-                model,
-                reasoning_level,
-                last_turn_id: None,
-            })
-            .map_err(|e| (rid.clone(), e.to_string()))?;
+        let row = ThreadRow {
+            thread_id: thread_id.clone(),
+            agent_id: self.agent_id.clone(),
+            sdk_thread_id: handle.sdk_thread_id,
+            model,
+            reasoning_level,
+            last_turn_id: None,
+            instructions,
+        };
+        if let Err(e) = rt.store.insert_thread(&row) {
+            // Another agent took this id meanwhile: undo, leaving its
+            // thread alone.
+            let _ = adapter.delete_thread(&spec).await;
+            let _ = rt.workspaces.remove(&workspace);
+            return Err((rid, format!("create_thread_request.thread_id: {e}")));
+        }
         crate::thread::start(rt, agent.sdk, spec, None);
         rt.outbox
             .push(updates::thread(rid, &thread_id, ThreadStatus::Ready))
             .await;
         Ok(())
+    }
+}
+
+/// What a `CreateThreadRequest` asks for.
+struct NewThread {
+    thread_id: Option<String>,
+    instructions: Option<String>,
+    model: String,
+    reasoning_level: Option<String>,
+}
+
+impl AgentTask {
+    /// Whether thread `thread_id` exists already for this agent; a thread of
+    /// another agent with that id is an error naming the field.
+    fn thread_exists(&self, thread_id: &str, rid: &RequestId) -> Result<bool, (RequestId, String)> {
+        let row = self
+            .rt
+            .store
+            .thread(thread_id)
+            .map_err(|e| (rid.clone(), e.to_string()))?;
+        match row {
+            None => Ok(false),
+            Some(row) if row.agent_id == self.agent_id => Ok(true),
+            Some(row) => Err((
+                rid.clone(),
+                format!(
+                    "create_thread_request.thread_id: thread {thread_id} belongs to agent {}, not {}",
+                    row.agent_id, self.agent_id
+                ),
+            )),
+        }
     }
 }

@@ -83,6 +83,9 @@ fn route(
             rt,
             &r.agent_id,
             AgentCmd::CreateThread {
+                // Checked above: present means a valid id.
+                thread_id: r.thread_id,
+                instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
                 model: r.model,
                 // proto3 cannot tell "unset" from "empty": both are "none".
                 reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
@@ -125,11 +128,7 @@ fn route(
 fn unsupported_thread_field(
     r: &agent_runner_proto::runner::CreateThreadRequest,
 ) -> Option<&'static str> {
-    if r.thread_id.is_some() {
-        Some("thread_id")
-    } else if r.additional_model_instructions.is_some() {
-        Some("additional_model_instructions")
-    } else if !r.mcp_servers.is_empty() {
+    if !r.mcp_servers.is_empty() {
         Some("mcp_servers")
     } else if !r.git_skill_packages.is_empty() {
         Some("git_skill_packages")
@@ -149,7 +148,13 @@ fn check_ids(request: &Request) -> Result<(), String> {
         Request::HeartbeatRequest(_) | Request::CodexConfigurationRequest(_) => Ok(()),
         Request::CreateAgentRequest(r) => check_id("create_agent_request.agent_id", &r.agent_id),
         Request::DeleteAgentRequest(r) => check_id("delete_agent_request.agent_id", &r.agent_id),
-        Request::CreateThreadRequest(r) => check_id("create_thread_request.agent_id", &r.agent_id),
+        Request::CreateThreadRequest(r) => {
+            check_id("create_thread_request.agent_id", &r.agent_id)?;
+            match r.thread_id.as_deref() {
+                Some(id) => check_id("create_thread_request.thread_id", id),
+                None => Ok(()),
+            }
+        }
         Request::InstallSkillsMpRequest(r) => {
             check_id("install_skills_mp_request.agent_id", &r.agent_id)
         }
@@ -273,6 +278,7 @@ mod tests {
             reasoning_level: None,
             sdk_thread_id: None,
             env: Vec::new(),
+            instructions: None,
         };
         crate::thread::start(&rt, "scripted".into(), spec, None);
         let total = BOUND + 10;

@@ -6,8 +6,10 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod fakes;
 mod support;
 
+mod additions;
 mod code_agent;
 mod codex;
 mod credentials;

@@ -85,6 +85,11 @@ pub struct ThreadSpec {
     /// (e.g. the runner's `GIT_CONFIG_*` credential-helper settings).
     /// Adapters add it on top of their own environment.
     pub env: Vec<(String, String)>,
+    /// Instructions the control plane adds to the SDK's own system or
+    /// developer prompt for every turn of the thread
+    /// (`CreateThreadRequest.additional_model_instructions`; never an empty
+    /// string). Each adapter documents where they go.
+    pub instructions: Option<String>,
 }
 
 impl ThreadSpec {

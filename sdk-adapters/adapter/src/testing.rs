@@ -38,6 +38,7 @@ pub fn thread_spec(dir: &Path, model: &str) -> ThreadSpec {
         reasoning_level: Some("low".into()),
         sdk_thread_id: None,
         env: Vec::new(),
+        instructions: None,
     }
 }
 

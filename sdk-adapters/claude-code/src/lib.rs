@@ -116,16 +116,7 @@ impl ClaudeAdapter {
     ) -> Result<Session, SdkError> {
         let resume = slot.shared.resumable.load(Ordering::SeqCst)
             || has_transcript(&self.config, &slot.session_id);
-        Session::start(
-            &self.config,
-            &spec.thread_id,
-            &spec.workspace,
-            &spec.env,
-            &slot.session_id,
-            resume,
-            flavor,
-        )
-        .map_err(|e| match e {
+        Session::start(&self.config, spec, &slot.session_id, resume, flavor).map_err(|e| match e {
             ChildError::NotFound { .. } => SdkError::Unavailable(e.to_string()),
             other => SdkError::Failed(other.to_string()),
         })

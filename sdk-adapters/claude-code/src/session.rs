@@ -8,9 +8,10 @@
 //! anything else with an error) and hands every other line to the running
 //! turn.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use sdk_adapter::ThreadSpec;
 use sdk_process::{ChildError, ChildSpec, Inbound, JsonChild, TurnSink};
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -56,20 +57,22 @@ impl Drop for Session {
 }
 
 impl Session {
-    /// Start claude for a thread: in `cwd`, with the runner's environment
-    /// plus `config.env` plus `thread_env` (the thread's `ThreadSpec::env`,
-    /// which wins), so every tool command claude runs inherits them.
+    /// Start claude for a thread: in its workspace, with the runner's
+    /// environment plus `config.env` plus the thread's `ThreadSpec::env`
+    /// (which wins), so every tool command claude runs inherits them. The
+    /// thread's additional instructions go to `--append-system-prompt`, so
+    /// they join Claude Code's own system prompt on every turn.
     pub(crate) fn start(
         config: &ClaudeConfig,
-        thread_id: &str,
-        cwd: &Path,
-        thread_env: &[(String, String)],
+        thread: &ThreadSpec,
         session_id: &str,
         resume: bool,
         flavor: Flavor,
     ) -> Result<Self, ChildError> {
+        let thread_id = &thread.thread_id;
+        let thread_env = &thread.env;
         let mut spec = ChildSpec::new(format!("claude (thread {thread_id})"), &config.bin)
-            .cwd(cwd)
+            .cwd(&thread.workspace)
             .arg("-p")
             .arg("--input-format")
             .arg("stream-json")
@@ -80,6 +83,9 @@ impl Session {
             .arg(&flavor.model);
         if let Some(effort) = &flavor.effort {
             spec = spec.arg("--effort").arg(effort);
+        }
+        if let Some(instructions) = &thread.instructions {
+            spec = spec.arg("--append-system-prompt").arg(instructions);
         }
         if let Some(mode) = config.cli_permission_mode() {
             spec = spec.arg("--permission-mode").arg(mode);

@@ -9,7 +9,8 @@
 //!   thread's env to its tool processes) and a FILE session whose id is the
 //!   thread id (so it survives restarts; re-opening finds it with
 //!   `GetSession`, else creates it again). The session id is the runner's
-//!   `sdk_thread_id`.
+//!   `sdk_thread_id`. The thread's additional instructions follow the
+//!   engine's default system prompt in the session's `system_prompt`.
 //! - A turn is `StreamGenerate` with the user's text (metadata
 //!   `reasoning_effort` when a level applies); its chunks become
 //!   [`TurnEvent`](sdk_adapter::TurnEvent)s (module `turn`, tool calls via
@@ -203,6 +204,19 @@ impl CodeAgentAdapter {
                 ..Default::default()
             }),
             storage_type: StorageType::File.into(),
+            // The session's system prompt, on every model call: the
+            // engine's default one (which an empty prompt means) followed by
+            // the thread's additional instructions.
+            system_prompt: spec
+                .instructions
+                .as_ref()
+                .map(|extra| {
+                    format!(
+                        "{}\n\n{extra}",
+                        code_agent_engine::default_prompt(&spec.workspace)
+                    )
+                })
+                .unwrap_or_default(),
             ..Default::default()
         }
     }
@@ -469,6 +483,7 @@ mod tests {
             reasoning_level: None,
             sdk_thread_id: sdk_thread_id.map(str::to_owned),
             env: Vec::new(),
+            instructions: None,
         }
     }
 

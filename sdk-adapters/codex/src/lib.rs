@@ -6,7 +6,8 @@
 //! - One app-server process per thread, in the thread's workspace, with the
 //!   thread's `ThreadSpec::env` in its environment, started
 //!   by `create_thread` (`initialize`, `initialized`, `thread/start` with
-//!   model, cwd, approval policy and sandbox from [`CodexConfig`]). Codex's
+//!   model, cwd, approval policy and sandbox from [`CodexConfig`], and the
+//!   thread's additional instructions as `developerInstructions`). Codex's
 //!   thread id is the runner's `sdk_thread_id`.
 //! - Re-opening a thread (after a runner restart) starts nothing; the first
 //!   turn starts a process and `thread/resume`s it. So does the first turn
@@ -124,6 +125,11 @@ impl CodexAdapter {
         }
         if let Some(sandbox) = &self.config.sandbox {
             params["sandbox"] = json!(sandbox);
+        }
+        // Codex adds developer instructions to its own for every turn of
+        // the thread; given again on resume, so they survive a restart.
+        if let Some(instructions) = &spec.instructions {
+            params["developerInstructions"] = json!(instructions);
         }
         params
     }

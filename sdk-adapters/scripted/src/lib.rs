@@ -11,6 +11,7 @@
 //! | `sleep MS` | waits MS milliseconds; an interrupt cuts it short |
 //! | `usage INPUT OUTPUT` | a [`TurnEvent::Usage`](sdk_adapter::TurnEvent::Usage) |
 //! | `fail TEXT` | the turn ends `Failed(TEXT)` |
+//! | `instructions` (the whole line) | an `AgentMessage` item with the thread's `ThreadSpec::instructions` (`(no instructions)` when none): the scripted SDK's "model" is given them for every turn |
 //! | anything else | an `AgentMessage` item `echo: ` + the line |
 //!
 //! Where the contract leaves room, this crate decides (each module documents
@@ -114,6 +115,7 @@ impl SdkAdapter for ScriptedAdapter {
         Ok(turn::start(
             spec.workspace.clone(),
             spec.env.clone(),
+            spec.instructions.clone(),
             input.text,
         ))
     }

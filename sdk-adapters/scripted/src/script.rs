@@ -16,6 +16,8 @@
 //!   and are echoed (`echo: say`).
 //! - Text arguments (`say`, `think`, `run`, `fail`) are the rest of the line
 //!   after that one space, verbatim.
+//! - One keyword takes no argument: a line that is exactly `instructions`
+//!   is that step (the thread's additional model instructions, said back).
 //! - Number arguments (`sleep`, `usage`) are whitespace-separated decimal
 //!   integers; a wrong count or a value that is not a non-negative integer
 //!   is an error naming the line.
@@ -38,6 +40,10 @@ pub enum Step {
     Usage { input: i64, output: i64 },
     /// `fail TEXT`: end the turn as failed with TEXT.
     Fail(String),
+    /// `instructions`: an agent message holding the thread's additional
+    /// model instructions (`(no instructions)` when it has none), so a
+    /// harness can see what every turn of the thread is given.
+    Instructions,
     /// Any other line: an agent message `echo: ` + the line.
     Echo(String),
 }
@@ -84,6 +90,9 @@ pub fn parse(script: &str) -> Vec<Result<Step, ScriptError>> {
 fn parse_line(line: &str) -> Option<Result<Step, String>> {
     if line.trim().is_empty() {
         return None;
+    }
+    if line == "instructions" {
+        return Some(Ok(Step::Instructions));
     }
     let Some((keyword, arg)) = line.split_once(' ') else {
         return Some(Ok(Step::Echo(line.to_owned())));
@@ -172,6 +181,19 @@ mod tests {
                     output: 5
                 },
                 Step::Fail("oh no".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn instructions_is_a_step_only_alone() {
+        assert_eq!(
+            steps("instructions\ninstructions please\n instructions\nInstructions"),
+            vec![
+                Step::Instructions,
+                Step::Echo("instructions please".into()),
+                Step::Echo(" instructions".into()),
+                Step::Echo("Instructions".into()),
             ]
         );
     }

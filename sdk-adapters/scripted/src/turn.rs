@@ -35,7 +35,12 @@ use crate::script::Step;
 /// Start a turn running `text` in `workspace`, its commands with `env` added
 /// to their environment; the script runs on a spawned task (so this must be
 /// called inside a tokio runtime).
-pub(crate) fn start(workspace: PathBuf, env: Vec<(String, String)>, text: String) -> Turn {
+pub(crate) fn start(
+    workspace: PathBuf,
+    env: Vec<(String, String)>,
+    instructions: Option<String>,
+    text: String,
+) -> Turn {
     let turn_id = format!("turn-{}", uuid::Uuid::new_v4());
     let (events, receiver) = mpsc::channel(TURN_EVENT_BUFFER);
     let control = Arc::new(ScriptedControl::default());
@@ -44,6 +49,7 @@ pub(crate) fn start(workspace: PathBuf, env: Vec<(String, String)>, text: String
         cwd: workspace.to_string_lossy().into_owned(),
         workspace,
         env,
+        instructions,
         events,
         control: control.clone(),
         items: 0,
@@ -73,6 +79,8 @@ struct TurnTask {
     cwd: String,
     /// Extra environment of every command (`ThreadSpec::env`).
     env: Vec<(String, String)>,
+    /// The thread's additional model instructions (`ThreadSpec::instructions`).
+    instructions: Option<String>,
     events: mpsc::Sender<TurnEvent>,
     control: Arc<ScriptedControl>,
     /// Items created so far.
@@ -128,6 +136,13 @@ impl TurnTask {
         match step {
             Step::Say(text) => self.text_item(ItemKind::AgentMessage, text).await?,
             Step::Think(text) => self.text_item(ItemKind::Reasoning, text).await?,
+            Step::Instructions => {
+                let text = self
+                    .instructions
+                    .clone()
+                    .unwrap_or_else(|| "(no instructions)".to_owned());
+                self.text_item(ItemKind::AgentMessage, text).await?
+            }
             Step::Echo(line) => {
                 self.text_item(ItemKind::AgentMessage, format!("echo: {line}"))
                     .await?;

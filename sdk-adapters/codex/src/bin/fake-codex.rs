@@ -17,6 +17,7 @@
 //! | `stall` | says `stalling`, then stops answering anything (an interrupt goes unheard) |
 //! | `crash` | starts an item, then exits 3 mid-turn |
 //! | `fail TEXT` | an `error` with `willRetry`, then the turn fails with TEXT |
+//! | `instructions` | `agentMessage` with the `developerInstructions` the thread was started or resumed with (`(no instructions)` when none) |
 //! | anything else | `agentMessage` `echo: LINE` |
 //!
 //! State that must outlive a process (which threads have a rollout, so
@@ -39,6 +40,8 @@ struct Fake {
     /// `$FAKE_CODEX_STATE/log`.
     log: FakeLog,
     thread: Option<String>,
+    /// `developerInstructions` of the last `thread/start` or `thread/resume`.
+    instructions: Option<String>,
     turn: Option<String>,
     next_request: i64,
     counter: u64,
@@ -61,6 +64,7 @@ fn main() {
         log: FakeLog::new(state.join("log")),
         state,
         thread: None,
+        instructions: None,
         turn: None,
         next_request: 0,
         counter: 0,
@@ -85,6 +89,13 @@ fn respond(id: &Value, result: Value) {
 
 fn error(id: &Value, code: i64, message: &str) {
     out(&json!({"error": {"code": code, "message": message}, "id": id}));
+}
+
+fn instructions_of(params: &Value) -> Option<String> {
+    params
+        .get("developerInstructions")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 fn is_response(value: &Value) -> bool {
@@ -159,6 +170,7 @@ impl Fake {
             "thread/start" => {
                 let thread = self.fresh("thr");
                 self.thread = Some(thread.clone());
+                self.instructions = instructions_of(&params);
                 notify(
                     "thread/started",
                     json!({"thread": thread_json(&thread, &params)}),
@@ -177,6 +189,7 @@ impl Fake {
                 let thread = params["threadId"].as_str().unwrap_or("").to_owned();
                 if self.state.join(format!("rollout-{thread}")).exists() {
                     self.thread = Some(thread.clone());
+                    self.instructions = instructions_of(&params);
                     notify(
                         "thread/status/changed",
                         json!({"threadId": thread, "status": {"type": "idle"}}),
@@ -310,6 +323,13 @@ impl Fake {
                 "ask" => self.ask(),
                 "flood" => self.flood(rest.parse().unwrap_or(100)),
                 "usage" => self.usage(),
+                "instructions" => {
+                    let text = self
+                        .instructions
+                        .clone()
+                        .unwrap_or_else(|| "(no instructions)".into());
+                    self.agent_message(&text);
+                }
                 "wait" => {
                     while !self.steered && !self.interrupted {
                         let Ok(message) = self.input.recv() else {

@@ -1,0 +1,254 @@
+//! The protocol's later additions (contract §1 "Later additions", issue 12)
+//! through the real binary: a thread id the control plane chooses, and
+//! additional model instructions reaching every turn of every SDK (scripted,
+//! the fake codex and claude CLIs, code-agent with a mock model), across a
+//! runner restart.
+
+use std::sync::Arc;
+
+use agent_runner_proto::runner::client_message::Payload;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
+use code_agent_engine::testing::{MockLlm, MockReply};
+use mock_control_plane::MockControlPlane;
+
+use crate::fakes::{with_fake_claude, with_fake_codex};
+use crate::support::*;
+
+/// A `CreateThreadRequest` for `agent` on `model` with the additions set.
+fn create_thread_request(
+    agent: &str,
+    model: &str,
+    thread_id: Option<&str>,
+    instructions: Option<&str>,
+) -> Request {
+    Request::CreateThreadRequest(CreateThreadRequest {
+        agent_id: agent.into(),
+        model: model.into(),
+        reasoning_level: None,
+        thread_id: thread_id.map(str::to_owned),
+        additional_model_instructions: instructions.map(str::to_owned),
+        ..Default::default()
+    })
+}
+
+/// Sends the request and expects `ThreadUpdate READY`; the thread's id.
+async fn thread_ready_for(cp: &MockControlPlane, rid: &str, request: Request) -> String {
+    send(cp, rid, request).await;
+    let m = reply(cp, rid).await;
+    match payload(&m) {
+        Some(Payload::ThreadUpdate(u)) if u.status == ThreadStatus::Ready as i32 => {
+            u.thread_id.clone()
+        }
+        _ => panic!("expected ThreadUpdate READY for {rid}, got {m:?}"),
+    }
+}
+
+/// Runs `text` as one turn of `thread` (request `rid`); what the agent said.
+async fn turn_says(cp: &MockControlPlane, rid: &str, thread: &str, text: &str) -> Vec<String> {
+    send(cp, rid, user_message("a", thread, text, false)).await;
+    turn_completed(cp, rid).await;
+    let msgs = replies(cp, rid);
+    assert!(
+        !msgs.iter().any(|m| error_text(m).is_some()),
+        "no RequestError: {msgs:#?}"
+    );
+    said(&msgs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_plane_chooses_the_thread_id_and_repeats_are_idempotent() {
+    let (cp, runner) = agent_with(|o| o).await;
+    let request = || create_thread_request("a", "scripted-fast", Some("job-42"), None);
+    let id = thread_ready_for(&cp, "t1", request()).await;
+    assert_eq!(id, "job-42");
+    assert!(runner.thread_workspace("a", "job-42").is_dir());
+    assert_eq!(turn_says(&cp, "m1", "job-42", "say one").await, ["one"]);
+
+    // The same request again: READY again, the same thread (its workspace
+    // and its last turn are still there).
+    std::fs::write(runner.thread_workspace("a", "job-42").join("keep"), "x").unwrap();
+    let again = thread_ready_for(&cp, "t2", request()).await;
+    assert_eq!(again, "job-42");
+    assert!(runner.thread_workspace("a", "job-42").join("keep").exists());
+    send(
+        &cp,
+        "i1",
+        Request::InterruptTurnRequest(InterruptTurnRequest {
+            agent_id: "a".into(),
+            thread_id: "job-42".into(),
+        }),
+    )
+    .await;
+    let m = reply(&cp, "i1").await;
+    assert!(is_turn(&m, TurnStatus::Completed), "{m:?}");
+
+    // Validated like every id.
+    send(
+        &cp,
+        "bad",
+        create_thread_request("a", "scripted-fast", Some("../escape"), None),
+    )
+    .await;
+    let text = expect_error(&cp, "bad").await;
+    assert!(text.contains("create_thread_request.thread_id"), "{text}");
+    assert!(!runner.workspace_root().join("escape").exists());
+
+    // Another agent may not take it.
+    create_agent(&cp, "b").await;
+    send(
+        &cp,
+        "other",
+        create_thread_request("b", "scripted-fast", Some("job-42"), None),
+    )
+    .await;
+    let text = expect_error(&cp, "other").await;
+    assert!(
+        text.contains("create_thread_request.thread_id") && text.contains("agent a"),
+        "{text}"
+    );
+
+    // Without one, the runner still chooses.
+    let chosen = create_thread(&cp, "a", "t3").await;
+    assert!(chosen.starts_with("thr-"), "{chosen}");
+}
+
+const INSTRUCTIONS: &str = "Always answer in French.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripted_threads_get_their_instructions_on_every_turn_across_a_restart() {
+    let (cp, mut runner) = agent_with(|o| o).await;
+    let with = thread_ready_for(
+        &cp,
+        "t1",
+        create_thread_request("a", "scripted-fast", None, Some(INSTRUCTIONS)),
+    )
+    .await;
+    let without = create_thread(&cp, "a", "t2").await;
+    assert_eq!(
+        turn_says(&cp, "m1", &with, "instructions").await,
+        [INSTRUCTIONS]
+    );
+    assert_eq!(
+        turn_says(&cp, "m2", &with, "say hi\ninstructions").await,
+        ["hi", INSTRUCTIONS]
+    );
+    assert_eq!(
+        turn_says(&cp, "m3", &without, "instructions").await,
+        ["(no instructions)"]
+    );
+
+    runner.signal(libc::SIGTERM);
+    assert_eq!(runner.wait_exit(WAIT).await, Some(0), "{}", runner.logs());
+    let dirs = Arc::clone(&runner.dirs);
+    let runner = RunnerProc::start_in(RunnerOpts::new(cp.url()), dirs);
+    cp.wait_for_registrations(2, WAIT)
+        .await
+        .expect("re-registers");
+    cp.wait_connected(WAIT).await.expect("reconnects");
+    assert_eq!(
+        turn_says(&cp, "m4", &with, "instructions").await,
+        [INSTRUCTIONS]
+    );
+    drop(runner);
+}
+
+/// Agent `a` on `sdk`, a thread on `model` with [`INSTRUCTIONS`], and two
+/// turns that ask the (fake) model what it was told; then the runner is
+/// restarted on the same state and asked again.
+async fn instructions_through(
+    sdk: &str,
+    model: &str,
+    configure: impl Fn(RunnerOpts) -> RunnerOpts,
+) {
+    let cp = mock().await;
+    let mut runner = RunnerProc::start(configure(RunnerOpts::new(cp.url())));
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    create_sdk_agent(&cp, "a", sdk).await;
+    let thread = thread_ready_for(
+        &cp,
+        "t1",
+        create_thread_request("a", model, None, Some(INSTRUCTIONS)),
+    )
+    .await;
+    for rid in ["m1", "m2"] {
+        let said = turn_says(&cp, rid, &thread, "instructions").await;
+        assert_eq!(said, [INSTRUCTIONS], "{}", runner.logs());
+    }
+    runner.signal(libc::SIGTERM);
+    assert_eq!(runner.wait_exit(WAIT).await, Some(0), "{}", runner.logs());
+    let dirs = Arc::clone(&runner.dirs);
+    let runner = RunnerProc::start_in(configure(RunnerOpts::new(cp.url())), dirs);
+    cp.wait_for_registrations(2, WAIT)
+        .await
+        .expect("re-registers");
+    cp.wait_connected(WAIT).await.expect("reconnects");
+    let said = turn_says(&cp, "m3", &thread, "instructions").await;
+    assert_eq!(said, [INSTRUCTIONS], "{}", runner.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_threads_get_their_instructions_as_developer_instructions() {
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().to_owned();
+    instructions_through("codex", "fake-fast", move |o| with_fake_codex(o, &path)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_threads_get_their_instructions_appended_to_the_system_prompt() {
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().to_owned();
+    instructions_through("claude-code", "sonnet", move |o| with_fake_claude(o, &path)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_agent_threads_get_their_instructions_in_the_system_prompt() {
+    let mock = MockLlm::start(vec![
+        MockReply::text("first"),
+        MockReply::text("second"),
+        MockReply::text("plain"),
+    ])
+    .await;
+    let (cp, runner) = connected_with(|o| {
+        o.arg("--sdk")
+            .arg("code-agent")
+            .env("OPENAI_API_KEY", "sk-unused")
+            .env("OPENAI_BASE_URL", &mock.base_url())
+            .env("CODE_AGENT_MODELS", "mock-model")
+    })
+    .await;
+    create_sdk_agent(&cp, "a", "code-agent").await;
+    let with = thread_ready_for(
+        &cp,
+        "t1",
+        create_thread_request("a", "mock-model", None, Some(INSTRUCTIONS)),
+    )
+    .await;
+    let without = thread_ready_for(
+        &cp,
+        "t2",
+        create_thread_request("a", "mock-model", None, None),
+    )
+    .await;
+    assert_eq!(turn_says(&cp, "m1", &with, "hello").await, ["first"]);
+    assert_eq!(turn_says(&cp, "m2", &with, "again").await, ["second"]);
+    assert_eq!(turn_says(&cp, "m3", &without, "hello").await, ["plain"]);
+    let systems: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| {
+            r["messages"][0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(systems.len(), 3, "{}", runner.logs());
+    for system in &systems[..2] {
+        assert!(system.ends_with(INSTRUCTIONS), "{system}");
+        // The engine's own prompt is kept.
+        assert!(system.contains("coding agent"), "{system}");
+    }
+    assert!(!systems[2].contains(INSTRUCTIONS), "{}", systems[2]);
+    assert!(systems[2].contains("coding agent"), "{}", systems[2]);
+}
