@@ -30,6 +30,52 @@ pub struct MockConfig {
     /// Hold the ControlChannel's response headers until the first message
     /// to send, as grpc-go and Python grpcio servers do.
     pub delay_headers: bool,
+    /// Which names the two GitHub RPCs are served under; the others answer
+    /// `UNIMPLEMENTED`.
+    pub github_rpc_names: GithubRpcNames,
+}
+
+/// The names a control plane may serve the two GitHub RPCs under (same
+/// fields either way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GithubRpcNames {
+    /// `ListGithubInstallationsForRunner` and
+    /// `GetGithubInstallationAccessTokenForRunner` (protocol 0.2.0).
+    #[default]
+    ForRunner,
+    /// `ListGithubInstallations` and `GithubInstallationAccessToken` (the
+    /// names of protocol 0.3.0–0.5.24).
+    Later,
+    /// Both pairs.
+    Both,
+}
+
+impl GithubRpcNames {
+    /// Whether the 0.2.0 names are served.
+    pub fn serves_for_runner(self) -> bool {
+        matches!(self, GithubRpcNames::ForRunner | GithubRpcNames::Both)
+    }
+
+    /// Whether the later names are served.
+    pub fn serves_later(self) -> bool {
+        matches!(self, GithubRpcNames::Later | GithubRpcNames::Both)
+    }
+}
+
+impl std::str::FromStr for GithubRpcNames {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "for-runner" => Ok(GithubRpcNames::ForRunner),
+            "later" => Ok(GithubRpcNames::Later),
+            "both" => Ok(GithubRpcNames::Both),
+            other => Err(format!(
+                "unknown GitHub RPC names {other:?} (for-runner, later, both)"
+            )),
+        }
+    }
 }
 
 impl MockConfig {
@@ -64,6 +110,12 @@ impl MockConfig {
         self
     }
 
+    /// Serve the GitHub RPCs under `names` (see [`GithubRpcNames`]).
+    pub fn with_github_rpc_names(mut self, names: GithubRpcNames) -> Self {
+        self.github_rpc_names = names;
+        self
+    }
+
     /// Add one GitHub installation to serve.
     pub fn with_github_installation(mut self, installation: GithubInstallation) -> Self {
         self.github_installations.push(installation);
@@ -83,6 +135,7 @@ impl fmt::Debug for MockConfig {
             .field("tls", &self.tls.as_ref().map(|_| "<pem>"))
             .field("github_installations", &self.github_installations)
             .field("delay_headers", &self.delay_headers)
+            .field("github_rpc_names", &self.github_rpc_names)
             .finish()
     }
 }

@@ -29,7 +29,7 @@ mod plane_tests;
 #[cfg(test)]
 mod test_runner;
 
-pub use config::{GithubInstallation, MockConfig};
+pub use config::{GithubInstallation, GithubRpcNames, MockConfig};
 pub use plane::MockControlPlane;
 pub use state::{Registration, TimelineEvent};
 

@@ -10,7 +10,7 @@ use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use code_agent_engine::testing::{MockLlm, MockReply};
-use mock_control_plane::MockControlPlane;
+use mock_control_plane::{GithubInstallation, GithubRpcNames, MockConfig, MockControlPlane};
 
 use crate::fakes::{with_fake_claude, with_fake_codex};
 use crate::support::*;
@@ -251,4 +251,93 @@ async fn code_agent_threads_get_their_instructions_in_the_system_prompt() {
     }
     assert!(!systems[2].contains(INSTRUCTIONS), "{}", systems[2]);
     assert!(systems[2].contains("coding agent"), "{}", systems[2]);
+}
+
+/// `agent-runner github check` against a control plane serving the GitHub
+/// RPCs under `names`: it succeeds, and the mock saw these calls.
+async fn github_check_with(names: GithubRpcNames) -> Vec<String> {
+    const TOKEN: &str = "ghs_e2e_rpc_names_token_0001";
+    let cp = MockControlPlane::start(
+        MockConfig::default()
+            .with_github_rpc_names(names)
+            .with_github_installation(GithubInstallation {
+                installation_id: 9,
+                access_token: TOKEN.into(),
+                expires_unix_ms: 0,
+                repositories: vec!["acme/names".into()],
+            }),
+    )
+    .await
+    .unwrap();
+    let out = tokio::process::Command::new(runner_bin())
+        .args(["github", "check", "--repo", "acme/names"])
+        .args(["--control-plane-url", &cp.url()])
+        .env_remove("AGENT_RUNNER_SECRET")
+        .env("AGENT_RUNNER_HEALTH_ADDR", "")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("acme/names: covered by installation 9"),
+        "{stdout}"
+    );
+    assert!(!format!("{stdout}{stderr}").contains(TOKEN));
+    assert_eq!(cp.github_token_requests(), [9]);
+    cp.github_rpc_calls()
+}
+
+#[tokio::test]
+async fn github_rpcs_under_their_0_2_0_names() {
+    assert_eq!(
+        github_check_with(GithubRpcNames::ForRunner).await,
+        [
+            "ListGithubInstallationsForRunner",
+            "GetGithubInstallationAccessTokenForRunner"
+        ]
+    );
+    // Serving both, the first names are used.
+    assert_eq!(
+        github_check_with(GithubRpcNames::Both).await,
+        [
+            "ListGithubInstallationsForRunner",
+            "GetGithubInstallationAccessTokenForRunner"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn github_rpcs_under_their_later_names_and_remembered() {
+    // UNIMPLEMENTED for the first name, so the later one; remembered, so
+    // the token comes from the later name at once.
+    assert_eq!(
+        github_check_with(GithubRpcNames::Later).await,
+        [
+            "ListGithubInstallationsForRunner",
+            "ListGithubInstallations",
+            "GithubInstallationAccessToken"
+        ]
+    );
+}
+
+/// The mock's YAML scenario of the additions (thread id, instructions,
+/// thread name) passes against the real runner.
+#[tokio::test]
+async fn the_additions_scenario_passes_against_the_real_runner() {
+    let cp = mock().await;
+    let _r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../mock-control-plane/scenarios/additions.yaml"
+    ))
+    .unwrap();
+    let parsed = mock_control_plane::scenario::parse(&yaml).unwrap();
+    let mut out = Vec::new();
+    let result =
+        mock_control_plane::scenario::run(&cp, &parsed, Default::default(), &mut out).await;
+    let progress = String::from_utf8_lossy(&out);
+    result.unwrap_or_else(|e| panic!("{e:#}\n{progress}"));
 }
