@@ -96,7 +96,8 @@ impl MockControlPlane {
                 .context("loading the TLS certificate and key")?;
         }
         let service = AgentRunnerControlServiceServer::with_interceptor(
-            MockService::new(self.state.clone(), self.delay_headers).with_github(self.github.clone()),
+            MockService::new(self.state.clone(), self.delay_headers)
+                .with_github(self.github.clone()),
             BearerAuth::new(self.secret.clone()),
         );
         let router = builder

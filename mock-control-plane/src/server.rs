@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use agent_runner_proto::runner::agent_runner_control_service_server::AgentRunnerControlService;
 use agent_runner_proto::runner::{
-    ClientMessage, GetGithubInstallationAccessTokenForRunnerRequest, GithubInstallation,
-    GetGithubInstallationAccessTokenForRunnerResponse, GithubInstallationAccessTokenRequest,
-    GithubInstallationAccessTokenResponse, GithubInstallationForRunner,
-    ListGithubInstallationsForRunnerRequest, ListGithubInstallationsForRunnerResponse,
-    ListGithubInstallationsRequest, ListGithubInstallationsResponse, RegisterRunnerRequest,
-    RegisterRunnerResponse, ServerMessage,
+    ClientMessage, GetGithubInstallationAccessTokenForRunnerRequest,
+    GetGithubInstallationAccessTokenForRunnerResponse, GithubInstallation,
+    GithubInstallationAccessTokenRequest, GithubInstallationAccessTokenResponse,
+    GithubInstallationForRunner, ListGithubInstallationsForRunnerRequest,
+    ListGithubInstallationsForRunnerResponse, ListGithubInstallationsRequest,
+    ListGithubInstallationsResponse, RegisterRunnerRequest, RegisterRunnerResponse, ServerMessage,
 };
 use agent_runner_proto::{Validate, violations};
 use futures::Stream;

@@ -153,8 +153,9 @@ impl ControlPlaneSource {
         let timeout = || tonic::Status::deadline_exceeded(timed_out(rpc));
         match names {
             RpcNames::ForRunner => {
-                let call = client
-                    .list_github_installations_for_runner(ListGithubInstallationsForRunnerRequest {});
+                let call = client.list_github_installations_for_runner(
+                    ListGithubInstallationsForRunnerRequest {},
+                );
                 let response = tokio::time::timeout(RPC_TIMEOUT, call)
                     .await
                     .map_err(|_| timeout())??
@@ -213,9 +214,10 @@ impl ControlPlaneSource {
                 })
             }
             RpcNames::Later => {
-                let call = client.github_installation_access_token(
-                    GithubInstallationAccessTokenRequest { installation_id },
-                );
+                let call =
+                    client.github_installation_access_token(GithubInstallationAccessTokenRequest {
+                        installation_id,
+                    });
                 let r = tokio::time::timeout(RPC_TIMEOUT, call)
                     .await
                     .map_err(|_| timeout())??

@@ -341,3 +341,89 @@ async fn the_additions_scenario_passes_against_the_real_runner() {
     let progress = String::from_utf8_lossy(&out);
     result.unwrap_or_else(|e| panic!("{e:#}\n{progress}"));
 }
+
+/// The `ThreadNameUpdate`s among `msgs`, as (thread, name).
+fn names(msgs: &[ClientMessage]) -> Vec<(String, Option<String>)> {
+    msgs.iter()
+        .filter_map(|m| match payload(m) {
+            Some(Payload::ThreadNameUpdate(u)) => {
+                Some((u.thread_id.clone(), u.thread_name.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Agent `a` on `sdk`, a thread on `model`, and a turn running `script`;
+/// the thread and the ThreadNameUpdates the turn caused.
+async fn named_by(
+    cp: &MockControlPlane,
+    sdk: &str,
+    model: &str,
+    script: &str,
+) -> (String, Vec<(String, Option<String>)>) {
+    create_sdk_agent(cp, "a", sdk).await;
+    let thread = thread_ready_for(cp, "t1", create_thread_request("a", model, None, None)).await;
+    turn_says(cp, "m1", &thread, script).await;
+    (thread.clone(), names(&replies(cp, "m1")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripted_name_steps_name_the_thread() {
+    let (cp, _runner) = connected().await;
+    let (thread, named) = named_by(
+        &cp,
+        "scripted",
+        "scripted-fast",
+        "name Fix the build\nsay ok",
+    )
+    .await;
+    assert_eq!(named, [(thread, Some("Fix the build".to_owned()))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_thread_names_reach_the_control_plane() {
+    let state = tempfile::tempdir().unwrap();
+    let (cp, _runner) = connected_with(|o| with_fake_codex(o, state.path())).await;
+    let (thread, named) = named_by(&cp, "codex", "fake-fast", "name Fix the build\nsay ok").await;
+    assert_eq!(named, [(thread, Some("Fix the build".to_owned()))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_session_titles_name_the_thread_once() {
+    let state = tempfile::tempdir().unwrap();
+    let (cp, _runner) = connected_with(|o| with_fake_claude(o, state.path())).await;
+    let (thread, named) = named_by(&cp, "claude-code", "sonnet", "name Fix the build").await;
+    assert_eq!(named, [(thread.clone(), Some("Fix the build".to_owned()))]);
+    // The same title is not reported again; a new one is.
+    turn_says(&cp, "m2", &thread, "say more").await;
+    assert_eq!(names(&replies(&cp, "m2")), []);
+    turn_says(&cp, "m3", &thread, "name Fix the tests").await;
+    assert_eq!(
+        names(&replies(&cp, "m3")),
+        [(thread, Some("Fix the tests".to_owned()))]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_agent_threads_are_named_after_their_first_message() {
+    let mock = MockLlm::start(vec![MockReply::text("one"), MockReply::text("two")]).await;
+    let (cp, _runner) = connected_with(|o| {
+        o.arg("--sdk")
+            .arg("code-agent")
+            .env("OPENAI_API_KEY", "sk-unused")
+            .env("OPENAI_BASE_URL", &mock.base_url())
+            .env("CODE_AGENT_MODELS", "mock-model")
+    })
+    .await;
+    let (thread, named) = named_by(
+        &cp,
+        "code-agent",
+        "mock-model",
+        "Fix   the build\nand then the tests",
+    )
+    .await;
+    assert_eq!(named, [(thread.clone(), Some("Fix the build…".to_owned()))]);
+    turn_says(&cp, "m2", &thread, "again").await;
+    assert_eq!(names(&replies(&cp, "m2")), []);
+}

@@ -63,6 +63,8 @@ pub(crate) struct ThreadShared {
     pub resumable: AtomicBool,
     /// The thread's token usage so far (this runner's lifetime).
     pub usage: Mutex<TokenUsageBreakdown>,
+    /// The session's title last reported as the thread's name.
+    pub title: Mutex<Option<String>>,
 }
 
 struct Slot {
@@ -255,6 +257,7 @@ impl SdkAdapter for ClaudeAdapter {
             ),
             control: control.clone(),
             shared: slot.shared.clone(),
+            config: self.config.clone(),
         };
         tokio::spawn(task.run());
         Ok(Turn {

@@ -174,6 +174,12 @@ async fn route(
 /// the config dir is `CLAUDE_CONFIG_DIR`, else `$HOME/.claude` (the
 /// adapter's extra environment first, then the runner's).
 pub(crate) fn has_transcript(config: &ClaudeConfig, session_id: &str) -> bool {
+    transcript(config, session_id).is_some()
+}
+
+/// The session's transcript file, if Claude Code wrote one (see
+/// [`has_transcript`] for where it looks).
+pub(crate) fn transcript(config: &ClaudeConfig, session_id: &str) -> Option<PathBuf> {
     let env = |key: &str| {
         config
             .env
@@ -183,16 +189,45 @@ pub(crate) fn has_transcript(config: &ClaudeConfig, session_id: &str) -> bool {
             .map(|(_, v)| PathBuf::from(v))
             .or_else(|| std::env::var_os(key).map(PathBuf::from))
     };
-    let Some(dir) = env("CLAUDE_CONFIG_DIR").or_else(|| env("HOME").map(|h| h.join(".claude")))
-    else {
-        return false;
-    };
+    let dir = env("CLAUDE_CONFIG_DIR").or_else(|| env("HOME").map(|h| h.join(".claude")))?;
     let file = format!("{session_id}.jsonl");
     std::fs::read_dir(dir.join("projects"))
-        .map(|projects| {
-            projects
-                .flatten()
-                .any(|project| project.path().join(&file).is_file())
-        })
-        .unwrap_or(false)
+        .ok()?
+        .flatten()
+        .map(|project| project.path().join(&file))
+        .find(|path| path.is_file())
+}
+
+/// Claude Code's title for a session, from its transcript: the last
+/// `custom-title` entry (`customTitle`, a title a person or Claude Code set),
+/// else the last `summary` entry (`summary`, Claude Code's own summary of
+/// the conversation). `None` when it has neither.
+pub(crate) fn transcript_title(path: &std::path::Path) -> Option<String> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).ok()?;
+    let (mut custom, mut summary) = (None, None);
+    for line in std::io::BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        // Cheap filter first: transcripts are mostly messages.
+        if !line.contains("\"custom-title\"") && !line.contains("\"summary\"") {
+            continue;
+        }
+        let Ok(entry) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let text = |key: &str| {
+            entry
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+        };
+        match entry.get("type").and_then(Value::as_str) {
+            Some("custom-title") => custom = text("customTitle").or(custom),
+            Some("summary") => summary = text("summary").or(summary),
+            _ => {}
+        }
+    }
+    custom.or(summary)
 }

@@ -14,7 +14,7 @@
 //!   case, followed by one ASCII space and a non-blank argument: `say hi` is a
 //!   step, while `say`, `say   `, ` say hi` and `Say hi` are "anything else"
 //!   and are echoed (`echo: say`).
-//! - Text arguments (`say`, `think`, `run`, `fail`) are the rest of the line
+//! - Text arguments (`say`, `think`, `run`, `fail`, `name`) are the rest of the line
 //!   after that one space, verbatim.
 //! - One keyword takes no argument: a line that is exactly `instructions`
 //!   is that step (the thread's additional model instructions, said back).
@@ -40,6 +40,8 @@ pub enum Step {
     Usage { input: i64, output: i64 },
     /// `fail TEXT`: end the turn as failed with TEXT.
     Fail(String),
+    /// `name TEXT`: the "model" names the thread TEXT (a thread name event).
+    Name(String),
     /// `instructions`: an agent message holding the thread's additional
     /// model instructions (`(no instructions)` when it has none), so a
     /// harness can see what every turn of the thread is given.
@@ -105,6 +107,7 @@ fn parse_line(line: &str) -> Option<Result<Step, String>> {
         "think" => Ok(Step::Think(arg.to_owned())),
         "run" => Ok(Step::Run(arg.to_owned())),
         "fail" => Ok(Step::Fail(arg.to_owned())),
+        "name" => Ok(Step::Name(arg.to_owned())),
         "sleep" => parse_sleep(arg),
         "usage" => parse_usage(arg),
         _ => Ok(Step::Echo(line.to_owned())),
@@ -181,6 +184,17 @@ mod tests {
                     output: 5
                 },
                 Step::Fail("oh no".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn name_takes_the_rest_of_the_line() {
+        assert_eq!(
+            steps("name Fix the build\nname"),
+            vec![
+                Step::Name("Fix the build".into()),
+                Step::Echo("name".into())
             ]
         );
     }

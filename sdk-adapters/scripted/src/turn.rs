@@ -136,6 +136,7 @@ impl TurnTask {
         match step {
             Step::Say(text) => self.text_item(ItemKind::AgentMessage, text).await?,
             Step::Think(text) => self.text_item(ItemKind::Reasoning, text).await?,
+            Step::Name(name) => self.send(TurnEvent::ThreadNamed(Some(name))).await?,
             Step::Instructions => {
                 let text = self
                     .instructions

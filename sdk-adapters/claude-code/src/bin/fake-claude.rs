@@ -23,6 +23,7 @@
 //! | `crash` | says something, then exits 3 |
 //! | `fail TEXT` | ends with a `result` that `is_error` (subtype success), text TEXT |
 //! | `error-exec` | ends with an `error_during_execution` result |
+//! | `name TEXT` | appends a `custom-title` entry with TEXT to the transcript (as `/rename` does), says `named` |
 //! | `instructions` | an assistant text with the `--append-system-prompt` value (`(no instructions)` when absent) |
 //! | anything else | an assistant text `echo: LINE` |
 //!
@@ -246,6 +247,17 @@ impl Fake {
             let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
             match word {
                 "say" => self.say(rest),
+                "name" => {
+                    if let Ok(mut file) = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&self.transcript)
+                    {
+                        let entry = json!({"type": "custom-title", "customTitle": rest, "sessionId": self.session});
+                        let _ = writeln!(file, "{entry}");
+                    }
+                    self.say("named");
+                }
                 "instructions" => {
                     let text = self
                         .instructions

@@ -17,6 +17,7 @@
 //! | `stall` | says `stalling`, then stops answering anything (an interrupt goes unheard) |
 //! | `crash` | starts an item, then exits 3 mid-turn |
 //! | `fail TEXT` | an `error` with `willRetry`, then the turn fails with TEXT |
+//! | `name TEXT` | `thread/name/updated` with TEXT (as codex does when it names a thread) |
 //! | `instructions` | `agentMessage` with the `developerInstructions` the thread was started or resumed with (`(no instructions)` when none) |
 //! | anything else | `agentMessage` `echo: LINE` |
 //!
@@ -323,6 +324,10 @@ impl Fake {
                 "ask" => self.ask(),
                 "flood" => self.flood(rest.parse().unwrap_or(100)),
                 "usage" => self.usage(),
+                "name" => notify(
+                    "thread/name/updated",
+                    json!({"threadId": thread, "threadName": rest}),
+                ),
                 "instructions" => {
                     let text = self
                         .instructions
