@@ -31,6 +31,7 @@ pub mod redact;
 pub mod restore;
 pub mod runner;
 pub mod runtime;
+pub mod sdk_probe;
 pub mod sdks;
 pub mod secret;
 pub mod skills;

@@ -427,3 +427,61 @@ async fn code_agent_threads_are_named_after_their_first_message() {
     turn_says(&cp, "m2", &thread, "again").await;
     assert_eq!(names(&replies(&cp, "m2")), []);
 }
+
+/// The first `agent_sdk_update` for `sdk` with `status`.
+async fn sdk_update(cp: &MockControlPlane, sdk: &str, status: AgentSdkStatus) -> AgentSdk {
+    let sdk = sdk.to_owned();
+    let m = cp
+        .wait_for(
+            move |m| {
+                matches!(payload(m), Some(Payload::AgentSdkUpdate(s))
+                    if s.name == sdk && s.status == status as i32)
+            },
+            WAIT,
+        )
+        .await
+        .expect("an agent_sdk_update");
+    match payload(&m) {
+        Some(Payload::AgentSdkUpdate(s)) => s.clone(),
+        _ => unreachable!(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_that_becomes_ready_after_registration_is_announced() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("logged-out"), "").unwrap();
+    let (cp, runner) = connected_with(|o| {
+        with_fake_codex(o, state.path())
+            .arg("--sdk-probe-interval")
+            .arg("100ms")
+    })
+    .await;
+    let registered = cp.registrations().remove(0).request.agent_sdks;
+    assert_eq!(registered[0].status, AgentSdkStatus::Unconfigured as i32);
+    create_sdk_agent(&cp, "a", "codex").await;
+    send(
+        &cp,
+        "early",
+        create_thread_request("a", "fake-fast", None, None),
+    )
+    .await;
+    let text = expect_error(&cp, "early").await;
+    assert!(text.contains("not ready"), "{text}");
+
+    // Someone logs codex in outside the runner.
+    std::fs::remove_file(state.path().join("logged-out")).unwrap();
+    let update = sdk_update(&cp, "codex", AgentSdkStatus::Ready).await;
+    assert!(
+        update.models.iter().any(|m| m.name == "fake-fast"),
+        "{update:?}\n{}",
+        runner.logs()
+    );
+    // Requests are checked against what was announced.
+    thread_ready_for(
+        &cp,
+        "later",
+        create_thread_request("a", "fake-fast", None, None),
+    )
+    .await;
+}

@@ -178,6 +178,12 @@ pub trait SdkAdapter: Send + Sync + 'static {
     fn name(&self) -> &str;
     /// Current status and models; called before every registration.
     async fn describe(&self) -> SdkDescription;
+    /// Like [`SdkAdapter::describe`], but never from a cache: the runner's
+    /// periodic re-probe and its checks after a login call this. The
+    /// default is `describe` (for adapters that cache nothing).
+    async fn describe_fresh(&self) -> SdkDescription {
+        self.describe().await
+    }
     /// Prepare an agent. Called again for known agents after a restart.
     async fn create_agent(&self, agent: &AgentSpec) -> Result<(), SdkError>;
     /// Release everything the SDK holds for the agent.

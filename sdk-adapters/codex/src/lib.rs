@@ -227,6 +227,11 @@ impl SdkAdapter for CodexAdapter {
         self.describer.describe(&self.config).await
     }
 
+    async fn describe_fresh(&self) -> SdkDescription {
+        self.describer.forget().await;
+        self.describer.describe(&self.config).await
+    }
+
     async fn create_agent(&self, _agent: &AgentSpec) -> Result<(), SdkError> {
         Ok(())
     }

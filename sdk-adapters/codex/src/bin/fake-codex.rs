@@ -24,7 +24,13 @@
 //! State that must outlive a process (which threads have a rollout, so
 //! `thread/resume` works only for those) lives in `$FAKE_CODEX_STATE`, where
 //! the fake also appends `pid N` and one line per request method to `log`.
-//! `FAKE_CODEX_LOGGED_OUT=1` makes `account/read` say nobody is logged in;
+//! `FAKE_CODEX_LOGGED_OUT=1`, or a file `$FAKE_CODEX_STATE/logged-out`, makes
+//! `account/read` say nobody is logged in unless a login happened since
+//! (`$FAKE_CODEX_STATE/auth.json`, as codex keeps it in its home).
+//! `account/login/start` with `apiKey` accepts keys starting `sk-` (writes
+//! `auth.json`, then `account/login/completed`); with `chatgptDeviceCode` it
+//! answers the user code `FAKE-1234` and completes once a file
+//! `$FAKE_CODEX_STATE/device-approved` appears (fails on `device-denied`);
 //! `config/read` reports the model `$FAKE_CODEX_CONFIG_MODEL` (default
 //! `fake-fast`, which `model/list` already lists).
 
@@ -156,7 +162,7 @@ impl Fake {
                 );
             }
             "account/read" => {
-                if std::env::var_os("FAKE_CODEX_LOGGED_OUT").is_some() {
+                if !self.logged_in() {
                     respond(
                         &id,
                         json!({"account": null, "userId": null, "requiresOpenaiAuth": true}),
@@ -168,6 +174,7 @@ impl Fake {
                     );
                 }
             }
+            "account/login/start" => self.login(&id, &params),
             "thread/start" => {
                 let thread = self.fresh("thr");
                 self.thread = Some(thread.clone());
@@ -211,6 +218,62 @@ impl Fake {
             "turn/steer" => error(&id, -32600, "no active turn to steer"),
             "turn/interrupt" => error(&id, -32600, "no active turn to interrupt"),
             other => error(&id, -32601, &format!("unknown method {other}")),
+        }
+    }
+
+    fn logged_in(&self) -> bool {
+        let out = std::env::var_os("FAKE_CODEX_LOGGED_OUT").is_some()
+            || self.state.join("logged-out").exists();
+        !out || self.state.join("auth.json").exists()
+    }
+
+    fn login(&mut self, id: &Value, params: &Value) {
+        match params["type"].as_str() {
+            Some("apiKey") => {
+                let key = params["apiKey"].as_str().unwrap_or("");
+                if !key.starts_with("sk-") {
+                    error(id, -32600, "invalid API key");
+                    return;
+                }
+                let auth = json!({"OPENAI_API_KEY": key});
+                let _ = std::fs::write(self.state.join("auth.json"), auth.to_string());
+                respond(id, json!({"type": "apiKey"}));
+                notify(
+                    "account/login/completed",
+                    json!({"loginId": null, "success": true, "error": null}),
+                );
+            }
+            Some("chatgptDeviceCode") => {
+                let login = self.fresh("login");
+                respond(
+                    id,
+                    json!({"type": "chatgptDeviceCode", "loginId": login,
+                        "userCode": "FAKE-1234", "verificationUrl": "https://auth.example/device"}),
+                );
+                let state = self.state.clone();
+                std::thread::spawn(move || {
+                    loop {
+                        if state.join("device-approved").exists() {
+                            let auth = json!({"tokens": {"access_token": "fake"}});
+                            let _ = std::fs::write(state.join("auth.json"), auth.to_string());
+                            notify(
+                                "account/login/completed",
+                                json!({"loginId": login, "success": true, "error": null}),
+                            );
+                            return;
+                        }
+                        if state.join("device-denied").exists() {
+                            notify(
+                                "account/login/completed",
+                                json!({"loginId": login, "success": false, "error": "the device code was denied"}),
+                            );
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                });
+            }
+            other => error(id, -32600, &format!("unsupported login type {other:?}")),
         }
     }
 
