@@ -88,6 +88,7 @@ impl AgentTask {
             AgentCmd::CreateThread {
                 thread_id,
                 instructions,
+                skill_packages,
                 model,
                 reasoning_level,
                 rid,
@@ -95,6 +96,7 @@ impl AgentTask {
                 let request = NewThread {
                     thread_id,
                     instructions,
+                    skill_packages,
                     model,
                     reasoning_level,
                 };
@@ -215,6 +217,7 @@ impl AgentTask {
         match result {
             Ok(Ok(installed)) => {
                 tracing::info!(agent_id = %self.agent_id, package = %package, ?installed, "skill package installed");
+                self.link_into_thread_skills().await;
                 rt.outbox
                     .push(updates::skill_installed(rid, &self.agent_id, &package))
                     .await;
@@ -232,13 +235,18 @@ impl AgentTask {
     /// otherwise (public repositories and other hosts need none, and a
     /// broker failure is logged and the fetch tried without a token).
     async fn skill_git_env(&self, package: &str) -> Vec<(String, String)> {
-        let Some(broker) = self.rt.github() else {
-            return Vec::new();
-        };
         let Ok(source) = skills::coordinate::parse(package) else {
             return Vec::new();
         };
-        let Some((target, url)) = skills::auth::github_repo(&source, broker.git_host()) else {
+        self.git_env_for(&source).await
+    }
+
+    /// [`AgentTask::skill_git_env`] for a parsed source.
+    async fn git_env_for(&self, source: &skills::coordinate::Source) -> Vec<(String, String)> {
+        let Some(broker) = self.rt.github() else {
+            return Vec::new();
+        };
+        let Some((target, url)) = skills::auth::github_repo(source, broker.git_host()) else {
             return Vec::new();
         };
         match broker.token_for_repo(&target.owner, &target.repo).await {
@@ -259,6 +267,7 @@ impl AgentTask {
         let NewThread {
             thread_id: chosen,
             instructions,
+            skill_packages,
             model,
             reasoning_level,
         } = request;
@@ -303,6 +312,12 @@ impl AgentTask {
             .workspaces
             .create_thread(&self.agent_id, &thread_id)
             .map_err(|e| (rid.clone(), format!("creating the thread's workspace: {e}")))?;
+        if !skill_packages.is_empty()
+            && let Err(text) = self.thread_skills(&skill_packages, &workspace).await
+        {
+            let _ = rt.workspaces.remove(&workspace);
+            return Err((rid, text));
+        }
         let mut spec = ThreadSpec {
             agent_id: self.agent_id.clone(),
             thread_id: thread_id.clone(),
@@ -350,6 +365,7 @@ impl AgentTask {
 struct NewThread {
     thread_id: Option<String>,
     instructions: Option<String>,
+    skill_packages: Vec<skills::thread::ThreadPackage>,
     model: String,
     reasoning_level: Option<String>,
 }
@@ -374,5 +390,60 @@ impl AgentTask {
                 ),
             )),
         }
+    }
+
+    /// Fetches, checks and links `packages` into the new thread's
+    /// `workspace` (module [`skills::thread`]); the error names the package.
+    async fn thread_skills(
+        &self,
+        packages: &[skills::thread::ThreadPackage],
+        workspace: &std::path::Path,
+    ) -> Result<(), String> {
+        let mut envs = Vec::with_capacity(packages.len());
+        for package in packages {
+            let env = match skills::coordinate::parse(&package.repository_url) {
+                Ok(source) => self.git_env_for(&source).await,
+                Err(_) => Vec::new(),
+            };
+            envs.push(env);
+        }
+        let rt = &self.rt;
+        let home = rt.workspaces.agent_home(&self.agent_id);
+        // Agent homes sit directly under the workspace root.
+        let root = home.parent().map(std::path::Path::to_owned).unwrap_or(home);
+        let agent_skills = rt.workspaces.agent_skills(&self.agent_id);
+        let (workspace, packages) = (workspace.to_owned(), packages.to_vec());
+        let max = rt.skill_max_bytes;
+        let linked = tokio::task::spawn_blocking(move || {
+            skills::thread::install(&root, &agent_skills, &workspace, &packages, &envs, max)
+        })
+        .await
+        .map_err(|join| format!("fetching the thread's skill packages crashed: {join}"))??;
+        let names: Vec<&str> = linked.iter().map(|s| s.name.as_str()).collect();
+        tracing::info!(agent_id = %self.agent_id, skills = ?names, "thread skill packages linked");
+        Ok(())
+    }
+
+    /// After an agent skill install: threads with skills of their own get
+    /// links to the agent's new skills too.
+    async fn link_into_thread_skills(&self) {
+        let threads = self
+            .rt
+            .workspaces
+            .agent_home(&self.agent_id)
+            .join("threads");
+        let agent_skills = self.rt.workspaces.agent_skills(&self.agent_id);
+        let agent_id = self.agent_id.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let Ok(entries) = std::fs::read_dir(&threads) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                if let Err(e) = skills::thread::link_agent_skills(&agent_skills, &entry.path()) {
+                    tracing::warn!(%agent_id, thread = ?entry.file_name(), error = %e, "linking the agent's skills into a thread failed");
+                }
+            }
+        })
+        .await;
     }
 }

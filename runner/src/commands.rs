@@ -32,6 +32,8 @@ pub enum AgentCmd {
         /// Instructions added to the SDK's prompt for every turn (never
         /// empty).
         instructions: Option<String>,
+        /// Skill packages for this thread only.
+        skill_packages: Vec<crate::skills::thread::ThreadPackage>,
         /// The thread's model.
         model: String,
         /// The thread's reasoning level (`None`: the model's default).

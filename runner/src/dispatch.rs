@@ -86,6 +86,15 @@ fn route(
                 // Checked above: present means a valid id.
                 thread_id: r.thread_id,
                 instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
+                skill_packages: r
+                    .git_skill_packages
+                    .into_iter()
+                    .map(|p| crate::skills::thread::ThreadPackage {
+                        repository_url: p.repository_url,
+                        commit_reference: p.commit_reference,
+                        directories: p.skills.into_iter().map(|s| s.directory_path).collect(),
+                    })
+                    .collect(),
                 model: r.model,
                 // proto3 cannot tell "unset" from "empty": both are "none".
                 reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
@@ -130,8 +139,6 @@ fn unsupported_thread_field(
 ) -> Option<&'static str> {
     if !r.mcp_servers.is_empty() {
         Some("mcp_servers")
-    } else if !r.git_skill_packages.is_empty() {
-        Some("git_skill_packages")
     } else {
         None
     }

@@ -26,3 +26,4 @@ mod real_sdk;
 mod scale;
 mod skills;
 mod soak;
+mod thread_skills;
