@@ -49,15 +49,9 @@ fn route(
             rt.outbox.push_urgent(updates::heartbeat(rid));
             RequestOutcome::Answered
         }
-        Request::CodexConfigurationRequest(_) => {
-            // UNIMPLEMENTED (issue 12): logging codex in from the control plane.
-            reject(
-                rt,
-                rid,
-                "codex_configuration_request: not supported by this runner yet (UNIMPLEMENTED)"
-                    .to_owned(),
-            );
-            RequestOutcome::Invalid
+        Request::CodexConfigurationRequest(r) => {
+            crate::codex_login::handle(rt, rid, r);
+            RequestOutcome::Accepted
         }
         Request::CreateAgentRequest(r) => to_agent(
             rt,

@@ -12,6 +12,7 @@
 pub mod agent;
 pub mod cli;
 pub mod client;
+pub mod codex_login;
 pub mod commands;
 pub mod config;
 pub mod credentials;

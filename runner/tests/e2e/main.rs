@@ -12,6 +12,7 @@ mod support;
 mod additions;
 mod code_agent;
 mod codex;
+mod codex_login;
 mod credentials;
 mod github;
 mod github_git;

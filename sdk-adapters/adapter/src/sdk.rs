@@ -106,6 +106,40 @@ impl ThreadSpec {
     }
 }
 
+/// How the control plane asks an SDK to log in (`CodexConfigurationRequest`).
+pub enum Login {
+    /// Log in with this API key. A secret: adapters never log it, never put
+    /// it on a command line, and keep it out of their error texts.
+    ApiKey(String),
+    /// Start a device-code login: a person enters a code on a web page.
+    DeviceCode,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Login::ApiKey(_) => f.write_str("ApiKey(<redacted>)"),
+            Login::DeviceCode => f.write_str("DeviceCode"),
+        }
+    }
+}
+
+/// A login that started.
+#[derive(Debug)]
+pub enum LoginStarted {
+    /// Done: the SDK is logged in.
+    Done,
+    /// A device-code login waits for a person.
+    DeviceCode {
+        /// The code the person enters.
+        user_code: String,
+        /// Where they enter it.
+        verification_url: String,
+        /// Resolves when the login completes (`Ok`) or fails (the reason).
+        completion: tokio::sync::oneshot::Receiver<Result<(), String>>,
+    },
+}
+
 /// What the runner stores about a created thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadHandle {
@@ -183,6 +217,15 @@ pub trait SdkAdapter: Send + Sync + 'static {
     /// default is `describe` (for adapters that cache nothing).
     async fn describe_fresh(&self) -> SdkDescription {
         self.describe().await
+    }
+    /// Log the SDK in on the control plane's behalf. Default: this SDK has
+    /// no login the runner can drive.
+    async fn login(&self, login: Login) -> Result<LoginStarted, SdkError> {
+        let _ = login;
+        Err(SdkError::InvalidRequest(format!(
+            "the {} SDK cannot be logged in by the runner",
+            self.name()
+        )))
     }
     /// Prepare an agent. Called again for known agents after a restart.
     async fn create_agent(&self, agent: &AgentSpec) -> Result<(), SdkError>;

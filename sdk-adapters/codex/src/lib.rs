@@ -30,6 +30,7 @@ mod config;
 mod control;
 mod describe;
 mod items;
+mod login;
 mod rpc;
 mod server;
 #[doc(hidden)]
@@ -42,8 +43,8 @@ use sdk_process::{ThreadTable, TurnInbox};
 
 use async_trait::async_trait;
 use sdk_adapter::{
-    AgentSpec, SdkAdapter, SdkDescription, SdkError, TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec,
-    Turn, TurnInput,
+    AgentSpec, Login, LoginStarted, SdkAdapter, SdkDescription, SdkError, TURN_EVENT_BUFFER,
+    ThreadHandle, ThreadSpec, Turn, TurnInput,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -225,6 +226,16 @@ impl SdkAdapter for CodexAdapter {
 
     async fn describe(&self) -> SdkDescription {
         self.describer.describe(&self.config).await
+    }
+
+    async fn login(&self, login: Login) -> Result<LoginStarted, SdkError> {
+        let started = match login {
+            Login::ApiKey(key) => login::api_key(&self.config, &key).await,
+            Login::DeviceCode => login::device_code(&self.config).await,
+        };
+        // Whatever happened, the next description asks codex again.
+        self.describer.forget().await;
+        started
     }
 
     async fn describe_fresh(&self) -> SdkDescription {

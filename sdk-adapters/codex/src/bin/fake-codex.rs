@@ -23,7 +23,8 @@
 //!
 //! State that must outlive a process (which threads have a rollout, so
 //! `thread/resume` works only for those) lives in `$FAKE_CODEX_STATE`, where
-//! the fake also appends `pid N` and one line per request method to `log`.
+//! the fake also appends `pid N`, `args …` and one line per request method
+//! to `log`.
 //! `FAKE_CODEX_LOGGED_OUT=1`, or a file `$FAKE_CODEX_STATE/logged-out`, makes
 //! `account/read` say nobody is logged in unless a login happened since
 //! (`$FAKE_CODEX_STATE/auth.json`, as codex keeps it in its home).
@@ -80,6 +81,8 @@ fn main() {
         interrupted: false,
     };
     fake.log.append_pid();
+    let args: Vec<String> = std::env::args().collect();
+    fake.log.append(&format!("args {}", args.join(" ")));
     eprintln!("fake-codex: started");
     while let Ok(message) = fake.input.recv() {
         fake.dispatch(message);
