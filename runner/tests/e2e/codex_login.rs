@@ -154,3 +154,58 @@ async fn bad_codex_configuration_requests_name_the_field() {
     let text = expect_error(&cp2, "k").await;
     assert!(text.contains("codex SDK is not enabled"), "{text}");
 }
+
+/// The real `@openai/codex` (installed under target/ by npm; skipped
+/// without npm unless `AGENT_RUNNER_REQUIRE_REAL_CODEX` is set): an empty
+/// codex home registers UNCONFIGURED, and an API key logs it in offline.
+/// (A device-code login needs OpenAI's servers: the fake covers it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_codex_logs_in_with_an_api_key() {
+    let bin = match sdk_codex::testing::install_codex() {
+        Ok(bin) => bin,
+        Err(reason) => {
+            if std::env::var_os("AGENT_RUNNER_REQUIRE_REAL_CODEX").is_some() {
+                panic!("the real codex login test cannot run: {reason}");
+            }
+            eprintln!("SKIPPED real codex login test: {reason}");
+            return;
+        }
+    };
+    let home = tempfile::tempdir().unwrap();
+    let (bin, home_path) = (
+        bin.to_string_lossy().into_owned(),
+        home.path().to_string_lossy().into_owned(),
+    );
+    let cp = crate::support::mock().await;
+    let runner = RunnerProc::start(
+        RunnerOpts::new(cp.url())
+            .arg("--sdk")
+            .arg("codex")
+            .arg("--codex-bin")
+            .arg(&bin)
+            .env("CODEX_HOME", &home_path),
+    );
+    let wait = std::time::Duration::from_secs(120);
+    cp.wait_connected(wait)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", runner.logs()));
+    let sdks = cp.registrations().remove(0).request.agent_sdks;
+    assert_eq!(
+        sdks[0].status,
+        AgentSdkStatus::Unconfigured as i32,
+        "{sdks:?}"
+    );
+    send(&cp, "k1", configure(CodexAuthType::ApiKey, Some(KEY))).await;
+    let m = cp
+        .wait_for(
+            |m| rid_is(m, "k1") && matches!(payload(m), Some(Payload::AgentSdkUpdate(_))),
+            wait,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", runner.logs()));
+    let Some(Payload::AgentSdkUpdate(update)) = payload(&m) else {
+        unreachable!()
+    };
+    assert_eq!(update.status, AgentSdkStatus::Ready as i32, "{update:?}");
+    assert!(!runner.logs().contains(KEY));
+}
