@@ -33,6 +33,7 @@ mod tool_call;
 
 pub use engine::{Engine, EngineConfig};
 pub use sandboxes::{EngineLauncher, Sandboxes};
+pub use prompt::default_prompt;
 pub use serve::serve;
 pub use service::Service;
 pub use store::validate_session_id;

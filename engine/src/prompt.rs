@@ -9,7 +9,11 @@ use crate::session::Session;
 use crate::session::message::StoredMessage;
 use crate::session::record::SkillRecord;
 
-fn default_prompt(workspace: &Path) -> String {
+/// The system prompt of a session configured without one: what the engine
+/// tells the model about its workspace and tools. A client that adds its
+/// own instructions to a session (the runner's `code-agent` adapter) starts
+/// from this, so the model keeps them.
+pub fn default_prompt(workspace: &Path) -> String {
     format!(
         "You are a coding agent working in the workspace {}. Paths you pass to tools are relative \
          to it (absolute paths must stay inside it). Use the tools to read and change files and to \

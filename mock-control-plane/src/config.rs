@@ -38,6 +38,52 @@ pub struct MockConfig {
     /// Forget what was processed when restarted (a control plane without
     /// durable state): the next registration answers `acked_sequence` 0.
     pub forget_acks_on_restart: bool,
+    /// Which names the two GitHub RPCs are served under; the others answer
+    /// `UNIMPLEMENTED`.
+    pub github_rpc_names: GithubRpcNames,
+}
+
+/// The names a control plane may serve the two GitHub RPCs under (same
+/// fields either way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GithubRpcNames {
+    /// `ListGithubInstallationsForRunner` and
+    /// `GetGithubInstallationAccessTokenForRunner` (protocol 0.2.0).
+    #[default]
+    ForRunner,
+    /// `ListGithubInstallations` and `GithubInstallationAccessToken` (the
+    /// names of protocol 0.3.0–0.5.24).
+    Later,
+    /// Both pairs.
+    Both,
+}
+
+impl GithubRpcNames {
+    /// Whether the 0.2.0 names are served.
+    pub fn serves_for_runner(self) -> bool {
+        matches!(self, GithubRpcNames::ForRunner | GithubRpcNames::Both)
+    }
+
+    /// Whether the later names are served.
+    pub fn serves_later(self) -> bool {
+        matches!(self, GithubRpcNames::Later | GithubRpcNames::Both)
+    }
+}
+
+impl std::str::FromStr for GithubRpcNames {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "for-runner" => Ok(GithubRpcNames::ForRunner),
+            "later" => Ok(GithubRpcNames::Later),
+            "both" => Ok(GithubRpcNames::Both),
+            other => Err(format!(
+                "unknown GitHub RPC names {other:?} (for-runner, later, both)"
+            )),
+        }
+    }
 }
 
 impl MockConfig {
@@ -85,6 +131,12 @@ impl MockConfig {
         self
     }
 
+    /// Serve the GitHub RPCs under `names` (see [`GithubRpcNames`]).
+    pub fn with_github_rpc_names(mut self, names: GithubRpcNames) -> Self {
+        self.github_rpc_names = names;
+        self
+    }
+
     /// Add one GitHub installation to serve.
     pub fn with_github_installation(mut self, installation: GithubInstallation) -> Self {
         self.github_installations.push(installation);
@@ -106,6 +158,7 @@ impl fmt::Debug for MockConfig {
             .field("delay_headers", &self.delay_headers)
             .field("ack_mode", &self.ack_mode)
             .field("forget_acks_on_restart", &self.forget_acks_on_restart)
+            .field("github_rpc_names", &self.github_rpc_names)
             .finish()
     }
 }

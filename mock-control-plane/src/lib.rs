@@ -34,7 +34,7 @@ mod plane_tests;
 mod test_runner;
 
 pub use acks::{AckMode, SequenceReport};
-pub use config::{GithubInstallation, MockConfig};
+pub use config::{GithubInstallation, GithubRpcNames, MockConfig};
 pub use plane::MockControlPlane;
 pub use state::{Registration, TimelineEvent};
 

@@ -16,7 +16,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use mock_control_plane::{GithubInstallation, MockConfig, MockControlPlane, scenario, stdio};
+use mock_control_plane::{
+    GithubInstallation, GithubRpcNames, MockConfig, MockControlPlane, scenario, stdio,
+};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -92,6 +94,13 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     github_installations: Option<PathBuf>,
 
+    /// The names the two GitHub RPCs are served under: `for-runner`
+    /// (ListGithubInstallationsForRunner, GetGithubInstallationAccessTokenForRunner),
+    /// `later` (ListGithubInstallations, GithubInstallationAccessToken) or
+    /// `both`; the others answer UNIMPLEMENTED.
+    #[arg(long, value_name = "NAMES", default_value = "for-runner")]
+    github_rpc_names: GithubRpcNames,
+
     /// JSON lines: each stdin line is a ServerMessage (or {"command":
     /// "drop_connection"|"restart"}); each stdout line is an event
     /// (listening, registered, connected, disconnected, message, sent, error).
@@ -128,6 +137,7 @@ fn config(args: &ServeArgs) -> Result<MockConfig> {
         delay_headers: args.delay_headers,
         ack_mode: args.acked_delivery,
         forget_acks_on_restart: args.forget_acks_on_restart,
+        github_rpc_names: args.github_rpc_names,
         ..MockConfig::default()
     };
     if let Some(path) = &args.secret_file {

@@ -21,7 +21,7 @@ use crate::acks::{AckMode, SequenceReport, Sequencing};
 use crate::auth::BearerAuth;
 use crate::config::{GithubInstallation, MockConfig};
 use crate::prefix::{PrefixLayer, normalize};
-use crate::server::MockService;
+use crate::server::{GithubRpcs, MockService};
 use crate::state::{Pushed, Registration, State, TimelineEvent};
 
 /// How long `stop()` lets open connections drain before cutting them.
@@ -43,6 +43,7 @@ pub struct MockControlPlane {
     secret: Option<String>,
     tls: Option<(String, String)>,
     delay_headers: bool,
+    github: GithubRpcs,
     serving: Mutex<Option<Serving>>,
 }
 
@@ -82,6 +83,7 @@ impl MockControlPlane {
             secret: config.bearer_secret,
             tls: config.tls,
             delay_headers: config.delay_headers,
+            github: GithubRpcs::new(config.github_rpc_names),
             serving: Mutex::new(None),
         };
         let serving = plane.serve(listener)?;
@@ -98,7 +100,8 @@ impl MockControlPlane {
                 .context("loading the TLS certificate and key")?;
         }
         let service = AgentRunnerControlServiceServer::with_interceptor(
-            MockService::new(self.state.clone(), self.delay_headers),
+            MockService::new(self.state.clone(), self.delay_headers)
+                .with_github(self.github.clone()),
             BearerAuth::new(self.secret.clone()),
         );
         let router = builder
@@ -483,6 +486,12 @@ impl MockControlPlane {
     /// call so far (found or not).
     pub fn github_token_requests(&self) -> Vec<i64> {
         self.state.lock().token_requests.clone()
+    }
+
+    /// The name of every GitHub RPC called so far, in order, served or
+    /// answered `UNIMPLEMENTED` (see [`crate::GithubRpcNames`]).
+    pub fn github_rpc_calls(&self) -> Vec<String> {
+        self.github.calls()
     }
 }
 

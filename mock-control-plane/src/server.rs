@@ -10,11 +10,11 @@ use std::sync::Arc;
 use agent_runner_proto::runner::agent_runner_control_service_server::AgentRunnerControlService;
 use agent_runner_proto::runner::{
     ClientMessage, GetGithubInstallationAccessTokenForRunnerRequest,
-    GetGithubInstallationAccessTokenForRunnerResponse, GithubInstallationAccessTokenRequest,
-    GithubInstallationAccessTokenResponse, GithubInstallationForRunner,
-    ListGithubInstallationsForRunnerRequest, ListGithubInstallationsForRunnerResponse,
-    ListGithubInstallationsRequest, ListGithubInstallationsResponse, RegisterRunnerRequest,
-    RegisterRunnerResponse, ServerMessage,
+    GetGithubInstallationAccessTokenForRunnerResponse, GithubInstallation,
+    GithubInstallationAccessTokenRequest, GithubInstallationAccessTokenResponse,
+    GithubInstallationForRunner, ListGithubInstallationsForRunnerRequest,
+    ListGithubInstallationsForRunnerResponse, ListGithubInstallationsRequest,
+    ListGithubInstallationsResponse, RegisterRunnerRequest, RegisterRunnerResponse, ServerMessage,
 };
 use agent_runner_proto::{Validate, violations};
 use futures::Stream;
@@ -23,12 +23,14 @@ use tonic::metadata::{KeyAndValueRef, MetadataMap};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::acks::AckMode;
+use crate::config::{GithubInstallation as ConfiguredInstallation, GithubRpcNames};
 use crate::state::{OpenedStream, Registration, State};
 
 #[derive(Clone)]
 pub(crate) struct MockService {
     state: Arc<State>,
     delay_headers: bool,
+    github: GithubRpcs,
 }
 
 impl MockService {
@@ -36,7 +38,76 @@ impl MockService {
         MockService {
             state,
             delay_headers,
+            github: GithubRpcs::new(GithubRpcNames::default()),
         }
+    }
+
+    /// Serve the GitHub RPCs as `github` says (and record calls there).
+    pub(crate) fn with_github(mut self, github: GithubRpcs) -> Self {
+        self.github = github;
+        self
+    }
+}
+
+/// Which names the GitHub RPCs are served under, and the log of calls
+/// (shared by every incarnation of the server, so it survives restarts).
+#[derive(Clone)]
+pub(crate) struct GithubRpcs {
+    names: GithubRpcNames,
+    calls: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl GithubRpcs {
+    pub(crate) fn new(names: GithubRpcNames) -> Self {
+        Self {
+            names,
+            calls: Arc::default(),
+        }
+    }
+
+    pub(crate) fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records a call of `rpc`; `UNIMPLEMENTED` unless `served`.
+    fn call(&self, rpc: &str, served: bool) -> Result<(), Status> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(rpc.to_owned());
+        if served {
+            Ok(())
+        } else {
+            Err(Status::unimplemented(format!(
+                "this mock does not serve {rpc} (--github-rpc-names {:?})",
+                self.names
+            )))
+        }
+    }
+
+    fn installations(&self, state: &State) -> Vec<i64> {
+        state
+            .lock()
+            .github
+            .iter()
+            .map(|i| i.installation_id)
+            .collect()
+    }
+
+    fn token(&self, state: &State, id: i64) -> Result<ConfiguredInstallation, Status> {
+        let found = state.update(|inner| {
+            inner.token_requests.push(id);
+            inner
+                .github
+                .iter()
+                .find(|i| i.installation_id == id)
+                .cloned()
+        });
+        found.ok_or_else(|| {
+            Status::not_found(format!(
+                "no GitHub installation {id} is linked to this runner"
+            ))
+        })
     }
 }
 
@@ -253,14 +324,15 @@ impl AgentRunnerControlService for MockService {
         &self,
         _request: Request<ListGithubInstallationsForRunnerRequest>,
     ) -> Result<Response<ListGithubInstallationsForRunnerResponse>, Status> {
+        self.github.call(
+            "ListGithubInstallationsForRunner",
+            self.github.names.serves_for_runner(),
+        )?;
         let installations = self
-            .state
-            .lock()
             .github
-            .iter()
-            .map(|i| GithubInstallationForRunner {
-                installation_id: i.installation_id,
-            })
+            .installations(&self.state)
+            .into_iter()
+            .map(|installation_id| GithubInstallationForRunner { installation_id })
             .collect();
         Ok(Response::new(ListGithubInstallationsForRunnerResponse {
             installations,
@@ -271,46 +343,57 @@ impl AgentRunnerControlService for MockService {
         &self,
         request: Request<GetGithubInstallationAccessTokenForRunnerRequest>,
     ) -> Result<Response<GetGithubInstallationAccessTokenForRunnerResponse>, Status> {
-        let id = request.into_inner().installation_id;
-        let found = self.state.update(|inner| {
-            inner.token_requests.push(id);
-            inner
-                .github
-                .iter()
-                .find(|i| i.installation_id == id)
-                .cloned()
-        });
-        match found {
-            Some(i) => Ok(Response::new(
-                GetGithubInstallationAccessTokenForRunnerResponse {
-                    installation_id: i.installation_id,
-                    access_token: i.access_token,
-                    access_token_expires_unix_time_ms: i.expires_unix_ms,
-                    repositories: i.repositories,
-                },
-            )),
-            None => Err(Status::not_found(format!(
-                "no GitHub installation {id} is linked to this runner"
-            ))),
-        }
+        self.github.call(
+            "GetGithubInstallationAccessTokenForRunner",
+            self.github.names.serves_for_runner(),
+        )?;
+        let i = self
+            .github
+            .token(&self.state, request.into_inner().installation_id)?;
+        Ok(Response::new(
+            GetGithubInstallationAccessTokenForRunnerResponse {
+                installation_id: i.installation_id,
+                access_token: i.access_token,
+                access_token_expires_unix_time_ms: i.expires_unix_ms,
+                repositories: i.repositories,
+            },
+        ))
     }
 
     async fn list_github_installations(
         &self,
         _request: Request<ListGithubInstallationsRequest>,
     ) -> Result<Response<ListGithubInstallationsResponse>, Status> {
-        Err(Status::unimplemented(
-            "this mock serves ListGithubInstallationsForRunner",
-        ))
+        self.github
+            .call("ListGithubInstallations", self.github.names.serves_later())?;
+        let installations = self
+            .github
+            .installations(&self.state)
+            .into_iter()
+            .map(|installation_id| GithubInstallation { installation_id })
+            .collect();
+        Ok(Response::new(ListGithubInstallationsResponse {
+            installations,
+        }))
     }
 
     async fn github_installation_access_token(
         &self,
-        _request: Request<GithubInstallationAccessTokenRequest>,
+        request: Request<GithubInstallationAccessTokenRequest>,
     ) -> Result<Response<GithubInstallationAccessTokenResponse>, Status> {
-        Err(Status::unimplemented(
-            "this mock serves GetGithubInstallationAccessTokenForRunner",
-        ))
+        self.github.call(
+            "GithubInstallationAccessToken",
+            self.github.names.serves_later(),
+        )?;
+        let i = self
+            .github
+            .token(&self.state, request.into_inner().installation_id)?;
+        Ok(Response::new(GithubInstallationAccessTokenResponse {
+            installation_id: i.installation_id,
+            access_token: i.access_token,
+            access_token_expires_unix_time_ms: i.expires_unix_ms,
+            repositories: i.repositories,
+        }))
     }
 }
 

@@ -86,10 +86,22 @@ impl AgentTask {
             AgentCmd::Create { sdk, rid } => self.create(sdk, rid).await,
             AgentCmd::Delete { rid } => self.delete(rid).await,
             AgentCmd::CreateThread {
+                thread_id,
+                instructions,
+                skill_packages,
                 model,
                 reasoning_level,
                 rid,
-            } => self.create_thread(model, reasoning_level, rid).await,
+            } => {
+                let request = NewThread {
+                    thread_id,
+                    instructions,
+                    skill_packages,
+                    model,
+                    reasoning_level,
+                };
+                self.create_thread(request, rid).await
+            }
             AgentCmd::InstallSkill { package, rid } => self.install_skill(package, rid).await,
         }
     }
@@ -205,6 +217,7 @@ impl AgentTask {
         match result {
             Ok(Ok(installed)) => {
                 tracing::info!(agent_id = %self.agent_id, package = %package, ?installed, "skill package installed");
+                self.link_into_thread_skills().await;
                 rt.outbox
                     .push(updates::skill_installed(rid, &self.agent_id, &package))
                     .await;
@@ -222,13 +235,18 @@ impl AgentTask {
     /// otherwise (public repositories and other hosts need none, and a
     /// broker failure is logged and the fetch tried without a token).
     async fn skill_git_env(&self, package: &str) -> Vec<(String, String)> {
-        let Some(broker) = self.rt.github() else {
-            return Vec::new();
-        };
         let Ok(source) = skills::coordinate::parse(package) else {
             return Vec::new();
         };
-        let Some((target, url)) = skills::auth::github_repo(&source, broker.git_host()) else {
+        self.git_env_for(&source).await
+    }
+
+    /// [`AgentTask::skill_git_env`] for a parsed source.
+    async fn git_env_for(&self, source: &skills::coordinate::Source) -> Vec<(String, String)> {
+        let Some(broker) = self.rt.github() else {
+            return Vec::new();
+        };
+        let Some((target, url)) = skills::auth::github_repo(source, broker.git_host()) else {
             return Vec::new();
         };
         match broker.token_for_repo(&target.owner, &target.repo).await {
@@ -245,12 +263,14 @@ impl AgentTask {
         }
     }
 
-    async fn create_thread(
-        &mut self,
-        model: String,
-        reasoning_level: Option<String>,
-        rid: RequestId,
-    ) -> Reply {
+    async fn create_thread(&mut self, request: NewThread, rid: RequestId) -> Reply {
+        let NewThread {
+            thread_id: chosen,
+            instructions,
+            skill_packages,
+            model,
+            reasoning_level,
+        } = request;
         let reasoning_level = reasoning_level.filter(|l| !l.is_empty());
         let Some(agent) = self.agent(&rid)? else {
             return Err((
@@ -274,11 +294,30 @@ impl AgentTask {
         rt.sdks
             .check_model(&agent.sdk, &model, reasoning_level.as_deref())
             .map_err(|e| (rid.clone(), format!("create_thread_request: {e}")))?;
-        let thread_id = format!("thr-{}", uuid::Uuid::new_v4().simple());
+        let thread_id = match chosen {
+            Some(id) => {
+                if self.thread_exists(&id, &rid)? {
+                    // Idempotent: the thread is there already.
+                    tracing::info!(agent_id = %self.agent_id, thread_id = %id, "thread exists already; answering READY again");
+                    rt.outbox
+                        .push(updates::thread(rid, &id, ThreadStatus::Ready))
+                        .await;
+                    return Ok(());
+                }
+                id
+            }
+            None => format!("thr-{}", uuid::Uuid::new_v4().simple()),
+        };
         let workspace = rt
             .workspaces
             .create_thread(&self.agent_id, &thread_id)
             .map_err(|e| (rid.clone(), format!("creating the thread's workspace: {e}")))?;
+        if !skill_packages.is_empty()
+            && let Err(text) = self.thread_skills(&skill_packages, &workspace).await
+        {
+            let _ = rt.workspaces.remove(&workspace);
+            return Err((rid, text));
+        }
         let mut spec = ThreadSpec {
             agent_id: self.agent_id.clone(),
             thread_id: thread_id.clone(),
@@ -288,6 +327,7 @@ impl AgentTask {
             sdk_thread_id: None,
             env: rt.thread_env(&thread_id),
             sandbox: rt.thread_sandbox(&self.agent_id, &thread_id),
+            instructions: instructions.clone(),
         };
         let handle = match adapter.create_thread(&spec).await {
             Ok(h) => h,
@@ -302,20 +342,113 @@ impl AgentTask {
             }
         };
         spec.sdk_thread_id = Some(handle.sdk_thread_id.clone());
-        rt.store
-            .put_thread(&ThreadRow {
-                thread_id: thread_id.clone(),
-                agent_id: self.agent_id.clone(),
-                sdk_thread_id: handle.sdk_thread_id,
-                model,
-                reasoning_level,
-                last_turn_id: None,
-            })
-            .map_err(|e| (rid.clone(), e.to_string()))?;
+        let row = ThreadRow {
+            thread_id: thread_id.clone(),
+            agent_id: self.agent_id.clone(),
+            sdk_thread_id: handle.sdk_thread_id,
+            model,
+            reasoning_level,
+            last_turn_id: None,
+            instructions,
+        };
+        if let Err(e) = rt.store.insert_thread(&row) {
+            // Another agent took this id meanwhile: undo, leaving its
+            // thread alone.
+            let _ = adapter.delete_thread(&spec).await;
+            let _ = rt.workspaces.remove(&workspace);
+            return Err((rid, format!("create_thread_request.thread_id: {e}")));
+        }
         crate::thread::start(rt, agent.sdk, spec, None);
         rt.outbox
             .push(updates::thread(rid, &thread_id, ThreadStatus::Ready))
             .await;
         Ok(())
+    }
+}
+
+/// What a `CreateThreadRequest` asks for.
+struct NewThread {
+    thread_id: Option<String>,
+    instructions: Option<String>,
+    skill_packages: Vec<skills::thread::ThreadPackage>,
+    model: String,
+    reasoning_level: Option<String>,
+}
+
+impl AgentTask {
+    /// Whether thread `thread_id` exists already for this agent; a thread of
+    /// another agent with that id is an error naming the field.
+    fn thread_exists(&self, thread_id: &str, rid: &RequestId) -> Result<bool, (RequestId, String)> {
+        let row = self
+            .rt
+            .store
+            .thread(thread_id)
+            .map_err(|e| (rid.clone(), e.to_string()))?;
+        match row {
+            None => Ok(false),
+            Some(row) if row.agent_id == self.agent_id => Ok(true),
+            Some(row) => Err((
+                rid.clone(),
+                format!(
+                    "create_thread_request.thread_id: thread {thread_id} belongs to agent {}, not {}",
+                    row.agent_id, self.agent_id
+                ),
+            )),
+        }
+    }
+
+    /// Fetches, checks and links `packages` into the new thread's
+    /// `workspace` (module [`skills::thread`]); the error names the package.
+    async fn thread_skills(
+        &self,
+        packages: &[skills::thread::ThreadPackage],
+        workspace: &std::path::Path,
+    ) -> Result<(), String> {
+        let mut envs = Vec::with_capacity(packages.len());
+        for package in packages {
+            let env = match skills::coordinate::parse(&package.repository_url) {
+                Ok(source) => self.git_env_for(&source).await,
+                Err(_) => Vec::new(),
+            };
+            envs.push(env);
+        }
+        let rt = &self.rt;
+        let home = rt.workspaces.agent_home(&self.agent_id);
+        // Agent homes sit directly under the workspace root.
+        let root = home.parent().map(std::path::Path::to_owned).unwrap_or(home);
+        let agent_skills = rt.workspaces.agent_skills(&self.agent_id);
+        let (workspace, packages) = (workspace.to_owned(), packages.to_vec());
+        let max = rt.skill_max_bytes;
+        let linked = tokio::task::spawn_blocking(move || {
+            skills::thread::install(&root, &agent_skills, &workspace, &packages, &envs, max)
+        })
+        .await
+        .map_err(|join| format!("fetching the thread's skill packages crashed: {join}"))??;
+        let names: Vec<&str> = linked.iter().map(|s| s.name.as_str()).collect();
+        tracing::info!(agent_id = %self.agent_id, skills = ?names, "thread skill packages linked");
+        Ok(())
+    }
+
+    /// After an agent skill install: threads with skills of their own get
+    /// links to the agent's new skills too.
+    async fn link_into_thread_skills(&self) {
+        let threads = self
+            .rt
+            .workspaces
+            .agent_home(&self.agent_id)
+            .join("threads");
+        let agent_skills = self.rt.workspaces.agent_skills(&self.agent_id);
+        let agent_id = self.agent_id.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let Ok(entries) = std::fs::read_dir(&threads) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                if let Err(e) = skills::thread::link_agent_skills(&agent_skills, &entry.path()) {
+                    tracing::warn!(%agent_id, thread = ?entry.file_name(), error = %e, "linking the agent's skills into a thread failed");
+                }
+            }
+        })
+        .await;
     }
 }

@@ -26,6 +26,14 @@ pub enum AgentCmd {
     },
     /// Create a thread of the agent.
     CreateThread {
+        /// The id the control plane chose (checked path-safe), if any;
+        /// `None`: the runner chooses.
+        thread_id: Option<String>,
+        /// Instructions added to the SDK's prompt for every turn (never
+        /// empty).
+        instructions: Option<String>,
+        /// Skill packages for this thread only.
+        skill_packages: Vec<crate::skills::thread::ThreadPackage>,
         /// The thread's model.
         model: String,
         /// The thread's reasoning level (`None`: the model's default).

@@ -49,15 +49,9 @@ fn route(
             rt.outbox.push_urgent(updates::heartbeat(rid));
             RequestOutcome::Answered
         }
-        Request::CodexConfigurationRequest(_) => {
-            // UNIMPLEMENTED (issue 12): logging codex in from the control plane.
-            reject(
-                rt,
-                rid,
-                "codex_configuration_request: not supported by this runner yet (UNIMPLEMENTED)"
-                    .to_owned(),
-            );
-            RequestOutcome::Invalid
+        Request::CodexConfigurationRequest(r) => {
+            crate::codex_login::handle(rt, rid, r);
+            RequestOutcome::Accepted
         }
         Request::CreateAgentRequest(r) => to_agent(
             rt,
@@ -83,6 +77,18 @@ fn route(
             rt,
             &r.agent_id,
             AgentCmd::CreateThread {
+                // Checked above: present means a valid id.
+                thread_id: r.thread_id,
+                instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
+                skill_packages: r
+                    .git_skill_packages
+                    .into_iter()
+                    .map(|p| crate::skills::thread::ThreadPackage {
+                        repository_url: p.repository_url,
+                        commit_reference: p.commit_reference,
+                        directories: p.skills.into_iter().map(|s| s.directory_path).collect(),
+                    })
+                    .collect(),
                 model: r.model,
                 // proto3 cannot tell "unset" from "empty": both are "none".
                 reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
@@ -125,14 +131,8 @@ fn route(
 fn unsupported_thread_field(
     r: &agent_runner_proto::runner::CreateThreadRequest,
 ) -> Option<&'static str> {
-    if r.thread_id.is_some() {
-        Some("thread_id")
-    } else if r.additional_model_instructions.is_some() {
-        Some("additional_model_instructions")
-    } else if !r.mcp_servers.is_empty() {
+    if !r.mcp_servers.is_empty() {
         Some("mcp_servers")
-    } else if !r.git_skill_packages.is_empty() {
-        Some("git_skill_packages")
     } else {
         None
     }
@@ -149,7 +149,13 @@ fn check_ids(request: &Request) -> Result<(), String> {
         Request::HeartbeatRequest(_) | Request::CodexConfigurationRequest(_) => Ok(()),
         Request::CreateAgentRequest(r) => check_id("create_agent_request.agent_id", &r.agent_id),
         Request::DeleteAgentRequest(r) => check_id("delete_agent_request.agent_id", &r.agent_id),
-        Request::CreateThreadRequest(r) => check_id("create_thread_request.agent_id", &r.agent_id),
+        Request::CreateThreadRequest(r) => {
+            check_id("create_thread_request.agent_id", &r.agent_id)?;
+            match r.thread_id.as_deref() {
+                Some(id) => check_id("create_thread_request.thread_id", id),
+                None => Ok(()),
+            }
+        }
         Request::InstallSkillsMpRequest(r) => {
             check_id("install_skills_mp_request.agent_id", &r.agent_id)
         }
@@ -275,6 +281,7 @@ mod tests {
             sdk_thread_id: None,
             env: Vec::new(),
             sandbox: sdk_adapter::Sandbox::refused("dispatch test: no processes"),
+            instructions: None,
         };
         crate::thread::start(&rt, "scripted".into(), spec, None);
         let total = BOUND + 10;

@@ -12,6 +12,7 @@
 pub mod agent;
 pub mod cli;
 pub mod client;
+pub mod codex_login;
 pub mod commands;
 pub mod config;
 pub mod credentials;
@@ -32,6 +33,7 @@ pub mod restore;
 pub mod runner;
 pub mod runtime;
 pub mod sandbox;
+pub mod sdk_probe;
 pub mod sdks;
 pub mod secret;
 pub mod skills;

@@ -139,6 +139,7 @@ impl Runner {
         let close = CancellationToken::new();
         let token = close.clone();
         let link = tokio::spawn(async move { link.run(token).await });
+        crate::sdk_probe::spawn(rt.clone(), config.sdk_probe_interval, close.clone());
         let health = match listener {
             Some(l) => Some(
                 HealthServer::start(l, rt.clone(), link_state.clone())

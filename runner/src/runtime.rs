@@ -191,6 +191,7 @@ impl Runtime {
             reasoning_level: row.reasoning_level.clone().filter(|l| !l.is_empty()),
             sdk_thread_id: Some(row.sdk_thread_id.clone()).filter(|id| !id.is_empty()),
             env: self.thread_env(&row.thread_id),
+            instructions: row.instructions.clone(),
         }
     }
 

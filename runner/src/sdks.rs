@@ -105,6 +105,26 @@ impl Sdks {
         out
     }
 
+    /// Probe every adapter afresh (no cache) and remember the answers; the
+    /// descriptions that differ from what was advertised before, in name
+    /// order (what an `agent_sdk_update` must announce).
+    pub async fn reprobe(&self) -> Vec<SdkDescription> {
+        let adapters: Vec<Arc<dyn SdkAdapter>> = self.adapters.values().cloned().collect();
+        let mut fresh = Vec::with_capacity(adapters.len());
+        for adapter in adapters {
+            fresh.push(adapter.describe_fresh().await);
+        }
+        let mut advertised = self.advertised.write().unwrap_or_else(|p| p.into_inner());
+        let mut changed = Vec::new();
+        for d in fresh {
+            if advertised.get(&d.name) != Some(&d) {
+                changed.push(d.clone());
+                advertised.insert(d.name.clone(), d);
+            }
+        }
+        changed
+    }
+
     /// What each SDK said at the last [`Sdks::describe_all`].
     pub fn advertised(&self) -> Vec<SdkDescription> {
         let advertised = self.advertised.read().unwrap_or_else(|p| p.into_inner());

@@ -1,8 +1,10 @@
 //! Durable state: what must survive a restart (SIGKILL included).
 //!
 //! One SQLite database, `state.db` under `--state-dir`, in WAL mode: agents,
-//! threads (with the SDK's own ids, model and reasoning level), and the turn
-//! each thread has running. Statements are tiny and run on the calling task
+//! threads (with the SDK's own ids, model, reasoning level and the control
+//! plane's additional instructions), and the turn each thread has running.
+//! A database written by an older runner is migrated when opened (columns
+//! added since are added, empty). Statements are tiny and run on the calling task
 //! behind a mutex; each is a single row write, well under a millisecond.
 //! A lock file keeps two runners off one state dir.
 
@@ -21,6 +23,9 @@ pub enum StoreError {
     /// The state dir could not be used.
     #[error("state dir: {0}")]
     Io(#[from] std::io::Error),
+    /// A thread with this id exists already (of this agent).
+    #[error("thread {0} exists already (agent {1})")]
+    Taken(String, String),
     /// Another runner holds the state dir.
     #[error("state dir {0} is in use by another runner")]
     Locked(String),
@@ -50,6 +55,8 @@ pub struct ThreadRow {
     pub reasoning_level: Option<String>,
     /// Its most recent turn, if any.
     pub last_turn_id: Option<String>,
+    /// The control plane's additional model instructions, if any.
+    pub instructions: Option<String>,
 }
 
 /// A turn that was running when its row was written.
@@ -90,7 +97,8 @@ impl Store {
                  sdk_thread_id TEXT NOT NULL,
                  model TEXT NOT NULL,
                  reasoning_level TEXT,
-                 last_turn_id TEXT
+                 last_turn_id TEXT,
+                 instructions TEXT
              );
              CREATE TABLE IF NOT EXISTS running_turns (
                  thread_id TEXT PRIMARY KEY REFERENCES threads(thread_id) ON DELETE CASCADE,
@@ -98,6 +106,7 @@ impl Store {
                  request_id TEXT
              );",
         )?;
+        migrate(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
             _lock: lock,
@@ -159,35 +168,76 @@ impl Store {
     pub fn threads(&self) -> Result<Vec<ThreadRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id
+            "SELECT thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
+                    instructions
              FROM threads ORDER BY agent_id, thread_id",
         )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(ThreadRow {
-                thread_id: r.get(0)?,
-                agent_id: r.get(1)?,
-                sdk_thread_id: r.get(2)?,
-                model: r.get(3)?,
-                reasoning_level: r.get(4)?,
-                last_turn_id: r.get(5)?,
-            })
-        })?;
+        let rows = stmt.query_map([], thread_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One thread, if stored.
+    pub fn thread(&self, thread_id: &str) -> Result<Option<ThreadRow>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
+                        instructions
+                 FROM threads WHERE thread_id = ?1",
+                [thread_id],
+                thread_row,
+            )
+            .optional()?)
     }
 
     /// Stores (or replaces) a thread.
     pub fn put_thread(&self, row: &ThreadRow) -> Result<(), StoreError> {
         self.conn().execute(
             "INSERT OR REPLACE INTO threads
-             (thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             (thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
+              instructions)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 row.thread_id,
                 row.agent_id,
                 row.sdk_thread_id,
                 row.model,
                 row.reasoning_level,
-                row.last_turn_id
+                row.last_turn_id,
+                row.instructions
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Stores a new thread; fails, naming the owner, when a thread with its
+    /// id exists already (two agents choosing the same id at once).
+    pub fn insert_thread(&self, row: &ThreadRow) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let owner: Option<String> = conn
+            .query_row(
+                "SELECT agent_id FROM threads WHERE thread_id = ?1",
+                [&row.thread_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(owner) = owner {
+            return Err(StoreError::Taken(row.thread_id.clone(), owner));
+        }
+        // Still under the connection's lock: nobody inserted meanwhile.
+        conn.execute(
+            "INSERT INTO threads
+             (thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
+              instructions)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                row.thread_id,
+                row.agent_id,
+                row.sdk_thread_id,
+                row.model,
+                row.reasoning_level,
+                row.last_turn_id,
+                row.instructions
             ],
         )?;
         Ok(())
@@ -243,6 +293,43 @@ impl Store {
     }
 }
 
+fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
+    Ok(ThreadRow {
+        thread_id: r.get(0)?,
+        agent_id: r.get(1)?,
+        sdk_thread_id: r.get(2)?,
+        model: r.get(3)?,
+        reasoning_level: r.get(4)?,
+        last_turn_id: r.get(5)?,
+        instructions: r.get(6)?,
+    })
+}
+
+/// Columns added after the first release, with the statement that adds each
+/// to a database written before it existed.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[(
+    "threads",
+    "instructions",
+    "ALTER TABLE threads ADD COLUMN instructions TEXT",
+)];
+
+/// Brings a database written by an older runner up to date.
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    for (table, column, add) in ADDED_COLUMNS {
+        let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
+        let names = stmt.query_map([], |r| r.get::<_, String>(1))?;
+        let mut present = false;
+        for name in names {
+            present |= name? == *column;
+        }
+        if !present {
+            conn.execute_batch(add)?;
+            tracing::info!(table, column, "state database migrated: column added");
+        }
+    }
+    Ok(())
+}
+
 fn lock_exclusive(file: &File) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a descriptor we own; no memory is involved.
@@ -275,6 +362,7 @@ mod tests {
                 model: "m".into(),
                 reasoning_level: Some("low".into()),
                 last_turn_id: None,
+                instructions: Some("be brief".into()),
             })
             .unwrap();
             s.start_turn(&RunningTurnRow {
@@ -294,7 +382,50 @@ mod tests {
         s.finish_turn("t", "u1").unwrap();
         assert!(s.running_turns().unwrap().is_empty());
         assert_eq!(s.threads().unwrap()[0].last_turn_id.as_deref(), Some("u1"));
+        let t = s.thread("t").unwrap().unwrap();
+        assert_eq!(t.instructions.as_deref(), Some("be brief"));
+        assert!(s.thread("nope").unwrap().is_none());
         s.delete_agent("a").unwrap();
         assert!(s.threads().unwrap().is_empty());
+    }
+
+    /// A database of a runner from before the `instructions` column opens,
+    /// keeps its rows, and stores instructions from then on.
+    #[test]
+    fn an_older_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join("state.db")).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE agents (agent_id TEXT PRIMARY KEY, sdk TEXT NOT NULL);
+                 CREATE TABLE threads (
+                     thread_id TEXT PRIMARY KEY,
+                     agent_id TEXT NOT NULL REFERENCES agents(agent_id) ON DELETE CASCADE,
+                     sdk_thread_id TEXT NOT NULL,
+                     model TEXT NOT NULL,
+                     reasoning_level TEXT,
+                     last_turn_id TEXT
+                 );
+                 INSERT INTO agents VALUES ('a', 'scripted');
+                 INSERT INTO threads VALUES ('old', 'a', 's', 'm', NULL, 'u0');",
+            )
+            .unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        let old = s.thread("old").unwrap().unwrap();
+        assert_eq!(old.last_turn_id.as_deref(), Some("u0"));
+        assert_eq!(old.instructions, None);
+        s.put_thread(&ThreadRow {
+            thread_id: "new".into(),
+            instructions: Some("x".into()),
+            ..old
+        })
+        .unwrap();
+        drop(s);
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            s.thread("new").unwrap().unwrap().instructions.as_deref(),
+            Some("x")
+        );
     }
 }

@@ -313,6 +313,9 @@ impl ThreadTask {
             Some(TurnEvent::Usage(usage)) => {
                 updates::token_usage(turn.rid.clone(), thread_id, &turn.id, usage)
             }
+            Some(TurnEvent::ThreadNamed(name)) => {
+                updates::thread_name(turn.rid.clone(), thread_id, name)
+            }
         };
         self.send(msg).await;
     }

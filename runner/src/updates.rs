@@ -3,9 +3,9 @@
 
 use agent_runner_proto::runner::{
     AgentStatus, AgentUpdate, ClientMessage, CommandExecutionItem, HeartbeatResponse, ItemStatus,
-    ItemType, ItemUpdate, RequestError, SkillMpStatus, SkillMpUpdate, ThreadStatus,
-    ThreadTokenUsageUpdate, ThreadUpdate, TokenUsageBreakdown, TurnStatus, TurnUpdate,
-    client_message::Payload,
+    ItemType, ItemUpdate, RequestError, SkillMpStatus, SkillMpUpdate, ThreadNameUpdate,
+    ThreadStatus, ThreadTokenUsageUpdate, ThreadUpdate, TokenUsageBreakdown, TurnStatus,
+    TurnUpdate, client_message::Payload,
 };
 use sdk_adapter::{ItemEvent, ItemKind, TokenUsage};
 
@@ -51,6 +51,17 @@ pub fn agent(request_id: RequestId, agent_id: &str, status: AgentStatus) -> Clie
         Payload::AgentUpdate(AgentUpdate {
             agent_id: agent_id.to_owned(),
             status: status.into(),
+        }),
+    )
+}
+
+/// A `ThreadNameUpdate`: the SDK's title for the thread (`None`: cleared).
+pub fn thread_name(request_id: RequestId, thread_id: &str, name: Option<String>) -> ClientMessage {
+    message(
+        request_id,
+        Payload::ThreadNameUpdate(ThreadNameUpdate {
+            thread_id: thread_id.to_owned(),
+            thread_name: name,
         }),
     )
 }

@@ -83,6 +83,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         reconnect_min_delay: Duration::from_millis(250),
         reconnect_max_delay: Duration::from_secs(30),
         skill_max_bytes: crate::skills::DEFAULT_MAX_BYTES,
+        sdk_probe_interval: crate::config::DEFAULT_SDK_PROBE_INTERVAL,
         log_format: LogFormat::Text,
         log_level: "info".into(),
         health: None,

@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// Largest skill package (bytes) an InstallSkillsMpRequest may install. Default: 16 MiB.
     #[arg(long, env = "AGENT_RUNNER_SKILL_MAX_BYTES")]
     pub skill_max_bytes: Option<u64>,
+    /// How often every SDK is probed again; a change of status or models
+    /// since registration is sent as an `agent_sdk_update`. `0s`: never.
+    /// Default: 5m.
+    #[arg(long, env = "AGENT_RUNNER_SDK_PROBE_INTERVAL", value_parser = parse_duration)]
+    pub sdk_probe_interval: Option<Duration>,
     /// Log format: `text` or `json`. Default: text.
     #[arg(long, env = "AGENT_RUNNER_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,

@@ -22,6 +22,7 @@ pub(super) struct FileConfig {
     pub(super) reconnect_min_delay: Option<String>,
     pub(super) reconnect_max_delay: Option<String>,
     pub(super) skill_max_bytes: Option<u64>,
+    pub(super) sdk_probe_interval: Option<String>,
     pub(super) log_format: Option<LogFormat>,
     pub(super) log_level: Option<String>,
     pub(super) health_addr: Option<String>,

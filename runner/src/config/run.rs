@@ -36,6 +36,8 @@ pub struct RunConfig {
     pub reconnect_max_delay: Duration,
     /// Largest skill package accepted.
     pub skill_max_bytes: u64,
+    /// How often SDKs are probed for changes (zero: never).
+    pub sdk_probe_interval: Duration,
     /// How log lines are written.
     pub log_format: LogFormat,
     /// The tracing filter (e.g. `info`).
@@ -53,6 +55,9 @@ pub struct RunConfig {
     /// The agent sandbox.
     pub sandbox: SandboxConfig,
 }
+
+/// How often SDKs are probed for changes unless the operator says otherwise.
+pub const DEFAULT_SDK_PROBE_INTERVAL: Duration = Duration::from_secs(300);
 
 impl RunConfig {
     /// Merge flags/env (already in `args`), the file, and defaults.
@@ -244,6 +249,12 @@ impl RunConfig {
                 .skill_max_bytes
                 .or(file.skill_max_bytes)
                 .unwrap_or(DEFAULT_SKILL_MAX_BYTES),
+            sdk_probe_interval: duration(
+                "sdk_probe_interval",
+                args.sdk_probe_interval,
+                file.sdk_probe_interval,
+                DEFAULT_SDK_PROBE_INTERVAL,
+            )?,
             log_format: args.log_format.or(file.log_format).unwrap_or_default(),
             log_level: args
                 .log_level

@@ -59,7 +59,7 @@ fn fetch_err(source: &str, message: impl Into<String>) -> SkillError {
     }
 }
 
-fn fetch_git(
+pub(crate) fn fetch_git(
     url: &str,
     git_ref: Option<&str>,
     subpath: &str,
@@ -107,7 +107,11 @@ fn fetch_git(
 }
 
 /// Run git; its stdout, or a message with its stderr.
-fn git(args: &[&str], cwd: Option<&Path>, env: &[(String, String)]) -> Result<String, String> {
+pub(crate) fn git(
+    args: &[&str],
+    cwd: Option<&Path>,
+    env: &[(String, String)],
+) -> Result<String, String> {
     let mut cmd = Command::new("git");
     cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))

@@ -15,6 +15,7 @@ pub mod coordinate;
 pub mod fetch;
 pub mod install;
 pub mod package;
+pub mod thread;
 
 use std::path::Path;
 

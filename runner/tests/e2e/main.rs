@@ -6,12 +6,15 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod fakes;
 mod support;
 
 mod acked;
 
+mod additions;
 mod code_agent;
 mod codex;
+mod codex_login;
 mod credentials;
 mod github;
 mod github_git;
@@ -27,3 +30,4 @@ mod sandbox;
 mod scale;
 mod skills;
 mod soak;
+mod thread_skills;

@@ -17,6 +17,9 @@ pub enum TurnEvent {
         /// The `tag` passed to `steer`.
         tag: u64,
     },
+    /// The SDK named (or renamed) the thread: its title for it. `None`
+    /// clears the name. The runner sends it as a `ThreadNameUpdate`.
+    ThreadNamed(Option<String>),
     /// The turn is over. Always the last event; the stream ends after it.
     Finished(TurnOutcome),
 }

@@ -34,8 +34,8 @@ pub use event::{
 };
 pub use sandbox::Sandbox;
 pub use sdk::{
-    AgentSpec, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus, SteerError,
-    TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec, Turn, TurnControl, TurnInput,
+    AgentSpec, Login, LoginStarted, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus,
+    SteerError, TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec, Turn, TurnControl, TurnInput,
 };
 pub use steering::SteerGate;
 pub use turn_task::{Gone, finish_turn, sleep_until};

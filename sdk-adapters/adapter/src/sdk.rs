@@ -90,6 +90,11 @@ pub struct ThreadSpec {
     /// it is confined to the thread's workspace, HOME and TMPDIR and killed
     /// with the thread. Its HOME and TMPDIR are the thread's.
     pub sandbox: crate::Sandbox,
+    /// Instructions the control plane adds to the SDK's own system or
+    /// developer prompt for every turn of the thread
+    /// (`CreateThreadRequest.additional_model_instructions`; never an empty
+    /// string). Each adapter documents where they go.
+    pub instructions: Option<String>,
 }
 
 impl ThreadSpec {
@@ -104,6 +109,40 @@ impl ThreadSpec {
                 ))
             })
     }
+}
+
+/// How the control plane asks an SDK to log in (`CodexConfigurationRequest`).
+pub enum Login {
+    /// Log in with this API key. A secret: adapters never log it, never put
+    /// it on a command line, and keep it out of their error texts.
+    ApiKey(String),
+    /// Start a device-code login: a person enters a code on a web page.
+    DeviceCode,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Login::ApiKey(_) => f.write_str("ApiKey(<redacted>)"),
+            Login::DeviceCode => f.write_str("DeviceCode"),
+        }
+    }
+}
+
+/// A login that started.
+#[derive(Debug)]
+pub enum LoginStarted {
+    /// Done: the SDK is logged in.
+    Done,
+    /// A device-code login waits for a person.
+    DeviceCode {
+        /// The code the person enters.
+        user_code: String,
+        /// Where they enter it.
+        verification_url: String,
+        /// Resolves when the login completes (`Ok`) or fails (the reason).
+        completion: tokio::sync::oneshot::Receiver<Result<(), String>>,
+    },
 }
 
 /// What the runner stores about a created thread.
@@ -178,6 +217,21 @@ pub trait SdkAdapter: Send + Sync + 'static {
     fn name(&self) -> &str;
     /// Current status and models; called before every registration.
     async fn describe(&self) -> SdkDescription;
+    /// Like [`SdkAdapter::describe`], but never from a cache: the runner's
+    /// periodic re-probe and its checks after a login call this. The
+    /// default is `describe` (for adapters that cache nothing).
+    async fn describe_fresh(&self) -> SdkDescription {
+        self.describe().await
+    }
+    /// Log the SDK in on the control plane's behalf. Default: this SDK has
+    /// no login the runner can drive.
+    async fn login(&self, login: Login) -> Result<LoginStarted, SdkError> {
+        let _ = login;
+        Err(SdkError::InvalidRequest(format!(
+            "the {} SDK cannot be logged in by the runner",
+            self.name()
+        )))
+    }
     /// Prepare an agent. Called again for known agents after a restart.
     async fn create_agent(&self, agent: &AgentSpec) -> Result<(), SdkError>;
     /// Release everything the SDK holds for the agent.

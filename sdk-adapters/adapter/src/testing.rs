@@ -40,6 +40,7 @@ pub fn thread_spec(dir: &Path, model: &str) -> ThreadSpec {
         sdk_thread_id: None,
         env: Vec::new(),
         sandbox: sandbox(&dir.join("workspace")),
+        instructions: None,
     }
 }
 

@@ -63,6 +63,8 @@ pub(crate) struct ThreadShared {
     pub resumable: AtomicBool,
     /// The thread's token usage so far (this runner's lifetime).
     pub usage: Mutex<TokenUsageBreakdown>,
+    /// The session's title last reported as the thread's name.
+    pub title: Mutex<Option<String>>,
 }
 
 struct Slot {
@@ -117,17 +119,7 @@ impl ClaudeAdapter {
         let sandbox = spec.sandbox.get()?;
         let resume = slot.shared.resumable.load(Ordering::SeqCst)
             || has_transcript(&self.config, &sandbox.spec().home_dir, &slot.session_id);
-        Session::start(
-            &self.config,
-            &spec.thread_id,
-            &spec.workspace,
-            &spec.env,
-            sandbox,
-            &slot.session_id,
-            resume,
-            flavor,
-        )
-        .map_err(|e| match e {
+        Session::start(&self.config, spec, sandbox, &slot.session_id, resume, flavor).map_err(|e| match e {
             ChildError::NotFound { .. } => SdkError::Unavailable(e.to_string()),
             other => SdkError::Failed(other.to_string()),
         })
@@ -266,6 +258,8 @@ impl SdkAdapter for ClaudeAdapter {
             ),
             control: control.clone(),
             shared: slot.shared.clone(),
+            config: self.config.clone(),
+            home: spec.sandbox.get()?.spec().home_dir.clone(),
         };
         tokio::spawn(task.run());
         Ok(Turn {

@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use sdk_adapter::ThreadSpec;
 use sdk_adapter::launcher::ThreadSandbox;
 use sdk_process::{ChildError, ChildSpec, Inbound, JsonChild, TurnSink};
 
@@ -78,21 +79,23 @@ impl Drop for Session {
 }
 
 impl Session {
-    /// Start claude for a thread: in `cwd`, with the runner's environment
-    /// plus `config.env` plus `thread_env` (the thread's `ThreadSpec::env`,
-    /// which wins), so every tool command claude runs inherits them.
+    /// Start claude for a thread: in its workspace, with the runner's
+    /// environment plus `config.env` plus the thread's `ThreadSpec::env`
+    /// (which wins), so every tool command claude runs inherits them. The
+    /// thread's additional instructions go to `--append-system-prompt`, so
+    /// they join Claude Code's own system prompt on every turn.
     pub(crate) fn start(
         config: &ClaudeConfig,
-        thread_id: &str,
-        cwd: &Path,
-        thread_env: &[(String, String)],
+        thread: &ThreadSpec,
         sandbox: &ThreadSandbox,
         session_id: &str,
         resume: bool,
         flavor: Flavor,
     ) -> Result<Self, ChildError> {
+        let thread_id = &thread.thread_id;
+        let thread_env = &thread.env;
         let mut spec = ChildSpec::new(format!("claude (thread {thread_id})"), &config.bin)
-            .cwd(cwd)
+            .cwd(&thread.workspace)
             .arg("-p")
             .arg("--input-format")
             .arg("stream-json")
@@ -103,6 +106,9 @@ impl Session {
             .arg(&flavor.model);
         if let Some(effort) = &flavor.effort {
             spec = spec.arg("--effort").arg(effort);
+        }
+        if let Some(instructions) = &thread.instructions {
+            spec = spec.arg("--append-system-prompt").arg(instructions);
         }
         if let Some(mode) = config.cli_permission_mode() {
             spec = spec.arg("--permission-mode").arg(mode);
@@ -193,6 +199,12 @@ async fn route(
 /// first, then the runner's), else `<home>/.claude` with `home` the
 /// thread's HOME (the sandbox's).
 pub(crate) fn has_transcript(config: &ClaudeConfig, home: &Path, session_id: &str) -> bool {
+    transcript(config, home, session_id).is_some()
+}
+
+/// The session's transcript file, if Claude Code wrote one (see
+/// [`has_transcript`] for where it looks).
+pub(crate) fn transcript(config: &ClaudeConfig, home: &Path, session_id: &str) -> Option<PathBuf> {
     let env = |key: &str| {
         config
             .env
@@ -205,10 +217,42 @@ pub(crate) fn has_transcript(config: &ClaudeConfig, home: &Path, session_id: &st
     let dir = env("CLAUDE_CONFIG_DIR").unwrap_or_else(|| home.join(".claude"));
     let file = format!("{session_id}.jsonl");
     std::fs::read_dir(dir.join("projects"))
-        .map(|projects| {
-            projects
-                .flatten()
-                .any(|project| project.path().join(&file).is_file())
-        })
-        .unwrap_or(false)
+        .ok()?
+        .flatten()
+        .map(|project| project.path().join(&file))
+        .find(|path| path.is_file())
+}
+
+/// Claude Code's title for a session, from its transcript: the last
+/// `custom-title` entry (`customTitle`, a title a person or Claude Code set),
+/// else the last `summary` entry (`summary`, Claude Code's own summary of
+/// the conversation). `None` when it has neither.
+pub(crate) fn transcript_title(path: &std::path::Path) -> Option<String> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).ok()?;
+    let (mut custom, mut summary) = (None, None);
+    for line in std::io::BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        // Cheap filter first: transcripts are mostly messages.
+        if !line.contains("\"custom-title\"") && !line.contains("\"summary\"") {
+            continue;
+        }
+        let Ok(entry) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let text = |key: &str| {
+            entry
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+        };
+        match entry.get("type").and_then(Value::as_str) {
+            Some("custom-title") => custom = text("customTitle").or(custom),
+            Some("summary") => summary = text("summary").or(summary),
+            _ => {}
+        }
+    }
+    custom.or(summary)
 }

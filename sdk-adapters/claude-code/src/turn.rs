@@ -20,6 +20,9 @@
 //!   turn completes once none is pending (module `control`).
 //! - The process going away → Failed (Interrupted if an interrupt was asked).
 //! - Tool items still RUNNING when the turn ends are reported COMPLETED.
+//! - After the turn, the session's title in its transcript (the last
+//!   `custom-title`, else the last `summary` entry) → [`TurnEvent::ThreadNamed`]
+//!   when it differs from the one reported before (this runner's lifetime).
 //! - Other lines (`stream_event`, `rate_limit_event`, new types) are logged
 //!   at debug and skipped.
 
@@ -50,6 +53,10 @@ pub(crate) struct TurnTask {
     pub inbox: TurnInbox<TurnMsg>,
     pub control: Arc<ClaudeControl>,
     pub shared: Arc<ThreadShared>,
+    /// Where to find the session's transcript (its title): the config,
+    /// and the thread's HOME (the sandbox's) when it names no config dir.
+    pub config: crate::ClaudeConfig,
+    pub home: std::path::PathBuf,
 }
 
 #[derive(Default)]
@@ -68,7 +75,38 @@ impl TurnTask {
         self.control.end();
         self.inbox.stop_listening();
         let closing = close_open_tools(&mut run);
+        if let Some(title) = self.new_title().await {
+            // Fails only if nobody listens any more.
+            let _ = self.events.send(TurnEvent::ThreadNamed(Some(title))).await;
+        }
         finish_turn(&self.events, outcome, closing, &*self.control).await;
+    }
+
+    /// Claude Code's title for the session, read from its transcript after
+    /// the turn, when it differs from the last one reported.
+    async fn new_title(&self) -> Option<String> {
+        let (config, home, session) = (
+            self.config.clone(),
+            self.home.clone(),
+            self.session_id.clone(),
+        );
+        let title = tokio::task::spawn_blocking(move || {
+            crate::session::transcript(&config, &home, &session)
+                .and_then(|path| crate::session::transcript_title(&path))
+        })
+        .await
+        .ok()
+        .flatten()?;
+        let mut last = self
+            .shared
+            .title
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.as_deref() == Some(title.as_str()) {
+            return None;
+        }
+        *last = Some(title.clone());
+        Some(title)
     }
 
     async fn drive(&mut self, run: &mut Run) -> Result<TurnOutcome, Gone> {

@@ -10,7 +10,10 @@
 //!   the thread's sandbox, in which alone its `bash` runs) and a FILE session whose id is the
 //!   thread id (so it survives restarts; re-opening finds it with
 //!   `GetSession`, else creates it again). The session id is the runner's
-//!   `sdk_thread_id`.
+//!   `sdk_thread_id`. The thread's additional instructions follow the
+//!   engine's default system prompt in the session's `system_prompt`.
+//! - The first turn of a session this adapter created names the thread
+//!   with a title derived from its message (module `title`).
 //! - A turn is `StreamGenerate` with the user's text (metadata
 //!   `reasoning_effort` when a level applies); its chunks become
 //!   [`TurnEvent`](sdk_adapter::TurnEvent)s (module `turn`, tool calls via
@@ -27,6 +30,7 @@ mod config;
 mod connect;
 mod control;
 mod describe;
+mod title;
 mod tools;
 mod turn;
 
@@ -88,6 +92,9 @@ struct SlotState {
     model: Option<String>,
     /// The session, once ensured.
     session_id: Option<String>,
+    /// This adapter created the session and no turn has run on it yet: the
+    /// next turn names the thread (module `title`).
+    unnamed: bool,
 }
 
 /// A status as one line for users: the engine's message and the code.
@@ -209,6 +216,19 @@ impl CodeAgentAdapter {
                 ..Default::default()
             }),
             storage_type: StorageType::File.into(),
+            // The session's system prompt, on every model call: the
+            // engine's default one (which an empty prompt means) followed by
+            // the thread's additional instructions.
+            system_prompt: spec
+                .instructions
+                .as_ref()
+                .map(|extra| {
+                    format!(
+                        "{}\n\n{extra}",
+                        code_agent_engine::default_prompt(&spec.workspace)
+                    )
+                })
+                .unwrap_or_default(),
             ..Default::default()
         }
     }
@@ -272,7 +292,10 @@ impl CodeAgentAdapter {
                     .call("CreateSession", client.create_session(request))
                     .await
                 {
-                    Ok(_) => state.model = Some(spec.model.clone()),
+                    Ok(_) => {
+                        state.model = Some(spec.model.clone());
+                        state.unnamed = true;
+                    }
                     Err(status) if status.code() == Code::AlreadyExists => state.model = None,
                     Err(status) => return Err(sdk_error("CreateSession", &status)),
                 }
@@ -430,6 +453,11 @@ impl SdkAdapter for CodeAgentAdapter {
         let slot = self.slot(spec);
         let mut state = slot.state.lock().await;
         let (session_id, stream) = self.open_stream(spec, &mut state, &input).await?;
+        let title = if std::mem::take(&mut state.unnamed) {
+            title::from_first_message(&input.text)
+        } else {
+            None
+        };
         drop(state);
         let client = self.client().await?;
         let turn_id = format!("turn-{}", uuid::Uuid::new_v4().simple());
@@ -453,6 +481,7 @@ impl SdkAdapter for CodeAgentAdapter {
             turn_id: turn_id.clone(),
             cwd: spec.workspace.to_string_lossy().into_owned(),
             user_text: input.text,
+            title,
             events,
             stream,
             msgs,
@@ -485,6 +514,7 @@ mod tests {
             sdk_thread_id: sdk_thread_id.map(str::to_owned),
             env: Vec::new(),
             sandbox: sdk_adapter::Sandbox::refused("unit test: no processes"),
+            instructions: None,
         }
     }
 

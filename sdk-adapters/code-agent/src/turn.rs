@@ -56,6 +56,8 @@ pub(crate) struct TurnTask {
     /// says otherwise.
     pub cwd: String,
     pub user_text: String,
+    /// The thread's name, sent after the user's message (first turn only).
+    pub title: Option<String>,
     pub events: mpsc::Sender<TurnEvent>,
     pub stream: Streaming<GenerateChunk>,
     pub msgs: mpsc::Receiver<TurnMsg>,
@@ -117,6 +119,9 @@ impl TurnTask {
         let user_text = std::mem::take(&mut self.user_text);
         self.text_item(run, ItemKind::UserMessage, user_text)
             .await?;
+        if let Some(title) = self.title.take() {
+            self.send(TurnEvent::ThreadNamed(Some(title))).await?;
+        }
         loop {
             let flush_at = run
                 .text

@@ -35,6 +35,11 @@ fn description(status: SdkStatus, error: Option<String>, models: Vec<ModelInfo>)
 }
 
 impl Describer {
+    /// Drop the cached description: the next `describe` probes codex.
+    pub(crate) async fn forget(&self) {
+        *self.cache.lock().await = None;
+    }
+
     pub(crate) async fn describe(&self, config: &CodexConfig) -> SdkDescription {
         if find_program(&config.bin).is_none() {
             return description(

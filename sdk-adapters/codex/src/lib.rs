@@ -6,7 +6,8 @@
 //! - One app-server process per thread, in the thread's workspace, with the
 //!   thread's `ThreadSpec::env` in its environment, started
 //!   by `create_thread` (`initialize`, `initialized`, `thread/start` with
-//!   model, cwd, approval policy and sandbox from [`CodexConfig`]). Codex's
+//!   model, cwd, approval policy and sandbox from [`CodexConfig`], and the
+//!   thread's additional instructions as `developerInstructions`). Codex's
 //!   thread id is the runner's `sdk_thread_id`.
 //! - Re-opening a thread (after a runner restart) starts nothing; the first
 //!   turn starts a process and `thread/resume`s it. So does the first turn
@@ -29,6 +30,7 @@ mod config;
 mod control;
 mod describe;
 mod items;
+mod login;
 mod rpc;
 mod server;
 #[doc(hidden)]
@@ -41,8 +43,8 @@ use sdk_process::{ThreadTable, TurnInbox};
 
 use async_trait::async_trait;
 use sdk_adapter::{
-    AgentSpec, SdkAdapter, SdkDescription, SdkError, TURN_EVENT_BUFFER, ThreadHandle, ThreadSpec,
-    Turn, TurnInput,
+    AgentSpec, Login, LoginStarted, SdkAdapter, SdkDescription, SdkError, TURN_EVENT_BUFFER,
+    ThreadHandle, ThreadSpec, Turn, TurnInput,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -124,6 +126,11 @@ impl CodexAdapter {
         }
         if let Some(sandbox) = &self.config.sandbox {
             params["sandbox"] = json!(sandbox);
+        }
+        // Codex adds developer instructions to its own for every turn of
+        // the thread; given again on resume, so they survive a restart.
+        if let Some(instructions) = &spec.instructions {
+            params["developerInstructions"] = json!(instructions);
         }
         params
     }
@@ -220,6 +227,21 @@ impl SdkAdapter for CodexAdapter {
     }
 
     async fn describe(&self) -> SdkDescription {
+        self.describer.describe(&self.config).await
+    }
+
+    async fn login(&self, login: Login) -> Result<LoginStarted, SdkError> {
+        let started = match login {
+            Login::ApiKey(key) => login::api_key(&self.config, &key).await,
+            Login::DeviceCode => login::device_code(&self.config).await,
+        };
+        // Whatever happened, the next description asks codex again.
+        self.describer.forget().await;
+        started
+    }
+
+    async fn describe_fresh(&self) -> SdkDescription {
+        self.describer.forget().await;
         self.describer.describe(&self.config).await
     }
 

@@ -16,6 +16,10 @@
 //! - A steer's `Steered{tag}` precedes the `userMessage` item of its text
 //!   (module `control`).
 //! - `thread/tokenUsage/updated` → [`TurnEvent::Usage`].
+//! - `thread/name/updated` → [`TurnEvent::ThreadNamed`] (a blank or absent
+//!   name clears it). Codex names threads while a turn runs; a name set
+//!   between turns is not seen (nothing listens then).
+
 //! - `error` with `willRetry` is ignored; without it, its message becomes the
 //!   failure text if the turn then fails without an error of its own.
 //! - `turn/completed` → `Finished`: `completed` → Completed, `interrupted` →
@@ -225,6 +229,14 @@ impl TurnTask {
                 if let Some(usage) = params.get("tokenUsage").map(token_usage) {
                     self.send(TurnEvent::Usage(usage)).await?;
                 }
+            }
+            "thread/name/updated" => {
+                let name = params
+                    .get("threadName")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.trim().is_empty())
+                    .map(str::to_owned);
+                self.send(TurnEvent::ThreadNamed(name)).await?;
             }
             "error" => {
                 let message = params

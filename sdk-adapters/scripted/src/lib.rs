@@ -11,6 +11,8 @@
 //! | `sleep MS` | waits MS milliseconds; an interrupt cuts it short |
 //! | `usage INPUT OUTPUT` | a [`TurnEvent::Usage`](sdk_adapter::TurnEvent::Usage) |
 //! | `fail TEXT` | the turn ends `Failed(TEXT)` |
+//! | `name TEXT` | a [`TurnEvent::ThreadNamed`](sdk_adapter::TurnEvent::ThreadNamed) with TEXT: the thread's name becomes TEXT |
+//! | `instructions` (the whole line) | an `AgentMessage` item with the thread's `ThreadSpec::instructions` (`(no instructions)` when none): the scripted SDK's "model" is given them for every turn |
 //! | anything else | an `AgentMessage` item `echo: ` + the line |
 //!
 //! Where the contract leaves room, this crate decides (each module documents
@@ -115,6 +117,7 @@ impl SdkAdapter for ScriptedAdapter {
             spec.workspace.clone(),
             spec.env.clone(),
             spec.sandbox.clone(),
+            spec.instructions.clone(),
             input.text,
         ))
     }

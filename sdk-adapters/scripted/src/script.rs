@@ -14,8 +14,10 @@
 //!   case, followed by one ASCII space and a non-blank argument: `say hi` is a
 //!   step, while `say`, `say   `, ` say hi` and `Say hi` are "anything else"
 //!   and are echoed (`echo: say`).
-//! - Text arguments (`say`, `think`, `run`, `fail`) are the rest of the line
+//! - Text arguments (`say`, `think`, `run`, `fail`, `name`) are the rest of the line
 //!   after that one space, verbatim.
+//! - One keyword takes no argument: a line that is exactly `instructions`
+//!   is that step (the thread's additional model instructions, said back).
 //! - Number arguments (`sleep`, `usage`) are whitespace-separated decimal
 //!   integers; a wrong count or a value that is not a non-negative integer
 //!   is an error naming the line.
@@ -38,6 +40,12 @@ pub enum Step {
     Usage { input: i64, output: i64 },
     /// `fail TEXT`: end the turn as failed with TEXT.
     Fail(String),
+    /// `name TEXT`: the "model" names the thread TEXT (a thread name event).
+    Name(String),
+    /// `instructions`: an agent message holding the thread's additional
+    /// model instructions (`(no instructions)` when it has none), so a
+    /// harness can see what every turn of the thread is given.
+    Instructions,
     /// Any other line: an agent message `echo: ` + the line.
     Echo(String),
 }
@@ -85,6 +93,9 @@ fn parse_line(line: &str) -> Option<Result<Step, String>> {
     if line.trim().is_empty() {
         return None;
     }
+    if line == "instructions" {
+        return Some(Ok(Step::Instructions));
+    }
     let Some((keyword, arg)) = line.split_once(' ') else {
         return Some(Ok(Step::Echo(line.to_owned())));
     };
@@ -96,6 +107,7 @@ fn parse_line(line: &str) -> Option<Result<Step, String>> {
         "think" => Ok(Step::Think(arg.to_owned())),
         "run" => Ok(Step::Run(arg.to_owned())),
         "fail" => Ok(Step::Fail(arg.to_owned())),
+        "name" => Ok(Step::Name(arg.to_owned())),
         "sleep" => parse_sleep(arg),
         "usage" => parse_usage(arg),
         _ => Ok(Step::Echo(line.to_owned())),
@@ -172,6 +184,30 @@ mod tests {
                     output: 5
                 },
                 Step::Fail("oh no".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn name_takes_the_rest_of_the_line() {
+        assert_eq!(
+            steps("name Fix the build\nname"),
+            vec![
+                Step::Name("Fix the build".into()),
+                Step::Echo("name".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn instructions_is_a_step_only_alone() {
+        assert_eq!(
+            steps("instructions\ninstructions please\n instructions\nInstructions"),
+            vec![
+                Step::Instructions,
+                Step::Echo("instructions please".into()),
+                Step::Echo(" instructions".into()),
+                Step::Echo("Instructions".into()),
             ]
         );
     }

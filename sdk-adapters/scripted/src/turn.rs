@@ -39,6 +39,7 @@ pub(crate) fn start(
     workspace: PathBuf,
     env: Vec<(String, String)>,
     sandbox: Sandbox,
+    instructions: Option<String>,
     text: String,
 ) -> Turn {
     let turn_id = format!("turn-{}", uuid::Uuid::new_v4());
@@ -50,6 +51,7 @@ pub(crate) fn start(
         workspace,
         env,
         sandbox,
+        instructions,
         events,
         control: control.clone(),
         items: 0,
@@ -81,6 +83,8 @@ struct TurnTask {
     env: Vec<(String, String)>,
     /// Every command is launched through the thread's sandbox.
     sandbox: Sandbox,
+    /// The thread's additional model instructions (`ThreadSpec::instructions`).
+    instructions: Option<String>,
     events: mpsc::Sender<TurnEvent>,
     control: Arc<ScriptedControl>,
     /// Items created so far.
@@ -136,6 +140,14 @@ impl TurnTask {
         match step {
             Step::Say(text) => self.text_item(ItemKind::AgentMessage, text).await?,
             Step::Think(text) => self.text_item(ItemKind::Reasoning, text).await?,
+            Step::Name(name) => self.send(TurnEvent::ThreadNamed(Some(name))).await?,
+            Step::Instructions => {
+                let text = self
+                    .instructions
+                    .clone()
+                    .unwrap_or_else(|| "(no instructions)".to_owned());
+                self.text_item(ItemKind::AgentMessage, text).await?
+            }
             Step::Echo(line) => {
                 self.text_item(ItemKind::AgentMessage, format!("echo: {line}"))
                     .await?;

@@ -23,6 +23,8 @@
 //! | `crash` | says something, then exits 3 |
 //! | `fail TEXT` | ends with a `result` that `is_error` (subtype success), text TEXT |
 //! | `error-exec` | ends with an `error_during_execution` result |
+//! | `name TEXT` | appends a `custom-title` entry with TEXT to the transcript (as `/rename` does), says `named` |
+//! | `instructions` | an assistant text with the `--append-system-prompt` value (`(no instructions)` when absent) |
 //! | anything else | an assistant text `echo: LINE` |
 //!
 //! Every result carries usage 100 in (+10 cache read) / 20 out and the
@@ -45,6 +47,8 @@ struct Fake {
     transcript: PathBuf,
     session: String,
     model: String,
+    /// `--append-system-prompt`, if given.
+    instructions: Option<String>,
     init_sent: bool,
     /// User lines not yet started: (uuid, text).
     queued: VecDeque<(String, String)>,
@@ -105,6 +109,7 @@ fn main() {
         transcript,
         session,
         model: value("--model").unwrap_or_else(|| "default".into()),
+        instructions: value("--append-system-prompt"),
         init_sent: false,
         queued: VecDeque::new(),
         consumed: Vec::new(),
@@ -242,6 +247,24 @@ impl Fake {
             let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
             match word {
                 "say" => self.say(rest),
+                "name" => {
+                    if let Ok(mut file) = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&self.transcript)
+                    {
+                        let entry = json!({"type": "custom-title", "customTitle": rest, "sessionId": self.session});
+                        let _ = writeln!(file, "{entry}");
+                    }
+                    self.say("named");
+                }
+                "instructions" => {
+                    let text = self
+                        .instructions
+                        .clone()
+                        .unwrap_or_else(|| "(no instructions)".into());
+                    self.say(&text);
+                }
                 "think" => self
                     .assistant(json!([{"type": "thinking", "thinking": rest, "signature": "sig"}])),
                 "bash" => self.bash(rest),

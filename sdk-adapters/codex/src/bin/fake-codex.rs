@@ -17,12 +17,21 @@
 //! | `stall` | says `stalling`, then stops answering anything (an interrupt goes unheard) |
 //! | `crash` | starts an item, then exits 3 mid-turn |
 //! | `fail TEXT` | an `error` with `willRetry`, then the turn fails with TEXT |
+//! | `name TEXT` | `thread/name/updated` with TEXT (as codex does when it names a thread) |
+//! | `instructions` | `agentMessage` with the `developerInstructions` the thread was started or resumed with (`(no instructions)` when none) |
 //! | anything else | `agentMessage` `echo: LINE` |
 //!
 //! State that must outlive a process (which threads have a rollout, so
 //! `thread/resume` works only for those) lives in `$FAKE_CODEX_STATE`, where
-//! the fake also appends `pid N` and one line per request method to `log`.
-//! `FAKE_CODEX_LOGGED_OUT=1` makes `account/read` say nobody is logged in;
+//! the fake also appends `pid N`, `args …` and one line per request method
+//! to `log`.
+//! `FAKE_CODEX_LOGGED_OUT=1`, or a file `$FAKE_CODEX_STATE/logged-out`, makes
+//! `account/read` say nobody is logged in unless a login happened since
+//! (`$FAKE_CODEX_STATE/auth.json`, as codex keeps it in its home).
+//! `account/login/start` with `apiKey` accepts keys starting `sk-` (writes
+//! `auth.json`, then `account/login/completed`); with `chatgptDeviceCode` it
+//! answers the user code `FAKE-1234` and completes once a file
+//! `$FAKE_CODEX_STATE/device-approved` appears (fails on `device-denied`);
 //! `config/read` reports the model `$FAKE_CODEX_CONFIG_MODEL` (default
 //! `fake-fast`, which `model/list` already lists).
 
@@ -39,6 +48,8 @@ struct Fake {
     /// `$FAKE_CODEX_STATE/log`.
     log: FakeLog,
     thread: Option<String>,
+    /// `developerInstructions` of the last `thread/start` or `thread/resume`.
+    instructions: Option<String>,
     turn: Option<String>,
     next_request: i64,
     counter: u64,
@@ -61,6 +72,7 @@ fn main() {
         log: FakeLog::new(state.join("log")),
         state,
         thread: None,
+        instructions: None,
         turn: None,
         next_request: 0,
         counter: 0,
@@ -69,6 +81,8 @@ fn main() {
         interrupted: false,
     };
     fake.log.append_pid();
+    let args: Vec<String> = std::env::args().collect();
+    fake.log.append(&format!("args {}", args.join(" ")));
     eprintln!("fake-codex: started");
     while let Ok(message) = fake.input.recv() {
         fake.dispatch(message);
@@ -85,6 +99,13 @@ fn respond(id: &Value, result: Value) {
 
 fn error(id: &Value, code: i64, message: &str) {
     out(&json!({"error": {"code": code, "message": message}, "id": id}));
+}
+
+fn instructions_of(params: &Value) -> Option<String> {
+    params
+        .get("developerInstructions")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 fn is_response(value: &Value) -> bool {
@@ -144,7 +165,7 @@ impl Fake {
                 );
             }
             "account/read" => {
-                if std::env::var_os("FAKE_CODEX_LOGGED_OUT").is_some() {
+                if !self.logged_in() {
                     respond(
                         &id,
                         json!({"account": null, "userId": null, "requiresOpenaiAuth": true}),
@@ -156,9 +177,11 @@ impl Fake {
                     );
                 }
             }
+            "account/login/start" => self.login(&id, &params),
             "thread/start" => {
                 let thread = self.fresh("thr");
                 self.thread = Some(thread.clone());
+                self.instructions = instructions_of(&params);
                 notify(
                     "thread/started",
                     json!({"thread": thread_json(&thread, &params)}),
@@ -177,6 +200,7 @@ impl Fake {
                 let thread = params["threadId"].as_str().unwrap_or("").to_owned();
                 if self.state.join(format!("rollout-{thread}")).exists() {
                     self.thread = Some(thread.clone());
+                    self.instructions = instructions_of(&params);
                     notify(
                         "thread/status/changed",
                         json!({"threadId": thread, "status": {"type": "idle"}}),
@@ -197,6 +221,62 @@ impl Fake {
             "turn/steer" => error(&id, -32600, "no active turn to steer"),
             "turn/interrupt" => error(&id, -32600, "no active turn to interrupt"),
             other => error(&id, -32601, &format!("unknown method {other}")),
+        }
+    }
+
+    fn logged_in(&self) -> bool {
+        let out = std::env::var_os("FAKE_CODEX_LOGGED_OUT").is_some()
+            || self.state.join("logged-out").exists();
+        !out || self.state.join("auth.json").exists()
+    }
+
+    fn login(&mut self, id: &Value, params: &Value) {
+        match params["type"].as_str() {
+            Some("apiKey") => {
+                let key = params["apiKey"].as_str().unwrap_or("");
+                if !key.starts_with("sk-") {
+                    error(id, -32600, "invalid API key");
+                    return;
+                }
+                let auth = json!({"OPENAI_API_KEY": key});
+                let _ = std::fs::write(self.state.join("auth.json"), auth.to_string());
+                respond(id, json!({"type": "apiKey"}));
+                notify(
+                    "account/login/completed",
+                    json!({"loginId": null, "success": true, "error": null}),
+                );
+            }
+            Some("chatgptDeviceCode") => {
+                let login = self.fresh("login");
+                respond(
+                    id,
+                    json!({"type": "chatgptDeviceCode", "loginId": login,
+                        "userCode": "FAKE-1234", "verificationUrl": "https://auth.example/device"}),
+                );
+                let state = self.state.clone();
+                std::thread::spawn(move || {
+                    loop {
+                        if state.join("device-approved").exists() {
+                            let auth = json!({"tokens": {"access_token": "fake"}});
+                            let _ = std::fs::write(state.join("auth.json"), auth.to_string());
+                            notify(
+                                "account/login/completed",
+                                json!({"loginId": login, "success": true, "error": null}),
+                            );
+                            return;
+                        }
+                        if state.join("device-denied").exists() {
+                            notify(
+                                "account/login/completed",
+                                json!({"loginId": login, "success": false, "error": "the device code was denied"}),
+                            );
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                });
+            }
+            other => error(id, -32600, &format!("unsupported login type {other:?}")),
         }
     }
 
@@ -310,6 +390,17 @@ impl Fake {
                 "ask" => self.ask(),
                 "flood" => self.flood(rest.parse().unwrap_or(100)),
                 "usage" => self.usage(),
+                "name" => notify(
+                    "thread/name/updated",
+                    json!({"threadId": thread, "threadName": rest}),
+                ),
+                "instructions" => {
+                    let text = self
+                        .instructions
+                        .clone()
+                        .unwrap_or_else(|| "(no instructions)".into());
+                    self.agent_message(&text);
+                }
                 "wait" => {
                     while !self.steered && !self.interrupted {
                         let Ok(message) = self.input.recv() else {

@@ -1,0 +1,63 @@
+//! SDK status after registration: registration says what each SDK can do,
+//! but that changes (codex logs in or out, a CLI is installed, a provider
+//! is configured). Every `--sdk-probe-interval`, and whenever the runner
+//! itself changed an SDK (a codex login), each SDK is probed afresh and
+//! every one whose status or models differ from what the control plane was
+//! last told is announced with an `agent_sdk_update` (ClientMessage 10,
+//! the whole `AgentSdk`). The checks of later requests use the fresh
+//! description too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runner_proto::runner::{ClientMessage, client_message::Payload};
+use sdk_adapter::SdkDescription;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime::Runtime;
+use crate::updates::RequestId;
+
+/// The `agent_sdk_update` announcing `d`.
+pub fn agent_sdk_update(request_id: RequestId, d: SdkDescription) -> ClientMessage {
+    ClientMessage {
+        request_id,
+        payload: Some(Payload::AgentSdkUpdate(crate::link::agent_sdk(d))),
+        sequence: 0,
+    }
+}
+
+/// Probe every SDK now and announce those that changed (carrying
+/// `request_id`, the request that caused the change, if any); how many
+/// changed.
+pub async fn announce_changes(rt: &Runtime, request_id: RequestId) -> usize {
+    let changed = rt.sdks.reprobe().await;
+    let count = changed.len();
+    for d in changed {
+        tracing::info!(sdk = %d.name, status = ?d.status, models = d.models.len(), "SDK changed since registration; announcing it");
+        rt.outbox
+            .push(agent_sdk_update(request_id.clone(), d))
+            .await;
+    }
+    count
+}
+
+/// Re-probe every `interval` until `close` (a zero interval: never).
+pub fn spawn(rt: Arc<Runtime>, interval: Duration, close: CancellationToken) {
+    if interval.is_zero() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is immediate: registration just probed.
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                () = close.cancelled() => break,
+                _ = ticks.tick() => {
+                    announce_changes(&rt, None).await;
+                }
+            }
+        }
+    });
+}
