@@ -141,6 +141,7 @@ pub struct Metrics {
     adapter_errors: Family<AdapterErrorLabels, Counter>,
     token_refreshes: Counter,
     token_refresh_failures: Counter,
+    git_credential_rate_limited: Counter,
     /// Request id → (kind, arrival) until its first reply is sent.
     pending: Mutex<HashMap<String, (&'static str, Instant)>>,
 }
@@ -172,6 +173,7 @@ impl Metrics {
             adapter_errors: Family::default(),
             token_refreshes: Counter::default(),
             token_refresh_failures: Counter::default(),
+            git_credential_rate_limited: Counter::default(),
             pending: Mutex::new(HashMap::new()),
         };
         let info: Family<VersionLabel, Gauge> = Family::default();
@@ -262,6 +264,11 @@ impl Metrics {
             "token_refresh_failures",
             "Failed attempts to mint a GitHub installation token (each retry counts)",
             m.token_refresh_failures.clone(),
+        );
+        m.registry.register(
+            "git_credential_rate_limited",
+            "Git credential requests refused by the per-thread rate limit on token mints and erases",
+            m.git_credential_rate_limited.clone(),
         );
         for state in STATES {
             m.connection_state
@@ -443,6 +450,11 @@ pub fn token_refresh_failed() {
     get().token_refresh_failures.inc();
 }
 
+/// A thread's git credential request was refused by its rate limit.
+pub fn git_credential_rate_limited() {
+    get().git_credential_rate_limited.inc();
+}
+
 /// Failed attempts to mint a token so far.
 pub fn get_token_refresh_failures() -> u64 {
     get().token_refresh_failures.get()
@@ -541,6 +553,7 @@ mod tests {
             // Other tests of this process mint tokens: no value asserted.
             "agent_runner_token_refreshes_total ",
             "agent_runner_token_refresh_failures_total ",
+            "agent_runner_git_credential_rate_limited_total ",
         ] {
             assert!(text.contains(name), "missing {name:?} in\n{text}");
         }

@@ -50,6 +50,7 @@ async fn installations_repositories_and_tokens_through_octocrab() {
             app_id: APP_ID,
             key: AppKey::from_pem(test_app_key().private_pem.as_bytes()).unwrap(),
             api_url: api.url(),
+            token_permissions: Default::default(),
         }),
         host: "127.0.0.1:1".into(),
     };
