@@ -325,7 +325,7 @@ impl AgentTask {
             model: model.clone(),
             reasoning_level: reasoning_level.clone(),
             sdk_thread_id: None,
-            env: rt.thread_env(&thread_id),
+            env: rt.thread_env(&self.agent_id, &thread_id),
             sandbox: rt.thread_sandbox(&self.agent_id, &thread_id),
             instructions: instructions.clone(),
         };

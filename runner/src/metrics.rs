@@ -157,6 +157,7 @@ pub struct Metrics {
     token_refreshes: Counter,
     token_refresh_failures: Counter,
     sandbox_missing: Family<FeatureLabel, Gauge>,
+    git_credential_rate_limited: Counter,
     /// Request id → (kind, arrival) until its first reply is sent.
     pending: Mutex<HashMap<String, (&'static str, Instant)>>,
 }
@@ -195,6 +196,7 @@ impl Metrics {
             token_refreshes: Counter::default(),
             token_refresh_failures: Counter::default(),
             sandbox_missing: Family::default(),
+            git_credential_rate_limited: Counter::default(),
             pending: Mutex::new(HashMap::new()),
         };
         let info: Family<VersionLabel, Gauge> = Family::default();
@@ -316,6 +318,11 @@ impl Metrics {
             "sandbox_missing",
             "1 for each isolation the agent sandbox could not apply on this host (best-effort mode), by feature (Landlock, cgroup, cgroup limits, …)",
             m.sandbox_missing.clone(),
+        );
+        m.registry.register(
+            "git_credential_rate_limited",
+            "Git credential requests refused by the per-thread rate limit on token mints and erases",
+            m.git_credential_rate_limited.clone(),
         );
         for state in STATES {
             m.connection_state
@@ -539,6 +546,11 @@ pub fn token_refresh_failed() {
     get().token_refresh_failures.inc();
 }
 
+/// A thread's git credential request was refused by its rate limit.
+pub fn git_credential_rate_limited() {
+    get().git_credential_rate_limited.inc();
+}
+
 /// Failed attempts to mint a token so far.
 pub fn get_token_refresh_failures() -> u64 {
     get().token_refresh_failures.get()
@@ -646,6 +658,7 @@ mod tests {
             // Other tests of this process mint tokens: no value asserted.
             "agent_runner_token_refreshes_total ",
             "agent_runner_token_refresh_failures_total ",
+            "agent_runner_git_credential_rate_limited_total ",
         ] {
             assert!(text.contains(name), "missing {name:?} in\n{text}");
         }

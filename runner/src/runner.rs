@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RunConfig;
-use crate::credentials::{CredentialServer, GitEnv, ThreadCheck};
+use crate::credentials::{Capabilities, CredentialServer, GitEnv, ServerOptions, ThreadCheck};
 use crate::health::{self, HealthServer};
 use crate::journal::Journal;
 use crate::link::{Link, LinkState, Refused, Sending};
@@ -47,8 +47,9 @@ fn legacy_settle(config: &RunConfig) -> Duration {
     (2 * (config.keepalive_interval + config.keepalive_timeout)).max(Duration::from_secs(10))
 }
 
-/// The git credential socket for agents (it answers only for live
-/// threads), and the environment that points their git at it.
+/// The git credential socket for agents (it answers only the holder of a
+/// live thread's capability), and the environment that points their git at
+/// it (issuing each thread's capability).
 fn start_credentials(
     mailboxes: &Arc<Mailboxes>,
     config: &RunConfig,
@@ -57,10 +58,24 @@ fn start_credentials(
     let weak = Arc::downgrade(mailboxes);
     let threads: ThreadCheck =
         Arc::new(move |id: &str| weak.upgrade().is_some_and(|m| m.has_thread(id)));
-    let server = CredentialServer::start(&config.state_dir, Arc::new(broker), threads)?;
+    // Hook for `--agent-uid` (issue 17): set both to the agents' uid so
+    // their helper can reach the socket and read its capability file.
+    let agent_uid: Option<u32> = None;
+    let capabilities = Arc::new(Capabilities::new(agent_uid));
+    let options = ServerOptions {
+        extra_peer_uid: agent_uid,
+        ..ServerOptions::default()
+    };
+    let server = CredentialServer::start(
+        &config.state_dir,
+        Arc::new(broker),
+        threads,
+        capabilities.clone(),
+        options,
+    )?;
     let exe = std::env::current_exe()
         .context("finding this agent-runner binary for the git credential helper")?;
-    let env = GitEnv::new(exe, server.path().to_owned());
+    let env = GitEnv::new(exe, server.path().to_owned(), capabilities);
     Ok((server, env))
 }
 

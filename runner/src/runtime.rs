@@ -166,11 +166,12 @@ impl Runtime {
         self.github.as_ref()
     }
 
-    /// The extra environment of every process `thread_id`'s agent starts.
-    pub fn thread_env(&self, thread_id: &str) -> Vec<(String, String)> {
+    /// The extra environment of every process `thread_id`'s agent starts
+    /// (issues the thread's git credential capability in its private home).
+    pub fn thread_env(&self, agent_id: &str, thread_id: &str) -> Vec<(String, String)> {
         self.git_env
             .as_ref()
-            .map(|env| env.for_thread(thread_id))
+            .map(|env| env.for_thread(thread_id, &self.workspaces.thread_home(agent_id, thread_id)))
             .unwrap_or_default()
     }
 
@@ -178,6 +179,13 @@ impl Runtime {
     /// [`AgentSandboxes::thread`]). Blocking, briefly (directories).
     pub fn thread_sandbox(&self, agent_id: &str, thread_id: &str) -> sdk_adapter::Sandbox {
         self.sandboxes.thread(&self.workspaces, agent_id, thread_id)
+    }
+
+    /// `thread_id` was deleted: its git credential capability dies.
+    pub fn thread_deleted(&self, thread_id: &str) {
+        if let Some(env) = &self.git_env {
+            env.revoke(thread_id);
+        }
     }
 
     /// What the thread's adapter is given for `row`.
@@ -190,7 +198,7 @@ impl Runtime {
             model: row.model.clone(),
             reasoning_level: row.reasoning_level.clone().filter(|l| !l.is_empty()),
             sdk_thread_id: Some(row.sdk_thread_id.clone()).filter(|id| !id.is_empty()),
-            env: self.thread_env(&row.thread_id),
+            env: self.thread_env(&row.agent_id, &row.thread_id),
             instructions: row.instructions.clone(),
         }
     }

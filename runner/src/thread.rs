@@ -405,6 +405,7 @@ impl ThreadTask {
             tracing::error!(thread_id = %self.spec.thread_id, error = %e, "deleting thread state failed");
         }
         rt.mailboxes.forget_thread(&self.spec.thread_id);
+        rt.thread_deleted(&self.spec.thread_id);
         self.send(updates::thread(
             rid,
             &self.spec.thread_id,

@@ -4,7 +4,15 @@
 //!   demand an App JWT (`Authorization: Bearer`), checked like GitHub does:
 //!   RS256 signature against the App's public key (with `jsonwebtoken`),
 //!   `iss` = the App id, not expired, `exp` at most 10 minutes ahead.
-//! * `GET /installation/repositories` demands a live installation token.
+//! * `GET /installation/repositories` demands a live installation token
+//!   and lists the repositories it covers.
+//! * `POST .../access_tokens` takes GitHub's optional body
+//!   (`{"repositories": ["name"], "permissions": {...}}`): a token limited
+//!   to those repositories of the installation (one it does not cover is
+//!   refused with 422, as GitHub does), with those permissions recorded.
+//! * `GET /repos/{owner}/{repo}` answers 200 only for a live token covering
+//!   that repository (404 otherwise, as GitHub hides what a token cannot
+//!   see).
 //!
 //! Tokens are random `ghs_…` strings with a configurable lifetime. The
 //! handle counts mints, can answer the next requests of a route with a
@@ -14,7 +22,7 @@
 mod key;
 mod routes;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -103,6 +111,16 @@ pub(crate) struct Issued {
     pub installation_id: i64,
     pub expires_at: SystemTime,
     pub revoked: bool,
+    /// `owner/repo` names it is limited to (`None`: all the installation's).
+    pub repositories: Option<Vec<String>>,
+    /// The permissions asked for (`None`: the installation's).
+    pub permissions: Option<BTreeMap<String, String>>,
+}
+
+impl Issued {
+    fn live(&self) -> bool {
+        !self.revoked && SystemTime::now() < self.expires_at
+    }
 }
 
 pub(crate) struct Fault {
@@ -127,6 +145,23 @@ pub(crate) struct ApiState {
 }
 
 impl ApiState {
+    /// The `owner/repo` names `issued` opens.
+    pub fn covered(&self, issued: &Issued) -> Vec<String> {
+        let all = self
+            .installations
+            .iter()
+            .find(|i| i.id == issued.installation_id)
+            .map(|i| i.repositories.clone())
+            .unwrap_or_default();
+        match &issued.repositories {
+            None => all,
+            Some(only) => all
+                .into_iter()
+                .filter(|r| only.iter().any(|o| o.eq_ignore_ascii_case(r)))
+                .collect(),
+        }
+    }
+
     /// The status to answer instead, if a fault is armed for `route`.
     pub fn take_fault(&mut self, route: Route) -> Option<u16> {
         let fault = self
@@ -208,6 +243,32 @@ impl MockGithubApi {
         let state = lock(&self.state);
         let issued = state.tokens.get(token)?;
         (!issued.revoked && SystemTime::now() < issued.expires_at).then_some(issued.installation_id)
+    }
+
+    /// Whether `token` is live and opens `repo` (`owner/name`, as GitHub
+    /// would: a token limited to some repositories opens only those, an
+    /// installation's own token every repository of the installation).
+    pub fn token_covers(&self, token: &str, repo: &str) -> bool {
+        let state = lock(&self.state);
+        state.tokens.get(token).is_some_and(|issued| {
+            issued.live()
+                && state
+                    .covered(issued)
+                    .iter()
+                    .any(|r| r.eq_ignore_ascii_case(repo))
+        })
+    }
+
+    /// The permissions `token` was minted with (`None`: unknown token, or
+    /// minted without asking for any).
+    pub fn token_permissions(&self, token: &str) -> Option<BTreeMap<String, String>> {
+        lock(&self.state).tokens.get(token)?.permissions.clone()
+    }
+
+    /// The repositories `token` was limited to when minted (`None`: unknown
+    /// token, or the installation's own).
+    pub fn token_repositories(&self, token: &str) -> Option<Vec<String>> {
+        lock(&self.state).tokens.get(token)?.repositories.clone()
     }
 
     /// JWTs refused so far (bad signature, wrong issuer, expired, too long).

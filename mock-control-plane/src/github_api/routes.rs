@@ -2,6 +2,7 @@
 //! the JSON GitHub answers with (the fields real clients read, shaped like
 //! GitHub's).
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::SystemTime;
 
@@ -37,8 +38,14 @@ pub(crate) async fn handle(state: Shared, req: Request<Incoming>) -> Result<Answ
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    // The bodies sent here carry nothing the mock needs.
-    let _ = req.into_body().collect().await;
+    // Only the access-token request's body matters (GitHub's optional
+    // `repositories` and `permissions`).
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let mut st = lock(&state);
     st.requests.push(format!("{method} {path}"));
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -51,7 +58,7 @@ pub(crate) async fn handle(state: Shared, req: Request<Incoming>) -> Result<Answ
         (&Method::POST, ["app", "installations", id, "access_tokens"]) => {
             let id = id.parse::<i64>().ok();
             guarded(&mut st, Route::Mint, auth.as_deref(), |st| match id {
-                Some(id) => mint(st, id),
+                Some(id) => mint(st, id, &body),
                 None => error(StatusCode::NOT_FOUND, "Not Found"),
             })
         }
@@ -61,6 +68,7 @@ pub(crate) async fn handle(state: Shared, req: Request<Incoming>) -> Result<Answ
                 None => repositories(&st, auth.as_deref(), &query),
             }
         }
+        (&Method::GET, ["repos", owner, repo]) => repository(&st, auth.as_deref(), owner, repo),
         _ => error(StatusCode::NOT_FOUND, "Not Found"),
     };
     Ok(answer)
@@ -178,10 +186,58 @@ fn list_installations(st: &mut ApiState, query: &str) -> Answer {
     json_answer(StatusCode::OK, &Value::Array(page_of(&all, query)))
 }
 
-fn mint(st: &mut ApiState, installation_id: i64) -> Answer {
-    if !st.installations.iter().any(|i| i.id == installation_id) {
+/// GitHub's optional access-token request body.
+#[derive(Deserialize, Default)]
+struct MintBody {
+    #[serde(default)]
+    repositories: Option<Vec<String>>,
+    #[serde(default)]
+    permissions: Option<BTreeMap<String, String>>,
+}
+
+fn mint(st: &mut ApiState, installation_id: i64, body: &[u8]) -> Answer {
+    let Some(installation) = st.installations.iter().find(|i| i.id == installation_id) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
-    }
+    };
+    let body: MintBody = if body.iter().all(u8::is_ascii_whitespace) {
+        MintBody::default()
+    } else {
+        match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("Problems parsing JSON: {e}"),
+                );
+            }
+        }
+    };
+    // Names without owner, as GitHub takes them: each must be one of the
+    // installation's.
+    let repositories = match body.repositories {
+        None => None,
+        Some(names) => {
+            let mut full = Vec::new();
+            for name in names {
+                let found = installation.repositories.iter().find(|r| {
+                    r.split_once('/')
+                        .is_some_and(|(_, n)| n.eq_ignore_ascii_case(&name))
+                });
+                match found {
+                    Some(r) => full.push(r.clone()),
+                    None => {
+                        return error(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            &format!(
+                                "There is at least one repository that does not exist or is not accessible to the parent installation: {name}"
+                            ),
+                        );
+                    }
+                }
+            }
+            Some(full)
+        }
+    };
     let token = format!("ghs_{}", uuid::Uuid::new_v4().simple());
     let expires_at = SystemTime::now() + st.token_lifetime;
     st.tokens.insert(
@@ -190,6 +246,8 @@ fn mint(st: &mut ApiState, installation_id: i64) -> Answer {
             installation_id,
             expires_at,
             revoked: false,
+            repositories,
+            permissions: body.permissions,
         },
     );
     st.mints.push(installation_id);
@@ -207,16 +265,11 @@ fn mint(st: &mut ApiState, installation_id: i64) -> Answer {
 fn repositories(st: &ApiState, auth: Option<&str>, query: &str) -> Answer {
     let live = bearer(auth)
         .and_then(|t| st.tokens.get(t))
-        .filter(|issued| !issued.revoked && SystemTime::now() < issued.expires_at);
+        .filter(|issued| issued.live());
     let Some(issued) = live else {
         return error(StatusCode::UNAUTHORIZED, "Bad credentials");
     };
-    let names: Vec<String> = st
-        .installations
-        .iter()
-        .find(|i| i.id == issued.installation_id)
-        .map(|i| i.repositories.clone())
-        .unwrap_or_default();
+    let names: Vec<String> = st.covered(issued);
     let repos: Vec<Value> = names
         .iter()
         .enumerate()
@@ -239,6 +292,29 @@ fn repositories(st: &ApiState, auth: Option<&str>, query: &str) -> Answer {
             "repositories": page_of(&repos, query)
         }),
     )
+}
+
+/// `GET /repos/{owner}/{repo}`: 401 without a live token, 404 when the
+/// token does not open the repository (GitHub's answer), else its summary.
+fn repository(st: &ApiState, auth: Option<&str>, owner: &str, repo: &str) -> Answer {
+    let live = bearer(auth)
+        .and_then(|t| st.tokens.get(t))
+        .filter(|issued| issued.live());
+    let Some(issued) = live else {
+        return error(StatusCode::UNAUTHORIZED, "Bad credentials");
+    };
+    let full = format!("{owner}/{repo}");
+    match st
+        .covered(issued)
+        .into_iter()
+        .find(|r| r.eq_ignore_ascii_case(&full))
+    {
+        Some(name) => json_answer(
+            StatusCode::OK,
+            &json!({"full_name": name, "name": repo, "private": true, "owner": {"login": owner}}),
+        ),
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
 }
 
 fn fault(status: u16) -> Answer {

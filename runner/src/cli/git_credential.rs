@@ -1,4 +1,5 @@
-//! `agent-runner git-credential --socket PATH --thread ID <get|store|erase>`:
+//! `agent-runner git-credential --socket PATH --thread ID --capability-file
+//! FILE <get|store|erase>`:
 //! git's credential-helper protocol, answered by the running runner.
 //!
 //! Git starts it (configured by the runner through `GIT_CONFIG_*`, see
@@ -9,8 +10,10 @@
 //! nothing. Whenever the runner has nothing (or cannot be reached) the
 //! helper prints nothing and exits 0, so git tries its next helper or fails
 //! cleanly with its own "Authentication failed"; the reason goes to stderr,
-//! which git shows its user. The helper needs no secret of its own: the
-//! socket path and the thread id are all it knows.
+//! which git shows its user. The helper holds no secret in its arguments:
+//! it reads the thread's capability from `--capability-file` (a file in the
+//! thread's private home that only the thread's own processes can read)
+//! and presents it; the runner answers for that capability's thread only.
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
@@ -25,9 +28,13 @@ pub struct GitCredentialArgs {
     /// The runner's credential socket.
     #[arg(long)]
     pub socket: PathBuf,
-    /// The thread whose agent runs git.
-    #[arg(long)]
+    /// The thread whose agent runs git (informative: the runner answers
+    /// for the capability's thread, and only if this names the same one).
+    #[arg(long, default_value = "")]
     pub thread: String,
+    /// The file holding the thread's credential capability.
+    #[arg(long)]
+    pub capability_file: Option<PathBuf>,
     /// What git asks: get, store or erase.
     pub operation: String,
 }
@@ -55,8 +62,27 @@ pub fn run(args: &GitCredentialArgs) -> anyhow::Result<()> {
 /// What to print for git, if anything; reasons go to stderr.
 fn answer(args: &GitCredentialArgs, op: Op, git_input: &str) -> Option<String> {
     let input = parse_git_input(git_input);
+    let capability = match &args.capability_file {
+        None => {
+            eprintln!(
+                "agent-runner git-credential: no --capability-file; the runner answers only a thread's capability"
+            );
+            return None;
+        }
+        Some(file) => match read_capability(file) {
+            Ok(capability) => capability,
+            Err(e) => {
+                eprintln!(
+                    "agent-runner git-credential: reading the thread's capability {}: {e}",
+                    file.display()
+                );
+                return None;
+            }
+        },
+    };
     let request = Request {
         op,
+        capability,
         thread: args.thread.clone(),
         protocol: input.protocol,
         host: input.host,
@@ -96,6 +122,15 @@ fn answer(args: &GitCredentialArgs, op: Op, git_input: &str) -> Option<String> {
     }
 }
 
+/// The capability in `file`: at most 1 KiB, whitespace trimmed.
+fn read_capability(file: &std::path::Path) -> io::Result<String> {
+    let mut text = String::new();
+    std::fs::File::open(file)?
+        .take(1024)
+        .read_to_string(&mut text)?;
+    Ok(text.trim().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,8 +141,10 @@ mod tests {
         let args = GitCredentialArgs {
             socket: dir.path().join("missing.sock"),
             thread: "thr-1".into(),
+            capability_file: Some(dir.path().join("cap")),
             operation: "get".into(),
         };
+        std::fs::write(dir.path().join("cap"), "abc").unwrap();
         let out = answer(
             &args,
             Op::Get,

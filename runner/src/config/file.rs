@@ -38,6 +38,7 @@ pub(super) struct FileConfig {
     pub(super) github_app_private_key_file: Option<PathBuf>,
     pub(super) github_api_url: Option<String>,
     pub(super) github_host: Option<String>,
+    pub(super) github_token_permissions: Option<String>,
     // The code-agent adapter (see `CodeAgentArgs`).
     pub(super) code_agent_endpoint: Option<String>,
     pub(super) code_agent_state_dir: Option<PathBuf>,

@@ -22,6 +22,67 @@ pub struct GithubArgs {
     /// github.com, or the host of --github-api-url (without `api.`).
     #[arg(long, env = "AGENT_RUNNER_GITHUB_HOST")]
     pub github_host: Option<String>,
+    /// App mode: the permissions of the tokens minted for agents (each for
+    /// the one repository its git asked for), as `name:level,...` (levels
+    /// read, write, admin). Default:
+    /// contents:write,pull_requests:write,metadata:read.
+    #[arg(long, env = "AGENT_RUNNER_GITHUB_TOKEN_PERMISSIONS")]
+    pub github_token_permissions: Option<String>,
+}
+
+/// The permissions of the tokens the App mints for agents (GitHub's
+/// `permissions` object of the access-token request), in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenPermissions(pub Vec<(String, String)>);
+
+/// Agents' tokens by default: push and open pull requests, read metadata.
+pub const DEFAULT_TOKEN_PERMISSIONS: &str = "contents:write,pull_requests:write,metadata:read";
+
+impl Default for TokenPermissions {
+    fn default() -> Self {
+        Self(
+            [
+                ("contents", "write"),
+                ("pull_requests", "write"),
+                ("metadata", "read"),
+            ]
+            .into_iter()
+            .map(|(n, l)| (n.to_owned(), l.to_owned()))
+            .collect(),
+        )
+    }
+}
+
+impl TokenPermissions {
+    /// `name:level,...`: names of `[a-z_]`, levels `read`, `write` or
+    /// `admin`, each name once, at least one.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((name, level)) = part.split_once(':') else {
+                return Err(format!("{part:?} is not name:level"));
+            };
+            let (name, level) = (name.trim(), level.trim());
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                return Err(format!(
+                    "{name:?} is not a permission name (lowercase letters and _)"
+                ));
+            }
+            if !matches!(level, "read" | "write" | "admin") {
+                return Err(format!(
+                    "{name}: level {level:?} is not read, write or admin"
+                ));
+            }
+            if out.iter().any(|(n, _)| n == name) {
+                return Err(format!("{name} is given twice"));
+            }
+            out.push((name.to_owned(), level.to_owned()));
+        }
+        if out.is_empty() {
+            return Err("no permissions given (e.g. contents:write,metadata:read)".to_owned());
+        }
+        Ok(Self(out))
+    }
 }
 
 /// The runner's own GitHub App.
@@ -33,6 +94,8 @@ pub struct GithubAppConfig {
     pub key: crate::secret::AppKey,
     /// Without a trailing `/`.
     pub api_url: String,
+    /// The permissions of agents' tokens.
+    pub token_permissions: TokenPermissions,
 }
 
 /// Where installation tokens come from and what host they are for.
@@ -67,6 +130,7 @@ impl GithubArgs {
             github_app_private_key_file: file.github_app_private_key_file.clone(),
             github_api_url: file.github_api_url.clone(),
             github_host: file.github_host.clone(),
+            github_token_permissions: file.github_token_permissions.clone(),
         }
     }
 
@@ -79,11 +143,21 @@ impl GithubArgs {
                 .or(other.github_app_private_key_file),
             github_api_url: self.github_api_url.or(other.github_api_url),
             github_host: self.github_host.or(other.github_host),
+            github_token_permissions: self
+                .github_token_permissions
+                .or(other.github_token_permissions),
         }
     }
 
     pub(super) fn resolve(self) -> Result<GithubConfig, ConfigError> {
         let api_url_given = self.github_api_url.is_some();
+        let token_permissions = match &self.github_token_permissions {
+            Some(text) => Some(
+                TokenPermissions::parse(text)
+                    .map_err(|m| key_err("github_token_permissions", m))?,
+            ),
+            None => None,
+        };
         let app = match (self.github_app_id, self.github_app_private_key_file) {
             (None, None) => None,
             (Some(_), None) => {
@@ -121,9 +195,16 @@ impl GithubArgs {
                     app_id,
                     key,
                     api_url,
+                    token_permissions: token_permissions.clone().unwrap_or_default(),
                 })
             }
         };
+        if app.is_none() && token_permissions.is_some() {
+            return Err(key_err(
+                "github_token_permissions",
+                "only applies with github_app_id (the control plane's tokens are passed as they come)",
+            ));
+        }
         if app.is_none() && api_url_given {
             return Err(key_err(
                 "github_api_url",
@@ -243,6 +324,83 @@ mod github_tests {
             let printed = format!("{c:?}");
             assert!(!printed.contains("PRIVATE KEY"), "{printed}");
         }
+    }
+
+    #[test]
+    fn token_permissions_flag_env_file_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = key_file(dir.path());
+        let app = |perms: Option<&str>| GithubArgs {
+            github_app_id: Some(42),
+            github_app_private_key_file: Some(key.clone()),
+            github_token_permissions: perms.map(str::to_owned),
+            ..Default::default()
+        };
+        let c = with(app(None)).unwrap();
+        assert_eq!(
+            c.github.app.unwrap().token_permissions,
+            TokenPermissions::parse(DEFAULT_TOKEN_PERMISSIONS).unwrap()
+        );
+        let c = with(app(Some("contents:read, issues:write"))).unwrap();
+        assert_eq!(
+            c.github.app.unwrap().token_permissions.0,
+            vec![
+                ("contents".to_owned(), "read".to_owned()),
+                ("issues".to_owned(), "write".to_owned())
+            ]
+        );
+        for (bad, why) in [
+            ("contents", "not name:level"),
+            ("contents:all", "not read, write or admin"),
+            ("Contents:read", "not a permission name"),
+            ("contents:read,contents:write", "twice"),
+            ("", "no permissions"),
+        ] {
+            let err = with(app(Some(bad))).unwrap_err().to_string();
+            assert!(
+                err.contains("github_token_permissions") && err.contains(why),
+                "{bad:?}: {err}"
+            );
+        }
+        let err = with(GithubArgs {
+            github_token_permissions: Some("contents:read".into()),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("github_token_permissions") && err.contains("github_app_id"),
+            "{err}"
+        );
+        // The file's key, under the flag.
+        let file = dir.path().join("perms.toml");
+        std::fs::write(&file, "github_token_permissions = \"metadata:read\"\n").unwrap();
+        let resolve = |github: GithubArgs| {
+            RunConfig::resolve(
+                RunArgs {
+                    control_plane_url: Some("http://x:1".into()),
+                    config: Some(file.clone()),
+                    github,
+                    ..Default::default()
+                },
+                None,
+            )
+            .unwrap()
+        };
+        let from_file = resolve(app(None)).github.app.unwrap().token_permissions;
+        assert_eq!(
+            from_file.0,
+            vec![("metadata".to_owned(), "read".to_owned())]
+        );
+        let from_flag = resolve(app(Some("contents:write")))
+            .github
+            .app
+            .unwrap()
+            .token_permissions;
+        assert_eq!(
+            from_flag.0,
+            vec![("contents".to_owned(), "write".to_owned())]
+        );
     }
 
     #[test]

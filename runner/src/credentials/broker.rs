@@ -14,7 +14,7 @@ impl Tokens for TokenBroker {
 
     async fn token(&self, owner: &str, repo: &str) -> Result<IssuedToken, String> {
         let issued = self
-            .token_for_repo(owner, repo)
+            .token_for_agent(owner, repo)
             .await
             .map_err(|e| e.to_string())?;
         Ok(IssuedToken {
@@ -23,7 +23,11 @@ impl Tokens for TokenBroker {
         })
     }
 
-    fn invalidate(&self, installation_id: i64) {
-        TokenBroker::invalidate(self, installation_id);
+    fn is_cached(&self, owner: &str, repo: &str) -> bool {
+        self.agent_token_cached(owner, repo)
+    }
+
+    fn invalidate(&self, token: &str) -> Option<i64> {
+        self.forget_token(token)
     }
 }

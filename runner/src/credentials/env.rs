@@ -8,7 +8,11 @@
 //!    (the user's keychain, a cache), so agents never see other secrets and
 //!    git never prompts.
 //! 2. `credential.helper` = `!'<agent-runner>' git-credential --socket
-//!    '<socket>' --thread '<thread id>'` (git appends `get`/`store`/`erase`).
+//!    '<socket>' --thread '<thread id>' --capability-file '<file>'` (git
+//!    appends `get`/`store`/`erase`); the file, in the thread's private
+//!    home, holds the thread's capability ([`super::capability`]), issued
+//!    when this environment is made. The capability itself is never in the
+//!    environment or a command line.
 //! 3. `credential.useHttpPath` = `true`: git passes the repository path, so
 //!    the runner can pick the installation that covers it.
 //!
@@ -17,6 +21,9 @@
 //! username on the runner's terminal.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::capability::{Capabilities, capability_file};
 
 /// Builds the per-thread git environment.
 #[derive(Debug, Clone)]
@@ -25,39 +32,62 @@ pub struct GitEnv {
     socket: PathBuf,
     /// `GIT_CONFIG_COUNT` of the runner's own environment (kept, appended to).
     inherited: usize,
+    /// The threads' capabilities (shared with the credential socket).
+    capabilities: Arc<Capabilities>,
 }
 
 impl GitEnv {
-    /// `exe`: the `agent-runner` binary; `socket`: the credential socket.
-    /// The inherited `GIT_CONFIG_COUNT` is read from the process now.
-    pub fn new(exe: PathBuf, socket: PathBuf) -> Self {
-        Self::with_inherited(exe, socket, inherited_config_count())
+    /// `exe`: the `agent-runner` binary; `socket`: the credential socket,
+    /// which answers the holders of `capabilities`. The inherited
+    /// `GIT_CONFIG_COUNT` is read from the process now.
+    pub fn new(exe: PathBuf, socket: PathBuf, capabilities: Arc<Capabilities>) -> Self {
+        Self::with_inherited(exe, socket, capabilities, inherited_config_count())
     }
 
-    /// The environment for `exe`'s helper speaking to `socket`, after `inherited` GIT_CONFIG entries the runner itself was given.
-    pub fn with_inherited(exe: PathBuf, socket: PathBuf, inherited: usize) -> Self {
+    /// The environment for `exe`'s helper speaking to `socket`, after
+    /// `inherited` GIT_CONFIG entries the runner itself was given.
+    pub fn with_inherited(
+        exe: PathBuf,
+        socket: PathBuf,
+        capabilities: Arc<Capabilities>,
+        inherited: usize,
+    ) -> Self {
         Self {
             exe,
             socket,
             inherited,
+            capabilities,
         }
     }
 
-    /// The `credential.helper` value for `thread_id`.
-    pub fn helper(&self, thread_id: &str) -> String {
+    /// The `credential.helper` value for `thread_id`, whose capability is
+    /// in `capability_file`.
+    pub fn helper(&self, thread_id: &str, capability_file: &Path) -> String {
         format!(
-            "!{} git-credential --socket {} --thread {}",
+            "!{} git-credential --socket {} --thread {} --capability-file {}",
             shell_quote(&self.exe.to_string_lossy()),
             shell_quote(&self.socket.to_string_lossy()),
-            shell_quote(thread_id)
+            shell_quote(thread_id),
+            shell_quote(&capability_file.to_string_lossy())
         )
     }
 
-    /// The variables to add to the environment of `thread_id`'s agent.
-    pub fn for_thread(&self, thread_id: &str) -> Vec<(String, String)> {
+    /// The variables to add to the environment of `thread_id`'s agent,
+    /// whose private home is `home`; issues the thread's capability there
+    /// (see [`Capabilities::issue`]). When that fails (logged), git is
+    /// still pointed at the helper, which then gets nothing: no thread ever
+    /// falls back to credentials it cannot prove are its own.
+    pub fn for_thread(&self, thread_id: &str, home: &Path) -> Vec<(String, String)> {
+        let file = match self.capabilities.issue(thread_id, home) {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!(thread_id, home = %home.display(), error = %e, "issuing the thread's git credential capability failed; its git gets no credentials");
+                capability_file(home)
+            }
+        };
         let entries = [
             ("credential.helper", String::new()),
-            ("credential.helper", self.helper(thread_id)),
+            ("credential.helper", self.helper(thread_id, &file)),
             ("credential.useHttpPath", "true".to_owned()),
         ];
         let mut env = vec![("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned())];
@@ -68,6 +98,11 @@ impl GitEnv {
     /// The credential socket.
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// `thread_id` is gone: revoke its capability (and remove its file).
+    pub fn revoke(&self, thread_id: &str) {
+        self.capabilities.revoke(thread_id);
     }
 }
 
@@ -112,10 +147,24 @@ mod tests {
 
     use super::*;
 
+    fn caps() -> Arc<Capabilities> {
+        Arc::new(Capabilities::new(None))
+    }
+
     #[test]
     fn entries_follow_the_inherited_ones() {
-        let env = GitEnv::with_inherited("/bin/ar".into(), "/s/c.sock".into(), 2);
-        let vars = env.for_thread("thr-1");
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let caps = caps();
+        let env = GitEnv::with_inherited("/bin/ar".into(), "/s/c.sock".into(), caps.clone(), 2);
+        let vars = env.for_thread("thr-1", &home);
+        let file = home.join(super::super::capability::CAPABILITY_FILE);
+        let capability = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(caps.thread_of(&capability).as_deref(), Some("thr-1"));
+        assert!(
+            !format!("{vars:?}").contains(&capability),
+            "the capability itself is never in the environment"
+        );
         assert_eq!(
             vars,
             vec![
@@ -126,7 +175,10 @@ mod tests {
                 ("GIT_CONFIG_KEY_3".into(), "credential.helper".into()),
                 (
                     "GIT_CONFIG_VALUE_3".into(),
-                    "!'/bin/ar' git-credential --socket '/s/c.sock' --thread 'thr-1'".into()
+                    format!(
+                        "!'/bin/ar' git-credential --socket '/s/c.sock' --thread 'thr-1' --capability-file '{}'",
+                        file.display()
+                    )
                 ),
                 ("GIT_CONFIG_KEY_4".into(), "credential.useHttpPath".into()),
                 ("GIT_CONFIG_VALUE_4".into(), "true".into()),
@@ -149,20 +201,25 @@ mod tests {
     /// Git itself sees the entries: the helper list is reset, then ours.
     #[test]
     fn git_reads_the_entries() {
-        let env = GitEnv::with_inherited("/bin/ar".into(), "/s/c.sock".into(), 1);
+        let dir = tempfile::tempdir().unwrap();
+        let env = GitEnv::with_inherited("/bin/ar".into(), "/s/c.sock".into(), caps(), 1);
+        let file = dir.path().join(super::super::capability::CAPABILITY_FILE);
         let out = Command::new("git")
             .args(["config", "--get-all", "credential.helper"])
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("HOME", "/nonexistent")
             .env("GIT_CONFIG_KEY_0", "credential.helper")
             .env("GIT_CONFIG_VALUE_0", "store")
-            .envs(env.for_thread("t"))
+            .envs(env.for_thread("t", dir.path()))
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         assert_eq!(
             String::from_utf8(out.stdout).unwrap(),
-            "store\n\n!'/bin/ar' git-credential --socket '/s/c.sock' --thread 't'\n"
+            format!(
+                "store\n\n!'/bin/ar' git-credential --socket '/s/c.sock' --thread 't' --capability-file '{}'\n",
+                file.display()
+            )
         );
     }
 }

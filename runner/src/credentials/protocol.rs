@@ -44,7 +44,13 @@ pub enum Op {
 pub struct Request {
     /// What git asks.
     pub op: Op,
-    /// The thread whose agent runs git (checked like every wire id).
+    /// The thread's capability (the content of its capability file, see
+    /// [`super::capability`]): what the runner answers for. Never logged.
+    #[serde(default)]
+    pub capability: String,
+    /// The thread the helper was configured for (informative; checked like
+    /// every wire id, and against the thread the capability belongs to).
+    #[serde(default)]
     pub thread: String,
     /// `https` (or `http` for a loopback host).
     #[serde(default)]
@@ -64,6 +70,7 @@ impl fmt::Debug for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Request")
             .field("op", &self.op)
+            .field("capability", &"***")
             .field("thread", &self.thread)
             .field("protocol", &self.protocol)
             .field("host", &self.host)
@@ -294,6 +301,7 @@ mod tests {
     fn requests_round_trip_and_never_print_passwords() {
         let req = Request {
             op: Op::Erase,
+            capability: "cap_secret_value_456".into(),
             thread: "thr-1".into(),
             protocol: "https".into(),
             host: "github.com".into(),
@@ -303,6 +311,7 @@ mod tests {
         let line = serde_json::to_string(&req).unwrap();
         assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), req);
         assert!(!format!("{req:?}").contains("ghs_secret"));
+        assert!(!format!("{req:?}").contains("cap_secret"));
         let answer = Answer::credentials("ghs_secret_value_123".into());
         assert!(!format!("{answer:?}").contains("ghs_secret"));
         let err = serde_json::from_str::<Request>(r#"{"op":"fill","thread":"t"}"#);

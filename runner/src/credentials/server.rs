@@ -1,14 +1,19 @@
 //! The runner's end of the credential socket: a Unix socket (0600, in a
-//! 0700 directory under the state dir) that answers
-//! `agent-runner git-credential` with installation tokens.
+//! 0700 directory under the state dir; 0666 in a 0711 directory when
+//! agents run as another user) that answers `agent-runner git-credential`
+//! with installation tokens.
 //!
 //! Each connection carries one [`Request`] line and gets one [`Answer`]
 //! line. Connections run on their own tasks, at most [`MAX_CONNECTIONS`] at
 //! once (the accept loop waits for a free slot), each within
-//! [`CONNECTION_TIMEOUT`]. Only processes of the runner's own user may ask
-//! (checked with `SO_PEERCRED` on top of the file permissions). Log lines
-//! name the thread, the repository and the installation, never a token.
-
+//! [`CONNECTION_TIMEOUT`]. Only processes of the runner's own user (and of
+//! [`ServerOptions::extra_peer_uid`]) may connect (`SO_PEERCRED`), but what
+//! authenticates a request is the thread's capability
+//! ([`super::capability`]): the socket answers only for the thread the
+//! capability belongs to, never for a thread id alone. Requests that cost
+//! GitHub API calls are rate-limited per thread ([`super::limit`]). Log
+//! lines name the thread, the repository and the installation, never a
+//! token or a capability.
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -22,6 +27,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::capability::Capabilities;
+use super::limit::{Limiter, RateLimit};
 use super::protocol::{Answer, MAX_REQUEST_BYTES, Op, Request, Target};
 use crate::workspace::check_id;
 
@@ -37,7 +44,22 @@ pub const MAX_SOCKET_PATH: usize = 107;
 /// The socket's directory under the state dir, and its file name: short,
 /// to stay far from [`MAX_SOCKET_PATH`].
 pub const SOCKET_DIR: &str = "cred";
+/// The socket's file name in [`SOCKET_DIR`].
 pub const SOCKET_FILE: &str = "git.sock";
+
+/// How the socket is run.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// A user besides the runner's own whose processes may connect: the
+    /// user agents run as (`--agent-uid`). The socket and its directory
+    /// are then opened to others (0666 in a 0711 directory: connect, not
+    /// list) and the peer check accepts that uid too; a request still
+    /// needs its thread's capability. `None` (default): the runner's user
+    /// only, 0600 in 0700.
+    pub extra_peer_uid: Option<u32>,
+    /// Per-thread limit on requests that cost GitHub API calls.
+    pub rate_limit: RateLimit,
+}
 
 /// An installation token as the socket hands it out.
 pub struct IssuedToken {
@@ -54,10 +76,16 @@ pub trait Tokens: Send + Sync + 'static {
     /// The host tokens are for (`github.com`, or `host:port`); asked once,
     /// when the server starts.
     fn git_host(&self) -> String;
-    /// A token covering `owner/repo`; the error text is shown to git's user.
+    /// A token covering `owner/repo` for an agent (in App mode: minted for
+    /// that one repository); the error text is shown to git's user.
     async fn token(&self, owner: &str, repo: &str) -> Result<IssuedToken, String>;
-    /// A token of this installation was refused.
-    fn invalidate(&self, installation_id: i64);
+    /// Whether [`Tokens::token`] for `owner/repo` would be answered from
+    /// the cache, with no call to GitHub or the control plane (requests
+    /// that would not are rate-limited).
+    fn is_cached(&self, owner: &str, repo: &str) -> bool;
+    /// GitHub refused `token`: forget it if it is still cached (the next
+    /// request gets a new one); the installation it was of, if it was.
+    fn invalidate(&self, token: &str) -> Option<i64>;
 }
 
 /// Whether a thread id names a thread of this runner.
@@ -105,6 +133,9 @@ pub struct CredentialServer {
 struct Ctx {
     tokens: Arc<dyn Tokens>,
     threads: ThreadCheck,
+    capabilities: Arc<Capabilities>,
+    limiter: Limiter,
+    extra_peer_uid: Option<u32>,
     /// [`Tokens::git_host`], asked once: it does not change.
     git_host: String,
 }
@@ -116,12 +147,19 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 
 impl CredentialServer {
     /// Listen on [`socket_path`]`(state_dir)`, replacing a stale socket left
-    /// by an earlier runner. Must be called inside a tokio runtime.
+    /// by an earlier runner, answering the holders of `capabilities` for
+    /// live threads (`threads`). Must be called inside a tokio runtime.
     pub fn start(
         state_dir: &Path,
         tokens: Arc<dyn Tokens>,
         threads: ThreadCheck,
+        capabilities: Arc<Capabilities>,
+        options: ServerOptions,
     ) -> Result<Self, CredentialError> {
+        let (dir_mode, socket_mode) = match options.extra_peer_uid {
+            None => (0o700, 0o600),
+            Some(_) => (0o711, 0o666),
+        };
         let path = socket_path(state_dir);
         let len = path.as_os_str().len();
         if len > MAX_SOCKET_PATH {
@@ -148,7 +186,8 @@ impl CredentialServer {
                 "is not a directory owned by this user (a symlink or another user's); remove it",
             )));
         }
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(dir_mode))
+            .map_err(dir_err)?;
         let bind_err = |source| CredentialError::Bind {
             path: path.clone(),
             source,
@@ -166,13 +205,16 @@ impl CredentialServer {
             Err(e) => return Err(bind_err(e)),
         }
         let listener = UnixListener::bind(&path).map_err(bind_err)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(socket_mode))
             .map_err(bind_err)?;
         let stop = CancellationToken::new();
         let ctx = Arc::new(Ctx {
             git_host: tokens.git_host(),
             tokens,
             threads,
+            capabilities,
+            limiter: Limiter::new(options.rate_limit),
+            extra_peer_uid: options.extra_peer_uid,
         });
         let task = tokio::spawn(accept_loop(listener, ctx, stop.clone()));
         tracing::info!(socket = %path.display(), "git credential socket listening");
@@ -264,7 +306,9 @@ async fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, stop: CancellationTo
 async fn serve(stream: UnixStream, ctx: &Ctx) {
     match stream.peer_cred() {
         // SAFETY: geteuid has no preconditions and cannot fail.
-        Ok(peer) if peer.uid() == unsafe { libc::geteuid() } => {}
+        Ok(peer)
+            if peer.uid() == unsafe { libc::geteuid() }
+                || Some(peer.uid()) == ctx.extra_peer_uid => {}
         Ok(peer) => {
             tracing::warn!(
                 uid = peer.uid(),
@@ -323,15 +367,26 @@ async fn serve(stream: UnixStream, ctx: &Ctx) {
 
 /// The answer to one well-formed request.
 async fn answer(ctx: &Ctx, request: Request) -> Answer {
-    if let Err(e) = check_id("thread", &request.thread) {
-        tracing::warn!(error = %e, "credential request with an invalid thread id");
-        return Answer::nothing(e);
+    let Some(thread) = ctx.capabilities.thread_of(&request.capability) else {
+        let claimed = check_id("thread", &request.thread)
+            .map(|()| request.thread.as_str())
+            .unwrap_or("(invalid)");
+        tracing::warn!(claimed_thread = %claimed, "credential request without a valid capability refused");
+        return Answer::nothing(
+            "no valid thread capability was presented (the thread was deleted, the runner restarted, or the capability file is not this thread's); no credentials",
+        );
+    };
+    if !request.thread.is_empty() && request.thread != thread {
+        tracing::warn!(thread_id = %thread, "credential request naming another thread than its capability's refused");
+        return Answer::nothing("the capability presented is not the named thread's");
     }
-    let thread = request.thread.as_str();
-    if !(ctx.threads)(thread) {
-        tracing::info!(thread_id = %thread, "credential request for an unknown thread; no credentials");
+    if !(ctx.threads)(&thread) {
+        tracing::info!(thread_id = %thread, "credential request for a thread no longer live; capability revoked");
+        ctx.capabilities.revoke(&thread);
+        ctx.limiter.forget(&thread);
         return Answer::nothing(format!("unknown thread {thread}"));
     }
+    let thread = thread.as_str();
     let target = match Target::parse(
         &request.protocol,
         &request.host,
@@ -345,6 +400,18 @@ async fn answer(ctx: &Ctx, request: Request) -> Answer {
         }
     };
     let repo = format!("{}/{}", target.owner, target.repo);
+    let costly = match request.op {
+        Op::Get => !ctx.tokens.is_cached(&target.owner, &target.repo),
+        Op::Erase => request.password.is_some(),
+    };
+    if costly && let Err(wait) = ctx.limiter.take(thread) {
+        crate::metrics::git_credential_rate_limited();
+        tracing::warn!(thread_id = %thread, %repo, op = ?request.op, "git credential request rate-limited");
+        return Answer::nothing(format!(
+            "rate limited: this thread asked for too many new tokens (or erased too many); try again in {}s",
+            wait.as_secs().max(1)
+        ));
+    }
     match request.op {
         Op::Get => match ctx.tokens.token(&target.owner, &target.repo).await {
             Ok(issued) => {
@@ -360,18 +427,14 @@ async fn answer(ctx: &Ctx, request: Request) -> Answer {
             let Some(refused) = request.password else {
                 return Answer::default();
             };
-            // Only the token we would hand out now is worth forgetting; an
-            // older one was already replaced.
-            match ctx.tokens.token(&target.owner, &target.repo).await {
-                Ok(current) if current.token == refused => {
-                    tracing::info!(thread_id = %thread, %repo, installation_id = current.installation_id, "git refused an installation token; it will be refreshed");
-                    ctx.tokens.invalidate(current.installation_id);
+            // Only a token still cached is worth forgetting; an older one
+            // was already replaced.
+            match ctx.tokens.invalidate(&refused) {
+                Some(installation_id) => {
+                    tracing::info!(thread_id = %thread, %repo, installation_id, "git refused an installation token; it will be refreshed");
                 }
-                Ok(_) => {
-                    tracing::debug!(thread_id = %thread, %repo, "git refused a token that was already replaced");
-                }
-                Err(why) => {
-                    tracing::debug!(thread_id = %thread, %repo, error = %why, "erase for a repository without a token");
+                None => {
+                    tracing::debug!(thread_id = %thread, %repo, "git refused a token that is no longer cached");
                 }
             }
             Answer::default()

@@ -4,6 +4,9 @@
 //! (`GET /app/installations`) and mints installation tokens
 //! (`POST /app/installations/{id}/access_tokens`); each new token then lists
 //! the repositories it covers (`GET /installation/repositories`).
+//! Tokens for agents are minted for the one repository asked for
+//! (`repositories` and `permissions` in the access-token request, the
+//! permissions the operator configured: `--github-token-permissions`).
 //!
 //! HTTP goes through `octocrab` (one client: base URL with a GitHub
 //! Enterprise path kept, rustls with ring and the system roots, timeouts);
@@ -24,6 +27,7 @@ use serde::de::DeserializeOwned;
 use super::jwt::{AppKey, app_jwt};
 use super::source::{ASSUMED_LIFETIME, ListedInstallation, MintedToken, TokenSource};
 use super::{GithubError, Secret};
+use crate::config::TokenPermissions;
 
 /// GitHub's public API.
 pub use crate::config::DEFAULT_GITHUB_API_URL as DEFAULT_API_URL;
@@ -42,6 +46,8 @@ pub struct AppSource {
     key: AppKey,
     api_url: String,
     api: octocrab::Octocrab,
+    /// Of the tokens minted for agents (one repository each).
+    permissions: TokenPermissions,
 }
 
 #[derive(Deserialize)]
@@ -100,6 +106,46 @@ impl AppSource {
             key,
             api_url: api_url.trim_end_matches('/').to_owned(),
             api,
+            permissions: TokenPermissions::default(),
+        })
+    }
+
+    /// Agents' tokens get `permissions` (default:
+    /// [`crate::config::DEFAULT_TOKEN_PERMISSIONS`]).
+    pub fn with_permissions(mut self, permissions: TokenPermissions) -> Self {
+        self.permissions = permissions;
+        self
+    }
+
+    /// Mint a token of `installation_id`, with `body` as the request's JSON
+    /// (`None`: the installation's own token, every permission and
+    /// repository it has).
+    async fn mint_with(
+        &self,
+        installation_id: i64,
+        body: Option<&serde_json::Value>,
+    ) -> Result<MintedToken, GithubError> {
+        let jwt = self.jwt()?;
+        let what = match body {
+            None => format!("minting a token for installation {installation_id}"),
+            Some(_) => format!("minting a repository token for installation {installation_id}"),
+        };
+        let path = format!("/app/installations/{installation_id}/access_tokens");
+        let answer: ApiToken = match self.call(Method::POST, &path, &jwt, &what, body).await {
+            Ok(answer) => answer,
+            Err(Failure {
+                status: Some(StatusCode::NOT_FOUND),
+                ..
+            }) => return Err(GithubError::UnknownInstallation(installation_id)),
+            Err(f) => return Err(f.error),
+        };
+        let token = Secret::new(answer.token);
+        let expires_at = parse_expiry(answer.expires_at.as_deref(), SystemTime::now());
+        let repositories = self.repositories(installation_id, &token).await?;
+        Ok(MintedToken {
+            token,
+            expires_at,
+            repositories,
         })
     }
 
@@ -116,6 +162,7 @@ impl AppSource {
         path: &str,
         bearer: &Secret,
         what: &str,
+        body: Option<&serde_json::Value>,
     ) -> Result<T, Failure> {
         let mut auth =
             HeaderValue::try_from(format!("Bearer {}", bearer.expose())).map_err(|_| {
@@ -130,7 +177,7 @@ impl AppSource {
             .header("x-github-api-version", "2022-11-28");
         let request = self
             .api
-            .build_request(builder, None::<&()>)
+            .build_request(builder, body)
             .map_err(|e| GithubError::Rejected(format!("{what}: {e}")))?;
         let fetched = tokio::time::timeout(REQUEST_TIMEOUT, async {
             let response = self.api.execute(request).await?;
@@ -174,7 +221,7 @@ impl AppSource {
         let mut names = Vec::new();
         for page in 1..=MAX_PAGES {
             let path = format!("/installation/repositories?per_page={PER_PAGE}&page={page}");
-            let answer: ApiRepositories = self.call(Method::GET, &path, token, &what).await?;
+            let answer: ApiRepositories = self.call(Method::GET, &path, token, &what, None).await?;
             let got = answer.repositories.len();
             names.extend(answer.repositories.into_iter().map(|r| r.full_name));
             if got == 0 || names.len() >= answer.total_count {
@@ -243,7 +290,13 @@ impl TokenSource for AppSource {
         for page in 1..=MAX_PAGES {
             let path = format!("/app/installations?per_page={PER_PAGE}&page={page}");
             let answer: Vec<ApiInstallation> = self
-                .call(Method::GET, &path, &jwt, "listing the App's installations")
+                .call(
+                    Method::GET,
+                    &path,
+                    &jwt,
+                    "listing the App's installations",
+                    None,
+                )
                 .await?;
             let got = answer.len();
             listed.extend(answer.into_iter().map(|i| ListedInstallation {
@@ -258,31 +311,75 @@ impl TokenSource for AppSource {
     }
 
     async fn mint(&self, installation_id: i64) -> Result<MintedToken, GithubError> {
-        let jwt = self.jwt()?;
-        let what = format!("minting a token for installation {installation_id}");
-        let path = format!("/app/installations/{installation_id}/access_tokens");
-        let answer: ApiToken = match self.call(Method::POST, &path, &jwt, &what).await {
-            Ok(answer) => answer,
-            Err(Failure {
-                status: Some(StatusCode::NOT_FOUND),
-                ..
-            }) => return Err(GithubError::UnknownInstallation(installation_id)),
-            Err(f) => return Err(f.error),
-        };
-        let token = Secret::new(answer.token);
-        let expires_at = parse_expiry(answer.expires_at.as_deref(), SystemTime::now());
-        let repositories = self.repositories(installation_id, &token).await?;
-        Ok(MintedToken {
-            token,
-            expires_at,
-            repositories,
-        })
+        self.mint_with(installation_id, None).await
     }
+
+    fn scopes_to_repository(&self) -> bool {
+        true
+    }
+
+    async fn mint_for_repo(
+        &self,
+        installation_id: i64,
+        repo: &str,
+    ) -> Result<MintedToken, GithubError> {
+        let body = repo_token_request(repo, &self.permissions)?;
+        let minted = self.mint_with(installation_id, Some(&body)).await?;
+        // GitHub scoped it; a token covering more would be a bug worth
+        // refusing rather than handing to an agent.
+        if minted
+            .repositories
+            .iter()
+            .any(|r| !r.eq_ignore_ascii_case(repo))
+        {
+            return Err(GithubError::Rejected(format!(
+                "a token minted for {repo} covers other repositories too; refused"
+            )));
+        }
+        Ok(minted)
+    }
+}
+
+/// The access-token request of a token for `repo` (`owner/name`) alone:
+/// `{"repositories": ["name"], "permissions": {...}}`.
+fn repo_token_request(
+    repo: &str,
+    permissions: &TokenPermissions,
+) -> Result<serde_json::Value, GithubError> {
+    let name = repo
+        .split_once('/')
+        .map(|(_, name)| name)
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| GithubError::BadRepo {
+            repo: repo.to_owned(),
+        })?;
+    let permissions: serde_json::Map<String, serde_json::Value> = permissions
+        .0
+        .iter()
+        .map(|(n, l)| (n.clone(), serde_json::Value::String(l.clone())))
+        .collect();
+    Ok(serde_json::json!({
+        "repositories": [name],
+        "permissions": permissions,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repository_token_request_names_the_repository_and_permissions() {
+        let body = repo_token_request("acme/widgets", &TokenPermissions::default()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "repositories": ["widgets"],
+                "permissions": {"contents": "write", "pull_requests": "write", "metadata": "read"}
+            })
+        );
+        assert!(repo_token_request("widgets", &TokenPermissions::default()).is_err());
+    }
 
     #[test]
     fn expiry_is_parsed_or_assumed() {

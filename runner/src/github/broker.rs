@@ -13,6 +13,11 @@
 //!   has [`super::refresh::STALE_GRACE`] to live it is handed out meanwhile.
 //! * [`TokenBroker::invalidate`] forgets a token GitHub refused (a 401): the
 //!   next caller gets a new one.
+//! * Agents' tokens ([`TokenBroker::token_for_agent`]): when the source
+//!   scopes tokens (the runner's own App), a token minted for the one
+//!   repository asked for, with the operator's permissions, cached per
+//!   (installation, repository) like the installations' own; otherwise
+//!   (the control plane) the installation's token as it came.
 //! * Which installation serves `owner/repo` comes from the repositories each
 //!   token covers. A repository no known token covers makes the broker list
 //!   the installations again and re-mint tokens older than
@@ -91,7 +96,25 @@ struct Inner {
     git_host: String,
     options: BrokerOptions,
     clock: Clock,
-    slots: Mutex<HashMap<i64, Slot>>,
+    slots: Mutex<HashMap<SlotKey, Slot>>,
+}
+
+/// Which token a cache slot holds: an installation's own (`repo: None`,
+/// every repository the installation covers), or one minted for a single
+/// repository of it (`owner/repo`, lowercased).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SlotKey {
+    installation: i64,
+    repo: Option<String>,
+}
+
+impl SlotKey {
+    fn installation(installation: i64) -> Self {
+        Self {
+            installation,
+            repo: None,
+        }
+    }
 }
 
 type Flight = Shared<BoxFuture<'static, Result<Arc<Cached>, GithubError>>>;
@@ -200,7 +223,7 @@ impl TokenBroker {
         &self.inner.git_host
     }
 
-    fn slots(&self) -> MutexGuard<'_, HashMap<i64, Slot>> {
+    fn slots(&self) -> MutexGuard<'_, HashMap<SlotKey, Slot>> {
         self.inner.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -248,15 +271,15 @@ impl TokenBroker {
             let slots = self.slots();
             let mut ids: Vec<i64> = slots
                 .iter()
-                .filter(|(_, s)| covers(&s.repositories, key))
-                .map(|(id, _)| *id)
+                .filter(|(k, s)| k.repo.is_none() && covers(&s.repositories, key))
+                .map(|(k, _)| k.installation)
                 .collect();
             ids.sort_unstable();
             ids
         };
         let mut first_error = None;
         for id in candidates {
-            match self.fresh(id, None).await {
+            match self.fresh(&SlotKey::installation(id), None).await {
                 Ok(c) if covers(&c.repositories, key) => return Ok(Some(c.issue(id))),
                 Ok(_) => {}
                 Err(e) => {
@@ -283,14 +306,23 @@ impl TokenBroker {
             let mut slots = self.slots();
             let ids: Vec<i64> = listed.iter().map(|i| i.id).collect();
             // Installations no longer listed cover nothing any more.
-            slots.retain(|id, s| ids.contains(id) || s.inflight.is_some());
+            slots.retain(|k, s| ids.contains(&k.installation) || s.inflight.is_some());
             for i in &listed {
-                slots.entry(i.id).or_default().account = i.account.clone();
+                slots
+                    .entry(SlotKey::installation(i.id))
+                    .or_default()
+                    .account = i.account.clone();
             }
         }
         let recheck = self.inner.options.recheck_after;
         Ok(futures::stream::iter(listed)
-            .map(|i| async move { (i.id, self.fresh(i.id, Some(recheck)).await) })
+            .map(|i| async move {
+                (
+                    i.id,
+                    self.fresh(&SlotKey::installation(i.id), Some(recheck))
+                        .await,
+                )
+            })
             .buffer_unordered(PARALLEL_REFRESHES)
             .collect()
             .await)
@@ -304,12 +336,15 @@ impl TokenBroker {
         {
             let mut slots = self.slots();
             for i in &listed {
-                slots.entry(i.id).or_default().account = i.account.clone();
+                slots
+                    .entry(SlotKey::installation(i.id))
+                    .or_default()
+                    .account = i.account.clone();
             }
         }
         let mut out: Vec<Installation> = futures::stream::iter(listed)
             .map(|i| async move {
-                match self.fresh(i.id, None).await {
+                match self.fresh(&SlotKey::installation(i.id), None).await {
                     Ok(c) => Installation {
                         id: i.id,
                         account: i.account,
@@ -340,17 +375,78 @@ impl TokenBroker {
         installation_id: i64,
     ) -> Result<InstallationToken, GithubError> {
         Ok(self
-            .fresh(installation_id, None)
+            .fresh(&SlotKey::installation(installation_id), None)
             .await?
             .issue(installation_id))
     }
 
-    /// Forget the cached token of this installation (a 401 was seen with
-    /// it); the next caller gets a new one.
+    /// A token for an agent's git on `owner/repo`: when the source scopes
+    /// tokens (the runner's own App), one minted for that repository alone
+    /// with the configured permissions, cached per (installation,
+    /// repository); otherwise the installation's token
+    /// ([`TokenBroker::token_for_repo`]).
+    pub async fn token_for_agent(
+        &self,
+        owner: &str,
+        repo: &str,
+    ) -> Result<InstallationToken, GithubError> {
+        if !self.inner.source.scopes_to_repository() {
+            return self.token_for_repo(owner, repo).await;
+        }
+        let key = repo_key(owner, repo).ok_or_else(|| GithubError::BadRepo {
+            repo: format!("{owner}/{repo}"),
+        })?;
+        // Which installation covers it: from the cache, or learnt.
+        let installation_id = match self.covering_installation(&key) {
+            Some(id) => id,
+            None => self.token_for_repo(owner, repo).await?.installation_id,
+        };
+        let slot = SlotKey {
+            installation: installation_id,
+            repo: Some(key),
+        };
+        Ok(self.fresh(&slot, None).await?.issue(installation_id))
+    }
+
+    /// The installation already known to cover `key`, if any.
+    fn covering_installation(&self, key: &str) -> Option<i64> {
+        self.slots()
+            .iter()
+            .filter(|(k, s)| k.repo.is_none() && covers(&s.repositories, key))
+            .map(|(k, _)| k.installation)
+            .min()
+    }
+
+    /// Whether [`TokenBroker::token_for_agent`] for `owner/repo` would be
+    /// served from the cache now (no call to the source).
+    pub fn agent_token_cached(&self, owner: &str, repo: &str) -> bool {
+        let Some(key) = repo_key(owner, repo) else {
+            return true; // refused at once, costs nothing
+        };
+        let scoped = self.inner.source.scopes_to_repository();
+        let now = self.now();
+        self.slots().iter().any(|(k, s)| {
+            let matches = if scoped {
+                k.repo.as_deref() == Some(key.as_str())
+            } else {
+                k.repo.is_none() && covers(&s.repositories, &key)
+            };
+            matches && s.cached.as_ref().is_some_and(|c| now < c.refresh_at)
+        })
+    }
+
+    /// Forget the cached tokens of this installation (a 401 was seen with
+    /// one); the next caller gets a new one.
     pub fn invalidate(&self, installation_id: i64) {
-        if let Some(slot) = self.slots().get_mut(&installation_id)
-            && slot.cached.take().is_some()
+        let mut dropped = false;
+        for (_, slot) in self
+            .slots()
+            .iter_mut()
+            .filter(|(k, _)| k.installation == installation_id)
         {
+            dropped |= slot.cached.take().is_some();
+        }
+        if dropped {
             tracing::info!(installation_id, "GitHub installation token invalidated");
         }
     }
@@ -359,16 +455,25 @@ impl TokenBroker {
     /// cached one (a token refused after it was already replaced changes
     /// nothing).
     pub fn invalidate_token(&self, installation_id: i64, token: &str) {
-        let mut slots = self.slots();
-        if let Some(slot) = slots.get_mut(&installation_id)
-            && slot
-                .cached
-                .as_ref()
-                .is_some_and(|c| c.token.expose() == token)
-        {
-            slot.cached = None;
+        if self.forget_token(token) == Some(installation_id) {
             tracing::info!(installation_id, "GitHub installation token invalidated");
         }
+    }
+
+    /// Forget `token` wherever it is cached (an installation's or a
+    /// repository's); the installation it was of, if it was cached.
+    pub fn forget_token(&self, token: &str) -> Option<i64> {
+        let mut slots = self.slots();
+        let (key, slot) = slots
+            .iter_mut()
+            .find(|(_, s)| s.cached.as_ref().is_some_and(|c| c.token.expose() == token))?;
+        slot.cached = None;
+        tracing::info!(
+            installation_id = key.installation,
+            repository = key.repo.as_deref().unwrap_or("(all)"),
+            "GitHub installation token invalidated"
+        );
+        Some(key.installation)
     }
 
     /// The cached token if it is not due (and, with `max_age`, younger than
@@ -376,13 +481,13 @@ impl TokenBroker {
     /// none is.
     async fn fresh(
         &self,
-        installation_id: i64,
+        key: &SlotKey,
         max_age: Option<Duration>,
     ) -> Result<Arc<Cached>, GithubError> {
         let flight = {
             let now = self.now();
             let mut slots = self.slots();
-            let slot = slots.entry(installation_id).or_default();
+            let slot = slots.entry(key.clone()).or_default();
             if let Some(c) = &slot.cached {
                 let young = max_age
                     .is_none_or(|age| now.duration_since(c.minted_at).unwrap_or_default() < age);
@@ -399,7 +504,7 @@ impl TokenBroker {
             match &slot.inflight {
                 Some(flight) => flight.clone(),
                 None => {
-                    let flight = self.start_refresh(installation_id);
+                    let flight = self.start_refresh(key.clone());
                     slot.inflight = Some(flight.clone());
                     flight
                 }
@@ -413,16 +518,18 @@ impl TokenBroker {
     /// panic) never cleared its slot's flight: that is done here, so the
     /// next caller starts a new refresh instead of getting this failure
     /// forever.
-    fn start_refresh(&self, installation_id: i64) -> Flight {
+    fn start_refresh(&self, key: SlotKey) -> Flight {
+        let installation_id = key.installation;
         let broker = self.clone();
-        let task = tokio::spawn(async move { broker.refresh(installation_id).await });
+        let slot_key = key.clone();
+        let task = tokio::spawn(async move { broker.refresh(&slot_key).await });
         // Weak: the flight is kept in the broker's own slots.
         let inner = Arc::downgrade(&self.inner);
         async move {
             task.await.unwrap_or_else(|e| {
                 if let Some(inner) = inner.upgrade() {
                     let mut slots = inner.slots.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(slot) = slots.get_mut(&installation_id) {
+                    if let Some(slot) = slots.get_mut(&key) {
                         slot.inflight = None;
                     }
                 }
@@ -435,7 +542,8 @@ impl TokenBroker {
         .shared()
     }
 
-    async fn refresh(&self, installation_id: i64) -> Result<Arc<Cached>, GithubError> {
+    async fn refresh(&self, key: &SlotKey) -> Result<Arc<Cached>, GithubError> {
+        let installation_id = key.installation;
         let inner = &self.inner;
         let backoff = ExponentialBuilder::default()
             .with_min_delay(inner.options.retry_min_delay)
@@ -444,7 +552,10 @@ impl TokenBroker {
             .with_jitter()
             .with_max_times(inner.options.retries);
         let attempt = || async {
-            let minted = inner.source.mint(installation_id).await;
+            let minted = match &key.repo {
+                None => inner.source.mint(installation_id).await,
+                Some(repo) => inner.source.mint_for_repo(installation_id, repo).await,
+            };
             if minted.is_err() {
                 crate::metrics::token_refresh_failed();
             }
@@ -464,7 +575,7 @@ impl TokenBroker {
             .await;
         let now = self.now();
         let mut slots = self.slots();
-        let slot = slots.entry(installation_id).or_default();
+        let slot = slots.entry(key.clone()).or_default();
         slot.inflight = None;
         match minted {
             Ok(minted) => {

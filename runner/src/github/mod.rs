@@ -65,11 +65,10 @@ pub fn broker(
     redactor: Redactor,
 ) -> Result<TokenBroker, GithubError> {
     let source: Arc<dyn source::TokenSource> = match (&config.app, control_plane) {
-        (Some(app), _) => Arc::new(app::AppSource::new(
-            app.app_id,
-            app.key.clone(),
-            &app.api_url,
-        )?),
+        (Some(app), _) => Arc::new(
+            app::AppSource::new(app.app_id, app.key.clone(), &app.api_url)?
+                .with_permissions(app.token_permissions.clone()),
+        ),
         (None, Some(client)) => Arc::new(control_plane::ControlPlaneSource::new(client)),
         (None, None) => return Err(GithubError::NotConfigured),
     };

@@ -42,4 +42,25 @@ pub trait TokenSource: Send + Sync + 'static {
     async fn installations(&self) -> Result<Vec<ListedInstallation>, GithubError>;
     /// A new token for one installation.
     async fn mint(&self, installation_id: i64) -> Result<MintedToken, GithubError>;
+
+    /// Whether tokens handed to agents are minted for the one repository
+    /// asked for ([`TokenSource::mint_for_repo`]) rather than being the
+    /// installation's own. `false` (default): the control plane's tokens
+    /// are passed as they come.
+    fn scopes_to_repository(&self) -> bool {
+        false
+    }
+
+    /// A new token of one installation limited to `repo` (`owner/name`),
+    /// with the permissions the operator configured. Only called when
+    /// [`TokenSource::scopes_to_repository`]; the default mints the
+    /// installation's token.
+    async fn mint_for_repo(
+        &self,
+        installation_id: i64,
+        repo: &str,
+    ) -> Result<MintedToken, GithubError> {
+        let _ = repo;
+        self.mint(installation_id).await
+    }
 }

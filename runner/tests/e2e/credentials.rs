@@ -6,6 +6,7 @@
 //! the server refuses, and redaction: the token never appears in the
 //! runner's logs or in any update (an agent printing it gets `***`).
 
+pub(crate) mod capability;
 pub(crate) mod git_server;
 
 use std::path::Path;
@@ -18,7 +19,7 @@ use mock_control_plane::{GithubInstallation, MockConfig, MockControlPlane};
 use self::git_server::GitServer;
 use crate::support::*;
 
-const TOKEN_A: &str = "ghs_e2eCredTokenAlpha0123456789";
+pub(crate) const TOKEN_A: &str = "ghs_e2eCredTokenAlpha0123456789";
 const TOKEN_B: &str = "ghs_e2eCredTokenBravo9876543210";
 const TOKEN_NEVER: &str = "ghs_e2eCredTokenNobodyHandsOut00";
 pub(crate) const REPO: &str = "owner/repo.git";
@@ -72,7 +73,7 @@ pub(crate) struct World {
 /// A git server accepting `accepted`, a mock handing out `served` (living
 /// `lifetime`), and a runner told the git server is its GitHub host, with
 /// agent `a` and one thread.
-async fn world(served: &str, accepted: &str, lifetime: Duration) -> World {
+pub(crate) async fn world(served: &str, accepted: &str, lifetime: Duration) -> World {
     let root = tempfile::tempdir().unwrap();
     seed_repo(root.path());
     let git = GitServer::start(root.path(), accepted).await;
@@ -208,7 +209,7 @@ impl World {
     }
 }
 
-const HOUR: Duration = Duration::from_secs(3600);
+pub(crate) const HOUR: Duration = Duration::from_secs(3600);
 
 /// Commit (empty) and push from the clone in `dir`, saying PUSHED.
 pub(crate) fn commit_and_push(dir: &str, subject: &str) -> String {

@@ -50,6 +50,7 @@ async fn installations_repositories_and_tokens_through_octocrab() {
             app_id: APP_ID,
             key: AppKey::from_pem(test_app_key().private_pem.as_bytes()).unwrap(),
             api_url: api.url(),
+            token_permissions: Default::default(),
         }),
         host: "127.0.0.1:1".into(),
     };
@@ -181,4 +182,74 @@ async fn an_unknown_installation_and_a_refused_repository_listing() {
         err.to_string().contains("repositories of installation 11"),
         "{err}"
     );
+}
+
+/// Agents' tokens in App mode: minted for the one repository asked for,
+/// with the configured permissions, cached per (installation, repository);
+/// the mock GitHub refuses each for any other repository.
+#[tokio::test]
+async fn agents_get_tokens_for_one_repository_with_the_configured_permissions() {
+    use agent_runner::config::TokenPermissions;
+
+    let api = mock(Duration::from_secs(3600)).await;
+    let key = AppKey::from_pem(test_app_key().private_pem.as_bytes()).unwrap();
+    let perms = TokenPermissions::parse("contents:read,metadata:read").unwrap();
+    let source = AppSource::new(APP_ID, key, &api.url())
+        .unwrap()
+        .with_permissions(perms);
+    let broker = TokenBroker::new(
+        Arc::new(source),
+        Redactor::new(),
+        "127.0.0.1",
+        fast_retries(),
+    );
+    assert!(!broker.agent_token_cached("acme", "one"));
+    let one = broker.token_for_agent("acme", "one").await.unwrap();
+    let tok = one.token.expose();
+    assert_eq!(one.installation_id, 11);
+    assert_eq!(one.repositories, ["acme/one"]);
+    assert!(api.token_covers(tok, "acme/one"));
+    assert!(
+        !api.token_covers(tok, "acme/two"),
+        "same installation, other repository"
+    );
+    assert!(!api.token_covers(tok, "other/x"));
+    assert_eq!(
+        api.token_repositories(tok),
+        Some(vec!["acme/one".to_owned()])
+    );
+    let perms = api.token_permissions(tok).unwrap();
+    assert_eq!(
+        perms.into_iter().collect::<Vec<_>>(),
+        vec![
+            ("contents".to_owned(), "read".to_owned()),
+            ("metadata".to_owned(), "read".to_owned())
+        ]
+    );
+    // Cached per (installation, repository).
+    assert!(broker.agent_token_cached("acme", "one"));
+    assert!(!broker.agent_token_cached("acme", "two"));
+    let minted = api.mint_count();
+    let again = broker.token_for_agent("ACME", "one").await.unwrap();
+    assert_eq!(again.token, one.token);
+    assert_eq!(api.mint_count(), minted);
+    let two = broker.token_for_agent("acme", "two").await.unwrap();
+    assert_ne!(two.token, one.token);
+    assert!(api.token_covers(two.token.expose(), "acme/two"));
+    assert!(!api.token_covers(two.token.expose(), "acme/one"));
+    // Refused by GitHub (erase): only that token is forgotten.
+    assert_eq!(broker.forget_token(one.token.expose()), Some(11));
+    assert!(!broker.agent_token_cached("acme", "one"));
+    assert!(broker.agent_token_cached("acme", "two"));
+    let fresh = broker.token_for_agent("acme", "one").await.unwrap();
+    assert_ne!(fresh.token, one.token);
+    assert!(api.token_covers(fresh.token.expose(), "acme/one"));
+    // The installation's own token (skills, `github check`) is untouched.
+    let own = broker.token_for_repo("acme", "two").await.unwrap();
+    assert!(api.token_covers(own.token.expose(), "acme/one"));
+    assert!(api.token_covers(own.token.expose(), "acme/two"));
+    assert!(matches!(
+        broker.token_for_agent("acme", "three").await,
+        Err(GithubError::NotCovered { .. })
+    ));
 }

@@ -21,8 +21,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::task::JoinHandle;
 
 /// Decides whether a token (the password of user x-access-token) opens the
-/// repositories.
-type Accept = Box<dyn Fn(&str) -> bool + Send + Sync>;
+/// repository the request's path names (`/owner/repo.git/...`).
+type Accept = Box<dyn Fn(&str, &str) -> bool + Send + Sync>;
 
 struct State {
     root: PathBuf,
@@ -57,10 +57,11 @@ impl GitServer {
     }
 
     /// Serve the bare repositories under `root`, accepting the tokens
-    /// `accept` says yes to (asked on every request).
+    /// `accept` says yes to (asked on every request with the token and the
+    /// request's path).
     pub async fn start_accepting(
         root: &Path,
-        accept: impl Fn(&str) -> bool + Send + Sync + 'static,
+        accept: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
     ) -> Self {
         Self::serve(root, "", Some(Box::new(accept))).await
     }
@@ -139,9 +140,10 @@ async fn handle(
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let path = req.uri().path().to_owned();
     let allowed = |a: &str| {
         basic_password(a).is_some_and(|token| match &st.accept {
-            Some(accept) => accept(&token),
+            Some(accept) => accept(&token, &path),
             None => token == *st.token.lock().unwrap(),
         })
     };
