@@ -32,8 +32,8 @@ mod structured;
 mod tool_call;
 
 pub use engine::{Engine, EngineConfig};
-pub use sandboxes::{EngineLauncher, Sandboxes};
 pub use prompt::default_prompt;
+pub use sandboxes::{EngineLauncher, Sandboxes};
 pub use serve::serve;
 pub use service::Service;
 pub use store::validate_session_id;

@@ -20,10 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::commands::{AgentCmd, ThreadCmd};
 
-/// Requests allowed to wait at once, runner-wide, unless the operator says
-/// otherwise: far above any legitimate burst; each costs a few hundred
-/// bytes while it waits.
-pub const DEFAULT_MAX_QUEUED: usize = 10_000;
+pub use crate::config::DEFAULT_MAX_QUEUED_REQUESTS as DEFAULT_MAX_QUEUED;
 
 /// A command in a mailbox, holding its slot until its task takes it.
 pub struct Queued<C> {

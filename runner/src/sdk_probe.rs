@@ -21,7 +21,7 @@ use crate::updates::RequestId;
 pub fn agent_sdk_update(request_id: RequestId, d: SdkDescription) -> ClientMessage {
     ClientMessage {
         request_id,
-        payload: Some(Payload::AgentSdkUpdate(crate::link::agent_sdk(d))),
+        payload: Some(Payload::AgentSdkUpdate(crate::updates::agent_sdk(d))),
         sequence: 0,
     }
 }

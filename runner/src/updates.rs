@@ -2,12 +2,12 @@
 //! SDK-neutral events meet the wire contract.
 
 use agent_runner_proto::runner::{
-    AgentStatus, AgentUpdate, ClientMessage, CommandExecutionItem, HeartbeatResponse, ItemStatus,
-    ItemType, ItemUpdate, RequestError, SkillMpStatus, SkillMpUpdate, ThreadNameUpdate,
-    ThreadStatus, ThreadTokenUsageUpdate, ThreadUpdate, TokenUsageBreakdown, TurnStatus,
-    TurnUpdate, client_message::Payload,
+    AgentSdk, AgentSdkStatus, AgentStatus, AgentUpdate, ClientMessage, CommandExecutionItem,
+    HeartbeatResponse, ItemStatus, ItemType, ItemUpdate, LlmModel, RequestError, SkillMpStatus,
+    SkillMpUpdate, ThreadNameUpdate, ThreadStatus, ThreadTokenUsageUpdate, ThreadUpdate,
+    TokenUsageBreakdown, TurnStatus, TurnUpdate, client_message::Payload,
 };
-use sdk_adapter::{ItemEvent, ItemKind, TokenUsage};
+use sdk_adapter::{ItemEvent, ItemKind, SdkDescription, SdkStatus, TokenUsage};
 
 use crate::redact::Redactor;
 
@@ -211,6 +211,28 @@ pub fn redact(msg: &mut ClientMessage, redactor: &Redactor) {
         }
         Some(Payload::RequestError(e)) => redactor.redact_in_place(&mut e.error_message),
         _ => {}
+    }
+}
+
+/// What registration says about one SDK.
+pub fn agent_sdk(d: SdkDescription) -> AgentSdk {
+    AgentSdk {
+        name: d.name,
+        models: d
+            .models
+            .into_iter()
+            .map(|m| LlmModel {
+                name: m.name,
+                reasoning: m.reasoning_levels,
+            })
+            .collect(),
+        status: match d.status {
+            SdkStatus::Ready => AgentSdkStatus::Ready,
+            SdkStatus::Unconfigured => AgentSdkStatus::Unconfigured,
+            SdkStatus::Error => AgentSdkStatus::Error,
+        }
+        .into(),
+        error_message: d.error_message,
     }
 }
 

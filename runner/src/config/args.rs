@@ -89,6 +89,11 @@ pub struct RunArgs {
     pub sandbox: SandboxArgs,
 }
 
+/// Requests allowed to wait at once, runner-wide, unless the operator says
+/// otherwise: far above any legitimate burst; each costs a few hundred
+/// bytes while it waits.
+pub const DEFAULT_MAX_QUEUED_REQUESTS: usize = 10_000;
+
 /// Default limit on a package's total size.
 pub const DEFAULT_SKILL_MAX_BYTES: u64 = 16 * 1024 * 1024;
 

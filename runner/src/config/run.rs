@@ -210,7 +210,7 @@ impl RunConfig {
             max_queued_requests: args
                 .max_queued_requests
                 .or(file.max_queued_requests)
-                .unwrap_or(crate::mailboxes::DEFAULT_MAX_QUEUED),
+                .unwrap_or(DEFAULT_MAX_QUEUED_REQUESTS),
             drain_timeout: duration(
                 "drain_timeout",
                 args.drain_timeout,

@@ -21,12 +21,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner_proto::runner::{
-    AgentSdk, AgentSdkStatus, ClientMessage, LlmModel, RegisterRunnerRequest,
-};
+use agent_runner_proto::runner::{ClientMessage, RegisterRunnerRequest};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::Stream;
-use sdk_adapter::{SdkDescription, SdkStatus};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -154,7 +151,10 @@ impl Link {
         let mut client = self.client.clone();
         let descriptions = self.rt.sdks.describe_all().await;
         let request = RegisterRunnerRequest {
-            agent_sdks: descriptions.into_iter().map(agent_sdk).collect(),
+            agent_sdks: descriptions
+                .into_iter()
+                .map(crate::updates::agent_sdk)
+                .collect(),
             features: vec![ACKED_DELIVERY.to_owned()],
         };
         let registered = tokio::select! {
@@ -380,28 +380,6 @@ async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
             }
         };
         s.ready.extend(batch);
-    }
-}
-
-/// What registration says about one SDK.
-pub fn agent_sdk(d: SdkDescription) -> AgentSdk {
-    AgentSdk {
-        name: d.name,
-        models: d
-            .models
-            .into_iter()
-            .map(|m| LlmModel {
-                name: m.name,
-                reasoning: m.reasoning_levels,
-            })
-            .collect(),
-        status: match d.status {
-            SdkStatus::Ready => AgentSdkStatus::Ready,
-            SdkStatus::Unconfigured => AgentSdkStatus::Unconfigured,
-            SdkStatus::Error => AgentSdkStatus::Error,
-        }
-        .into(),
-        error_message: d.error_message,
     }
 }
 

@@ -119,7 +119,15 @@ impl ClaudeAdapter {
         let sandbox = spec.sandbox.get()?;
         let resume = slot.shared.resumable.load(Ordering::SeqCst)
             || has_transcript(&self.config, &sandbox.spec().home_dir, &slot.session_id);
-        Session::start(&self.config, spec, sandbox, &slot.session_id, resume, flavor).map_err(|e| match e {
+        Session::start(
+            &self.config,
+            spec,
+            sandbox,
+            &slot.session_id,
+            resume,
+            flavor,
+        )
+        .map_err(|e| match e {
             ChildError::NotFound { .. } => SdkError::Unavailable(e.to_string()),
             other => SdkError::Failed(other.to_string()),
         })
