@@ -58,9 +58,13 @@ fn start_credentials(
     let weak = Arc::downgrade(mailboxes);
     let threads: ThreadCheck =
         Arc::new(move |id: &str| weak.upgrade().is_some_and(|m| m.has_thread(id)));
-    // Hook for `--agent-uid` (issue 17): set both to the agents' uid so
-    // their helper can reach the socket and read its capability file.
-    let agent_uid: Option<u32> = None;
+    // With `--agent-uid` the agents' helper runs as that uid: it must reach
+    // the socket and read its capability file (the capability, not the
+    // uid, is what authenticates it). Mode `off` runs agents as the runner.
+    let agent_uid: Option<u32> = match config.sandbox.mode {
+        agent_launcher::Mode::Off => None,
+        _ => config.sandbox.agent_user.map(|u| u.uid),
+    };
     let capabilities = Arc::new(Capabilities::new(agent_uid));
     let options = ServerOptions {
         extra_peer_uid: agent_uid,

@@ -53,6 +53,9 @@ pub struct AgentSandboxes {
     threads: Mutex<HashMap<String, Arc<ThreadSandbox>>>,
     /// Set when agents run as another uid: their directories are theirs.
     owner: Option<(u32, u32)>,
+    /// The SDK homes the operator set (`CODEX_HOME`, `CLAUDE_CONFIG_DIR`):
+    /// read-write for every thread, see [`sdk_homes`].
+    sdk_homes: Vec<PathBuf>,
 }
 
 /// Paths agents must never see, from the settings.
@@ -107,7 +110,8 @@ impl AgentSandboxes {
             protected_paths(config),
         );
         launcher_config.read_only.extend(runner_programs(config));
-        let me = Self::with_probe(launcher_config, agent_launcher::probe_host())?;
+        let mut me = Self::with_probe(launcher_config, agent_launcher::probe_host())?;
+        me.sdk_homes = sdk_homes(config);
         me.sweep_leftovers();
         Ok(me)
     }
@@ -164,6 +168,7 @@ impl AgentSandboxes {
             status,
             threads: Mutex::new(HashMap::new()),
             owner,
+            sdk_homes: Vec::new(),
         })
     }
 
@@ -187,6 +192,7 @@ impl AgentSandboxes {
                     launcher: Ok(Arc::new(launcher)),
                     threads: Mutex::new(HashMap::new()),
                     owner: None,
+                    sdk_homes: Vec::new(),
                 }
             }
             Err(e) => Self {
@@ -198,6 +204,7 @@ impl AgentSandboxes {
                 launcher: Err(e.to_string()),
                 threads: Mutex::new(HashMap::new()),
                 owner: None,
+                sdk_homes: Vec::new(),
             },
         }
     }
@@ -241,11 +248,14 @@ impl AgentSandboxes {
         if let Err(e) = self.own_dirs(&workspace, &private) {
             return Sandbox::refused(format!("preparing the thread's directories: {e}"));
         }
+        let mut skills = vec![workspaces.agent_skills(agent_id)];
+        skills.extend(thread_package_skills(workspaces, &workspace));
         let spec = ThreadSpec {
             workspace,
             home_dir: workspaces.thread_home(agent_id, thread_id),
             tmp_dir: workspaces.thread_tmp(agent_id, thread_id),
-            skills: vec![workspaces.agent_skills(agent_id)],
+            skills,
+            read_write: self.sdk_homes.clone(),
             ..ThreadSpec::default()
         };
         match launcher.thread(spec) {
@@ -282,6 +292,7 @@ impl AgentSandboxes {
             workspace,
             home_dir: root.join("private/home"),
             tmp_dir: root.join("private/tmp"),
+            read_write: self.sdk_homes.clone(),
             ..ThreadSpec::default()
         };
         match launcher.thread(spec) {
@@ -381,19 +392,87 @@ fn log_kill(thread_id: &str, why: &str, report: Result<KillReport, tokio::task::
 }
 
 /// What agents must be able to run besides the system: this binary (the
-/// git credential helper is `agent-runner git-credential`) and the
-/// directories of the codex and claude CLIs when they are given as paths
-/// (a CLI found on PATH under `/usr` is readable already; one elsewhere
-/// needs `--sandbox-read-only`).
+/// git credential helper is `agent-runner git-credential`) and the codex
+/// and claude CLIs when they are given as paths: the CLI's directory, or,
+/// for a CLI installed with npm, the whole `node_modules` tree it sits in
+/// (the npm wrapper starts a native binary from a sibling package). A CLI
+/// found on PATH under `/usr` is readable already; one elsewhere needs
+/// `--sandbox-read-only`.
 fn runner_programs(config: &RunConfig) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::env::current_exe().into_iter().collect();
     let options = &config.sdk_options;
     for bin in [&options.codex.bin, &options.claude.bin] {
         if bin.components().count() > 1
             && let Ok(real) = std::fs::canonicalize(bin)
-            && let Some(dir) = real.parent()
         {
-            out.push(dir.to_path_buf());
+            out.extend(program_dir(&real));
+        }
+    }
+    out
+}
+
+/// The directory agents need to read to run the program at `real` (a
+/// resolved path): the outermost `node_modules` above it, else its own.
+fn program_dir(real: &Path) -> Option<PathBuf> {
+    let node_modules = real
+        .ancestors()
+        .filter(|dir| dir.file_name().is_some_and(|name| name == "node_modules"))
+        .last();
+    node_modules.or(real.parent()).map(Path::to_path_buf)
+}
+
+/// The skills of the thread's own packages (`git_skill_packages`): the
+/// entries of the shared skill cache its `.agents/skills` links to, and
+/// only those, so a thread reads no other thread's packages. The links are
+/// made before the thread's sandbox (at creation; on disk after a restart).
+fn thread_package_skills(workspaces: &Workspaces, workspace: &Path) -> Vec<PathBuf> {
+    let Ok(cache) = workspaces
+        .root()
+        .join(crate::skills::thread::CACHE_DIR)
+        .canonicalize()
+    else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(workspace.join(".agents").join("skills")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.path().canonicalize().ok())
+        .filter(|target| target.starts_with(&cache))
+        .collect()
+}
+
+/// The SDK homes the operator configured: `CODEX_HOME` and
+/// `CLAUDE_CONFIG_DIR`, from the adapter's extra environment or the
+/// runner's. They hold the CLIs' logins (and their session files), so
+/// every thread's sandbox gets them read-write: threads of one SDK share
+/// its home, as they share its login. Unset, each thread's CLI uses its
+/// own HOME (`~/.codex`, `~/.claude`) and needs an API key in the
+/// environment. Created if missing.
+fn sdk_homes(config: &RunConfig) -> Vec<PathBuf> {
+    let options = &config.sdk_options;
+    let lookup = |env: &[(String, String)], key: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| PathBuf::from(v))
+            .or_else(|| std::env::var_os(key).map(PathBuf::from))
+            .filter(|p| p.is_absolute())
+    };
+    let mut out = Vec::new();
+    for home in [
+        lookup(&options.codex.env, "CODEX_HOME"),
+        lookup(&options.claude.env, "CLAUDE_CONFIG_DIR"),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        match std::fs::create_dir_all(&home) {
+            Ok(()) => out.push(home),
+            Err(e) => {
+                tracing::warn!(home = %home.display(), error = %e, "an SDK home cannot be created; agents will not see it")
+            }
         }
     }
     out

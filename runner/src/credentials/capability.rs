@@ -100,10 +100,15 @@ impl Capabilities {
     /// process if the file still holds it, else a new one (the old one
     /// dies). Returns the file's path.
     pub fn issue(&self, thread_id: &str, home: &Path) -> io::Result<PathBuf> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(home)?;
+        // Only HOME itself is private (0700); its parents keep the default
+        // mode, or an agent running as another uid could not reach it.
+        if let Some(parent) = home.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(home) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
         let dir = open_dir(home)?;
         let mut table = self.table();
         if let Some(issued) = table.by_thread.get(thread_id)

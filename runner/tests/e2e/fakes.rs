@@ -41,7 +41,9 @@ pub fn with_fake_codex(opts: RunnerOpts, state: &Path) -> RunnerOpts {
         .arg("codex")
         .arg("--codex-bin")
         .arg(&bin.to_string_lossy())
-        .env("FAKE_CODEX_STATE", &state.to_string_lossy())
+        // Its state is its home, as codex's login is: the runner gives
+        // CODEX_HOME to every thread's sandbox.
+        .env("CODEX_HOME", &state.to_string_lossy())
 }
 
 /// The fake claude, its config dir `state`.

@@ -399,13 +399,6 @@ async fn outbox_metrics_show_what_a_full_outbox_sheds() {
     // Disconnected: updates pile up to the bound, intermediate ones go.
     wait_metric(&addr, "agent_runner_outbox_dropped_total", |v| v >= 1.0).await;
     wait_metric(&addr, "agent_runner_outbox_depth", |v| v >= 16.0).await;
-    // `--config` as `run` takes it: its health_addr, when no flag or env says.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("runner.toml");
-    std::fs::write(&file, format!("health_addr = \"{addr}\"\n")).unwrap();
-    let out = status_cmd(&["--config", file.to_str().unwrap(), "--probe", "readyz"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-
     let out = status_cmd(&["--health-addr", &addr, "--json"]).await;
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
     assert!(json["outbox"]["depth"].as_u64() >= Some(16), "{json}");
@@ -445,6 +438,13 @@ async fn status_prints_connection_turns_outbox_and_sdks() {
         .unwrap_or_else(|| panic!("no line for the running turn in\n{summary}"));
     assert!(turn_line.contains("agent a"), "{turn_line}");
     assert!(turn_line.contains("running for "), "{turn_line}");
+
+    // `--config` as `run` takes it: its health_addr, when no flag or env says.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runner.toml");
+    std::fs::write(&file, format!("health_addr = \"{addr}\"\n")).unwrap();
+    let out = status_cmd(&["--config", file.to_str().unwrap(), "--probe", "readyz"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
     let out = status_cmd(&["--health-addr", &addr, "--json"]).await;
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");

@@ -22,7 +22,8 @@
 //! | anything else | `agentMessage` `echo: LINE` |
 //!
 //! State that must outlive a process (which threads have a rollout, so
-//! `thread/resume` works only for those) lives in `$FAKE_CODEX_STATE`, where
+//! `thread/resume` works only for those) lives in `$FAKE_CODEX_STATE` (else
+//! `$CODEX_HOME`, its home, as for codex), where
 //! the fake also appends `pid N`, `args …` and one line per request method
 //! to `log`.
 //! `FAKE_CODEX_LOGGED_OUT=1`, or a file `$FAKE_CODEX_STATE/logged-out`, makes
@@ -64,7 +65,10 @@ fn main() {
         eprintln!("usage: fake-codex app-server");
         std::process::exit(2);
     }
+    // Its home, as codex's is: FAKE_CODEX_STATE, else CODEX_HOME (what
+    // the runner's sandbox lets a CLI write), else the temp dir.
     let state = std::env::var_os("FAKE_CODEX_STATE")
+        .or_else(|| std::env::var_os("CODEX_HOME"))
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let mut fake = Fake {
