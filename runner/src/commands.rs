@@ -10,6 +10,19 @@ use crate::metrics::RequestOutcome;
 use crate::outbox::Outbox;
 use crate::updates::{self, RequestId};
 
+/// One package of a thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadPackage {
+    /// The repository (any form `InstallSkillsMpRequest` accepts).
+    pub repository_url: String,
+    /// The commit (or a branch or tag, resolved to a commit).
+    pub commit_reference: String,
+    /// Directories of the repository holding a skill (`SKILL.md`) or
+    /// skills (`skills/*/SKILL.md`); none listed means the repository's
+    /// root.
+    pub directories: Vec<String>,
+}
+
 /// A request for an agent's task.
 pub enum AgentCmd {
     /// Create the agent in `sdk` (idempotent).
@@ -33,7 +46,7 @@ pub enum AgentCmd {
         /// empty).
         instructions: Option<String>,
         /// Skill packages for this thread only.
-        skill_packages: Vec<crate::skills::thread::ThreadPackage>,
+        skill_packages: Vec<ThreadPackage>,
         /// The thread's model.
         model: String,
         /// The thread's reasoning level (`None`: the model's default).

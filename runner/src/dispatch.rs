@@ -83,7 +83,7 @@ fn route(
                 skill_packages: r
                     .git_skill_packages
                     .into_iter()
-                    .map(|p| crate::skills::thread::ThreadPackage {
+                    .map(|p| crate::commands::ThreadPackage {
                         repository_url: p.repository_url,
                         commit_reference: p.commit_reference,
                         directories: p.skills.into_iter().map(|s| s.directory_path).collect(),

@@ -2,7 +2,7 @@
 //! SDK-neutral events meet the wire contract.
 
 use agent_runner_proto::runner::{
-    AgentStatus, AgentUpdate, ClientMessage, CommandExecutionItem, HeartbeatResponse, ItemStatus,
+    AgentSdk, AgentSdkStatus, LlmModel, AgentStatus, AgentUpdate, ClientMessage, CommandExecutionItem, HeartbeatResponse, ItemStatus,
     ItemType, ItemUpdate, RequestError, SkillMpStatus, SkillMpUpdate, ThreadNameUpdate,
     ThreadStatus, ThreadTokenUsageUpdate, ThreadUpdate, TokenUsageBreakdown, TurnStatus,
     TurnUpdate, client_message::Payload,
@@ -53,6 +53,33 @@ pub fn agent(request_id: RequestId, agent_id: &str, status: AgentStatus) -> Clie
             status: status.into(),
         }),
     )
+}
+
+/// What registration (and `agent_sdk_update`) says about one SDK.
+pub fn agent_sdk(d: sdk_adapter::SdkDescription) -> AgentSdk {
+    AgentSdk {
+        name: d.name,
+        models: d
+            .models
+            .into_iter()
+            .map(|m| LlmModel {
+                name: m.name,
+                reasoning: m.reasoning_levels,
+            })
+            .collect(),
+        status: match d.status {
+            sdk_adapter::SdkStatus::Ready => AgentSdkStatus::Ready,
+            sdk_adapter::SdkStatus::Unconfigured => AgentSdkStatus::Unconfigured,
+            sdk_adapter::SdkStatus::Error => AgentSdkStatus::Error,
+        }
+        .into(),
+        error_message: d.error_message,
+    }
+}
+
+/// An `agent_sdk_update`: `d` changed since the control plane was told.
+pub fn agent_sdk_update(request_id: RequestId, d: sdk_adapter::SdkDescription) -> ClientMessage {
+    message(request_id, Payload::AgentSdkUpdate(agent_sdk(d)))
 }
 
 /// A `ThreadNameUpdate`: the SDK's title for the thread (`None`: cleared).

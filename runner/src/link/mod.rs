@@ -12,13 +12,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner_proto::runner::{
-    AgentSdk, AgentSdkStatus, ClientMessage, LlmModel, RegisterRunnerRequest,
-};
+use agent_runner_proto::runner::{AgentSdk, ClientMessage, RegisterRunnerRequest};
 use agent_runner_proto::{Validate, violations};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::Stream;
-use sdk_adapter::{SdkDescription, SdkStatus};
+use sdk_adapter::SdkDescription;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -335,24 +333,7 @@ async fn next_outbound(s: Outbound) -> Option<(ClientMessage, Outbound)> {
 
 /// What registration says about one SDK.
 pub fn agent_sdk(d: SdkDescription) -> AgentSdk {
-    AgentSdk {
-        name: d.name,
-        models: d
-            .models
-            .into_iter()
-            .map(|m| LlmModel {
-                name: m.name,
-                reasoning: m.reasoning_levels,
-            })
-            .collect(),
-        status: match d.status {
-            SdkStatus::Ready => AgentSdkStatus::Ready,
-            SdkStatus::Unconfigured => AgentSdkStatus::Unconfigured,
-            SdkStatus::Error => AgentSdkStatus::Error,
-        }
-        .into(),
-        error_message: d.error_message,
-    }
+    updates::agent_sdk(d)
 }
 
 #[cfg(test)]
