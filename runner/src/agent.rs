@@ -11,7 +11,7 @@ use agent_runner_proto::runner::{AgentStatus, ThreadStatus};
 use sdk_adapter::{AgentSpec, ThreadSpec};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::commands::{AgentCmd, ThreadCmd};
+use crate::commands::{AgentCmd, NewThread, ThreadCmd};
 use crate::mailboxes::{AgentTx, Queued};
 use crate::runtime::Runtime;
 use crate::skills;
@@ -85,23 +85,7 @@ impl AgentTask {
         match cmd {
             AgentCmd::Create { sdk, rid } => self.create(sdk, rid).await,
             AgentCmd::Delete { rid } => self.delete(rid).await,
-            AgentCmd::CreateThread {
-                thread_id,
-                instructions,
-                skill_packages,
-                model,
-                reasoning_level,
-                rid,
-            } => {
-                let request = NewThread {
-                    thread_id,
-                    instructions,
-                    skill_packages,
-                    model,
-                    reasoning_level,
-                };
-                self.create_thread(request, rid).await
-            }
+            AgentCmd::CreateThread { thread, rid } => self.create_thread(*thread, rid).await,
             AgentCmd::InstallSkill { package, rid } => self.install_skill(package, rid).await,
         }
     }
@@ -359,15 +343,6 @@ impl AgentTask {
             .await;
         Ok(())
     }
-}
-
-/// What a `CreateThreadRequest` asks for.
-struct NewThread {
-    thread_id: Option<String>,
-    instructions: Option<String>,
-    skill_packages: Vec<skills::thread::ThreadPackage>,
-    model: String,
-    reasoning_level: Option<String>,
 }
 
 impl AgentTask {

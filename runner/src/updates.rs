@@ -2,10 +2,10 @@
 //! SDK-neutral events meet the wire contract.
 
 use agent_runner_proto::runner::{
-    AgentSdk, AgentSdkStatus, LlmModel, AgentStatus, AgentUpdate, ClientMessage, CommandExecutionItem, HeartbeatResponse, ItemStatus,
-    ItemType, ItemUpdate, RequestError, SkillMpStatus, SkillMpUpdate, ThreadNameUpdate,
-    ThreadStatus, ThreadTokenUsageUpdate, ThreadUpdate, TokenUsageBreakdown, TurnStatus,
-    TurnUpdate, client_message::Payload,
+    AgentSdk, AgentSdkStatus, AgentStatus, AgentUpdate, ClientMessage, CommandExecutionItem,
+    HeartbeatResponse, ItemStatus, ItemType, ItemUpdate, LlmModel, RequestError, SkillMpStatus,
+    SkillMpUpdate, ThreadNameUpdate, ThreadStatus, ThreadTokenUsageUpdate, ThreadUpdate,
+    TokenUsageBreakdown, TurnStatus, TurnUpdate, client_message::Payload,
 };
 use sdk_adapter::{ItemEvent, ItemKind, TokenUsage};
 
