@@ -153,6 +153,7 @@ impl Live {
                 model: "scripted-fast".into(),
                 reasoning_level: None,
                 last_turn_id: None,
+                instructions: None,
             })
             .expect("harness: plant thread");
         let sdks = Sdks::from_adapters(vec![Arc::new(Sandboxed(
