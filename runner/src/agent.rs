@@ -11,7 +11,7 @@ use agent_runner_proto::runner::{AgentStatus, ThreadStatus};
 use sdk_adapter::{AgentSpec, ThreadSpec};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::commands::{AgentCmd, ThreadCmd};
+use crate::commands::{AgentCmd, NewThread, ThreadCmd};
 use crate::mailboxes::{AgentTx, Queued};
 use crate::runtime::Runtime;
 use crate::skills;
@@ -85,23 +85,7 @@ impl AgentTask {
         match cmd {
             AgentCmd::Create { sdk, rid } => self.create(sdk, rid).await,
             AgentCmd::Delete { rid } => self.delete(rid).await,
-            AgentCmd::CreateThread {
-                thread_id,
-                instructions,
-                skill_packages,
-                model,
-                reasoning_level,
-                rid,
-            } => {
-                let request = NewThread {
-                    thread_id,
-                    instructions,
-                    skill_packages,
-                    model,
-                    reasoning_level,
-                };
-                self.create_thread(request, rid).await
-            }
+            AgentCmd::CreateThread { thread, rid } => self.create_thread(*thread, rid).await,
             AgentCmd::InstallSkill { package, rid } => self.install_skill(package, rid).await,
         }
     }
@@ -282,6 +266,16 @@ impl AgentTask {
             ));
         };
         let rt = &self.rt;
+        if let Some(id) = &chosen
+            && self.thread_exists(id, &rid)?
+        {
+            // Idempotent: the thread is there already.
+            tracing::info!(agent_id = %self.agent_id, thread_id = %id, "thread exists already; answering READY again");
+            rt.outbox
+                .push(updates::thread(rid, id, ThreadStatus::Ready))
+                .await;
+            return Ok(());
+        }
         let Some(adapter) = rt.sdks.get(&agent.sdk) else {
             return Err((
                 rid,
@@ -294,19 +288,14 @@ impl AgentTask {
         rt.sdks
             .check_model(&agent.sdk, &model, reasoning_level.as_deref())
             .map_err(|e| (rid.clone(), format!("create_thread_request: {e}")))?;
-        let thread_id = match chosen {
-            Some(id) => {
-                if self.thread_exists(&id, &rid)? {
-                    // Idempotent: the thread is there already.
-                    tracing::info!(agent_id = %self.agent_id, thread_id = %id, "thread exists already; answering READY again");
-                    rt.outbox
-                        .push(updates::thread(rid, &id, ThreadStatus::Ready))
-                        .await;
-                    return Ok(());
-                }
-                id
-            }
-            None => format!("thr-{}", uuid::Uuid::new_v4().simple()),
+        let thread_id = chosen.unwrap_or_else(|| format!("thr-{}", uuid::Uuid::new_v4().simple()));
+        let Some(_claim) = rt.mailboxes.claim_thread(&thread_id) else {
+            return Err((
+                rid,
+                format!(
+                    "create_thread_request.thread_id: thread {thread_id} is being created or deleted by another request; retry later"
+                ),
+            ));
         };
         let workspace = rt
             .workspaces
@@ -352,8 +341,8 @@ impl AgentTask {
             instructions,
         };
         if let Err(e) = rt.store.insert_thread(&row) {
-            // Another agent took this id meanwhile: undo, leaving its
-            // thread alone.
+            // The claim keeps other creations out, so this is the store
+            // failing: undo.
             let _ = adapter.delete_thread(&spec).await;
             let _ = rt.workspaces.remove(&workspace);
             return Err((rid, format!("create_thread_request.thread_id: {e}")));
@@ -364,15 +353,6 @@ impl AgentTask {
             .await;
         Ok(())
     }
-}
-
-/// What a `CreateThreadRequest` asks for.
-struct NewThread {
-    thread_id: Option<String>,
-    instructions: Option<String>,
-    skill_packages: Vec<skills::thread::ThreadPackage>,
-    model: String,
-    reasoning_level: Option<String>,
 }
 
 impl AgentTask {

@@ -10,6 +10,35 @@ use crate::metrics::RequestOutcome;
 use crate::outbox::Outbox;
 use crate::updates::{self, RequestId};
 
+/// One package of a thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadPackage {
+    /// The repository (any form `InstallSkillsMpRequest` accepts).
+    pub repository_url: String,
+    /// The commit (or a branch or tag, resolved to a commit).
+    pub commit_reference: String,
+    /// Directories of the repository holding a skill (`SKILL.md`) or
+    /// skills (`skills/*/SKILL.md`); none listed means the repository's
+    /// root.
+    pub directories: Vec<String>,
+}
+
+/// What a `CreateThreadRequest` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct NewThread {
+    /// The id the control plane chose (checked path-safe), if any; `None`:
+    /// the runner chooses.
+    pub thread_id: Option<String>,
+    /// Instructions added to the SDK's prompt for every turn (never empty).
+    pub instructions: Option<String>,
+    /// Skill packages for this thread only.
+    pub skill_packages: Vec<ThreadPackage>,
+    /// The thread's model.
+    pub model: String,
+    /// The thread's reasoning level (`None`: the model's default).
+    pub reasoning_level: Option<String>,
+}
+
 /// A request for an agent's task.
 pub enum AgentCmd {
     /// Create the agent in `sdk` (idempotent).
@@ -26,18 +55,8 @@ pub enum AgentCmd {
     },
     /// Create a thread of the agent.
     CreateThread {
-        /// The id the control plane chose (checked path-safe), if any;
-        /// `None`: the runner chooses.
-        thread_id: Option<String>,
-        /// Instructions added to the SDK's prompt for every turn (never
-        /// empty).
-        instructions: Option<String>,
-        /// Skill packages for this thread only.
-        skill_packages: Vec<crate::skills::thread::ThreadPackage>,
-        /// The thread's model.
-        model: String,
-        /// The thread's reasoning level (`None`: the model's default).
-        reasoning_level: Option<String>,
+        /// What the thread is to be (boxed: the largest command by far).
+        thread: Box<NewThread>,
         /// The request's id, for replies.
         rid: RequestId,
     },

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use agent_runner_proto::runner::{ServerMessage, server_message::Request};
 use agent_runner_proto::{Validate, violations};
 
-use crate::commands::{self, AgentCmd, ThreadCmd, UserMessage};
+use crate::commands::{self, AgentCmd, NewThread, ThreadCmd, ThreadPackage, UserMessage};
 use crate::mailboxes::ThreadRoute;
 use crate::metrics::{self, RequestOutcome};
 use crate::runtime::Runtime;
@@ -77,21 +77,23 @@ fn route(
             rt,
             &r.agent_id,
             AgentCmd::CreateThread {
-                // Checked above: present means a valid id.
-                thread_id: r.thread_id,
-                instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
-                skill_packages: r
-                    .git_skill_packages
-                    .into_iter()
-                    .map(|p| crate::skills::thread::ThreadPackage {
-                        repository_url: p.repository_url,
-                        commit_reference: p.commit_reference,
-                        directories: p.skills.into_iter().map(|s| s.directory_path).collect(),
-                    })
-                    .collect(),
-                model: r.model,
-                // proto3 cannot tell "unset" from "empty": both are "none".
-                reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
+                thread: Box::new(NewThread {
+                    // Checked above: present means a valid id.
+                    thread_id: r.thread_id,
+                    instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
+                    skill_packages: r
+                        .git_skill_packages
+                        .into_iter()
+                        .map(|p| ThreadPackage {
+                            repository_url: p.repository_url,
+                            commit_reference: p.commit_reference,
+                            directories: p.skills.into_iter().map(|s| s.directory_path).collect(),
+                        })
+                        .collect(),
+                    model: r.model,
+                    // proto3 cannot tell "unset" from "empty": both are "none".
+                    reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
+                }),
                 rid,
             },
         ),

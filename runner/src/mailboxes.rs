@@ -13,7 +13,7 @@
 //! waits). A request's slot is freed when its task takes it. Commands the
 //! runner sends itself (drain, an agent deleting its threads) need no slot.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -70,6 +70,8 @@ pub enum ThreadRoute {
 pub struct Mailboxes {
     agents: Mutex<HashMap<String, AgentTx>>,
     threads: Mutex<HashMap<String, ThreadEntry>>,
+    /// Thread ids being created right now (see [`Mailboxes::claim_thread`]).
+    claimed: Arc<Mutex<HashSet<String>>>,
     slots: Arc<Semaphore>,
     max_queued: usize,
 }
@@ -84,6 +86,7 @@ impl Mailboxes {
         Self {
             agents: Mutex::new(HashMap::new()),
             threads: Mutex::new(HashMap::new()),
+            claimed: Arc::default(),
             slots: Arc::new(Semaphore::new(max_queued)),
             max_queued,
         }
@@ -130,6 +133,22 @@ impl Mailboxes {
             agents.remove(agent_id);
         }
         true
+    }
+
+    /// Claims `thread_id` for a thread being created, so no other agent's
+    /// task creates one with the same id at the same time (control planes
+    /// choose thread ids); `None` if it is live or claimed already. The
+    /// claim ends when the guard drops.
+    pub fn claim_thread(&self, thread_id: &str) -> Option<ThreadClaim> {
+        let threads = lock(&self.threads);
+        let mut claimed = lock(&self.claimed);
+        if threads.contains_key(thread_id) || !claimed.insert(thread_id.to_owned()) {
+            return None;
+        }
+        Some(ThreadClaim {
+            claimed: self.claimed.clone(),
+            thread_id: thread_id.to_owned(),
+        })
     }
 
     /// Registers a thread task's mailbox.
@@ -191,5 +210,34 @@ impl Mailboxes {
     /// How many threads are live.
     pub fn thread_count(&self) -> usize {
         lock(&self.threads).len()
+    }
+}
+
+/// A thread id claimed by [`Mailboxes::claim_thread`]; released on drop.
+pub struct ThreadClaim {
+    claimed: Arc<Mutex<HashSet<String>>>,
+    thread_id: String,
+}
+
+impl Drop for ThreadClaim {
+    fn drop(&mut self) {
+        lock(&self.claimed).remove(&self.thread_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_id_is_claimed_once_until_released_and_never_while_live() {
+        let m = Mailboxes::new(4);
+        let claim = m.claim_thread("t").unwrap();
+        assert!(m.claim_thread("t").is_none());
+        drop(claim);
+        assert!(m.claim_thread("t").is_some());
+        let (tx, _rx) = mpsc::unbounded_channel();
+        m.add_thread("a", "live", tx);
+        assert!(m.claim_thread("live").is_none());
     }
 }

@@ -10,21 +10,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner_proto::runner::{ClientMessage, client_message::Payload};
-use sdk_adapter::SdkDescription;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::Runtime;
 use crate::updates::RequestId;
 
 /// The `agent_sdk_update` announcing `d`.
-pub fn agent_sdk_update(request_id: RequestId, d: SdkDescription) -> ClientMessage {
-    ClientMessage {
-        request_id,
-        payload: Some(Payload::AgentSdkUpdate(crate::updates::agent_sdk(d))),
-        sequence: 0,
-    }
-}
+pub use crate::updates::agent_sdk_update;
 
 /// Probe every SDK now and announce those that changed (carrying
 /// `request_id`, the request that caused the change, if any); how many

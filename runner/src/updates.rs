@@ -7,7 +7,7 @@ use agent_runner_proto::runner::{
     SkillMpUpdate, ThreadNameUpdate, ThreadStatus, ThreadTokenUsageUpdate, ThreadUpdate,
     TokenUsageBreakdown, TurnStatus, TurnUpdate, client_message::Payload,
 };
-use sdk_adapter::{ItemEvent, ItemKind, SdkDescription, SdkStatus, TokenUsage};
+use sdk_adapter::{ItemEvent, ItemKind, TokenUsage};
 
 use crate::redact::Redactor;
 
@@ -53,6 +53,33 @@ pub fn agent(request_id: RequestId, agent_id: &str, status: AgentStatus) -> Clie
             status: status.into(),
         }),
     )
+}
+
+/// What registration (and `agent_sdk_update`) says about one SDK.
+pub fn agent_sdk(d: sdk_adapter::SdkDescription) -> AgentSdk {
+    AgentSdk {
+        name: d.name,
+        models: d
+            .models
+            .into_iter()
+            .map(|m| LlmModel {
+                name: m.name,
+                reasoning: m.reasoning_levels,
+            })
+            .collect(),
+        status: match d.status {
+            sdk_adapter::SdkStatus::Ready => AgentSdkStatus::Ready,
+            sdk_adapter::SdkStatus::Unconfigured => AgentSdkStatus::Unconfigured,
+            sdk_adapter::SdkStatus::Error => AgentSdkStatus::Error,
+        }
+        .into(),
+        error_message: d.error_message,
+    }
+}
+
+/// An `agent_sdk_update`: `d` changed since the control plane was told.
+pub fn agent_sdk_update(request_id: RequestId, d: sdk_adapter::SdkDescription) -> ClientMessage {
+    message(request_id, Payload::AgentSdkUpdate(agent_sdk(d)))
 }
 
 /// A `ThreadNameUpdate`: the SDK's title for the thread (`None`: cleared).
@@ -211,28 +238,6 @@ pub fn redact(msg: &mut ClientMessage, redactor: &Redactor) {
         }
         Some(Payload::RequestError(e)) => redactor.redact_in_place(&mut e.error_message),
         _ => {}
-    }
-}
-
-/// What registration says about one SDK.
-pub fn agent_sdk(d: SdkDescription) -> AgentSdk {
-    AgentSdk {
-        name: d.name,
-        models: d
-            .models
-            .into_iter()
-            .map(|m| LlmModel {
-                name: m.name,
-                reasoning: m.reasoning_levels,
-            })
-            .collect(),
-        status: match d.status {
-            SdkStatus::Ready => AgentSdkStatus::Ready,
-            SdkStatus::Unconfigured => AgentSdkStatus::Unconfigured,
-            SdkStatus::Error => AgentSdkStatus::Error,
-        }
-        .into(),
-        error_message: d.error_message,
     }
 }
 

@@ -387,6 +387,30 @@ mod tests {
     }
 
     #[test]
+    fn sdk_probe_interval_from_the_file_or_five_minutes() {
+        let c = RunConfig::resolve(args("http://x:1"), None).unwrap();
+        assert_eq!(c.sdk_probe_interval, Duration::from_secs(300));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(&file, "sdk_probe_interval = \"0s\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file.clone()),
+            ..args("http://x:1")
+        };
+        assert_eq!(
+            RunConfig::resolve(a, None).unwrap().sdk_probe_interval,
+            Duration::ZERO
+        );
+        std::fs::write(&file, "sdk_probe_interval = \"often\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.starts_with("sdk_probe_interval:"), "{err}");
+    }
+
+    #[test]
     fn malformed_file_names_the_key() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("runner.toml");

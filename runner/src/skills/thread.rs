@@ -27,18 +27,7 @@ use super::package::find_skills;
 /// start with `.`, so no agent's home can take it).
 pub const CACHE_DIR: &str = ".skill-cache";
 
-/// One package of a thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadPackage {
-    /// The repository (any form `InstallSkillsMpRequest` accepts).
-    pub repository_url: String,
-    /// The commit (or a branch or tag, resolved to a commit).
-    pub commit_reference: String,
-    /// Directories of the repository holding a skill (`SKILL.md`) or
-    /// skills (`skills/*/SKILL.md`); none listed means the repository's
-    /// root.
-    pub directories: Vec<String>,
-}
+pub use crate::commands::ThreadPackage;
 
 impl ThreadPackage {
     /// How errors name the package.

@@ -485,3 +485,68 @@ async fn an_sdk_that_becomes_ready_after_registration_is_announced() {
     )
     .await;
 }
+
+/// The mock's `serve --stdio` JSON lines carry the additions both ways:
+/// `threadId` and `additionalModelInstructions` in, `threadNameUpdate` out.
+#[tokio::test]
+async fn stdio_json_lines_carry_the_additions() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let cp = std::sync::Arc::new(mock().await);
+    let _r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    let (mut input_w, input_r) = tokio::io::duplex(64 * 1024);
+    let (output_w, output_r) = tokio::io::duplex(1024 * 1024);
+    let p = cp.clone();
+    tokio::spawn(async move {
+        mock_control_plane::stdio::run(&p, BufReader::new(input_r), output_w).await
+    });
+    let first = [
+        r#"{"requestId":"r1","createAgentRequest":{"agentId":"a","agentSdk":"scripted"}}"#,
+        r#"{"requestId":"r2","createThreadRequest":{"agentId":"a","model":"scripted-fast","threadId":"job-7","additionalModelInstructions":"Be brief."}}"#,
+    ];
+    for line in first {
+        input_w
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    let mut out = BufReader::new(output_r).lines();
+    let mut seen = Vec::new();
+    let mut asked = false;
+    let done = tokio::time::timeout(WAIT, async {
+        while let Ok(Some(line)) = out.next_line().await {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            // The message goes once the thread is READY, as a control plane would.
+            if !asked && v["event"] == "message" && v["message"]["requestId"] == "r2" {
+                asked = true;
+                let text = r#"{"requestId":"r3","createUserMessageRequest":{"agentId":"a","threadId":"job-7","text":"instructions\nname Job seven"}}"#;
+                input_w.write_all(format!("{text}\n").as_bytes()).await.unwrap();
+            }
+            let finished = v["message"]["requestId"] == "r3"
+                && v["message"]["turnUpdate"]["status"] == "TURN_STATUS_COMPLETED";
+            seen.push(v);
+            if finished {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(done, Ok(true), "{seen:#?}");
+    let message = |pred: &dyn Fn(&serde_json::Value) -> bool| {
+        seen.iter()
+            .any(|v| v["event"] == "message" && pred(&v["message"]))
+    };
+    assert!(
+        message(&|m| m["threadUpdate"]["threadId"] == "job-7"),
+        "{seen:#?}"
+    );
+    assert!(
+        message(&|m| m["itemUpdate"]["text"] == "Be brief."),
+        "{seen:#?}"
+    );
+    assert!(
+        message(&|m| m["threadNameUpdate"]
+            == serde_json::json!({"threadId": "job-7", "threadName": "Job seven"})),
+        "{seen:#?}"
+    );
+}

@@ -256,3 +256,38 @@ pub(crate) fn transcript_title(path: &std::path::Path) -> Option<String> {
     }
     custom.or(summary)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn title_of(lines: &[&str]) -> Option<String> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, lines.join("\n")).expect("write");
+        transcript_title(&path)
+    }
+
+    #[test]
+    fn a_custom_title_wins_over_summaries_and_the_last_of_each_counts() {
+        assert_eq!(title_of(&[r#"{"type":"user","text":"summary"}"#]), None);
+        assert_eq!(
+            title_of(&[
+                r#"{"type":"summary","summary":"First","leafUuid":"x"}"#,
+                r#"{"type":"summary","summary":"Second","leafUuid":"y"}"#,
+            ])
+            .as_deref(),
+            Some("Second")
+        );
+        assert_eq!(
+            title_of(&[
+                r#"{"type":"custom-title","customTitle":"Mine","sessionId":"s"}"#,
+                r#"{"type":"summary","summary":"Theirs","leafUuid":"y"}"#,
+                r#"not json "summary""#,
+                r#"{"type":"custom-title","customTitle":"  ","sessionId":"s"}"#,
+            ])
+            .as_deref(),
+            Some("Mine")
+        );
+    }
+}
