@@ -71,8 +71,10 @@ enum Command {
 
 #[derive(Subcommand)]
 enum SdkCommand {
-    /// Print each built-in adapter, its status and models.
-    List,
+    /// Print what `run` would register with the same settings (flags, env,
+    /// `--config`): each enabled adapter, its status and models, and the
+    /// agent sandbox.
+    List(Box<RunArgs>),
 }
 
 /// Runs the parsed command line. `env_secret` is `AGENT_RUNNER_SECRET`,
@@ -108,8 +110,8 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
             Command::Github { command } => github::run(*command, env_secret).await,
             Command::GitCredential(_) => Ok(()),
             Command::Sdk {
-                command: SdkCommand::List,
-            } => sdk::list().await,
+                command: SdkCommand::List(args),
+            } => sdk::list(*args, env_secret).await,
         }
     });
     match result {

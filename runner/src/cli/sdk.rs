@@ -1,32 +1,40 @@
-//! `agent-runner sdk list`: each built-in adapter, its status and models,
-//! and the agent sandbox this host allows (default settings).
+//! `agent-runner sdk list`: what `run` would register with the same
+//! settings (flags, env, `--config`: which SDKs, their CLIs and options),
+//! and the agent sandbox those settings give on this host.
 
 use std::sync::Arc;
 
-use crate::sandbox::{AgentSandboxes, launcher_config};
-use crate::{config::SandboxConfig, sdks};
+use crate::config::{RunArgs, RunConfig, Secret};
+use crate::sandbox::{AgentSandboxes, launcher_config, protected_paths};
+use crate::sdks;
 
-/// Prints what each built-in SDK would register, then the sandbox.
-pub async fn list() -> anyhow::Result<()> {
-    let names: Vec<String> = sdks::BUILT_IN.iter().map(|s| (*s).to_owned()).collect();
+/// Prints what each enabled SDK would register, then the sandbox.
+pub async fn list(mut args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
+    // Listing needs no control plane: when neither the flags nor the file
+    // name one, any valid URL lets the rest of the settings resolve.
+    if args.control_plane_url.is_none() {
+        let in_file = crate::config::file_control_plane_url(args.config.as_deref())?;
+        args.control_plane_url = Some(in_file.unwrap_or_else(|| "http://localhost".to_owned()));
+    }
+    let run = RunConfig::resolve(args, env_secret)?;
     // The codex probe runs in a sandbox like any agent process: a throwaway
-    // one, under a temporary directory.
+    // one, under a temporary directory, with run's sandbox settings.
     let scratch =
         std::env::temp_dir().join(format!("agent-runner-sdk-list-{}", std::process::id()));
     let workspaces = crate::workspace::Workspaces::new(scratch.join("workspaces"))?;
     let mut config = launcher_config(
-        &SandboxConfig::default(),
+        &run.sandbox,
         format!("agent-runner-sdk-list-{}", std::process::id()),
-        Vec::new(),
+        protected_paths(&run),
     );
     config.cgroups = false;
     let sandboxes = Arc::new(AgentSandboxes::with_probe(
         config,
         agent_launcher::probe_host(),
     )?);
-    let mut options = sdks::SdkOptions::default();
+    let mut options = run.sdk_options.clone();
     options.codex.probe_sandbox = sandboxes.probe(&workspaces);
-    let all = sdks::Sdks::with_options(&names, &options).map_err(anyhow::Error::msg)?;
+    let all = sdks::Sdks::with_options(&run.sdks, &options).map_err(anyhow::Error::msg)?;
     for d in all.describe_all().await {
         let status = format!("{:?}", d.status).to_lowercase();
         match &d.error_message {

@@ -314,6 +314,14 @@ pub fn resolve_github(args: &RunArgs) -> Result<GithubConfig, ConfigError> {
         .resolve()
 }
 
+/// The `control_plane_url` key of the config file at `path`, if any.
+pub fn file_control_plane_url(path: Option<&Path>) -> Result<Option<String>, ConfigError> {
+    match path {
+        Some(path) => Ok(load_file(path)?.control_plane_url),
+        None => Ok(None),
+    }
+}
+
 /// The `health_addr` key of the config file at `path`, if any: what
 /// `agent-runner status` reads when neither its flag nor env says.
 pub fn file_health_addr(path: Option<&Path>) -> Result<Option<String>, ConfigError> {

@@ -133,8 +133,11 @@ async fn bad_values_say_where_they_came_from() {
 
 #[tokio::test]
 async fn sdk_list_prints_adapters_and_models() {
+    // Like run, it reads the default state dir under HOME.
+    let home = tempfile::tempdir().unwrap();
     let out = tokio::process::Command::new(runner_bin())
         .args(["sdk", "list"])
+        .env("HOME", home.path())
         .output()
         .await
         .unwrap();
@@ -146,6 +149,58 @@ async fn sdk_list_prints_adapters_and_models() {
         "{text}"
     );
     assert!(text.contains("scripted-slow"), "{text}");
+}
+
+/// `sdk list` shows what `run` would register with the same settings: the
+/// SDKs asked for, with the CLI given by flag, env or file (it used to
+/// ignore them all and probe the defaults).
+#[tokio::test]
+async fn sdk_list_takes_the_settings_of_run() {
+    let home = tempfile::tempdir().unwrap();
+    let list = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = tokio::process::Command::new(runner_bin());
+        cmd.args(["sdk", "list"])
+            .args(args)
+            .env("HOME", home.path())
+            .env_remove("AGENT_RUNNER_CODEX_BIN");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        async move {
+            let out = cmd.output().await.unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let text = list(
+        &["--sdk", "codex", "--codex-bin", "/nonexistent/flag/codex"],
+        &[],
+    )
+    .await;
+    assert!(text.contains("codex  unconfigured"), "{text}");
+    assert!(text.contains("`/nonexistent/flag/codex`"), "{text}");
+    assert!(
+        !text.contains("scripted"),
+        "only the SDKs asked for:\n{text}"
+    );
+    let text = list(
+        &["--sdk", "codex"],
+        &[("AGENT_RUNNER_CODEX_BIN", "/nonexistent/env/codex")],
+    )
+    .await;
+    assert!(text.contains("`/nonexistent/env/codex`"), "{text}");
+    let file = home.path().join("runner.toml");
+    std::fs::write(
+        &file,
+        "sdk = [\"codex\"]\ncodex_bin = \"/nonexistent/file/codex\"\n",
+    )
+    .unwrap();
+    let text = list(&["--config", file.to_str().unwrap()], &[]).await;
+    assert!(text.contains("`/nonexistent/file/codex`"), "{text}");
 }
 
 /// A demo whose turn fails exits non-zero, saying why (it exited 0).
