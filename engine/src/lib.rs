@@ -31,6 +31,6 @@ mod structured;
 mod tool_call;
 
 pub use engine::{Engine, EngineConfig};
-pub use serve::serve;
+pub use serve::{BearerToken, GuardSources, ServeOptions, TlsPem, serve, serve_with};
 pub use service::Service;
 pub use store::validate_session_id;

@@ -41,6 +41,8 @@ pub(super) struct FileConfig {
     // The code-agent adapter (see `CodeAgentArgs`).
     pub(super) code_agent_endpoint: Option<String>,
     pub(super) code_agent_state_dir: Option<PathBuf>,
+    pub(super) code_agent_auth_token_file: Option<PathBuf>,
+    pub(super) code_agent_ca_cert: Option<PathBuf>,
 }
 
 pub(super) fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {

@@ -9,6 +9,7 @@
 mod support;
 
 mod code_agent;
+mod code_agent_serve;
 mod codex;
 mod credentials;
 mod github;
