@@ -121,27 +121,26 @@ fn token_file(dir: &Path) -> PathBuf {
     file
 }
 
-/// A client of `channel` sending `token` (if any) with every call.
-fn client(
-    channel: Channel,
-    token: Option<&str>,
-) -> CodeAgentServiceClient<
-    tonic::service::interceptor::InterceptedService<
-        Channel,
-        impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + use<>,
-    >,
-> {
-    let header = token.map(|t| {
-        format!("Bearer {t}")
-            .parse::<tonic::metadata::MetadataValue<_>>()
-            .unwrap()
-    });
-    CodeAgentServiceClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
-        if let Some(h) = &header {
+/// Sends `authorization: Bearer <token>` when it has a token.
+#[derive(Clone)]
+struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(h) = &self.0 {
             req.metadata_mut().insert("authorization", h.clone());
         }
         Ok(req)
-    })
+    }
+}
+
+type Client =
+    CodeAgentServiceClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
+
+/// A client of `channel` sending `token` (if any) with every call.
+fn client(channel: Channel, token: Option<&str>) -> Client {
+    let header = token.map(|t| format!("Bearer {t}").parse().unwrap());
+    CodeAgentServiceClient::with_interceptor(channel, Bearer(header))
 }
 
 async fn plain(addr: &str) -> Channel {
