@@ -176,6 +176,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// Without `--listen` the engine listens on loopback only.
+    #[test]
+    fn serve_listens_on_loopback_by_default() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            command: CodeAgentCommand,
+        }
+        let Cli {
+            command: CodeAgentCommand::Serve(args),
+        } = Cli::try_parse_from(["code-agent", "serve"]).unwrap();
+        let addr: std::net::SocketAddr = args.listen.parse().unwrap();
+        assert!(addr.ip().is_loopback(), "{addr}");
+        assert!(!args.insecure_no_auth);
+    }
+
     #[test]
     fn provider_keys_and_github_tokens_are_secret() {
         for name in [
