@@ -30,6 +30,10 @@ pub struct EngineConfig {
     pub state_dir: Option<PathBuf>,
     /// The workspace of sessions that name none.
     pub default_workspace: Option<PathBuf>,
+    /// Every workspace (Initialize's, a session's, the default) must be at
+    /// or under this directory (compared after resolving symlinks);
+    /// `None`: any directory. `code-agent serve --workspace-root`.
+    pub workspace_root: Option<PathBuf>,
     /// Model calls per generation before it stops (`finish_reason` "length").
     pub max_steps: u32,
     /// Default timeout of one `bash` call.
@@ -53,6 +57,7 @@ impl Default for EngineConfig {
         Self {
             state_dir: None,
             default_workspace: None,
+            workspace_root: None,
             max_steps: 50,
             bash_timeout: DEFAULT_BASH_TIMEOUT,
             output_cap: DEFAULT_OUTPUT_CAP,
@@ -80,6 +85,8 @@ pub(crate) struct EngineInner {
     pub events: EventBus,
     pub env: EnvRegistry,
     pub default_workspace: RwLock<Option<PathBuf>>,
+    /// [`EngineConfig::workspace_root`], canonicalized.
+    pub workspace_root: Option<PathBuf>,
     pub models: ModelClients,
     /// The sandboxes tool processes are launched in.
     pub sandboxes: Sandboxes,
@@ -107,6 +114,27 @@ impl Engine {
             ),
             None => None,
         };
+        let workspace_root = match &config.workspace_root {
+            Some(path) => {
+                let root = std::fs::canonicalize(path)
+                    .with_context(|| format!("workspace root {}", path.display()))?;
+                anyhow::ensure!(
+                    root.is_dir(),
+                    "workspace root {} is not a directory",
+                    path.display()
+                );
+                Some(root)
+            }
+            None => None,
+        };
+        if let (Some(root), Some(default)) = (&workspace_root, &default_workspace) {
+            anyhow::ensure!(
+                default.starts_with(root),
+                "default workspace {} is outside the workspace root {}",
+                default.display(),
+                root.display()
+            );
+        }
         let store = match &config.state_dir {
             Some(dir) => Some(FileStore::open(dir)?),
             None => None,
@@ -143,6 +171,7 @@ impl Engine {
             tools: ToolRegistry::builtin(),
             env: EnvRegistry::default(),
             default_workspace: RwLock::new(default_workspace),
+            workspace_root,
             shutdown: CancellationToken::new(),
         };
         Ok(Engine {
@@ -276,16 +305,33 @@ impl EngineInner {
             .clone()
     }
 
-    /// The workspace tools of `session` run in.
+    /// The workspace tools of `session` run in (refused when outside the
+    /// workspace root, e.g. a FILE session saved before the root was set).
     pub fn workspace_of(&self, session: &Session) -> Result<PathBuf, Status> {
-        session
+        let workspace = session
             .read(|d| d.workspace.clone())
             .or_else(|| self.default_workspace())
             .ok_or_else(|| {
                 Status::failed_precondition(
                     "session has no workspace: set config.workspace, call Initialize with a workspace, or start the engine with --workspace",
                 )
-            })
+            })?;
+        self.confine("config.workspace", &workspace)?;
+        Ok(workspace)
+    }
+
+    /// `Ok` when `canonical` (already resolved, symlinks included) is at or
+    /// under the workspace root (or there is none); else PERMISSION_DENIED
+    /// naming `field`.
+    pub fn confine(&self, field: &str, canonical: &Path) -> Result<(), Status> {
+        match &self.workspace_root {
+            Some(root) if !canonical.starts_with(root) => Err(Status::permission_denied(format!(
+                "{field}: {} is outside this engine's workspace root {} (code-agent serve --workspace-root)",
+                canonical.display(),
+                root.display()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// What one tool call of `session` runs with.

@@ -34,6 +34,6 @@ mod tool_call;
 pub use engine::{Engine, EngineConfig};
 pub use prompt::default_prompt;
 pub use sandboxes::{EngineLauncher, Sandboxes};
-pub use serve::serve;
+pub use serve::{BearerToken, GuardSources, ServeOptions, TlsPem, serve, serve_with};
 pub use service::Service;
 pub use store::validate_session_id;

@@ -1,13 +1,19 @@
 //! `code-agent serve --listen ADDR`: the engine as a standalone gRPC server.
 //! Logs go to stderr (`RUST_LOG` filters them); SIGTERM or Ctrl-C stop it
 //! gracefully (generations cancelled, FILE sessions written).
+//!
+//! Whoever reaches the port runs commands in its workspaces, so: loopback
+//! by default, a bearer token required (`--auth-token-file` or
+//! `CODE_AGENT_AUTH_TOKEN`) unless `--insecure-no-auth`, TLS with
+//! `--tls-cert`/`--tls-key`, and every workspace confined to
+//! `--workspace-root` (default: `--workspace`, else the current directory).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use code_agent_engine::{Engine, EngineConfig, serve};
+use code_agent_engine::{Engine, EngineConfig, GuardSources, ServeOptions, serve_with};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -25,9 +31,26 @@ struct Cli {
 enum Command {
     /// Serve CodeAgentService over gRPC.
     Serve {
-        /// Address to listen on, e.g. 127.0.0.1:50051.
-        #[arg(long, env = "CODE_AGENT_LISTEN")]
+        /// Address to listen on (loopback unless told otherwise).
+        #[arg(long, env = "CODE_AGENT_LISTEN", default_value = "127.0.0.1:50051")]
         listen: SocketAddr,
+        /// File holding the bearer token clients must send (or the token
+        /// itself in CODE_AGENT_AUTH_TOKEN; never a flag value).
+        #[arg(long, env = "CODE_AGENT_AUTH_TOKEN_FILE")]
+        auth_token_file: Option<PathBuf>,
+        /// Serve every client that reaches the port, without a token.
+        #[arg(long)]
+        insecure_no_auth: bool,
+        /// TLS certificate chain (PEM); with --tls-key.
+        #[arg(long, env = "CODE_AGENT_TLS_CERT")]
+        tls_cert: Option<PathBuf>,
+        /// TLS private key (PEM); with --tls-cert.
+        #[arg(long, env = "CODE_AGENT_TLS_KEY")]
+        tls_key: Option<PathBuf>,
+        /// Every workspace (Initialize, sessions) must be under this
+        /// directory. Default: --workspace, else the current directory.
+        #[arg(long, env = "CODE_AGENT_WORKSPACE_ROOT")]
+        workspace_root: Option<PathBuf>,
         /// Where FILE sessions and providers.json are kept.
         #[arg(long, env = "CODE_AGENT_STATE_DIR")]
         state_dir: Option<PathBuf>,
@@ -78,10 +101,27 @@ async fn main() -> anyhow::Result<()> {
     match command {
         Command::Serve {
             listen,
+            auth_token_file,
+            insecure_no_auth,
+            tls_cert,
+            tls_key,
+            workspace_root,
             state_dir,
             workspace,
             max_steps,
         } => {
+            let options = ServeOptions::load(GuardSources {
+                token_file: auth_token_file.as_deref(),
+                token_env: "CODE_AGENT_AUTH_TOKEN",
+                insecure_no_auth,
+                tls_cert: tls_cert.as_deref(),
+                tls_key: tls_key.as_deref(),
+            })
+            .map_err(anyhow::Error::msg)?;
+            let workspace_root = match workspace_root.or_else(|| workspace.clone()) {
+                Some(root) => root,
+                None => std::env::current_dir().context("the current directory")?,
+            };
             if let Some(dir) = &state_dir {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating the state dir {}", dir.display()))?;
@@ -89,6 +129,7 @@ async fn main() -> anyhow::Result<()> {
             let engine = Engine::start(EngineConfig {
                 state_dir,
                 default_workspace: workspace,
+                workspace_root: Some(workspace_root),
                 max_steps,
                 ..EngineConfig::default()
             })
@@ -98,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("listening on {listen}"))?;
             let stop = CancellationToken::new();
             tokio::spawn(stop_signal(stop.clone()));
-            serve(engine, listener, stop).await
+            serve_with(engine, listener, options, stop).await
         }
     }
 }

@@ -174,6 +174,7 @@ impl Service {
         let workspace = canonical_dir_off_worker("workspace", request.workspace)
             .await
             .map_err(Status::invalid_argument)?;
+        self.engine.confine("workspace", &workspace)?;
         for key in request.env.keys() {
             if key.is_empty() || key.contains('=') || key.contains('\0') {
                 return Err(Status::invalid_argument(format!(

@@ -41,6 +41,7 @@ impl Service {
         let path = canonical_dir_off_worker("config.workspace", config.workspace.clone())
             .await
             .map_err(Status::invalid_argument)?;
+        self.engine.confine("config.workspace", &path)?;
         config.workspace = path.display().to_string();
         Ok((config, Some(path)))
     }

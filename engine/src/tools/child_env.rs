@@ -10,6 +10,9 @@ use std::ffi::OsString;
 pub fn is_secret_env(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     upper.ends_with("_API_KEY")
+        // The bearer token of `code-agent serve` (CODE_AGENT_AUTH_TOKEN,
+        // AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN).
+        || upper.ends_with("_AUTH_TOKEN")
         || matches!(
             upper.as_str(),
             "OPENAI_API_KEY" | "AGENT_RUNNER_SECRET" | "GITHUB_TOKEN" | "GH_TOKEN"
@@ -47,6 +50,8 @@ mod tests {
             ("AGENT_RUNNER_SECRET", "s"),
             ("GITHUB_TOKEN", "g"),
             ("GH_TOKEN", "g"),
+            ("CODE_AGENT_AUTH_TOKEN", "t"),
+            ("AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN", "t"),
             ("HOME", "/old"),
         ]
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));

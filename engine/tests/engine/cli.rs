@@ -1,5 +1,6 @@
-//! The `code-agent serve` binary: it serves, answers a client, and stops
-//! cleanly on SIGTERM.
+//! The `code-agent serve` binary: it serves (with a bearer token), answers
+//! a client that sends it and refuses one that does not, and stops cleanly
+//! on SIGTERM.
 
 use std::process::Stdio;
 
@@ -19,6 +20,7 @@ async fn serve_answers_and_stops_on_sigterm() {
         .arg("--workspace")
         .arg(workspace.path())
         .env("RUST_LOG", "info")
+        .env("CODE_AGENT_AUTH_TOKEN", "cli-test-token")
         .env("NO_COLOR", "1")
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -37,9 +39,22 @@ async fn serve_answers_and_stops_on_sigterm() {
     })
     .await
     .unwrap();
-    let mut client = CodeAgentServiceClient::connect(format!("http://{addr}"))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
         .await
         .unwrap();
+    let err = CodeAgentServiceClient::new(channel.clone())
+        .get_capabilities(GetCapabilitiesRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    let bearer: tonic::metadata::MetadataValue<_> = "Bearer cli-test-token".parse().unwrap();
+    let mut client =
+        CodeAgentServiceClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
+            req.metadata_mut().insert("authorization", bearer.clone());
+            Ok(req)
+        });
     let caps = client
         .get_capabilities(GetCapabilitiesRequest {})
         .await

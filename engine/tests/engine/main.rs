@@ -9,6 +9,7 @@ mod common;
 mod cli;
 mod context;
 mod control;
+mod guard;
 mod hitl;
 mod lanes;
 mod loop_tools;

@@ -52,6 +52,8 @@ pub(super) struct FileConfig {
     pub(super) sandbox_memory_max: Option<u64>,
     pub(super) sandbox_pids_max: Option<u64>,
     pub(super) sandbox_cpu_max: Option<String>,
+    pub(super) code_agent_auth_token_file: Option<PathBuf>,
+    pub(super) code_agent_ca_cert: Option<PathBuf>,
 }
 
 pub(super) fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {

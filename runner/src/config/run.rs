@@ -176,6 +176,8 @@ impl RunConfig {
                 .or(CodeAgentArgs {
                     code_agent_endpoint: file.code_agent_endpoint,
                     code_agent_state_dir: file.code_agent_state_dir,
+                    code_agent_auth_token_file: file.code_agent_auth_token_file,
+                    code_agent_ca_cert: file.code_agent_ca_cert,
                 })
                 .resolve()?,
             ..sdk_options

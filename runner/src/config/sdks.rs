@@ -92,7 +92,18 @@ pub struct CodeAgentArgs {
     /// Default: <state dir>/code-agent.
     #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_STATE_DIR")]
     pub code_agent_state_dir: Option<PathBuf>,
+    /// File holding the remote engine's bearer token (or the token itself
+    /// in AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN; never a flag value).
+    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN_FILE")]
+    pub code_agent_auth_token_file: Option<PathBuf>,
+    /// CA certificate (PEM) of an `https://` engine. Default: system roots.
+    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_CA_CERT")]
+    pub code_agent_ca_cert: Option<PathBuf>,
 }
+
+/// The environment variable that may hold the remote engine's bearer
+/// token itself (when no token file is set).
+pub const CODE_AGENT_AUTH_TOKEN_ENV: &str = "AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN";
 
 impl CodeAgentArgs {
     /// Each setting from `self`, else from `other`.
@@ -100,6 +111,10 @@ impl CodeAgentArgs {
         Self {
             code_agent_endpoint: self.code_agent_endpoint.or(other.code_agent_endpoint),
             code_agent_state_dir: self.code_agent_state_dir.or(other.code_agent_state_dir),
+            code_agent_auth_token_file: self
+                .code_agent_auth_token_file
+                .or(other.code_agent_auth_token_file),
+            code_agent_ca_cert: self.code_agent_ca_cert.or(other.code_agent_ca_cert),
         }
     }
 
@@ -116,6 +131,51 @@ impl CodeAgentArgs {
             config.endpoint = Some(url);
         }
         config.state_dir = self.code_agent_state_dir;
+        config.auth_token = match &self.code_agent_auth_token_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    key_err(
+                        "code_agent_auth_token_file",
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                Some(sdk_code_agent::AuthToken::new(&text).ok_or_else(|| {
+                    key_err(
+                        "code_agent_auth_token_file",
+                        format!("{} is empty", path.display()),
+                    )
+                })?)
+            }
+            None => std::env::var(CODE_AGENT_AUTH_TOKEN_ENV)
+                .ok()
+                .and_then(|t| sdk_code_agent::AuthToken::new(&t)),
+        };
+        if let Some(token) = &config.auth_token {
+            crate::redact::Redactor::process().add(token.expose());
+        }
+        if let Some(path) = &self.code_agent_ca_cert {
+            let pem = std::fs::read(path)
+                .map_err(|e| key_err("code_agent_ca_cert", format!("{}: {e}", path.display())))?;
+            config.ca_cert_pem = Some(pem);
+        }
+        if config.endpoint.is_none() {
+            for (key, given) in [
+                (
+                    "code_agent_auth_token_file",
+                    self.code_agent_auth_token_file.is_some(),
+                ),
+                ("code_agent_ca_cert", self.code_agent_ca_cert.is_some()),
+            ] {
+                if given {
+                    return Err(key_err(
+                        key,
+                        "only applies with code_agent_endpoint (the embedded engine opens no port)",
+                    ));
+                }
+            }
+            // A token in the environment means nothing to the embedded engine.
+            config.auth_token = None;
+        }
         Ok(config)
     }
 }
@@ -194,6 +254,56 @@ mod code_agent_tests {
         };
         let err = with(bad, None).unwrap_err().to_string();
         assert!(err.starts_with("code_agent_endpoint:"), "{err}");
+    }
+
+    #[test]
+    fn a_remote_engines_token_and_ca_from_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "engine-token-123\n").unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+        let remote = |token_file: Option<PathBuf>, ca_cert: Option<PathBuf>| CodeAgentArgs {
+            code_agent_endpoint: Some("https://engine:443".into()),
+            code_agent_auth_token_file: token_file,
+            code_agent_ca_cert: ca_cert,
+            ..Default::default()
+        };
+        let c = with(remote(Some(token.clone()), Some(ca.clone())), None).unwrap();
+        let o = &c.sdk_options.code_agent;
+        assert_eq!(o.auth_token.as_ref().unwrap().expose(), "engine-token-123");
+        assert!(o.ca_cert_pem.is_some());
+        assert!(!format!("{c:?}").contains("engine-token-123"));
+        let missing = dir.path().join("missing");
+        let err = with(remote(Some(missing.clone()), None), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("code_agent_auth_token_file:"), "{err}");
+        let err = with(remote(None, Some(missing)), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("code_agent_ca_cert:"), "{err}");
+        std::fs::write(&token, " \n").unwrap();
+        let err = with(remote(Some(token.clone()), None), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is empty"), "{err}");
+        // The file's keys.
+        std::fs::write(&token, "from-file\n").unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "code_agent_endpoint = \"http://file:1\"\ncode_agent_auth_token_file = {:?}\n",
+                token.display().to_string()
+            ),
+        )
+        .unwrap();
+        let c = with(CodeAgentArgs::default(), Some(file)).unwrap();
+        assert_eq!(
+            c.sdk_options.code_agent.auth_token.unwrap().expose(),
+            "from-file"
+        );
     }
 }
 

@@ -12,7 +12,9 @@
 //! (created, or restored at start: a restarted runner issues new ones, so
 //! every capability of an earlier run is dead) and revoked (forgotten, its
 //! file removed) when the thread is deleted. It never appears in argv,
-//! logs, updates or `/status`.
+//! logs or `/status`, and is added to the process's redactor
+//! ([`crate::redact::Redactor::process`]) when issued, so an agent printing
+//! its own file reaches the control plane as `***`.
 //!
 //! The file is written without following symlinks an agent may have put in
 //! its home: the home directory is opened once (`O_NOFOLLOW`), and the file
@@ -122,6 +124,7 @@ impl Capabilities {
             .fill(&mut bytes)
             .map_err(|_| io::Error::other("the OS random number generator failed"))?;
         let capability = hex(&bytes);
+        crate::redact::Redactor::process().add(&capability);
         write_at(&dir, CAPABILITY_FILE, &capability, self.agent_uid)?;
         let fresh = digest(&capability);
         if let Some(old) = table.by_thread.insert(

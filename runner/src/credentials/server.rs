@@ -188,6 +188,9 @@ impl CredentialServer {
         }
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(dir_mode))
             .map_err(dir_err)?;
+        if let Some(uid) = options.extra_peer_uid {
+            warn_untraversable(&dir, uid);
+        }
         let bind_err = |source| CredentialError::Bind {
             path: path.clone(),
             source,
@@ -263,6 +266,24 @@ impl Drop for CredentialServer {
             self.stop.cancel();
             task.abort();
             self.remove_file();
+        }
+    }
+}
+
+/// The agents' user must be able to walk to the socket: say which
+/// directory above it keeps them out (others' execute bit missing).
+fn warn_untraversable(dir: &Path, uid: u32) {
+    for ancestor in dir.ancestors().skip(1) {
+        match std::fs::metadata(ancestor) {
+            Ok(meta) if meta.uid() != uid && meta.mode() & 0o001 == 0 => {
+                tracing::warn!(
+                    directory = %ancestor.display(),
+                    agent_uid = uid,
+                    "agents running as another user cannot reach the credential socket: this directory is not traversable by others (chmod o+x)"
+                );
+                return;
+            }
+            _ => {}
         }
     }
 }

@@ -5,8 +5,10 @@
 //! message makes the agent run a shell command and answer; the Turn, Item
 //! and token-usage updates reach the control plane. Once with the engine
 //! embedded in the runner, once with it in its own process
-//! (`agent-runner code-agent serve`) and the runner pointed at it with
-//! `--code-agent-endpoint`.
+//! (`agent-runner code-agent serve`, bearer token, TLS with a test CA,
+//! workspaces confined to the runner's workspace root) and the runner
+//! pointed at it with `--code-agent-endpoint`, `--code-agent-auth-token-file`
+//! and `--code-agent-ca-cert`.
 
 use std::process::Stdio;
 
@@ -60,17 +62,39 @@ async fn a_code_agent_turn_in_process() {
 async fn a_code_agent_turn_against_a_remote_engine() {
     let mock = MockLlm::start(script()).await;
     let engine_dir = tempfile::tempdir().expect("tempdir");
-    let (mut engine, addr) = serve_engine(&mock, engine_dir.path()).await;
+    let tls = crate::code_agent_serve::TestTls::new(engine_dir.path());
+    let token_file = engine_dir.path().join("token");
+    std::fs::write(&token_file, "remote-engine-token-0123\n").unwrap();
+    // The runner's workspaces are the engine's root.
+    let dirs = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
+    let ws = dirs.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mut args = vec![
+        "--state-dir".to_owned(),
+        engine_dir.path().join("state").display().to_string(),
+        "--auth-token-file".to_owned(),
+        token_file.display().to_string(),
+        "--workspace-root".to_owned(),
+        ws.display().to_string(),
+    ];
+    args.extend(tls.serve_args());
+    let (mut engine, addr) = serve_engine(&mock, &args).await;
+    let port = addr.rsplit(':').next().unwrap();
     let cp = crate::support::mock().await;
     // The runner itself has no model settings: everything is the engine's.
-    let runner = RunnerProc::start(
+    let runner = RunnerProc::start_in(
         RunnerOpts::new(cp.url())
             .arg("--sdk")
             .arg("code-agent")
             .arg("--code-agent-endpoint")
-            .arg(&format!("http://{addr}"))
+            .arg(&format!("https://localhost:{port}"))
+            .arg("--code-agent-auth-token-file")
+            .arg(token_file.to_str().unwrap())
+            .arg("--code-agent-ca-cert")
+            .arg(tls.ca_file.to_str().unwrap())
             .env("OPENAI_API_KEY", "")
             .env("OPENAI_BASE_URL", ""),
+        dirs,
     );
     coding_turn(&cp, &runner, &mock).await;
     assert!(
@@ -80,15 +104,15 @@ async fn a_code_agent_turn_against_a_remote_engine() {
     let _ = engine.start_kill();
 }
 
-/// `agent-runner code-agent serve` on a free port; the process and its address.
-async fn serve_engine(mock: &MockLlm, state: &std::path::Path) -> (Child, String) {
+/// `agent-runner code-agent serve` on a free port with `args`; the process
+/// and its address.
+async fn serve_engine(mock: &MockLlm, args: &[String]) -> (Child, String) {
     let mut child = Command::new(runner_bin())
         .arg("code-agent")
         .arg("serve")
         .arg("--listen")
         .arg("127.0.0.1:0")
-        .arg("--state-dir")
-        .arg(state)
+        .args(args)
         .envs(model_env(mock))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

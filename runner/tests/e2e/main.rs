@@ -13,6 +13,7 @@ mod acked;
 
 mod additions;
 mod code_agent;
+mod code_agent_serve;
 mod codex;
 mod codex_login;
 mod credentials;

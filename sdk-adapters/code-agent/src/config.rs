@@ -2,8 +2,33 @@
 //! `CodeAgentService` to drive (the embedded engine, or a remote one) and
 //! the adapter's own timings.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The bearer token of a remote engine (`code-agent serve`). `Debug`
+/// prints `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthToken(String);
+
+impl AuthToken {
+    /// A token (trimmed); `None` when blank.
+    pub fn new(token: &str) -> Option<Self> {
+        let token = token.trim();
+        (!token.is_empty()).then(|| Self(token.to_owned()))
+    }
+
+    /// The token itself (for the request header; never log it).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AuthToken(***)")
+    }
+}
 
 /// Settings of the `code-agent` adapter.
 #[derive(Debug, Clone)]
@@ -11,6 +36,11 @@ pub struct CodeAgentConfig {
     /// A remote `CodeAgentService` (`http://host:port` or `https://…`).
     /// `None` embeds the engine in this process (no port is opened).
     pub endpoint: Option<String>,
+    /// The remote engine's bearer token (sent with every call).
+    pub auth_token: Option<AuthToken>,
+    /// CA certificate (PEM) that signed an `https://` engine's certificate
+    /// (`None`: the system roots).
+    pub ca_cert_pem: Option<Vec<u8>>,
     /// The embedded engine's state directory (FILE sessions, providers).
     /// `None` keeps its state in memory. Unused with `endpoint`.
     pub state_dir: Option<PathBuf>,
@@ -29,6 +59,8 @@ impl Default for CodeAgentConfig {
     fn default() -> Self {
         Self {
             endpoint: None,
+            auth_token: None,
+            ca_cert_pem: None,
             state_dir: None,
             request_timeout: Duration::from_secs(30),
             describe_timeout: Duration::from_secs(10),

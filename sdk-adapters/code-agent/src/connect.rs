@@ -2,8 +2,10 @@
 //! behind it.
 //!
 //! - Remote (`endpoint` set): a lazily connecting tonic [`Channel`] to the
-//!   URL (TLS with the system roots for `https://`). An unreachable engine
-//!   is found by the first call, not at start.
+//!   URL (TLS for `https://`: the configured CA certificate, else the
+//!   system roots), every call carrying `authorization: Bearer <token>`
+//!   when a token is configured (`code-agent serve` requires one). An
+//!   unreachable engine is found by the first call, not at start.
 //! - In-process (the default): the engine is started here and served over
 //!   in-memory pipes (`tokio::io::duplex`): every connection the channel
 //!   opens is a fresh pipe whose server half is handed to the engine's tonic
@@ -19,12 +21,34 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint, Uri};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Uri};
 
 use crate::CodeAgentConfig;
 
 /// The generated client over whichever channel.
-pub(crate) type Client = CodeAgentServiceClient<Channel>;
+pub(crate) type Client = CodeAgentServiceClient<InterceptedService<Channel, BearerAuth>>;
+
+/// Adds `authorization: Bearer <token>` to every call (none without a
+/// token: the embedded engine).
+#[derive(Clone)]
+pub(crate) struct BearerAuth(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for BearerAuth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
 
 /// Bytes buffered in each direction of an in-memory connection.
 const PIPE_BUFFER: usize = 256 * 1024;
@@ -50,22 +74,36 @@ impl Backend {
     /// usable (they reach `describe` and `RequestError`s).
     pub(crate) async fn open(config: &CodeAgentConfig) -> Result<Self, String> {
         match &config.endpoint {
-            Some(url) => remote(url),
+            Some(url) => remote(url, config),
             None => in_process(config.state_dir.clone()).await,
         }
     }
 }
 
-fn remote(url: &str) -> Result<Backend, String> {
+fn remote(url: &str, config: &CodeAgentConfig) -> Result<Backend, String> {
     let mut endpoint = Endpoint::from_shared(url.to_owned())
         .map_err(|e| format!("code-agent endpoint {url:?}: {e}"))?;
     if url.starts_with("https://") {
+        let tls = match &config.ca_cert_pem {
+            Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
+            None => ClientTlsConfig::new().with_native_roots(),
+        };
         endpoint = endpoint
-            .tls_config(ClientTlsConfig::new().with_native_roots())
+            .tls_config(tls)
             .map_err(|e| format!("code-agent endpoint {url:?}: TLS: {e}"))?;
     }
+    let auth = match &config.auth_token {
+        Some(token) => {
+            let mut value: MetadataValue<Ascii> = format!("Bearer {}", token.expose())
+                .parse()
+                .map_err(|_| "code_agent_auth_token: not a valid header value".to_owned())?;
+            value.set_sensitive(true);
+            Some(value)
+        }
+        None => None,
+    };
     Ok(Backend {
-        client: CodeAgentServiceClient::new(endpoint.connect_lazy()),
+        client: CodeAgentServiceClient::with_interceptor(endpoint.connect_lazy(), BearerAuth(auth)),
         sandboxes: None,
         _server: None,
     })
@@ -98,6 +136,7 @@ async fn in_process(state_dir: Option<PathBuf>) -> Result<Backend, String> {
 pub struct InMemoryClient {
     /// The engine's gRPC client.
     pub client: CodeAgentServiceClient<Channel>,
+    channel: Channel,
     _server: Arc<DropGuard>,
 }
 
@@ -136,7 +175,8 @@ pub fn in_memory_client<T: CodeAgentService>(service: CodeAgentServiceServer<T>)
     let channel = Endpoint::from_static("http://code-agent.in-process")
         .connect_with_connector_lazy(connector);
     InMemoryClient {
-        client: CodeAgentServiceClient::new(channel),
+        client: CodeAgentServiceClient::new(channel.clone()),
+        channel,
         _server: Arc::new(stop.drop_guard()),
     }
 }
@@ -144,7 +184,7 @@ pub fn in_memory_client<T: CodeAgentService>(service: CodeAgentServiceServer<T>)
 impl From<InMemoryClient> for Backend {
     fn from(in_memory: InMemoryClient) -> Self {
         Backend {
-            client: in_memory.client,
+            client: CodeAgentServiceClient::with_interceptor(in_memory.channel, BearerAuth(None)),
             sandboxes: None,
             _server: Some(in_memory._server),
         }

@@ -52,7 +52,7 @@ use sdk_process::ThreadTable;
 use tokio::sync::{OnceCell, mpsc};
 use tonic::Code;
 
-pub use config::{CodeAgentConfig, check_endpoint};
+pub use config::{AuthToken, CodeAgentConfig, check_endpoint};
 pub use connect::{InMemoryClient, in_memory_client};
 
 use crate::connect::{Backend, Client};

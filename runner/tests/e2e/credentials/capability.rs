@@ -123,13 +123,14 @@ async fn only_the_threads_own_capability_gets_its_credentials() {
     assert_eq!(out, "");
     assert!(err.contains("no valid thread capability"), "{err}");
 
-    // The agent itself asking with another thread's id gets nothing either.
+    // The agent itself asking with another thread's id gets nothing either;
+    // printing its own capability reaches the control plane masked.
     let socket = w.runner.dirs.path().join("state/cred/git.sock");
     let out = w
         .turn(
             "t1",
             &format!(
-                "run printf 'protocol=http\\nhost={}\\npath={REPO}\\n\\n' | '{}' git-credential --socket '{}' --thread '{other}' get; echo ASKED",
+                "run printf 'protocol=http\\nhost={}\\npath={REPO}\\n\\n' | '{}' git-credential --socket '{}' --thread '{other}' get; echo ASKED\nrun cat '{own_arg}'",
                 w.git.host(),
                 runner_bin(),
                 socket.display()
@@ -140,6 +141,10 @@ async fn only_the_threads_own_capability_gets_its_credentials() {
         out[0].contains("ASKED") && !out[0].contains("password"),
         "{out:?}"
     );
+    assert_eq!(out[1].trim(), "***", "{out:?}");
+    let own = std::fs::read_to_string(&own_file).unwrap();
+    let updates = format!("{:?}", w.cp.received());
+    assert!(!updates.contains(own.trim()), "a capability in an update");
 
     // A copy of a capability kept after its thread was deleted.
     let stolen = w.root.path().join("stolen");
