@@ -87,12 +87,26 @@ impl Secrets {
 fn probe_line(s: &Secrets, victim_ws: &Path) -> String {
     let t = "t(){ n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n=OPEN\"; else echo \"$n=DENIED\"; fi; }";
     let victim = format!("$(pgrep -f '^sleep {VICTIM_SLEEP}$' | head -n1)");
+    // The other thread's git credential capability, in its private HOME:
+    // `<agent>/private/<thread>/home` beside `<agent>/threads/<thread>`.
+    let victim_thread = victim_ws.file_name().unwrap().to_string_lossy();
+    let victim_home = victim_ws
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("private")
+        .join(&*victim_thread)
+        .join("home");
     [
         t.to_string(),
         format!("t secret_file cat {}", s.secret_file.display()),
         format!("t app_key cat {}", s.app_key.display()),
         format!("t state_db cat {}", s.state_db().display()),
         format!("t other_workspace cat {}/victim.txt", victim_ws.display()),
+        format!(
+            "t other_capability cat {}/.agent-runner-git-capability",
+            victim_home.display()
+        ),
         format!("t write_outside sh -c 'echo x > {}'", s.outside().display()),
         format!("t runner_environ grep -q {RUNNER_MARKER} /proc/$PPID/environ"),
         format!("t other_environ grep -q AGENT_LAUNCHER_TAG /proc/{victim}/environ"),
@@ -101,6 +115,7 @@ fn probe_line(s: &Secrets, victim_ws: &Path) -> String {
         "t own_home sh -c 'echo h > \"$HOME/h\" && cat \"$HOME/h\"'".to_string(),
         "t own_tmp sh -c 'echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"'".to_string(),
         "t own_environ grep -q AGENT_LAUNCHER_TAG /proc/self/environ".to_string(),
+        "t own_capability cat \"$HOME/.agent-runner-git-capability\"".to_string(),
         "t system_read cat /etc/passwd".to_string(),
     ]
     .join("; ")
@@ -111,6 +126,7 @@ const ATTACKS: &[&str] = &[
     "app_key",
     "state_db",
     "other_workspace",
+    "other_capability",
     "write_outside",
     "runner_environ",
     "other_environ",
@@ -121,6 +137,7 @@ const OWN: &[&str] = &[
     "own_home",
     "own_tmp",
     "own_environ",
+    "own_capability",
     "system_read",
 ];
 
