@@ -393,7 +393,12 @@ fn runner_programs(config: &RunConfig) -> Vec<PathBuf> {
             && let Ok(real) = std::fs::canonicalize(bin)
             && let Some(dir) = real.parent()
         {
-            out.push(dir.to_path_buf());
+            // An npm-installed CLI (codex.js) loads its platform package
+            // from a sibling in `node_modules`: the whole tree is needed.
+            let tree = real
+                .ancestors()
+                .find(|a| a.file_name().is_some_and(|n| n == "node_modules"));
+            out.push(tree.unwrap_or(dir).to_path_buf());
         }
     }
     out
@@ -452,6 +457,14 @@ mod tests {
             "{status:?}"
         );
         assert_eq!(feature_of(&status.missing[0]), "Landlock");
+        let metrics = crate::metrics::render(crate::metrics::Scraped {
+            outbox_depth: 0,
+            child_processes: None,
+        });
+        assert!(
+            metrics.contains("agent_runner_sandbox_missing{feature=\"Landlock\"} 1"),
+            "{metrics}"
+        );
     }
 
     #[test]

@@ -326,7 +326,13 @@ impl ThreadTask {
             crate::metrics::adapter_error(&self.sdk, "turn");
             self.error(turn.rid.clone(), text.clone()).await;
         }
-        let interrupted = turn.interrupted.is_some();
+        if turn.interrupted.is_some() {
+            // An interrupt stops everything the turn started, also what left
+            // its process group (`setsid`), before the turn is reported
+            // over; the adapter restarts its CLI for the next turn if it was
+            // among them.
+            self.rt.sandboxes.kill_thread(&thread_id).await;
+        }
         let rid = match turn.interrupted {
             Some((rid, _)) => rid,
             None => turn.rid,
@@ -344,12 +350,6 @@ impl ThreadTask {
         tracing::debug!(%thread_id, turn_id = %turn.id, ?outcome, "turn ended");
         self.last_turn = Some(turn.id);
         self.rt.turn_finished(&thread_id, &outcome);
-        if interrupted {
-            // An interrupt stops everything the turn started, also what left
-            // its process group (`setsid`); the adapter restarts its CLI for
-            // the next turn if it was among them.
-            self.rt.sandboxes.kill_thread(&thread_id).await;
-        }
     }
 
     /// The adapter did not stop an interrupted turn in time: end it here;

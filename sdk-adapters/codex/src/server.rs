@@ -62,6 +62,55 @@ pub(crate) const PASS_ENV: &[&str] = &[
     "RUST_LOG",
 ];
 
+/// The files of the operator's CODEX_HOME a thread's own CODEX_HOME starts
+/// with (codex's settings and its login); the rest (sessions, logs) is the
+/// thread's.
+const SEEDED: &[&str] = &["config.toml", "auth.json"];
+
+/// The operator's CODEX_HOME: the adapter's `CODEX_HOME`, else the
+/// runner's, else `$HOME/.codex` of the runner.
+fn operator_codex_home(config: &CodexConfig) -> Option<std::path::PathBuf> {
+    config
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "CODEX_HOME")
+        .map(|(_, v)| v.into())
+        .or_else(|| std::env::var_os("CODEX_HOME").map(Into::into))
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".codex")))
+}
+
+/// `<home>/.codex` (0700, owned like `home`), with the [`SEEDED`] files
+/// copied from the operator's CODEX_HOME at each start of the app-server.
+fn thread_codex_home(config: &CodexConfig, home: &Path) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = home.join(".codex");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    let owner = std::fs::metadata(home).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.uid(), m.gid())
+    })?;
+    std::os::unix::fs::chown(&dir, Some(owner.0), Some(owner.1))?;
+    let Some(source) = operator_codex_home(config) else {
+        return Ok(dir);
+    };
+    if source == dir {
+        return Ok(dir);
+    }
+    for name in SEEDED {
+        let from = source.join(name);
+        if !from.is_file() {
+            continue;
+        }
+        let to = dir.join(name);
+        std::fs::copy(&from, &to)?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))?;
+        std::os::unix::fs::chown(&to, Some(owner.0), Some(owner.1))?;
+    }
+    Ok(dir)
+}
+
 /// Prefixes of further variables codex reads (none beyond the names).
 pub(crate) const PASS_ENV_PREFIXES: &[&str] = &[];
 
@@ -103,6 +152,15 @@ impl AppServer {
         for (key, value) in documented.iter().chain(&config.env).chain(thread_env) {
             spec = spec.env(key, value);
         }
+        // codex reads and writes its home; the sandbox lets it do so only in
+        // the thread's own HOME, so each thread gets a CODEX_HOME there,
+        // seeded with the operator's config and login.
+        let home =
+            thread_codex_home(config, &sandbox.spec().home_dir).map_err(|e| ChildError::Spawn {
+                program: config.bin.display().to_string(),
+                message: format!("preparing the thread's CODEX_HOME: {e}"),
+            })?;
+        spec = spec.env("CODEX_HOME", home);
         let (child, inbound) = JsonChild::spawn(spec, sandbox, rpc::response_key())?;
         let rpc = Arc::new(Rpc::new(child.handle(), config.request_timeout));
         let sink = Arc::new(Sink::default());
