@@ -62,11 +62,15 @@ impl Secrets {
 
     /// Options for a runner holding these secrets, in sandbox `mode`.
     fn opts(&self, cp: &MockControlPlane, mode: &str) -> RunnerOpts {
+        // The secret file by env: its path must not reach agents either.
         RunnerOpts::new(cp.url())
             .arg("--sandbox")
             .arg(mode)
-            .arg("--secret-file")
-            .arg(self.secret_file.to_str().unwrap())
+            .env(
+                "AGENT_RUNNER_SECRET_FILE",
+                self.secret_file.to_str().unwrap(),
+            )
+            .env("E2E_SERVICE_TOKEN", "tok-never-for-agents")
             .arg("--github-app-id")
             .arg("1")
             .arg("--github-app-private-key-file")
@@ -97,6 +101,10 @@ fn probe_line(s: &Secrets, victim_ws: &Path) -> String {
         format!("t runner_environ grep -q {RUNNER_MARKER} /proc/$PPID/environ"),
         format!("t other_environ grep -q AGENT_LAUNCHER_TAG /proc/{victim}/environ"),
         "t signal_runner kill -0 $PPID".to_string(),
+        // The environment allowlist holds in every mode, `off` included.
+        format!(
+            "t env_leak sh -c 'env | grep -q -e AGENT_RUNNER_ -e {RUNNER_MARKER} -e tok-never-for-agents -e bearer-secret'"
+        ),
         "t own_write sh -c 'echo mine > mine.txt && cat mine.txt'".to_string(),
         "t own_home sh -c 'echo h > \"$HOME/h\" && cat \"$HOME/h\"'".to_string(),
         "t own_tmp sh -c 'echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"'".to_string(),
@@ -116,6 +124,8 @@ const ATTACKS: &[&str] = &[
     "other_environ",
     "signal_runner",
 ];
+/// Denied in every mode: the environment allowlist is not a sandbox mode.
+const ALWAYS_DENIED: &[&str] = &["env_leak"];
 const OWN: &[&str] = &[
     "own_write",
     "own_home",
@@ -132,7 +142,7 @@ fn verdicts(output: &str) -> Vec<(String, bool)> {
         .filter(|(_, v)| matches!(*v, "OPEN" | "DENIED"))
         .map(|(n, v)| (n.to_owned(), v == "OPEN"))
         .collect();
-    for name in ATTACKS.iter().chain(OWN) {
+    for name in ATTACKS.iter().chain(ALWAYS_DENIED).chain(OWN) {
         assert!(
             out.iter().any(|(n, _)| n == name),
             "no verdict for {name} in {output}"
@@ -143,7 +153,7 @@ fn verdicts(output: &str) -> Vec<(String, bool)> {
 
 fn assert_confined(output: &str) {
     for (name, open) in verdicts(output) {
-        let attack = ATTACKS.contains(&name.as_str());
+        let attack = ATTACKS.contains(&name.as_str()) || ALWAYS_DENIED.contains(&name.as_str());
         assert_eq!(
             open,
             !attack,
@@ -246,7 +256,8 @@ async fn scripted_attacks_succeed_with_sandbox_off() {
     let victim_ws = victim(&cp, &runner).await;
     let output = scripted_probe(&cp, &runner, &probe_line(&s, &victim_ws)).await;
     for (name, open) in verdicts(&output) {
-        assert!(open, "{name} is DENIED with --sandbox off\n{output}");
+        let want = !ALWAYS_DENIED.contains(&name.as_str());
+        assert_eq!(open, want, "{name} with --sandbox off\n{output}");
     }
     assert!(s.outside().exists());
     still_serving(&cp, &mut runner).await;
