@@ -120,7 +120,6 @@ impl ClaudeAdapter {
         Session::start(
             &self.config,
             &spec.thread_id,
-            &spec.workspace,
             &spec.env,
             sandbox,
             &slot.session_id,

@@ -78,13 +78,14 @@ impl Drop for Session {
 }
 
 impl Session {
-    /// Start claude for a thread: in `cwd`, with the runner's environment
-    /// plus `config.env` plus `thread_env` (the thread's `ThreadSpec::env`,
-    /// which wins), so every tool command claude runs inherits them.
+    /// Start claude for a thread through its `sandbox`, in the sandbox's
+    /// workspace, with the sandbox's environment plus what Claude Code
+    /// documents it reads ([`PASS_ENV`]) plus `config.env` plus `thread_env`
+    /// (the thread's `ThreadSpec::env`, which wins), so every tool command
+    /// claude runs inherits them.
     pub(crate) fn start(
         config: &ClaudeConfig,
         thread_id: &str,
-        cwd: &Path,
         thread_env: &[(String, String)],
         sandbox: &ThreadSandbox,
         session_id: &str,
@@ -92,7 +93,7 @@ impl Session {
         flavor: Flavor,
     ) -> Result<Self, ChildError> {
         let mut spec = ChildSpec::new(format!("claude (thread {thread_id})"), &config.bin)
-            .cwd(cwd)
+            .cwd(&sandbox.spec().workspace)
             .arg("-p")
             .arg("--input-format")
             .arg("stream-json")
