@@ -343,6 +343,29 @@ impl AgentSandboxes {
         log_kill(&thread_id, "delete", report);
     }
 
+    /// Kills every process of every thread, removes their cgroups and the
+    /// launcher's (a clean shutdown: the runtime is done). Blocking.
+    pub fn close_everything(&self) -> usize {
+        let all: Vec<(String, Arc<ThreadSandbox>)> = self
+            .threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .collect();
+        let mut killed = 0;
+        for (thread_id, sandbox) in all {
+            let report = sandbox.close();
+            killed += report.killed;
+            if !report.survivors.is_empty() {
+                tracing::warn!(%thread_id, survivors = ?report.survivors, "agent processes survived the kill");
+            }
+        }
+        if let Ok(launcher) = &self.launcher {
+            launcher.release();
+        }
+        killed
+    }
+
     /// Kills every process of every thread (shutdown, the second signal).
     /// Blocking; threads stay known (a turn may still report its end).
     pub fn kill_everything(&self) -> usize {

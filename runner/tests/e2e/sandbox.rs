@@ -78,6 +78,8 @@ impl Secrets {
             .arg("--github-api-url")
             .arg("http://127.0.0.1:9")
             .env(RUNNER_MARKER, "runner-only")
+            .arg("--drain-timeout")
+            .arg("1s")
     }
 
     fn start(&self, opts: RunnerOpts) -> RunnerProc {
@@ -165,26 +167,42 @@ fn assert_confined(output: &str) {
 }
 
 /// A victim thread (scripted agent `v`) running `sleep 4242`, with
-/// `victim.txt` in its workspace; its workspace.
-async fn victim(cp: &MockControlPlane, runner: &RunnerProc) -> PathBuf {
+/// `victim.txt` in its workspace; its workspace and the pid of its command.
+async fn victim(cp: &MockControlPlane, runner: &RunnerProc) -> (PathBuf, i32) {
     create_agent(cp, "v").await;
     let thread = create_thread(cp, "v", "vt").await;
     let ws = runner.thread_workspace("v", &thread);
     std::fs::write(ws.join("victim.txt"), "victim's data\n").unwrap();
     start_turn(cp, "vm", "v", &thread, &format!("run sleep {VICTIM_SLEEP}")).await;
     // Its command is running once its RUNNING item is out.
-    cp.wait_for(
-        |m| {
-            rid_is(m, "vm")
-                && items(std::slice::from_ref(m))
-                    .iter()
-                    .any(|(k, s, _)| *k == ItemType::CommandExecution && *s == ItemStatus::Running)
-        },
-        WAIT,
-    )
-    .await
-    .expect("the victim's command runs");
-    ws
+    let running = cp
+        .wait_for(
+            |m| {
+                rid_is(m, "vm")
+                    && matches!(payload(m), Some(client_message::Payload::ItemUpdate(i))
+                        if i.status == ItemStatus::Running as i32
+                            && i.command_execution_item.is_some())
+            },
+            WAIT,
+        )
+        .await
+        .expect("the victim's command runs");
+    let Some(client_message::Payload::ItemUpdate(item)) = running.payload else {
+        unreachable!()
+    };
+    let pid = item
+        .command_execution_item
+        .and_then(|c| c.process_id.parse().ok())
+        .expect("the command's pid");
+    (ws, pid)
+}
+
+/// SIGTERM: the runner drains (the victim's turn is interrupted after
+/// `--drain-timeout 1s`), kills every thread's processes and exits 0.
+async fn stop(mut runner: RunnerProc, victim_pid: i32) {
+    runner.signal(libc::SIGTERM);
+    assert_eq!(runner.wait_exit(WAIT).await, Some(0), "{}", runner.logs());
+    wait_gone(victim_pid, "shutdown").await;
 }
 
 /// Runs `line` as one scripted `run` step on a new thread of agent `a`;
@@ -225,7 +243,7 @@ async fn scripted_suite(mode: &str) {
     cp.wait_connected(WAIT)
         .await
         .unwrap_or_else(|e| panic!("connects: {e:?}\n{}", runner.logs()));
-    let victim_ws = victim(&cp, &runner).await;
+    let (victim_ws, victim_pid) = victim(&cp, &runner).await;
     let output = scripted_probe(&cp, &runner, &probe_line(&s, &victim_ws)).await;
     assert_confined(&output);
     assert!(
@@ -233,6 +251,7 @@ async fn scripted_suite(mode: &str) {
         "the agent wrote outside its workspace"
     );
     still_serving(&cp, &mut runner).await;
+    stop(runner, victim_pid).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +272,7 @@ async fn scripted_attacks_succeed_with_sandbox_off() {
     let cp = mock().await;
     let mut runner = s.start(s.opts(&cp, "off"));
     cp.wait_connected(WAIT).await.expect("connects");
-    let victim_ws = victim(&cp, &runner).await;
+    let (victim_ws, victim_pid) = victim(&cp, &runner).await;
     let output = scripted_probe(&cp, &runner, &probe_line(&s, &victim_ws)).await;
     for (name, open) in verdicts(&output) {
         let want = !ALWAYS_DENIED.contains(&name.as_str());
@@ -261,6 +280,7 @@ async fn scripted_attacks_succeed_with_sandbox_off() {
     }
     assert!(s.outside().exists());
     still_serving(&cp, &mut runner).await;
+    stop(runner, victim_pid).await;
 }
 
 /// The embedded engine's `bash`, asked by the mock model, is confined the
@@ -289,7 +309,7 @@ async fn code_agent_bash_attacks_fail() {
         .env("CODE_AGENT_MODELS", "mock-model");
     let mut runner = s.start(opts);
     cp.wait_connected(WAIT).await.expect("connects");
-    victim(&cp, &runner).await;
+    let (_, victim_pid) = victim(&cp, &runner).await;
     create_sdk_agent(&cp, "c", "code-agent").await;
     let thread = try_create_thread(&cp, "c", "ct", "mock-model", WAIT)
         .await
@@ -302,6 +322,7 @@ async fn code_agent_bash_attacks_fail() {
     assert!(!s.outside().exists());
     create_agent(&cp, "a").await;
     still_serving(&cp, &mut runner).await;
+    stop(runner, victim_pid).await;
 }
 
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).
@@ -456,10 +477,11 @@ async fn agents_run_as_the_agent_uid() {
     cp.wait_connected(WAIT)
         .await
         .unwrap_or_else(|e| panic!("connects: {e:?}\n{}", runner.logs()));
-    let victim_ws = victim(&cp, &runner).await;
+    let (victim_ws, victim_pid) = victim(&cp, &runner).await;
     let line = format!("{}; echo uid=$(id -u)", probe_line(&s, &victim_ws));
     let output = scripted_probe(&cp, &runner, &line).await;
     assert!(output.contains("uid=65534"), "{output}");
     assert_confined(&output);
     still_serving(&cp, &mut runner).await;
+    stop(runner, victim_pid).await;
 }
