@@ -468,6 +468,74 @@ mod tests {
         assert!(err.contains("enforce") && err.contains("Landlock"), "{err}");
     }
 
+    /// Through the thread task: a turn on a thread whose sandbox is refused
+    /// gets a RequestError with the reason, and nothing runs.
+    #[tokio::test]
+    async fn enforce_without_landlock_refuses_turns_with_a_request_error() {
+        use agent_runner_proto::runner::client_message::Payload;
+
+        use crate::commands::{ThreadCmd, UserMessage};
+        use crate::runtime::{Runtime, RuntimeParts};
+
+        let dir = tempfile::tempdir().unwrap();
+        let sdks = crate::sdks::Sdks::new(&["scripted".to_owned()]).unwrap();
+        sdks.describe_all().await;
+        let mut config = LauncherConfig::new(Mode::Enforce, "runner-test");
+        config.cgroups = false;
+        let sandboxes =
+            Arc::new(AgentSandboxes::with_probe(config, probe_without_landlock()).unwrap());
+        let rt = Runtime::new(RuntimeParts {
+            sdks,
+            store: crate::state::Store::open(&dir.path().join("state")).unwrap(),
+            workspaces: Workspaces::new(dir.path().join("ws")).unwrap(),
+            outbox: Arc::new(crate::outbox::Outbox::new(64)),
+            mailboxes: Arc::new(crate::mailboxes::Mailboxes::new(64)),
+            max_turns: 4,
+            skill_max_bytes: 1024,
+            git_env: None,
+            github: None,
+            sandboxes,
+        });
+        let workspace = rt.workspaces.create_thread("a", "t").unwrap();
+        let spec = sdk_adapter::ThreadSpec {
+            agent_id: "a".into(),
+            thread_id: "t".into(),
+            workspace: workspace.clone(),
+            model: "scripted-fast".into(),
+            reasoning_level: None,
+            sdk_thread_id: Some("s".into()),
+            env: Vec::new(),
+            sandbox: rt.thread_sandbox("a", "t"),
+        };
+        crate::thread::start(&rt, "scripted".into(), spec, None);
+        let _ = rt.mailboxes.send_thread(
+            "a",
+            "t",
+            ThreadCmd::UserMessage(UserMessage {
+                text: "run touch ran".into(),
+                allow_steer: false,
+                model: None,
+                reasoning_level: None,
+                rid: Some("m1".into()),
+            }),
+        );
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(30), rt.outbox.pop())
+            .await
+            .unwrap();
+        assert_eq!(msg.request_id.as_deref(), Some("m1"));
+        let Some(Payload::RequestError(e)) = msg.payload else {
+            panic!("expected a RequestError, got {msg:?}");
+        };
+        assert!(
+            e.error_message
+                .starts_with("agent sandbox: sandbox mode enforce: Landlock is unavailable"),
+            "{}",
+            e.error_message
+        );
+        assert!(!workspace.join("ran").exists());
+        assert_eq!(rt.running_turns(), 0);
+    }
+
     #[test]
     fn best_effort_without_landlock_says_what_is_missing() {
         let mut config = LauncherConfig::new(Mode::BestEffort, "runner-test");

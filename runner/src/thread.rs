@@ -211,8 +211,9 @@ impl ThreadTask {
         }
         // No sandbox, no turn (mode enforce on a host without Landlock, or
         // a policy error): the reason goes back as the RequestError.
-        if let Err(e) = self.spec.sandbox.get() {
-            return self.error(msg.rid, e.to_string()).await;
+        if let Some(why) = self.spec.sandbox.refusal() {
+            let text = format!("agent sandbox: {why}");
+            return self.error(msg.rid, text).await;
         }
         let Ok(slot) = rt.turn_slots.clone().try_acquire_owned() else {
             let text = format!(
