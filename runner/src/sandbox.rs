@@ -157,7 +157,7 @@ impl AgentSandboxes {
             }
         }
         for what in &status.missing {
-            crate::metrics::sandbox_missing(feature_of(what));
+            crate::metrics::sandbox_missing(&feature_of(what));
         }
         Ok(Self {
             launcher,
@@ -427,9 +427,35 @@ fn runner_programs(config: &RunConfig) -> Vec<PathBuf> {
     out
 }
 
-/// The metric label of a "missing" line: its text up to the first colon.
-fn feature_of(line: &str) -> &str {
-    line.split(':').next().unwrap_or(line).trim()
+/// The metric label of a "missing" line: a short, bounded name
+/// (`landlock`, `landlock_scope`, `landlock_net`, `capabilities`,
+/// `cgroup`, `cgroup_memory`, `cgroup_pids`, `cgroup_cpu`, `rlimit_nproc`,
+/// `other`).
+fn feature_of(line: &str) -> String {
+    let lower = line.to_ascii_lowercase();
+    if let Some(rest) = lower.strip_prefix("cgroup controller ") {
+        let controller = rest.split([' ', ':']).next().unwrap_or_default();
+        if ["memory", "pids", "cpu"].contains(&controller) {
+            return format!("cgroup_{controller}");
+        }
+        return "cgroup".to_owned();
+    }
+    let name = if lower.starts_with("landlock scoping") {
+        "landlock_scope"
+    } else if lower.starts_with("landlock tcp") || lower.starts_with("tcp rules") {
+        "landlock_net"
+    } else if lower.starts_with("landlock") || lower.starts_with("read-only path") {
+        "landlock"
+    } else if lower.starts_with("capabilit") {
+        "capabilities"
+    } else if lower.starts_with("cgroup") || lower.starts_with("thread cgroup") {
+        "cgroup"
+    } else if lower.starts_with("rlimit nproc") {
+        "rlimit_nproc"
+    } else {
+        "other"
+    };
+    name.to_owned()
 }
 
 /// `chown -R uid:gid dir` without following symlinks.
@@ -547,13 +573,23 @@ mod tests {
             status.missing.iter().any(|m| m.starts_with("Landlock:")),
             "{status:?}"
         );
-        assert_eq!(feature_of(&status.missing[0]), "Landlock");
+        assert_eq!(feature_of(&status.missing[0]), "landlock");
+        assert_eq!(
+            feature_of(
+                "cgroup controller pids not offered by /sys/fs/cgroup/x (cgroup.controllers)"
+            ),
+            "cgroup_pids"
+        );
+        assert_eq!(
+            feature_of("capability bounding set drop: the runner lacks CAP_SETPCAP"),
+            "capabilities"
+        );
         let metrics = crate::metrics::render(crate::metrics::Scraped {
             outbox_depth: 0,
             child_processes: None,
         });
         assert!(
-            metrics.contains("agent_runner_sandbox_missing{feature=\"Landlock\"} 1"),
+            metrics.contains("agent_runner_sandbox_missing{feature=\"landlock\"} 1"),
             "{metrics}"
         );
     }
