@@ -112,7 +112,7 @@ pub(crate) fn split_around_protected(dir: &Path, protected: &[PathBuf]) -> Vec<P
     if inside.is_empty() {
         return vec![dir.to_path_buf()];
     }
-    if inside.iter().any(|p| *p == canon) {
+    if inside.contains(&canon) {
         return Vec::new();
     }
     let Ok(entries) = std::fs::read_dir(&canon) else {

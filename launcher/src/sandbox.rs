@@ -231,6 +231,22 @@ impl Launcher {
         sweep_leftovers(&self.config.scope, self.cgroup_root.as_ref(), KILL_WAIT)
     }
 
+    /// Removes the launcher's cgroup subtree when no thread cgroup is left
+    /// in it (clean shutdown, after every thread was closed); a subtree
+    /// still holding threads stays for the next start's sweep.
+    pub fn release(&self) {
+        let Some(root) = &self.cgroup_root else {
+            return;
+        };
+        match std::fs::remove_dir(root.dir()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::debug!(cgroup = %root.dir().display(), error = %e, "launcher cgroup kept")
+            }
+        }
+    }
+
     /// Prepares the sandbox of one thread: creates its TMPDIR and HOME,
     /// its cgroup, and its Landlock ruleset.
     pub fn thread(&self, spec: ThreadSpec) -> Result<ThreadSandbox, LaunchError> {

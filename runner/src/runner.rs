@@ -235,6 +235,9 @@ impl Runner {
         }
         self.credentials.stop().await;
         self.rt.tasks.close();
+        // Nothing of the agents is left: their cgroups go too.
+        let sandboxes = self.rt.sandboxes.clone();
+        let _ = tokio::task::spawn_blocking(move || sandboxes.close_everything()).await;
         tracing::info!("runner stopped");
         Ok(())
     }

@@ -53,9 +53,10 @@ pub struct AgentSandboxes {
     threads: Mutex<HashMap<String, Arc<ThreadSandbox>>>,
     /// Set when agents run as another uid: their directories are theirs.
     owner: Option<(u32, u32)>,
-    /// The SDK homes the operator set (`CODEX_HOME`, `CLAUDE_CONFIG_DIR`):
-    /// read-write for every thread, see [`sdk_homes`].
+    /// What every thread's sandbox may write besides its own directories,
+    /// and what the SDK probe's may (see [`sdk_homes`]).
     sdk_homes: Vec<PathBuf>,
+    probe_homes: Vec<PathBuf>,
 }
 
 /// Paths agents must never see, from the settings.
@@ -111,7 +112,7 @@ impl AgentSandboxes {
         );
         launcher_config.read_only.extend(runner_programs(config));
         let mut me = Self::with_probe(launcher_config, agent_launcher::probe_host())?;
-        me.sdk_homes = sdk_homes(config);
+        (me.sdk_homes, me.probe_homes) = sdk_homes(config);
         me.sweep_leftovers();
         Ok(me)
     }
@@ -161,7 +162,7 @@ impl AgentSandboxes {
             }
         }
         for what in &status.missing {
-            crate::metrics::sandbox_missing(feature_of(what));
+            crate::metrics::sandbox_missing(&feature_of(what));
         }
         Ok(Self {
             launcher,
@@ -169,6 +170,7 @@ impl AgentSandboxes {
             threads: Mutex::new(HashMap::new()),
             owner,
             sdk_homes: Vec::new(),
+            probe_homes: Vec::new(),
         })
     }
 
@@ -193,6 +195,7 @@ impl AgentSandboxes {
                     threads: Mutex::new(HashMap::new()),
                     owner: None,
                     sdk_homes: Vec::new(),
+                    probe_homes: Vec::new(),
                 }
             }
             Err(e) => Self {
@@ -205,6 +208,7 @@ impl AgentSandboxes {
                 threads: Mutex::new(HashMap::new()),
                 owner: None,
                 sdk_homes: Vec::new(),
+                probe_homes: Vec::new(),
             },
         }
     }
@@ -292,7 +296,7 @@ impl AgentSandboxes {
             workspace,
             home_dir: root.join("private/home"),
             tmp_dir: root.join("private/tmp"),
-            read_write: self.sdk_homes.clone(),
+            read_write: self.probe_homes.clone(),
             ..ThreadSpec::default()
         };
         match launcher.thread(spec) {
@@ -352,6 +356,29 @@ impl AgentSandboxes {
         let thread_id = thread_id.to_owned();
         let report = tokio::task::spawn_blocking(move || sandbox.close()).await;
         log_kill(&thread_id, "delete", report);
+    }
+
+    /// Kills every process of every thread, removes their cgroups and the
+    /// launcher's (a clean shutdown: the runtime is done). Blocking.
+    pub fn close_everything(&self) -> usize {
+        let all: Vec<(String, Arc<ThreadSandbox>)> = self
+            .threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .collect();
+        let mut killed = 0;
+        for (thread_id, sandbox) in all {
+            let report = sandbox.close();
+            killed += report.killed;
+            if !report.survivors.is_empty() {
+                tracing::warn!(%thread_id, survivors = ?report.survivors, "agent processes survived the kill");
+            }
+        }
+        if let Ok(launcher) = &self.launcher {
+            launcher.release();
+        }
+        killed
     }
 
     /// Kills every process of every thread (shutdown, the second signal).
@@ -443,14 +470,20 @@ fn thread_package_skills(workspaces: &Workspaces, workspace: &Path) -> Vec<PathB
         .collect()
 }
 
-/// The SDK homes the operator configured: `CODEX_HOME` and
-/// `CLAUDE_CONFIG_DIR`, from the adapter's extra environment or the
-/// runner's. They hold the CLIs' logins (and their session files), so
-/// every thread's sandbox gets them read-write: threads of one SDK share
-/// its home, as they share its login. Unset, each thread's CLI uses its
-/// own HOME (`~/.codex`, `~/.claude`) and needs an API key in the
-/// environment. Created if missing.
-fn sdk_homes(config: &RunConfig) -> Vec<PathBuf> {
+/// The SDK homes the operator configured, created if missing, as
+/// (what every thread's sandbox may write, what the probe's may write).
+///
+/// - codex: the operator's `CODEX_HOME` (`sdk_codex::operator_codex_home`:
+///   the adapter's, else the runner's, else `$HOME/.codex`). Threads never
+///   see it: each gets its own CODEX_HOME in its HOME, seeded from this one.
+///   The describe probe and a `CodexConfigurationRequest` login work on it
+///   directly, so a login is what later threads are seeded with.
+/// - Claude Code: `CLAUDE_CONFIG_DIR` when set (the adapter's, else the
+///   runner's). It holds the login and the sessions' transcripts, and
+///   Claude Code has no way to seed a copy, so every thread gets it
+///   read-write: Claude threads share it. Unset, each thread uses its own
+///   HOME's `~/.claude` and needs an API key in the environment.
+fn sdk_homes(config: &RunConfig) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let options = &config.sdk_options;
     let lookup = |env: &[(String, String)], key: &str| {
         env.iter()
@@ -460,27 +493,53 @@ fn sdk_homes(config: &RunConfig) -> Vec<PathBuf> {
             .or_else(|| std::env::var_os(key).map(PathBuf::from))
             .filter(|p| p.is_absolute())
     };
-    let mut out = Vec::new();
-    for home in [
-        lookup(&options.codex.env, "CODEX_HOME"),
-        lookup(&options.claude.env, "CLAUDE_CONFIG_DIR"),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        match std::fs::create_dir_all(&home) {
-            Ok(()) => out.push(home),
-            Err(e) => {
-                tracing::warn!(home = %home.display(), error = %e, "an SDK home cannot be created; agents will not see it")
-            }
+    let created = |home: PathBuf| match std::fs::create_dir_all(&home) {
+        Ok(()) => Some(home),
+        Err(e) => {
+            tracing::warn!(home = %home.display(), error = %e, "an SDK home cannot be created; agents will not see it");
+            None
         }
-    }
-    out
+    };
+    let claude: Vec<PathBuf> = lookup(&options.claude.env, "CLAUDE_CONFIG_DIR")
+        .and_then(created)
+        .into_iter()
+        .collect();
+    let codex = sdk_codex::operator_codex_home(&options.codex)
+        .filter(|p| p.is_absolute())
+        .and_then(created);
+    let probe = claude.iter().cloned().chain(codex).collect();
+    (claude, probe)
 }
 
-/// The metric label of a "missing" line: its text up to the first colon.
-fn feature_of(line: &str) -> &str {
-    line.split(':').next().unwrap_or(line).trim()
+/// The metric label of a "missing" line: a short, bounded name
+/// (`landlock`, `landlock_scope`, `landlock_net`, `capabilities`,
+/// `cgroup`, `cgroup_memory`, `cgroup_pids`, `cgroup_cpu`, `rlimit_nproc`,
+/// `other`).
+fn feature_of(line: &str) -> String {
+    let lower = line.to_ascii_lowercase();
+    if let Some(rest) = lower.strip_prefix("cgroup controller ") {
+        let controller = rest.split([' ', ':']).next().unwrap_or_default();
+        if ["memory", "pids", "cpu"].contains(&controller) {
+            return format!("cgroup_{controller}");
+        }
+        return "cgroup".to_owned();
+    }
+    let name = if lower.starts_with("landlock scoping") {
+        "landlock_scope"
+    } else if lower.starts_with("landlock tcp") || lower.starts_with("tcp rules") {
+        "landlock_net"
+    } else if lower.starts_with("landlock") || lower.starts_with("read-only path") {
+        "landlock"
+    } else if lower.starts_with("capabilit") {
+        "capabilities"
+    } else if lower.starts_with("cgroup") || lower.starts_with("thread cgroup") {
+        "cgroup"
+    } else if lower.starts_with("rlimit nproc") {
+        "rlimit_nproc"
+    } else {
+        "other"
+    };
+    name.to_owned()
 }
 
 /// `chown -R uid:gid dir` without following symlinks.
@@ -519,6 +578,75 @@ mod tests {
         assert!(err.contains("enforce") && err.contains("Landlock"), "{err}");
     }
 
+    /// Through the thread task: a turn on a thread whose sandbox is refused
+    /// gets a RequestError with the reason, and nothing runs.
+    #[tokio::test]
+    async fn enforce_without_landlock_refuses_turns_with_a_request_error() {
+        use agent_runner_proto::runner::client_message::Payload;
+
+        use crate::commands::{ThreadCmd, UserMessage};
+        use crate::runtime::{Runtime, RuntimeParts};
+
+        let dir = tempfile::tempdir().unwrap();
+        let sdks = crate::sdks::Sdks::new(&["scripted".to_owned()]).unwrap();
+        sdks.describe_all().await;
+        let mut config = LauncherConfig::new(Mode::Enforce, "runner-test");
+        config.cgroups = false;
+        let sandboxes =
+            Arc::new(AgentSandboxes::with_probe(config, probe_without_landlock()).unwrap());
+        let rt = Runtime::new(RuntimeParts {
+            sdks,
+            store: crate::state::Store::open(&dir.path().join("state")).unwrap(),
+            workspaces: Workspaces::new(dir.path().join("ws")).unwrap(),
+            outbox: Arc::new(crate::outbox::Outbox::new(64)),
+            mailboxes: Arc::new(crate::mailboxes::Mailboxes::new(64)),
+            max_turns: 4,
+            skill_max_bytes: 1024,
+            git_env: None,
+            github: None,
+            sandboxes,
+        });
+        let workspace = rt.workspaces.create_thread("a", "t").unwrap();
+        let spec = sdk_adapter::ThreadSpec {
+            agent_id: "a".into(),
+            thread_id: "t".into(),
+            workspace: workspace.clone(),
+            model: "scripted-fast".into(),
+            reasoning_level: None,
+            sdk_thread_id: Some("s".into()),
+            env: Vec::new(),
+            sandbox: rt.thread_sandbox("a", "t"),
+            instructions: None,
+        };
+        crate::thread::start(&rt, "scripted".into(), spec, None);
+        let _ = rt.mailboxes.send_thread(
+            "a",
+            "t",
+            ThreadCmd::UserMessage(UserMessage {
+                text: "run touch ran".into(),
+                allow_steer: false,
+                model: None,
+                reasoning_level: None,
+                rid: Some("m1".into()),
+            }),
+        );
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(30), rt.outbox.pop())
+            .await
+            .unwrap();
+        assert_eq!(msg.request_id.as_deref(), Some("m1"));
+        let Some(Payload::RequestError(e)) = msg.payload else {
+            panic!("expected a RequestError, got {msg:?}");
+        };
+        assert!(
+            e.error_message
+                .starts_with("agent sandbox: sandbox mode enforce: Landlock is unavailable"),
+            "{}",
+            e.error_message
+        );
+        assert!(!workspace.join("ran").exists());
+        assert_eq!(rt.running_turns(), 0);
+    }
+
     #[test]
     fn best_effort_without_landlock_says_what_is_missing() {
         let mut config = LauncherConfig::new(Mode::BestEffort, "runner-test");
@@ -530,7 +658,26 @@ mod tests {
             status.missing.iter().any(|m| m.starts_with("Landlock:")),
             "{status:?}"
         );
-        assert_eq!(feature_of(&status.missing[0]), "Landlock");
+        assert_eq!(feature_of(&status.missing[0]), "landlock");
+        assert_eq!(
+            feature_of(
+                "cgroup controller pids not offered by /sys/fs/cgroup/x (cgroup.controllers)"
+            ),
+            "cgroup_pids"
+        );
+        assert_eq!(
+            feature_of("capability bounding set drop: the runner lacks CAP_SETPCAP"),
+            "capabilities"
+        );
+        let metrics = crate::metrics::render(crate::metrics::Scraped {
+            outbox_depth: 0,
+            delivery_unsettled: 0,
+            child_processes: None,
+        });
+        assert!(
+            metrics.contains("agent_runner_sandbox_missing{feature=\"landlock\"} 1"),
+            "{metrics}"
+        );
     }
 
     #[test]

@@ -211,8 +211,9 @@ impl ThreadTask {
         }
         // No sandbox, no turn (mode enforce on a host without Landlock, or
         // a policy error): the reason goes back as the RequestError.
-        if let Err(e) = self.spec.sandbox.get() {
-            return self.error(msg.rid, e.to_string()).await;
+        if let Some(why) = self.spec.sandbox.refusal() {
+            let text = format!("agent sandbox: {why}");
+            return self.error(msg.rid, text).await;
         }
         let Ok(slot) = rt.turn_slots.clone().try_acquire_owned() else {
             let text = format!(
@@ -329,7 +330,13 @@ impl ThreadTask {
             crate::metrics::adapter_error(&self.sdk, "turn");
             self.error(turn.rid.clone(), text.clone()).await;
         }
-        let interrupted = turn.interrupted.is_some();
+        if turn.interrupted.is_some() {
+            // An interrupt stops everything the turn started, also what left
+            // its process group (`setsid`), before the turn is reported
+            // over; the adapter restarts its CLI for the next turn if it was
+            // among them.
+            self.rt.sandboxes.kill_thread(&thread_id).await;
+        }
         let rid = match turn.interrupted {
             Some((rid, _)) => rid,
             None => turn.rid,
@@ -347,12 +354,6 @@ impl ThreadTask {
         tracing::debug!(%thread_id, turn_id = %turn.id, ?outcome, "turn ended");
         self.last_turn = Some(turn.id);
         self.rt.turn_finished(&thread_id, &outcome);
-        if interrupted {
-            // An interrupt stops everything the turn started, also what left
-            // its process group (`setsid`); the adapter restarts its CLI for
-            // the next turn if it was among them.
-            self.rt.sandboxes.kill_thread(&thread_id).await;
-        }
     }
 
     /// The adapter did not stop an interrupted turn in time: end it here;

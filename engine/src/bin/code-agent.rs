@@ -60,6 +60,10 @@ enum Command {
         /// Model calls per generation at most.
         #[arg(long, default_value_t = 50)]
         max_steps: u32,
+        /// How `bash` processes are confined: enforce (refuse to start
+        /// without Landlock), best-effort or off.
+        #[arg(long, env = "CODE_AGENT_SANDBOX", default_value = "best-effort")]
+        sandbox: agent_launcher::Mode,
     },
 }
 
@@ -109,6 +113,7 @@ async fn main() -> anyhow::Result<()> {
             state_dir,
             workspace,
             max_steps,
+            sandbox,
         } => {
             let options = ServeOptions::load(GuardSources {
                 token_file: auth_token_file.as_deref(),
@@ -126,11 +131,21 @@ async fn main() -> anyhow::Result<()> {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating the state dir {}", dir.display()))?;
             }
+            // Not dumpable, no core files: `bash` cannot read our memory.
+            agent_launcher::harden_runner().context("hardening the engine process")?;
+            let mut launcher = agent_launcher::LauncherConfig::new(sandbox, "code-agent");
+            launcher.cgroups = false;
+            launcher.protected = state_dir.iter().cloned().collect();
+            let launcher = agent_launcher::Launcher::new(launcher).context("--sandbox")?;
+            for missing in launcher.status().missing {
+                tracing::warn!(%missing, "bash sandbox: not applied on this host");
+            }
             let engine = Engine::start(EngineConfig {
                 state_dir,
                 default_workspace: workspace,
                 workspace_root: Some(workspace_root),
                 max_steps,
+                launcher: code_agent_engine::EngineLauncher::Given(std::sync::Arc::new(launcher)),
                 ..EngineConfig::default()
             })
             .await?;

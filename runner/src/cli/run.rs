@@ -51,7 +51,7 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
         eprintln!("agent-runner: second signal, killing every agent process and exiting");
         // Agents run in sessions of their own: the terminal's signal never
         // reached them. Nothing of theirs may outlive us.
-        let killed = tokio::task::spawn_blocking(move || sandboxes.kill_everything()).await;
+        let killed = tokio::task::spawn_blocking(move || sandboxes.close_everything()).await;
         if let Ok(killed) = killed {
             eprintln!("agent-runner: killed {killed} agent processes");
         }

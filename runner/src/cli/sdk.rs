@@ -56,7 +56,7 @@ pub async fn list(mut args: RunArgs, env_secret: Option<Secret>) -> anyhow::Resu
     let mut text = String::new();
     let _ = crate::status::write_sandbox(&mut text, sandboxes.status());
     print!("{text}");
-    sandboxes.kill_everything();
+    sandboxes.close_everything();
     drop(all);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())

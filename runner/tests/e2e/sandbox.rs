@@ -62,11 +62,15 @@ impl Secrets {
 
     /// Options for a runner holding these secrets, in sandbox `mode`.
     fn opts(&self, cp: &MockControlPlane, mode: &str) -> RunnerOpts {
+        // The secret file by env: its path must not reach agents either.
         RunnerOpts::new(cp.url())
             .arg("--sandbox")
             .arg(mode)
-            .arg("--secret-file")
-            .arg(self.secret_file.to_str().unwrap())
+            .env(
+                "AGENT_RUNNER_SECRET_FILE",
+                self.secret_file.to_str().unwrap(),
+            )
+            .env("E2E_SERVICE_TOKEN", "tok-never-for-agents")
             .arg("--github-app-id")
             .arg("1")
             .arg("--github-app-private-key-file")
@@ -74,6 +78,8 @@ impl Secrets {
             .arg("--github-api-url")
             .arg("http://127.0.0.1:9")
             .env(RUNNER_MARKER, "runner-only")
+            .arg("--drain-timeout")
+            .arg("1s")
     }
 
     fn start(&self, opts: RunnerOpts) -> RunnerProc {
@@ -111,6 +117,10 @@ fn probe_line(s: &Secrets, victim_ws: &Path) -> String {
         format!("t runner_environ grep -q {RUNNER_MARKER} /proc/$PPID/environ"),
         format!("t other_environ grep -q AGENT_LAUNCHER_TAG /proc/{victim}/environ"),
         "t signal_runner kill -0 $PPID".to_string(),
+        // The environment allowlist holds in every mode, `off` included.
+        format!(
+            "t env_leak sh -c 'env | grep -q -e AGENT_RUNNER_ -e {RUNNER_MARKER} -e tok-never-for-agents -e bearer-secret'"
+        ),
         "t own_write sh -c 'echo mine > mine.txt && cat mine.txt'".to_string(),
         "t own_home sh -c 'echo h > \"$HOME/h\" && cat \"$HOME/h\"'".to_string(),
         "t own_tmp sh -c 'echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"'".to_string(),
@@ -132,6 +142,8 @@ const ATTACKS: &[&str] = &[
     "other_environ",
     "signal_runner",
 ];
+/// Denied in every mode: the environment allowlist is not a sandbox mode.
+const ALWAYS_DENIED: &[&str] = &["env_leak"];
 const OWN: &[&str] = &[
     "own_write",
     "own_home",
@@ -149,7 +161,7 @@ fn verdicts(output: &str) -> Vec<(String, bool)> {
         .filter(|(_, v)| matches!(*v, "OPEN" | "DENIED"))
         .map(|(n, v)| (n.to_owned(), v == "OPEN"))
         .collect();
-    for name in ATTACKS.iter().chain(OWN) {
+    for name in ATTACKS.iter().chain(ALWAYS_DENIED).chain(OWN) {
         assert!(
             out.iter().any(|(n, _)| n == name),
             "no verdict for {name} in {output}"
@@ -160,7 +172,7 @@ fn verdicts(output: &str) -> Vec<(String, bool)> {
 
 fn assert_confined(output: &str) {
     for (name, open) in verdicts(output) {
-        let attack = ATTACKS.contains(&name.as_str());
+        let attack = ATTACKS.contains(&name.as_str()) || ALWAYS_DENIED.contains(&name.as_str());
         assert_eq!(
             open,
             !attack,
@@ -172,26 +184,42 @@ fn assert_confined(output: &str) {
 }
 
 /// A victim thread (scripted agent `v`) running `sleep 4242`, with
-/// `victim.txt` in its workspace; its workspace.
-async fn victim(cp: &MockControlPlane, runner: &RunnerProc) -> PathBuf {
+/// `victim.txt` in its workspace; its workspace and the pid of its command.
+async fn victim(cp: &MockControlPlane, runner: &RunnerProc) -> (PathBuf, i32) {
     create_agent(cp, "v").await;
     let thread = create_thread(cp, "v", "vt").await;
     let ws = runner.thread_workspace("v", &thread);
     std::fs::write(ws.join("victim.txt"), "victim's data\n").unwrap();
     start_turn(cp, "vm", "v", &thread, &format!("run sleep {VICTIM_SLEEP}")).await;
     // Its command is running once its RUNNING item is out.
-    cp.wait_for(
-        |m| {
-            rid_is(m, "vm")
-                && items(std::slice::from_ref(m))
-                    .iter()
-                    .any(|(k, s, _)| *k == ItemType::CommandExecution && *s == ItemStatus::Running)
-        },
-        WAIT,
-    )
-    .await
-    .expect("the victim's command runs");
-    ws
+    let running = cp
+        .wait_for(
+            |m| {
+                rid_is(m, "vm")
+                    && matches!(payload(m), Some(client_message::Payload::ItemUpdate(i))
+                        if i.status == ItemStatus::Running as i32
+                            && i.command_execution_item.is_some())
+            },
+            WAIT,
+        )
+        .await
+        .expect("the victim's command runs");
+    let Some(client_message::Payload::ItemUpdate(item)) = running.payload else {
+        unreachable!()
+    };
+    let pid = item
+        .command_execution_item
+        .and_then(|c| c.process_id.parse().ok())
+        .expect("the command's pid");
+    (ws, pid)
+}
+
+/// SIGTERM: the runner drains (the victim's turn is interrupted after
+/// `--drain-timeout 1s`), kills every thread's processes and exits 0.
+async fn stop(mut runner: RunnerProc, victim_pid: i32) {
+    runner.signal(libc::SIGTERM);
+    assert_eq!(runner.wait_exit(WAIT).await, Some(0), "{}", runner.logs());
+    wait_gone(victim_pid, "shutdown").await;
 }
 
 /// Runs `line` as one scripted `run` step on a new thread of agent `a`;
@@ -232,7 +260,7 @@ async fn scripted_suite(mode: &str) {
     cp.wait_connected(WAIT)
         .await
         .unwrap_or_else(|e| panic!("connects: {e:?}\n{}", runner.logs()));
-    let victim_ws = victim(&cp, &runner).await;
+    let (victim_ws, victim_pid) = victim(&cp, &runner).await;
     let output = scripted_probe(&cp, &runner, &probe_line(&s, &victim_ws)).await;
     assert_confined(&output);
     assert!(
@@ -240,6 +268,7 @@ async fn scripted_suite(mode: &str) {
         "the agent wrote outside its workspace"
     );
     still_serving(&cp, &mut runner).await;
+    stop(runner, victim_pid).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,13 +289,15 @@ async fn scripted_attacks_succeed_with_sandbox_off() {
     let cp = mock().await;
     let mut runner = s.start(s.opts(&cp, "off"));
     cp.wait_connected(WAIT).await.expect("connects");
-    let victim_ws = victim(&cp, &runner).await;
+    let (victim_ws, victim_pid) = victim(&cp, &runner).await;
     let output = scripted_probe(&cp, &runner, &probe_line(&s, &victim_ws)).await;
     for (name, open) in verdicts(&output) {
-        assert!(open, "{name} is DENIED with --sandbox off\n{output}");
+        let want = !ALWAYS_DENIED.contains(&name.as_str());
+        assert_eq!(open, want, "{name} with --sandbox off\n{output}");
     }
     assert!(s.outside().exists());
     still_serving(&cp, &mut runner).await;
+    stop(runner, victim_pid).await;
 }
 
 /// The embedded engine's `bash`, asked by the mock model, is confined the
@@ -295,7 +326,7 @@ async fn code_agent_bash_attacks_fail() {
         .env("CODE_AGENT_MODELS", "mock-model");
     let mut runner = s.start(opts);
     cp.wait_connected(WAIT).await.expect("connects");
-    victim(&cp, &runner).await;
+    let (_, victim_pid) = victim(&cp, &runner).await;
     create_sdk_agent(&cp, "c", "code-agent").await;
     let thread = try_create_thread(&cp, "c", "ct", "mock-model", WAIT)
         .await
@@ -308,6 +339,7 @@ async fn code_agent_bash_attacks_fail() {
     assert!(!s.outside().exists());
     create_agent(&cp, "a").await;
     still_serving(&cp, &mut runner).await;
+    stop(runner, victim_pid).await;
 }
 
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).
@@ -462,10 +494,11 @@ async fn agents_run_as_the_agent_uid() {
     cp.wait_connected(WAIT)
         .await
         .unwrap_or_else(|e| panic!("connects: {e:?}\n{}", runner.logs()));
-    let victim_ws = victim(&cp, &runner).await;
+    let (victim_ws, victim_pid) = victim(&cp, &runner).await;
     let line = format!("{}; echo uid=$(id -u)", probe_line(&s, &victim_ws));
     let output = scripted_probe(&cp, &runner, &line).await;
     assert!(output.contains("uid=65534"), "{output}");
     assert_confined(&output);
     still_serving(&cp, &mut runner).await;
+    stop(runner, victim_pid).await;
 }

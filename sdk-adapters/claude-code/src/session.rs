@@ -79,11 +79,13 @@ impl Drop for Session {
 }
 
 impl Session {
-    /// Start claude for a thread: in its workspace, with the runner's
-    /// environment plus `config.env` plus the thread's `ThreadSpec::env`
-    /// (which wins), so every tool command claude runs inherits them. The
-    /// thread's additional instructions go to `--append-system-prompt`, so
-    /// they join Claude Code's own system prompt on every turn.
+    /// Start claude for a thread through its `sandbox`, in its workspace,
+    /// with the sandbox's environment plus what Claude Code documents it
+    /// reads ([`PASS_ENV`]) plus `config.env` plus the thread's
+    /// `ThreadSpec::env` (which wins), so every tool command claude runs
+    /// inherits them. The thread's additional instructions go to
+    /// `--append-system-prompt`, so they join Claude Code's own system
+    /// prompt on every turn.
     pub(crate) fn start(
         config: &ClaudeConfig,
         thread: &ThreadSpec,

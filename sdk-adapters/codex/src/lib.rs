@@ -33,6 +33,8 @@ mod items;
 mod login;
 mod rpc;
 mod server;
+
+pub use server::operator_codex_home;
 #[doc(hidden)]
 pub mod testing;
 mod turn;

@@ -62,6 +62,67 @@ pub(crate) const PASS_ENV: &[&str] = &[
     "RUST_LOG",
 ];
 
+/// The files of the operator's CODEX_HOME a thread's own CODEX_HOME starts
+/// with (codex's settings and its login); the rest (sessions, logs) is the
+/// thread's.
+const SEEDED: &[&str] = &["config.toml", "auth.json"];
+
+/// The operator's CODEX_HOME: the adapter's `CODEX_HOME`, else the
+/// runner's, else `$HOME/.codex` of the runner. The runner gives the
+/// describe probe's sandbox read-write access to the same directory
+/// (`runner/src/sandbox.rs`, `sdk_homes`).
+pub fn operator_codex_home(config: &CodexConfig) -> Option<std::path::PathBuf> {
+    config
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "CODEX_HOME")
+        .map(|(_, v)| v.into())
+        .or_else(|| std::env::var_os("CODEX_HOME").map(Into::into))
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".codex")))
+}
+
+/// The operator's CODEX_HOME, created if missing (the probe's and the
+/// login's home).
+fn operator_home_dir(config: &CodexConfig) -> std::io::Result<std::path::PathBuf> {
+    let dir = operator_codex_home(config).ok_or_else(|| {
+        std::io::Error::other("neither CODEX_HOME nor HOME is set in the runner's environment")
+    })?;
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// `<home>/.codex` (0700, owned like `home`), with the [`SEEDED`] files
+/// copied from the operator's CODEX_HOME at each start of the app-server.
+fn thread_codex_home(config: &CodexConfig, home: &Path) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = home.join(".codex");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    let owner = std::fs::metadata(home).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.uid(), m.gid())
+    })?;
+    std::os::unix::fs::chown(&dir, Some(owner.0), Some(owner.1))?;
+    let Some(source) = operator_codex_home(config) else {
+        return Ok(dir);
+    };
+    if source == dir {
+        return Ok(dir);
+    }
+    for name in SEEDED {
+        let from = source.join(name);
+        if !from.is_file() {
+            continue;
+        }
+        let to = dir.join(name);
+        std::fs::copy(&from, &to)?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))?;
+        std::os::unix::fs::chown(&to, Some(owner.0), Some(owner.1))?;
+    }
+    Ok(dir)
+}
+
 /// Prefixes of further variables codex reads (none beyond the names).
 pub(crate) const PASS_ENV_PREFIXES: &[&str] = &[];
 
@@ -103,6 +164,21 @@ impl AppServer {
         for (key, value) in documented.iter().chain(&config.env).chain(thread_env) {
             spec = spec.env(key, value);
         }
+        // codex reads and writes its home. A thread's app-server (one with
+        // a workspace) gets a CODEX_HOME of its own in the thread's HOME,
+        // seeded with the operator's config and login, so threads share
+        // nothing. The describe probe and a login (no workspace) work on the
+        // operator's CODEX_HOME itself (their sandbox may write it): a login
+        // lands where every later thread is seeded from.
+        let home = match cwd {
+            Some(_) => thread_codex_home(config, &sandbox.spec().home_dir),
+            None => operator_home_dir(config),
+        }
+        .map_err(|e| ChildError::Spawn {
+            program: config.bin.display().to_string(),
+            message: format!("preparing CODEX_HOME: {e}"),
+        })?;
+        spec = spec.env("CODEX_HOME", home);
         let (child, inbound) = JsonChild::spawn(spec, sandbox, rpc::response_key())?;
         let rpc = Arc::new(Rpc::new(child.handle(), config.request_timeout));
         let sink = Arc::new(Sink::default());
