@@ -493,20 +493,29 @@ fn sdk_homes(config: &RunConfig) -> (Vec<PathBuf>, Vec<PathBuf>) {
             .or_else(|| std::env::var_os(key).map(PathBuf::from))
             .filter(|p| p.is_absolute())
     };
-    let created = |home: PathBuf| match std::fs::create_dir_all(&home) {
+    // A home the operator named must work (a warning says why not); codex's
+    // default `$HOME/.codex` is only used when it can be.
+    let created = |home: PathBuf, named: bool| match std::fs::create_dir_all(&home) {
         Ok(()) => Some(home),
-        Err(e) => {
+        Err(e) if named => {
             tracing::warn!(home = %home.display(), error = %e, "an SDK home cannot be created; agents will not see it");
             None
         }
+        Err(e) => {
+            tracing::debug!(home = %home.display(), error = %e, "no default SDK home");
+            None
+        }
     };
+    let enabled = |sdk: &str| config.sdks.is_empty() || config.sdks.iter().any(|s| s == sdk);
     let claude: Vec<PathBuf> = lookup(&options.claude.env, "CLAUDE_CONFIG_DIR")
-        .and_then(created)
+        .filter(|_| enabled("claude-code"))
+        .and_then(|home| created(home, true))
         .into_iter()
         .collect();
+    let codex_named = lookup(&options.codex.env, "CODEX_HOME").is_some();
     let codex = sdk_codex::operator_codex_home(&options.codex)
-        .filter(|p| p.is_absolute())
-        .and_then(created);
+        .filter(|p| p.is_absolute() && enabled("codex"))
+        .and_then(|home| created(home, codex_named));
     let probe = claude.iter().cloned().chain(codex).collect();
     (claude, probe)
 }

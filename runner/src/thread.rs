@@ -139,6 +139,13 @@ impl ThreadTask {
             ThreadCmd::Drain => {
                 if let Some(turn) = &self.active {
                     let rid = turn.rid.clone();
+                    // Said, as a turn lost in a restart is: the control
+                    // plane must not take the cut-short turn for a done one.
+                    self.error(
+                        rid.clone(),
+                        "the runner is shutting down: the turn was interrupted when its drain timeout ran out",
+                    )
+                    .await;
                     self.interrupt(rid).await;
                 }
             }

@@ -166,15 +166,31 @@ pub fn item(
     // The contract requires a process id, but Claude Code never reports one
     // and codex only sometimes does: the item id stands in (stable for the
     // item, unique in the thread) rather than the update being invalid.
-    let command_execution_item = event.command.map(|c| CommandExecutionItem {
-        command: c.command,
-        cwd: c.cwd,
-        process_id: if c.process_id.is_empty() {
-            event.item_id.clone()
-        } else {
-            c.process_id
-        },
-        output: c.output,
+    let completed = status == ItemStatus::Completed;
+    let command_execution_item = event.command.map(|c| {
+        // The protocol has no exit status: a finished command's output ends
+        // with a marker saying how it ended, unless it exited 0.
+        let marker = c.end_marker().filter(|_| completed);
+        CommandExecutionItem {
+            process_id: if c.process_id.is_empty() {
+                event.item_id.clone()
+            } else {
+                c.process_id
+            },
+            output: match (c.output, marker) {
+                (output, None) => output,
+                (None, Some(marker)) => Some(marker),
+                (Some(mut output), Some(marker)) => {
+                    if !output.is_empty() && !output.ends_with('\n') {
+                        output.push('\n');
+                    }
+                    output.push_str(&marker);
+                    Some(output)
+                }
+            },
+            command: c.command,
+            cwd: c.cwd,
+        }
     });
     message(
         request_id,
@@ -282,6 +298,7 @@ mod tests {
                     process_id: process_id.into(),
                     output: None,
                     exit_code: None,
+                    ..Default::default()
                 }),
             },
         )

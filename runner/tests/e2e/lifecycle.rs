@@ -46,10 +46,18 @@ async fn sigterm_drains_running_turns_then_exits_cleanly() {
 async fn drain_timeout_interrupts_turns_and_second_signal_exits_at_once() {
     let (cp, mut r) = agent_with(|opts| opts.arg("--drain-timeout").arg("200ms")).await;
     let t = create_thread(&cp, "a", "t").await;
-    start_turn(&cp, "m", "a", &t, "sleep 60000\nsay never").await;
+    start_turn(&cp, "m", "a", &t, "run sleep 60\nsay never").await;
     r.signal(libc::SIGTERM);
     turn_completed(&cp, "m").await;
     assert_eq!(r.wait_exit(WAIT).await, Some(0), "{}", r.logs());
+    // The turn cut short says so, and so does its command.
+    let msgs = replies(&cp, "m");
+    let errors: Vec<&str> = msgs.iter().filter_map(error_text).collect();
+    assert!(
+        errors.iter().any(|e| e.contains("drain timeout")),
+        "{errors:?}"
+    );
+    assert_eq!(command_outputs(&msgs), ["[interrupted]"]);
 
     // Second signal: no waiting for the drain.
     let (cp, mut r) = agent_with(|opts| opts.arg("--drain-timeout").arg("60s")).await;

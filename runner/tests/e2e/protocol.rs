@@ -473,3 +473,28 @@ async fn request_without_id_gets_replies_without_id() {
         .unwrap();
     assert_eq!(m.request_id, None);
 }
+
+/// The protocol has no exit status: a command that failed, was killed or
+/// was interrupted ends its output with a marker saying so; one that
+/// exited 0 has none (docs/protocol.md, "How a command ended").
+#[tokio::test]
+async fn command_outputs_say_how_the_command_ended() {
+    let (cp, _r, t) = thread_ready().await;
+    start_turn(
+        &cp,
+        "m",
+        "a",
+        &t,
+        "run echo fine\nrun echo before; exit 3\nrun printf partial; kill -9 $$",
+    )
+    .await;
+    turn_completed(&cp, "m").await;
+    assert_eq!(
+        command_outputs(&replies(&cp, "m")),
+        [
+            "fine\n",
+            "before\n[exit status 3]",
+            "partial\n[killed by signal 9]"
+        ]
+    );
+}

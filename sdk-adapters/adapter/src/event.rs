@@ -116,7 +116,7 @@ impl ItemContent {
 }
 
 /// A command an agent ran.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommandInfo {
     /// The command line as the agent ran it.
     pub command: String,
@@ -126,8 +126,30 @@ pub struct CommandInfo {
     pub process_id: String,
     /// Combined output; set once the command finished.
     pub output: Option<String>,
-    /// Its exit code, once it finished (`None` when killed by a signal or unknown).
+    /// Its exit code, once it finished (`None` when killed by a signal or
+    /// unknown).
     pub exit_code: Option<i32>,
+    /// The signal that killed it, when one did and the SDK says so.
+    pub signal: Option<i32>,
+    /// It was stopped because the turn was interrupted.
+    pub interrupted: bool,
+}
+
+impl CommandInfo {
+    /// How a finished command's output ends, so that whoever reads only
+    /// the output can tell failure from success: `[interrupted]`,
+    /// `[killed by signal N]` or `[exit status N]` (N not 0). `None` for a
+    /// command that exited 0, or whose end the SDK does not report.
+    pub fn end_marker(&self) -> Option<String> {
+        if self.interrupted {
+            return Some("[interrupted]".to_owned());
+        }
+        match (self.signal, self.exit_code) {
+            (Some(signal), _) => Some(format!("[killed by signal {signal}]")),
+            (None, Some(0) | None) => None,
+            (None, Some(code)) => Some(format!("[exit status {code}]")),
+        }
+    }
 }
 
 /// Token counts of one request or a whole turn.
@@ -175,6 +197,30 @@ pub struct TokenUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finished_command_says_how_it_ended() {
+        let end = |exit_code, signal, interrupted| {
+            CommandInfo {
+                exit_code,
+                signal,
+                interrupted,
+                ..CommandInfo::default()
+            }
+            .end_marker()
+        };
+        assert_eq!(end(Some(0), None, false), None);
+        assert_eq!(end(None, None, false), None, "not reported");
+        assert_eq!(
+            end(Some(3), None, false).as_deref(),
+            Some("[exit status 3]")
+        );
+        assert_eq!(
+            end(None, Some(9), false).as_deref(),
+            Some("[killed by signal 9]")
+        );
+        assert_eq!(end(None, Some(9), true).as_deref(), Some("[interrupted]"));
+    }
 
     #[test]
     fn content_reports_itself_under_an_id_and_status() {

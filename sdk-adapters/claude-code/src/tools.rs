@@ -60,6 +60,7 @@ pub(crate) fn classify(name: &str, input: &Value, cwd: &str) -> ToolItem {
                 process_id: String::new(),
                 output: None,
                 exit_code: None,
+                ..Default::default()
             }),
         },
         "Edit" => text_item(

@@ -86,6 +86,7 @@ pub(crate) fn started(tool: &str, arguments: &str, cwd: &str) -> ToolItem {
                         process_id: String::new(),
                         output: None,
                         exit_code: None,
+                        ..Default::default()
                     }),
                 },
                 tool: tool.to_owned(),

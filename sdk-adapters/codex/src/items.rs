@@ -116,6 +116,7 @@ pub(crate) fn parse(item: &Value) -> Result<Parsed, String> {
                     .get("exitCode")
                     .and_then(Value::as_i64)
                     .and_then(|c| i32::try_from(c).ok()),
+                ..Default::default()
             }),
         }),
         "fileChange" => text_item(ItemKind::FileChange, Some(file_changes(item))),
@@ -264,6 +265,7 @@ mod tests {
                 process_id: "38057".into(),
                 output: Some("hi\n".into()),
                 exit_code: Some(0),
+                ..Default::default()
             })
         );
     }

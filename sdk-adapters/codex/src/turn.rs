@@ -70,6 +70,7 @@ impl Item {
                 process_id: String::new(),
                 output: None,
                 exit_code: None,
+                ..Default::default()
             }),
             output: None,
             completed: false,

@@ -53,8 +53,12 @@ pub(crate) struct RunningCommand {
 pub(crate) struct CommandResult {
     /// Combined stdout+stderr, capped at [`OUTPUT_CAP_BYTES`].
     pub output: String,
-    /// The shell's exit code, or 128 + the signal that killed it.
-    pub exit_code: i32,
+    /// The shell's exit code; `None` when a signal killed it.
+    pub exit_code: Option<i32>,
+    /// The signal that killed the shell.
+    pub signal: Option<i32>,
+    /// It was stopped because the turn was interrupted.
+    pub interrupted: bool,
 }
 
 /// Start `sh -c command` in `cwd` through `sandbox` (stdin null,
@@ -131,6 +135,7 @@ impl RunningCommand {
         let mut chunk = vec![0u8; 16 * 1024];
         let mut reading = true;
         tokio::pin!(stop);
+        let mut interrupted = false;
         let status: ExitStatus = loop {
             tokio::select! {
                 biased;
@@ -138,6 +143,7 @@ impl RunningCommand {
                     // The shell is not reaped yet, so its pid still names
                     // this group.
                     tracing::debug!(pgid = self.pgid, "scripted: killing an interrupted command");
+                    interrupted = true;
                     self.kill_group();
                     let status = self.child.wait().await?;
                     self.reaped = true;
@@ -167,7 +173,9 @@ impl RunningCommand {
         }
         Ok(CommandResult {
             output: output.finish(),
-            exit_code: exit_code(status),
+            exit_code: status.code(),
+            signal: status.signal(),
+            interrupted,
         })
     }
 
@@ -205,12 +213,4 @@ fn drain(reader: pipe::Receiver, output: &mut CappedBytes, chunk: &mut [u8]) -> 
         }
     }
     Ok(())
-}
-
-/// The shell convention: the exit code, or 128 + the killing signal.
-fn exit_code(status: ExitStatus) -> i32 {
-    status
-        .code()
-        .or_else(|| status.signal().map(|signal| 128 + signal))
-        .unwrap_or(-1)
 }

@@ -192,6 +192,7 @@ impl TurnTask {
             process_id: running.pid().to_string(),
             output: None,
             exit_code: None,
+            ..Default::default()
         };
         // If the receiver is gone, `running` drops here and its group dies.
         self.send(command_item(&item_id, ItemStatus::Running, info.clone()))
@@ -202,7 +203,9 @@ impl TurnTask {
         let flow = match result {
             Ok(result) => {
                 info.output = Some(result.output);
-                info.exit_code = Some(result.exit_code);
+                info.exit_code = result.exit_code;
+                info.signal = result.signal;
+                info.interrupted = result.interrupted;
                 Flow::Continue
             }
             Err(error) => Flow::Finish(TurnOutcome::Failed(format!(

@@ -149,6 +149,7 @@ async fn a_script_gives_the_exact_event_sequence() {
         process_id: pid,
         output: None,
         exit_code: None,
+        ..Default::default()
     };
     let mut expected = Vec::new();
     expected.extend(text_events(&turn, 1, ItemKind::UserMessage, script));
@@ -241,7 +242,13 @@ async fn a_failing_command_does_not_fail_the_turn() {
     let commands = completed_commands(&events);
     assert_eq!(commands[0].output.as_deref(), Some("before\n"));
     assert_eq!(commands[0].exit_code, Some(3));
-    assert_eq!(commands[1].exit_code, Some(128 + 9));
+    assert_eq!(commands[0].end_marker().as_deref(), Some("[exit status 3]"));
+    assert_eq!((commands[1].exit_code, commands[1].signal), (None, Some(9)));
+    assert_eq!(
+        commands[1].end_marker().as_deref(),
+        Some("[killed by signal 9]")
+    );
+    assert!(!commands[1].interrupted);
     let n = events.len();
     assert_eq!(
         events[n - 3..n - 1],
@@ -372,7 +379,9 @@ async fn an_interrupted_command_dies_with_its_whole_tree() {
     assert_eq!(events.len(), 2, "{events:?}");
     let completed = completed_commands(&events);
     assert_eq!(completed[0].output.as_deref(), Some("partial\n"));
-    assert_eq!(completed[0].exit_code, Some(128 + 9));
+    assert_eq!(completed[0].signal, Some(9));
+    assert!(completed[0].interrupted);
+    assert_eq!(completed[0].end_marker().as_deref(), Some("[interrupted]"));
     assert_eq!(completed[0].process_id, running.process_id);
     assert_eq!(outcome(&events), TurnOutcome::Interrupted);
     wait_until_dead(&pids).await;
