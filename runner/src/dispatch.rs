@@ -22,8 +22,9 @@ pub fn dispatch(rt: &Arc<Runtime>, msg: ServerMessage) {
     let kind = request_kind(&msg);
     tracing::debug!(request_id = ?rid, kind, "request received");
     metrics::request_arrived(kind, rid.as_deref());
+    let followed = rid.clone();
     let outcome = route(rt, msg, rid, kind);
-    metrics::request_handled(kind, outcome);
+    metrics::request_handled(kind, followed.as_deref(), outcome);
 }
 
 fn route(

@@ -23,6 +23,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::ClientMessage;
+use agent_runner_proto::runner::client_message::Payload;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -38,6 +39,18 @@ use crate::updates;
 /// requests are counted but not timed, so a control plane that never gets
 /// answers cannot grow memory).
 const MAX_PENDING_REQUESTS: usize = 10_000;
+
+/// A request whose outcome is not counted yet, or whose first reply has
+/// not left yet. The dispatcher and the first reply may come in either
+/// order (a reply can leave before the dispatcher is done with it).
+struct Pending {
+    kind: &'static str,
+    arrived: Instant,
+    /// What the dispatcher did, once it is done: `None` while dispatching.
+    dispatched: Option<RequestOutcome>,
+    /// Whether the first reply was a `RequestError`, once it left.
+    replied: Option<bool>,
+}
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -111,7 +124,10 @@ fn turn_histogram() -> Histogram {
 /// What became of a request as the dispatcher saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestOutcome {
-    /// Handed to an agent's or thread's task.
+    /// Handed to an agent's or thread's task: counted when its first reply
+    /// leaves, as `completed` (anything but a `RequestError`) or `failed`
+    /// (a `RequestError`: unknown SDK, model or thread…); counted
+    /// `accepted` only when it cannot be followed (no request id).
     Accepted,
     /// Answered by the dispatcher itself (heartbeat, deleting an unknown thread).
     Answered,
@@ -159,7 +175,7 @@ pub struct Metrics {
     sandbox_missing: Family<FeatureLabel, Gauge>,
     git_credential_rate_limited: Counter,
     /// Request id → (kind, arrival) until its first reply is sent.
-    pending: Mutex<HashMap<String, (&'static str, Instant)>>,
+    pending: Mutex<HashMap<String, Pending>>,
 }
 
 const STATES: [LinkState; 4] = [
@@ -334,7 +350,7 @@ impl Metrics {
         m
     }
 
-    fn pending(&self) -> MutexGuard<'_, HashMap<String, (&'static str, Instant)>> {
+    fn pending(&self) -> MutexGuard<'_, HashMap<String, Pending>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -383,19 +399,56 @@ pub fn request_arrived(kind: &'static str, request_id: Option<&str>) {
     if let Some(id) = request_id {
         let mut pending = get().pending();
         if pending.len() < MAX_PENDING_REQUESTS || pending.contains_key(id) {
-            pending.insert(id.to_owned(), (kind, Instant::now()));
+            pending.insert(
+                id.to_owned(),
+                Pending {
+                    kind,
+                    arrived: Instant::now(),
+                    dispatched: None,
+                    replied: None,
+                },
+            );
         }
     }
 }
 
-/// Count a request by what the dispatcher did with it.
-pub fn request_handled(kind: &'static str, outcome: RequestOutcome) {
+/// Count a request by what the dispatcher did with it; one it handed to a
+/// task is counted when it ends instead (see [`RequestOutcome::Accepted`]).
+pub fn request_handled(kind: &'static str, request_id: Option<&str>, outcome: RequestOutcome) {
+    let m = get();
+    let mut pending = m.pending();
+    let Some((id, p)) = request_id.and_then(|id| pending.get_mut(id).map(|p| (id, p))) else {
+        // Not followed (no request id): counted as the dispatcher left it.
+        drop(pending);
+        count_request(kind, outcome.as_str());
+        return;
+    };
+    let counted = match (outcome, p.replied) {
+        // Handed over and already answered: by that answer.
+        (RequestOutcome::Accepted, Some(failed)) => Some(reply_outcome(failed)),
+        // Handed over: its first reply will count it.
+        (RequestOutcome::Accepted, None) => None,
+        // Ended in the dispatcher.
+        (other, _) => Some(other.as_str()),
+    };
+    p.dispatched = Some(outcome);
+    if p.replied.is_some() {
+        pending.remove(id);
+    }
+    drop(pending);
+    if let Some(outcome) = counted {
+        count_request(kind, outcome);
+    }
+}
+
+fn reply_outcome(failed: bool) -> &'static str {
+    if failed { "failed" } else { "completed" }
+}
+
+fn count_request(kind: &'static str, outcome: &'static str) {
     get()
         .requests
-        .get_or_create(&RequestLabels {
-            kind,
-            outcome: outcome.as_str(),
-        })
+        .get_or_create(&RequestLabels { kind, outcome })
         .inc();
 }
 
@@ -407,12 +460,28 @@ pub fn update_sent(msg: &ClientMessage) {
             kind: updates::kind(msg),
         })
         .inc();
-    if let Some(id) = &msg.request_id
-        && let Some((kind, arrived)) = m.pending().remove(id)
-    {
-        m.request_duration
-            .get_or_create(&KindLabel { kind })
-            .observe(arrived.elapsed().as_secs_f64());
+    let Some(id) = &msg.request_id else {
+        return;
+    };
+    let mut pending = m.pending();
+    let Some(p) = pending.get_mut(id) else {
+        return;
+    };
+    if p.replied.is_some() {
+        return;
+    }
+    let failed = matches!(&msg.payload, Some(Payload::RequestError(_)));
+    p.replied = Some(failed);
+    let (kind, arrived, dispatched) = (p.kind, p.arrived, p.dispatched);
+    if dispatched.is_some() {
+        pending.remove(id);
+    }
+    drop(pending);
+    m.request_duration
+        .get_or_create(&KindLabel { kind })
+        .observe(arrived.elapsed().as_secs_f64());
+    if dispatched == Some(RequestOutcome::Accepted) {
+        count_request(kind, reply_outcome(failed));
     }
 }
 
@@ -613,11 +682,52 @@ pub fn code_name(code: tonic::Code) -> &'static str {
 mod tests {
     use super::*;
 
+    fn requests(kind: &'static str, outcome: &'static str) -> u64 {
+        get()
+            .requests
+            .get_or_create(&RequestLabels { kind, outcome })
+            .get()
+    }
+
+    /// A request handed to a task counts as it ends — failed when its first
+    /// reply is a RequestError, completed otherwise — whichever comes first,
+    /// the dispatcher or the reply; one the dispatcher ended counts once.
+    #[test]
+    fn requests_count_by_how_they_ended() {
+        let error = |id: &str| updates::request_error(Some(id.to_owned()), "unknown SDK");
+        let ok = |id: &str| updates::heartbeat(Some(id.to_owned()));
+        // Dispatcher first, then a RequestError.
+        request_arrived("unit-test-a", Some("ua1"));
+        request_handled("unit-test-a", Some("ua1"), RequestOutcome::Accepted);
+        assert_eq!(requests("unit-test-a", "accepted"), 0);
+        update_sent(&error("ua1"));
+        // The reply first (it raced the dispatcher), then the dispatcher.
+        request_arrived("unit-test-a", Some("ua2"));
+        update_sent(&ok("ua2"));
+        update_sent(&ok("ua2"));
+        request_handled("unit-test-a", Some("ua2"), RequestOutcome::Accepted);
+        assert_eq!(requests("unit-test-a", "failed"), 1);
+        assert_eq!(requests("unit-test-a", "completed"), 1);
+        assert_eq!(requests("unit-test-a", "accepted"), 0);
+        // Ended in the dispatcher, its reply out before or after: once.
+        request_arrived("unit-test-b", Some("ub1"));
+        update_sent(&ok("ub1"));
+        request_handled("unit-test-b", Some("ub1"), RequestOutcome::Answered);
+        request_arrived("unit-test-b", Some("ub2"));
+        request_handled("unit-test-b", Some("ub2"), RequestOutcome::Answered);
+        update_sent(&ok("ub2"));
+        assert_eq!(requests("unit-test-b", "answered"), 2);
+        assert_eq!(requests("unit-test-b", "completed"), 0);
+        // No request id: counted as the dispatcher left it.
+        request_handled("unit-test-c", None, RequestOutcome::Accepted);
+        assert_eq!(requests("unit-test-c", "accepted"), 1);
+    }
+
     #[test]
     fn names_carry_prefix_units_and_total() {
         register_failed(tonic::Code::Unavailable);
         adapter_error("unit-test-sdk", "start_turn");
-        request_handled("heartbeat_request", RequestOutcome::Answered);
+        request_handled("heartbeat_request", None, RequestOutcome::Answered);
         update_sent(&updates::heartbeat(None));
         invalid_update(&updates::heartbeat(None));
         sdks_enabled(&["unit-test-sdk".to_owned()]);
@@ -671,6 +781,8 @@ mod tests {
         request_arrived("heartbeat_request", Some(id));
         assert!(get().pending().contains_key(id));
         update_sent(&updates::heartbeat(Some(id.to_owned())));
+        // Kept until the dispatcher, which this reply raced, is done too.
+        request_handled("heartbeat_request", Some(id), RequestOutcome::Answered);
         assert!(!get().pending().contains_key(id));
         let text = render(Scraped::default());
         assert!(

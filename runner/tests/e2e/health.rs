@@ -338,10 +338,20 @@ async fn every_metric_moves_when_its_event_happens() {
         &addr,
         1.0,
         &[
-            "agent_runner_requests_total{kind=\"create_thread_request\",outcome=\"accepted\"}",
+            "agent_runner_requests_total{kind=\"create_thread_request\",outcome=\"completed\"}",
             "agent_runner_updates_sent_total{kind=\"agent_update\"}",
             "agent_runner_request_duration_seconds_count{kind=\"create_thread_request\"}",
         ],
+    )
+    .await;
+    // Handed to the agent, then refused there (a model the SDK does not
+    // advertise): it counts as failed, not as accepted.
+    let refused = try_create_thread(&cp, "a", "nomodel", "no-such-model", WAIT).await;
+    assert!(refused.is_err(), "{refused:?}");
+    wait_metric_is(
+        &addr,
+        "agent_runner_requests_total{kind=\"create_thread_request\",outcome=\"failed\"}",
+        1.0,
     )
     .await;
 
