@@ -282,6 +282,7 @@ impl MockControlPlane {
                 bail!("the ControlChannel stream closed before the message could be sent")
             }
             Pushed::Full(tx, message) => {
+                let message = *message;
                 if tx.send(message.clone()).await.is_err() {
                     bail!("the ControlChannel stream closed before the message could be sent");
                 }

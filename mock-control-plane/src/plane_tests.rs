@@ -688,7 +688,10 @@ async fn acked_delivery_drops_duplicates_and_acknowledges() {
     assert_eq!(report.gaps, vec![(3, 4)]);
     let seqs: Vec<u64> = plane.received().iter().map(|m| m.sequence).collect();
     assert_eq!(seqs, vec![1, 2, 5], "the duplicate is not processed");
-    assert!(plane.sent().is_empty(), "acknowledgements are not logged as sent");
+    assert!(
+        plane.sent().is_empty(),
+        "acknowledgements are not logged as sent"
+    );
     let again = c
         .register_runner(request(offer(), None))
         .await

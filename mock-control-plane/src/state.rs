@@ -111,7 +111,7 @@ pub(crate) enum Pushed {
     NotConnected,
     Closed,
     /// The stream's buffer is full: send through this sender, waiting.
-    Full(mpsc::Sender<ServerMessage>, ServerMessage),
+    Full(mpsc::Sender<ServerMessage>, Box<ServerMessage>),
 }
 
 /// What the new live stream's handler needs.
@@ -281,7 +281,7 @@ impl State {
                     Pushed::Done
                 }
                 Err(mpsc::error::TrySendError::Full(message)) => {
-                    Pushed::Full(live.tx.clone(), message)
+                    Pushed::Full(live.tx.clone(), Box::new(message))
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => Pushed::Closed,
             }

@@ -360,7 +360,7 @@ mod tests {
         assert_eq!(taken, vec![1, 2, 3, 4]);
         assert_eq!(seq.last(), 4);
         // A crash: nothing but the reservation is known.
-        drop(seq);
+        let _ = seq;
         drop(journal);
         let (_journal, recovered) = Journal::open(dir.path()).unwrap();
         assert!(recovered.sequence_floor >= 4);
