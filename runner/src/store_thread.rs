@@ -52,9 +52,10 @@ impl StoreThread {
     /// Starts the thread `name` owning `conn`.
     pub fn start(name: &str, conn: Connection) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel(QUEUE_BOUND);
+        let label = name.to_owned();
         std::thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || serve(conn, rx))?;
+            .spawn(move || serve(conn, rx, &label))?;
         Ok(Self { jobs })
     }
 
@@ -147,9 +148,10 @@ where
 
 /// The thread's loop: wait for a job, take every job already waiting (up to
 /// [`MAX_BATCH`]), run them in one transaction, commit, complete them.
-fn serve(mut conn: Connection, mut rx: mpsc::Receiver<Job>) {
+fn serve(mut conn: Connection, mut rx: mpsc::Receiver<Job>, name: &str) {
     let mut batch = Vec::with_capacity(64);
     while let Some(first) = rx.blocking_recv() {
+        let busy = std::time::Instant::now();
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -171,10 +173,12 @@ fn serve(mut conn: Connection, mut rx: mpsc::Receiver<Job>) {
         for job in batch.drain(..) {
             completions.push(job(&mut tx));
         }
+        let jobs = completions.len();
         let committed = tx.commit().map_err(|e| e.to_string());
         for complete in completions {
             complete(committed.clone());
         }
+        crate::metrics::store_batch(name, jobs, busy.elapsed());
     }
 }
 
