@@ -84,6 +84,9 @@ impl MockControlPlane {
             delay_headers: config.delay_headers,
             serving: Mutex::new(None),
         };
+        plane
+            .state
+            .update(|inner| inner.read_delay = config.read_delay);
         let serving = plane.serve(listener)?;
         *plane.serving.lock().await = Some(serving);
         tracing::info!(url = %plane.url(), "mock control plane listening");
