@@ -52,9 +52,10 @@ use crate::updates;
 /// The feature string of acknowledged delivery (contract §1).
 pub const ACKED_DELIVERY: &str = "acked-delivery/1";
 
-/// At most this many updates are taken per batch (one journal write marks
-/// the sequence numbers of a whole batch).
-const BATCH: usize = 64;
+/// At most this many updates are taken per batch: one journal commit (the
+/// sequence marks, or a flush) per batch before it goes on the wire, so the
+/// batch must be large enough for that round trip not to throttle the link.
+const BATCH: usize = 512;
 
 /// Delivery state shared by the outbound half, the read loop and shutdown.
 pub struct Sending {
@@ -233,11 +234,13 @@ impl Sending {
                 settle_resends(&mut inner.resend, through, &mut settled);
                 if settled.updates > 0 {
                     inner.full_warned = false;
+                    // One statement for all of them: every journaled update
+                    // was marked with its number before it was sent (and
+                    // the store thread writes in order).
                     if let Some(j) = &self.journal {
                         j.forget_through(through);
                     }
                 }
-                self.forget(settled.journal);
             }
             Err(bad) => self.bad_ack(&mut inner, &bad.to_string()),
         }
