@@ -15,7 +15,7 @@
 
 mod sending;
 
-pub use sending::{ACKED_DELIVERY, Sending};
+pub use sending::{ACKED_DELIVERY, Batch, Sending};
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -338,6 +338,7 @@ fn outbound(
     let state = Outbound {
         sending,
         ready: std::collections::VecDeque::new(),
+        pending: None,
         session_over,
         close,
     };
@@ -355,6 +356,9 @@ struct Outbound {
     /// session only as far as the transport would have lost them: kept
     /// updates are re-sent).
     ready: std::collections::VecDeque<ClientMessage>,
+    /// The next batch, taken while `ready` goes out (its journal write
+    /// overlaps the sending of the one before).
+    pending: Option<Pin<Box<dyn std::future::Future<Output = Vec<ClientMessage>> + Send + Sync>>>,
     session_over: CancellationToken,
     close: CancellationToken,
 }
@@ -362,6 +366,21 @@ struct Outbound {
 async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
     loop {
         if let Some(msg) = s.ready.pop_front() {
+            // Take the next batch now and poll it once, so its journal
+            // write runs while this batch goes out (taking is cheap; only
+            // the commit is waited for).
+            if s.pending.is_none() && !s.sending.idle() {
+                let sending = s.sending.clone();
+                s.pending = Some(Box::pin(async move {
+                    sending.take_batch().await.committed().await
+                }));
+            }
+            if let Some(pending) = s.pending.as_mut()
+                && let std::task::Poll::Ready(out) = futures::poll!(pending.as_mut())
+            {
+                s.pending = None;
+                s.ready.extend(out);
+            }
             tracing::trace!(
                 kind = crate::updates::kind(&msg),
                 sequence = msg.sequence,
@@ -370,16 +389,24 @@ async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
             crate::metrics::update_sent(&msg);
             return Some((msg, s));
         }
-        let batch = tokio::select! {
-            biased;
-            () = s.session_over.cancelled() => return None,
-            batch = s.sending.next_batch() => batch,
-            () = s.close.cancelled(), if s.sending.idle() => {
-                s.session_over.cancel();
-                return None;
-            }
+        let out = match s.pending.as_mut() {
+            Some(pending) => tokio::select! {
+                biased;
+                () = s.session_over.cancelled() => return None,
+                out = pending => out,
+            },
+            None => tokio::select! {
+                biased;
+                () = s.session_over.cancelled() => return None,
+                out = s.sending.next_batch() => out,
+                () = s.close.cancelled(), if s.sending.idle() => {
+                    s.session_over.cancel();
+                    return None;
+                }
+            },
         };
-        s.ready.extend(batch);
+        s.pending = None;
+        s.ready.extend(out);
     }
 }
 

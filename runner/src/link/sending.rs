@@ -284,12 +284,23 @@ impl Sending {
     }
 
     /// The next updates to send, waiting for at least one: re-sends first,
+    /// then the outbox (see [`Sending::take_batch`]); returns once the
+    /// batch's journal commit is done.
+    pub async fn next_batch(&self) -> Vec<ClientMessage> {
+        let batch = self.take_batch().await;
+        batch.committed().await
+    }
+
+    /// The next updates to send, waiting for at least one: re-sends first,
     /// then the outbox. Each is redacted, validated (an invalid one is a
     /// runner bug: logged, not sent), numbered in acked mode and recorded as
-    /// sent before it is returned, so a session that ends before it goes
-    /// out still sends it again. Cancel-safe up to the moment updates are
-    /// taken; after that they are recorded.
-    pub async fn next_batch(&self) -> Vec<ClientMessage> {
+    /// sent before this returns, so a session that ends before it goes out
+    /// still sends it again. Cancel-safe: nothing is taken before the last
+    /// await. The batch may go on the wire once [`Batch::committed`] says
+    /// its journal write (sequence marks, or the appends it depends on) is
+    /// on disk; the writes of later batches queue behind it, so a link may
+    /// prepare the next batches meanwhile.
+    pub async fn take_batch(&self) -> Batch {
         loop {
             self.reserve_numbers().await;
             let resends: Vec<Sent> = {
@@ -373,33 +384,24 @@ impl Sending {
                 (out, marks, forget, journaled)
             };
             self.forget(forget);
+            if out.is_empty() {
+                continue;
+            }
             // Nothing journaled goes on the wire before its entry (and, in
             // acked mode, its sequence number) is on disk: one commit per
-            // batch.
-            if journaled && let Some(j) = self.journal.clone() {
-                // On a task of its own: the outbound half must stay `Sync`,
-                // which the store thread's queue is not.
-                let marked = tokio::spawn(async move {
+            // batch, on a task of its own (the outbound half must stay
+            // `Sync`, which the store thread's queue is not).
+            let commit = match (journaled, self.journal.clone()) {
+                (true, Some(j)) => Some(tokio::spawn(async move {
                     if marks.is_empty() {
                         j.flush().await
                     } else {
                         j.mark_sent(marks).await
                     }
-                })
-                .await;
-                if let Err(e) = marked
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()))
-                {
-                    tracing::error!(
-                        error = %e,
-                        "journal write failed; after a crash these updates may be lost or sent again with new numbers"
-                    );
-                }
-            }
-            if !out.is_empty() {
-                return out;
-            }
+                })),
+                _ => None,
+            };
+            return Batch { out, commit };
         }
     }
 
@@ -545,6 +547,33 @@ impl Sending {
             inner.inflight.len() + inner.resend.len(),
             inner.inflight.mode() == Mode::Acked,
         );
+    }
+}
+
+/// Updates taken for the wire, and the journal write they wait for.
+pub struct Batch {
+    out: Vec<ClientMessage>,
+    commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
+}
+
+impl Batch {
+    /// Waits for the batch's journal write; then its updates may be sent.
+    /// A failed write is logged (the updates go anyway: after a crash they
+    /// may be lost or sent again with new numbers).
+    pub async fn committed(self) -> Vec<ClientMessage> {
+        if let Some(commit) = self.commit {
+            let done = commit
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            if let Err(e) = done {
+                tracing::error!(
+                    error = %e,
+                    "journal write failed; after a crash these updates may be lost or sent again with new numbers"
+                );
+            }
+        }
+        self.out
     }
 }
 
