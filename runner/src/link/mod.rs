@@ -336,6 +336,7 @@ fn outbound(
     close: CancellationToken,
 ) -> impl Stream<Item = ClientMessage> + Send + Sync + 'static {
     let state = Outbound {
+        epoch: sending.epoch(),
         sending,
         ready: std::collections::VecDeque::new(),
         pending: None,
@@ -352,6 +353,8 @@ type NextOutbound =
 
 struct Outbound {
     sending: Arc<Sending>,
+    /// The connection this half belongs to (see [`Sending::take_batch`]).
+    epoch: u64,
     /// Taken and recorded, not yet handed to the transport (lost with the
     /// session only as far as the transport would have lost them: kept
     /// updates are re-sent).
@@ -365,14 +368,19 @@ struct Outbound {
 
 async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
     loop {
+        if s.session_over.is_cancelled() {
+            // The transport may poll a finished session's half: give it
+            // nothing (what it held is recorded and goes again).
+            return None;
+        }
         if let Some(msg) = s.ready.pop_front() {
             // Take the next batch now and poll it once, so its journal
             // write runs while this batch goes out (taking is cheap; only
             // the commit is waited for).
             if s.pending.is_none() && !s.sending.idle() {
-                let sending = s.sending.clone();
+                let (sending, epoch) = (s.sending.clone(), s.epoch);
                 s.pending = Some(Box::pin(async move {
-                    sending.take_batch().await.committed().await
+                    sending.take_batch(epoch).await.committed().await
                 }));
             }
             if let Some(pending) = s.pending.as_mut()
@@ -398,7 +406,7 @@ async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
             None => tokio::select! {
                 biased;
                 () = s.session_over.cancelled() => return None,
-                out = s.sending.next_batch() => out,
+                out = s.sending.next_batch(s.epoch) => out,
                 () = s.close.cancelled(), if s.sending.idle() => {
                     s.session_over.cancel();
                     return None;
@@ -406,6 +414,10 @@ async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
             },
         };
         s.pending = None;
+        if out.is_empty() {
+            // Only a finished session's half gets an empty batch.
+            return None;
+        }
         s.ready.extend(out);
     }
 }

@@ -75,6 +75,10 @@ struct Inner {
     full_warned: bool,
     /// Acknowledgements ignored so far (logged at 1, 2, 4, 8…).
     bad_acks: u64,
+    /// Bumped when a connection ends: a batch taken for an earlier
+    /// connection (its outbound half still polled by the transport after
+    /// the session ended) takes nothing.
+    epoch: u64,
 }
 
 impl Sending {
@@ -128,6 +132,7 @@ impl Sending {
                 sequencer: Sequencer::new(recovered.sequence_floor),
                 full_warned: false,
                 bad_acks: 0,
+                epoch: 0,
             }),
         };
         sending.forget(unreadable);
@@ -209,6 +214,7 @@ impl Sending {
     /// outbox drained.
     pub fn connection_ended(&self, clean: bool) {
         let mut inner = self.lock();
+        inner.epoch += 1;
         let (again, settled) = inner.inflight.connection_ended(clean);
         self.forget(settled.journal);
         // Sent before anything still waiting for a re-send: in front.
@@ -278,6 +284,11 @@ impl Sending {
         inner.inflight.len() + inner.resend.len()
     }
 
+    /// The current connection's epoch: pass it to [`Sending::take_batch`].
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
     /// The highest sequence number handed out so far (0: none).
     pub fn last_sequence(&self) -> u64 {
         self.lock().sequencer.last()
@@ -286,8 +297,8 @@ impl Sending {
     /// The next updates to send, waiting for at least one: re-sends first,
     /// then the outbox (see [`Sending::take_batch`]); returns once the
     /// batch's journal commit is done.
-    pub async fn next_batch(&self) -> Vec<ClientMessage> {
-        let batch = self.take_batch().await;
+    pub async fn next_batch(&self, epoch: u64) -> Vec<ClientMessage> {
+        let batch = self.take_batch(epoch).await;
         batch.committed().await
     }
 
@@ -300,8 +311,15 @@ impl Sending {
     /// its journal write (sequence marks, or the appends it depends on) is
     /// on disk; the writes of later batches queue behind it, so a link may
     /// prepare the next batches meanwhile.
-    pub async fn take_batch(&self) -> Batch {
+    ///
+    /// `epoch` is the connection's ([`Sending::epoch`] when its outbound
+    /// half was made): once that connection has ended, this takes nothing
+    /// and returns an empty batch (whatever it had taken goes back, first).
+    pub async fn take_batch(&self, epoch: u64) -> Batch {
         loop {
+            if self.lock().epoch != epoch {
+                return Batch::default();
+            }
             self.reserve_numbers().await;
             let resends: Vec<Sent> = {
                 let mut inner = self.lock();
@@ -320,6 +338,23 @@ impl Sending {
             };
             let (out, marks, forget, journaled) = {
                 let mut inner = self.lock();
+                if inner.epoch != epoch {
+                    // The connection ended while this waited: put back what
+                    // was taken (never sent), first in line.
+                    for taken in fresh.into_iter().rev() {
+                        inner.resend.push_front(Sent {
+                            sequence: None,
+                            journal: taken.journal,
+                            message: taken.message,
+                            at: Instant::now(),
+                        });
+                    }
+                    for sent in resends.into_iter().rev() {
+                        inner.resend.push_front(sent);
+                    }
+                    self.publish(&inner);
+                    return Batch::default();
+                }
                 let mode = inner.inflight.mode();
                 let now = Instant::now();
                 let mut out = Vec::with_capacity(resends.len() + fresh.len());
@@ -551,6 +586,7 @@ impl Sending {
 }
 
 /// Updates taken for the wire, and the journal write they wait for.
+#[derive(Default)]
 pub struct Batch {
     out: Vec<ClientMessage>,
     commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
