@@ -3,8 +3,11 @@
 //! figures as JSON and draws the latency distribution as a PNG.
 //!
 //! ```text
-//! runner-bench [--quick] [--runner PATH] [--out DIR]
+//! runner-bench [--quick] [--runner PATH] [--baseline-runner PATH] [--out DIR]
 //! ```
+//!
+//! `--baseline-runner` measures update throughput with a second binary too
+//! (e.g. one built before a change) and prints the ratio.
 //!
 //! Everything runs on loopback: the mock control plane (library) in this
 //! process, the runner as a child process with the `scripted` adapter, and a
@@ -14,6 +17,7 @@
 mod chart;
 mod code_agent;
 mod collector;
+mod delivery;
 mod floor;
 mod proc;
 mod scenarios;
@@ -27,10 +31,12 @@ use serde_json::json;
 
 use crate::scenarios::Rig;
 use crate::stats::{Machine, Summary};
+use mock_control_plane::AckMode;
 
 struct Args {
     quick: bool,
     runner: Option<PathBuf>,
+    baseline: Option<PathBuf>,
     out: PathBuf,
 }
 
@@ -38,6 +44,7 @@ fn args() -> Result<Args> {
     let mut a = Args {
         quick: false,
         runner: None,
+        baseline: None,
         out: PathBuf::from("target/bench"),
     };
     let mut it = std::env::args().skip(1);
@@ -46,8 +53,13 @@ fn args() -> Result<Args> {
             "--quick" => a.quick = true,
             "--runner" => a.runner = Some(it.next().context("--runner needs a path")?.into()),
             "--out" => a.out = it.next().context("--out needs a directory")?.into(),
+            "--baseline-runner" => {
+                a.baseline = Some(it.next().context("--baseline-runner needs a path")?.into());
+            }
             "-h" | "--help" => {
-                println!("runner-bench [--quick] [--runner PATH] [--out DIR]");
+                println!(
+                    "runner-bench [--quick] [--runner PATH] [--baseline-runner PATH] [--out DIR]"
+                );
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other:?} (try --help)"),
@@ -211,6 +223,15 @@ async fn main() -> Result<()> {
     let invalid = rig.cp().invalid_received().len();
     rig.runner.stop().await;
 
+    eprintln!("[2b/6] delivery: acked vs legacy control plane, journal cost, baseline");
+    let (dn, dl) = (sz.throughput_threads, sz.throughput_lines);
+    let acked = delivery::measure(&bin, "acked", AckMode::Immediate, dn, dl).await?;
+    let legacy = delivery::measure(&bin, "legacy", AckMode::Refuse, dn, dl).await?;
+    let baseline = match &a.baseline {
+        Some(b) => Some(delivery::measure(b, "baseline", AckMode::Immediate, dn, dl).await?),
+        None => None,
+    };
+
     eprintln!("[3/6] footprint");
     let fp = scenarios::footprint(&bin, &sz.footprint_levels).await?;
 
@@ -291,6 +312,59 @@ async fn main() -> Result<()> {
         "item upd/s",
         Some(tp.messages_per_s / floor_tp),
     );
+    for run in [Some(&acked), Some(&legacy), baseline.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        let what = match run.mode.as_str() {
+            "acked" => "control plane acknowledges (acked-delivery/1)".to_owned(),
+            "legacy" => "control plane without acknowledgements".to_owned(),
+            _ => format!(
+                "baseline binary {}",
+                a.baseline
+                    .as_ref()
+                    .map_or(String::new(), |b| b.display().to_string())
+            ),
+        };
+        let tp = &run.throughput;
+        t.row(
+            &format!(
+                "update throughput, {what}, {} turns x {} say (median of 3)",
+                tp.threads, tp.lines_per_turn
+            ),
+            format!("{:.0}", tp.item_updates_per_s),
+            "item upd/s",
+            Some(tp.messages_per_s / floor_tp),
+        );
+    }
+    for run in [&acked, &legacy] {
+        if let (Some(us), Some(jobs), Some(commits)) = (
+            run.journal_us_per_update,
+            run.journal_jobs,
+            run.journal_commits,
+        ) {
+            t.row(
+                &format!(
+                    "journal cost ({}): store-thread time per update produced ({:.0} writes in {:.0} group commits)",
+                    run.mode, jobs, commits
+                ),
+                format!("{us:.2}"),
+                "us",
+                None,
+            );
+        }
+    }
+    if let Some(b) = &baseline {
+        t.row(
+            "update throughput, this binary (acked) / baseline",
+            format!(
+                "{:.3}",
+                acked.throughput.item_updates_per_s / b.throughput.item_updates_per_s
+            ),
+            "ratio",
+            None,
+        );
+    }
     t.row(
         &format!(
             "outbox drain after reconnect ({} of {} msgs)",
@@ -406,6 +480,11 @@ async fn main() -> Result<()> {
             "turns_per_s_hundred_threads": tps100,
         },
         "update_throughput": tp,
+        "delivery": {
+            "acked": acked,
+            "legacy": legacy,
+            "baseline": baseline,
+        },
         "update_throughput_vs_floor": tp.messages_per_s / floor_tp,
         "outbox_drain": ob,
         "outbox_drain_vs_floor": ob.messages_per_s / floor_tp,

@@ -12,7 +12,7 @@ use agent_runner_proto::runner::{
 };
 use anyhow::{Context as _, Result, bail};
 use futures::StreamExt as _;
-use mock_control_plane::{MockConfig, MockControlPlane};
+use mock_control_plane::{AckMode, MockConfig, MockControlPlane};
 use serde::Serialize;
 
 use crate::collector::{Collector, PATIENCE, Until};
@@ -32,7 +32,22 @@ impl Rig {
 
     /// [`Rig::start`] with extra environment for the runner.
     pub async fn start_with_env(bin: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Self> {
-        let cp = Arc::new(MockControlPlane::start(MockConfig::default()).await?);
+        Self::start_full(bin, extra, env, AckMode::default()).await
+    }
+
+    /// [`Rig::start`] against a mock treating acknowledged delivery as
+    /// `ack` says.
+    pub async fn start_configured(bin: &Path, extra: &[&str], ack: AckMode) -> Result<Self> {
+        Self::start_full(bin, extra, &[], ack).await
+    }
+
+    async fn start_full(
+        bin: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        ack: AckMode,
+    ) -> Result<Self> {
+        let cp = Arc::new(MockControlPlane::start(MockConfig::default().with_ack_mode(ack)).await?);
         let collector = Collector::start(cp.clone());
         let runner = Runner::start_with_env(bin, &cp.url(), extra, env)?;
         if let Err(e) = cp.wait_connected(PATIENCE).await {

@@ -206,7 +206,8 @@ impl Live {
     fn drain(&mut self) -> Vec<ClientMessage> {
         let mut out = vec![];
         while !self.runner.outbox.is_empty() {
-            out.extend(self.tokio.block_on(self.sending.next_batch()));
+            let epoch = self.sending.epoch();
+            out.extend(self.tokio.block_on(self.sending.next_batch(epoch)));
         }
         if self.sending.unsettled() > ACK_ALL_ABOVE {
             self.acked = self.sending.last_sequence();

@@ -38,6 +38,11 @@ pub struct MockConfig {
     /// Forget what was processed when restarted (a control plane without
     /// durable state): the next registration answers `acked_sequence` 0.
     pub forget_acks_on_restart: bool,
+    /// Time spent "processing" each received message before reading the
+    /// next (a slow control plane, e.g. Python grpcio: what the runner sent
+    /// piles up in HTTP/2 buffers, where a dropped connection loses it).
+    /// Zero (default): read as fast as possible.
+    pub read_delay: std::time::Duration,
     /// Which names the two GitHub RPCs are served under; the others answer
     /// `UNIMPLEMENTED`.
     pub github_rpc_names: GithubRpcNames,
@@ -137,6 +142,13 @@ impl MockConfig {
         self
     }
 
+    /// Spend `delay` on each received message (see
+    /// [`MockConfig::read_delay`]).
+    pub fn with_read_delay(mut self, delay: std::time::Duration) -> Self {
+        self.read_delay = delay;
+        self
+    }
+
     /// Add one GitHub installation to serve.
     pub fn with_github_installation(mut self, installation: GithubInstallation) -> Self {
         self.github_installations.push(installation);
@@ -159,6 +171,7 @@ impl fmt::Debug for MockConfig {
             .field("ack_mode", &self.ack_mode)
             .field("forget_acks_on_restart", &self.forget_acks_on_restart)
             .field("github_rpc_names", &self.github_rpc_names)
+            .field("read_delay", &self.read_delay)
             .finish()
     }
 }

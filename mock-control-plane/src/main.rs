@@ -71,6 +71,11 @@ struct ServeArgs {
     #[arg(long, value_name = "MODE", default_value = "on")]
     acked_delivery: mock_control_plane::AckMode,
 
+    /// Spend this many microseconds on each received message before reading
+    /// the next (a slow control plane, e.g. Python grpcio).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    read_delay_us: u64,
+
     /// Forget what was processed on `restart` (the next registration
     /// answers acked_sequence 0), as a control plane without durable state.
     #[arg(long)]
@@ -138,6 +143,7 @@ fn config(args: &ServeArgs) -> Result<MockConfig> {
         ack_mode: args.acked_delivery,
         forget_acks_on_restart: args.forget_acks_on_restart,
         github_rpc_names: args.github_rpc_names,
+        read_delay: std::time::Duration::from_micros(args.read_delay_us),
         ..MockConfig::default()
     };
     if let Some(path) = &args.secret_file {

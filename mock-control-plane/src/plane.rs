@@ -86,6 +86,9 @@ impl MockControlPlane {
             github: GithubRpcs::new(config.github_rpc_names),
             serving: Mutex::new(None),
         };
+        plane
+            .state
+            .update(|inner| inner.read_delay = config.read_delay);
         let serving = plane.serve(listener)?;
         *plane.serving.lock().await = Some(serving);
         tracing::info!(url = %plane.url(), "mock control plane listening");
@@ -285,10 +288,11 @@ impl MockControlPlane {
                 bail!("the ControlChannel stream closed before the message could be sent")
             }
             Pushed::Full(tx, message) => {
-                if tx.send((*message).clone()).await.is_err() {
+                let message = *message;
+                if tx.send(message.clone()).await.is_err() {
                     bail!("the ControlChannel stream closed before the message could be sent");
                 }
-                self.state.record_sent(*message);
+                self.state.record_sent(message);
                 Ok(())
             }
         }

@@ -178,11 +178,22 @@ async fn read_inbound(
     opened_id: u64,
     cancel: tokio_util::sync::CancellationToken,
 ) {
+    // A slow control plane: the delay owed, slept off a millisecond or more
+    // at a time (timers are no finer).
+    let read_delay = state.lock().read_delay;
+    let mut owed = std::time::Duration::ZERO;
     loop {
+        if owed >= std::time::Duration::from_millis(1) {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                () = tokio::time::sleep(owed) => owed = std::time::Duration::ZERO,
+            }
+        }
         tokio::select! {
             _ = cancel.cancelled() => break,
             next = inbound.message() => match next {
                 Ok(Some(message)) => {
+                    owed += read_delay;
                     let violations = check(&message);
                     if let Some(v) = &violations {
                         tracing::warn!(violations = %v, "runner sent an invalid ClientMessage");

@@ -97,6 +97,8 @@ pub(crate) struct Inner {
     pub(crate) github: Vec<GithubInstallation>,
     pub(crate) token_requests: Vec<i64>,
     pub(crate) sequencing: Sequencing,
+    /// Time spent on each received message (a slow control plane).
+    pub(crate) read_delay: Duration,
 }
 
 impl Inner {

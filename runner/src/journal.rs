@@ -110,7 +110,8 @@ impl Journal {
             .map_or(0, |e| e.id)
             .max(used.unwrap_or(0) as u64)
             + 1;
-        let store = StoreThread::start("outbox-journal", conn)?;
+        // Every job is one statement, or idempotent (`mark_sent`).
+        let store = StoreThread::start_single_statement("outbox-journal", conn)?;
         let journal = Self {
             store,
             next_id: Arc::new(AtomicU64::new(first_id)),
@@ -127,15 +128,7 @@ impl Journal {
     /// Journals `message` (an encoded `ClientMessage`) as entry `id` (from
     /// [`Journal::next_id`]); returns once it is on disk.
     pub async fn append(&self, id: u64, message: Vec<u8>) -> Result<(), JournalError> {
-        self.store
-            .run(move |tx| {
-                tx.execute(
-                    "INSERT INTO entries (id, message) VALUES (?1, ?2)",
-                    params![id as i64, message],
-                )
-                .map(drop)
-            })
-            .await?;
+        self.store.run(move |tx| insert(tx, id, message)).await?;
         Ok(())
     }
 
@@ -144,15 +137,7 @@ impl Journal {
     /// awaiting any later write ([`Journal::append`], [`Journal::flush`],
     /// [`Journal::mark_sent`]) means this one is on disk too.
     pub async fn append_queued(&self, id: u64, message: Vec<u8>) -> Result<(), JournalError> {
-        self.store
-            .submit(move |tx| {
-                tx.execute(
-                    "INSERT INTO entries (id, message) VALUES (?1, ?2)",
-                    params![id as i64, message],
-                )
-                .map(drop)
-            })
-            .await?;
+        self.store.submit(move |tx| insert(tx, id, message)).await?;
         Ok(())
     }
 
@@ -161,13 +146,7 @@ impl Journal {
     /// later write. False when the store thread's queue is full: the entry
     /// is then not journaled (it lives in memory only).
     pub fn append_detached(&self, id: u64, message: Vec<u8>) -> bool {
-        self.store.try_submit(move |tx| {
-            tx.execute(
-                "INSERT INTO entries (id, message) VALUES (?1, ?2)",
-                params![id as i64, message],
-            )
-            .map(drop)
-        })
+        self.store.try_submit(move |tx| insert(tx, id, message))
     }
 
     /// Records the sequence numbers journaled updates are about to be sent
@@ -212,11 +191,9 @@ impl Journal {
     /// [`Journal::forget`], never waits; a later call covers a skipped one.
     pub fn forget_through(&self, acked: u64) -> bool {
         self.store.try_submit(move |tx| {
-            tx.execute(
-                "DELETE FROM entries WHERE sequence IS NOT NULL AND sequence <= ?1",
-                [acked as i64],
-            )
-            .map(drop)
+            tx.prepare_cached("DELETE FROM entries WHERE sequence IS NOT NULL AND sequence <= ?1")?
+                .execute([acked as i64])
+                .map(drop)
         })
     }
 
@@ -241,6 +218,13 @@ impl Journal {
         self.store.run(|_| Ok(())).await?;
         Ok(())
     }
+}
+
+/// Appends entry `id` (a cached statement: the journal's hot path).
+fn insert(tx: &Connection, id: u64, message: Vec<u8>) -> rusqlite::Result<()> {
+    tx.prepare_cached("INSERT INTO entries (id, message) VALUES (?1, ?2)")?
+        .execute(params![id as i64, message])
+        .map(drop)
 }
 
 fn read(conn: &Connection) -> Result<Recovered, rusqlite::Error> {

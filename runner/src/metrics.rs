@@ -99,6 +99,11 @@ struct FeatureLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThreadLabel {
+    thread: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModeLabel {
     mode: &'static str,
 }
@@ -166,6 +171,9 @@ pub struct Metrics {
     delivery_acks_ignored: Counter,
     delivery_unacked_full: Counter,
     journal_appends: Histogram,
+    store_busy: Family<ThreadLabel, Counter<f64>>,
+    store_jobs: Family<ThreadLabel, Counter>,
+    store_commits: Family<ThreadLabel, Counter>,
     running_turns: Family<SdkLabel, Gauge>,
     turn_duration: Histograms<TurnLabels>,
     child_processes: Gauge,
@@ -205,6 +213,9 @@ impl Metrics {
             delivery_unacked_full: Counter::default(),
             // 10 µs … ~80 ms.
             journal_appends: Histogram::new(exponential_buckets(0.000_01, 2.0, 14)),
+            store_busy: Family::default(),
+            store_jobs: Family::default(),
+            store_commits: Family::default(),
             running_turns: Family::default(),
             turn_duration: Family::new_with_constructor(turn_histogram),
             child_processes: Gauge::default(),
@@ -298,6 +309,22 @@ impl Metrics {
             "Time to journal one durable update (a group commit shared with the updates journaled at the same time)",
             Unit::Seconds,
             m.journal_appends.clone(),
+        );
+        m.registry.register_with_unit(
+            "store_thread_busy",
+            "Time a store thread spent running jobs and committing them, by thread (outbox-journal: the journal's whole cost, off the async workers)",
+            Unit::Seconds,
+            m.store_busy.clone(),
+        );
+        m.registry.register(
+            "store_thread_jobs",
+            "Jobs a store thread ran (one per journaled update, sequence mark batch, forget or reservation), by thread",
+            m.store_jobs.clone(),
+        );
+        m.registry.register(
+            "store_thread_commits",
+            "Transactions a store thread committed (group commits), by thread",
+            m.store_commits.clone(),
         );
         m.registry.register(
             "running_turns",
@@ -536,6 +563,19 @@ pub fn delivery_ack_ignored() {
 /// The unacknowledged updates filled the outbox capacity.
 pub fn delivery_unacked_full() {
     get().delivery_unacked_full.inc();
+}
+
+/// Store thread `name` ran `jobs` jobs in one transaction, busy for `took`.
+pub fn store_batch(name: &str, jobs: usize, took: Duration) {
+    let label = ThreadLabel {
+        thread: name.to_owned(),
+    };
+    let m = get();
+    m.store_busy
+        .get_or_create(&label)
+        .inc_by(took.as_secs_f64());
+    m.store_jobs.get_or_create(&label).inc_by(jobs as u64);
+    m.store_commits.get_or_create(&label).inc();
 }
 
 /// One durable update took `took` to journal.

@@ -64,7 +64,10 @@ pub struct Taken {
 /// The queued updates and the indexes of the intermediate ones.
 struct Queue {
     /// (sequence number, update), sequence numbers increasing front to back.
-    items: VecDeque<(u64, ClientMessage)>,
+    /// Boxed: making room removes from the middle, which shifts entries;
+    /// a shift of pointers, not of whole messages (shifting ~300-byte
+    /// messages was a third of the runner's CPU with a full outbox).
+    items: VecDeque<(u64, Box<ClientMessage>)>,
     /// The sequence number of the next update queued at the back.
     next: u64,
     /// Sequence numbers of the queued intermediate updates, oldest first.
@@ -104,7 +107,7 @@ impl Queue {
         if let Some(id) = journal {
             self.journaled.insert(seq, id);
         }
-        self.items.push_back((seq, msg));
+        self.items.push_back((seq, Box::new(msg)));
     }
 
     fn push_front(&mut self, msg: ClientMessage) {
@@ -116,11 +119,12 @@ impl Queue {
             }
         };
         self.index(seq, &msg);
-        self.items.push_front((seq, msg));
+        self.items.push_front((seq, Box::new(msg)));
     }
 
     fn pop_front(&mut self) -> Option<Taken> {
         let (seq, msg) = self.items.pop_front()?;
+        let msg = *msg;
         self.unindex(seq, &msg);
         Some(Taken {
             message: msg,
@@ -357,7 +361,7 @@ impl Outbox {
         }
         if let Some(pos) = queue.superseded(&msg) {
             // Same key, same sequence number: the indexes stay as they are.
-            queue.items[pos].1 = msg;
+            *queue.items[pos].1 = msg;
             drop(queue);
             self.count(&self.coalesced, "coalesced");
             crate::metrics::outbox_coalesced();

@@ -46,16 +46,32 @@ type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
 #[derive(Clone)]
 pub struct StoreThread {
     jobs: mpsc::Sender<Job>,
+    savepoints: bool,
 }
 
 impl StoreThread {
-    /// Starts the thread `name` owning `conn`.
+    /// Starts the thread `name` owning `conn`; each job runs in its own
+    /// savepoint.
     pub fn start(name: &str, conn: Connection) -> std::io::Result<Self> {
+        Self::start_with(name, conn, true)
+    }
+
+    /// Starts the thread `name` owning `conn` for jobs that are single
+    /// statements (or idempotent): no savepoint per job. SQLite undoes a
+    /// failing statement by itself, so a failing job still fails alone;
+    /// the savepoint's two extra statements per job were most of the cost
+    /// of a small write.
+    pub fn start_single_statement(name: &str, conn: Connection) -> std::io::Result<Self> {
+        Self::start_with(name, conn, false)
+    }
+
+    fn start_with(name: &str, conn: Connection, savepoints: bool) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel(QUEUE_BOUND);
+        let label = name.to_owned();
         std::thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || serve(conn, rx))?;
-        Ok(Self { jobs })
+            .spawn(move || serve(conn, rx, &label))?;
+        Ok(Self { jobs, savepoints })
     }
 
     /// Runs `work` in the next batch and returns its result once the batch
@@ -87,7 +103,7 @@ impl StoreThread {
     where
         F: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
     {
-        self.jobs.try_send(job(work, None)).is_ok()
+        self.jobs.try_send(job(work, None, self.savepoints)).is_ok()
     }
 
     async fn enqueue<R, F>(
@@ -100,7 +116,7 @@ impl StoreThread {
         F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
     {
         self.jobs
-            .send(job(work, done))
+            .send(job(work, done, self.savepoints))
             .await
             .map_err(|_| StoreThreadError::Stopped)
     }
@@ -108,22 +124,30 @@ impl StoreThread {
 
 /// The job that runs `work` in its own savepoint and reports to `done`
 /// (or logs a failure when nobody waits).
-fn job<R, F>(work: F, done: Option<oneshot::Sender<Result<R, StoreThreadError>>>) -> Job
+fn job<R, F>(
+    work: F,
+    done: Option<oneshot::Sender<Result<R, StoreThreadError>>>,
+    savepoints: bool,
+) -> Job
 where
     R: Send + 'static,
     F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
 {
     Box::new(move |tx: &mut Transaction<'_>| {
-        let outcome = match tx.savepoint() {
-            Ok(mut sp) => match work(&sp) {
-                Ok(value) => sp.commit().map(|()| value),
-                Err(e) => {
-                    // Dropping the savepoint rolls it back.
-                    let _ = sp.rollback();
-                    Err(e)
-                }
-            },
-            Err(e) => Err(e),
+        let outcome = if !savepoints {
+            work(tx)
+        } else {
+            match tx.savepoint() {
+                Ok(mut sp) => match work(&sp) {
+                    Ok(value) => sp.commit().map(|()| value),
+                    Err(e) => {
+                        // Dropping the savepoint rolls it back.
+                        let _ = sp.rollback();
+                        Err(e)
+                    }
+                },
+                Err(e) => Err(e),
+            }
         };
         Box::new(move |committed: Result<(), String>| {
             let result = match (outcome, committed) {
@@ -147,9 +171,10 @@ where
 
 /// The thread's loop: wait for a job, take every job already waiting (up to
 /// [`MAX_BATCH`]), run them in one transaction, commit, complete them.
-fn serve(mut conn: Connection, mut rx: mpsc::Receiver<Job>) {
+fn serve(mut conn: Connection, mut rx: mpsc::Receiver<Job>, name: &str) {
     let mut batch = Vec::with_capacity(64);
     while let Some(first) = rx.blocking_recv() {
+        let busy = std::time::Instant::now();
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -171,10 +196,12 @@ fn serve(mut conn: Connection, mut rx: mpsc::Receiver<Job>) {
         for job in batch.drain(..) {
             completions.push(job(&mut tx));
         }
+        let jobs = completions.len();
         let committed = tx.commit().map_err(|e| e.to_string());
         for complete in completions {
             complete(committed.clone());
         }
+        crate::metrics::store_batch(name, jobs, busy.elapsed());
     }
 }
 

@@ -15,7 +15,7 @@
 
 mod sending;
 
-pub use sending::{ACKED_DELIVERY, Sending};
+pub use sending::{ACKED_DELIVERY, Batch, Sending};
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -336,8 +336,10 @@ fn outbound(
     close: CancellationToken,
 ) -> impl Stream<Item = ClientMessage> + Send + Sync + 'static {
     let state = Outbound {
+        epoch: sending.epoch(),
         sending,
         ready: std::collections::VecDeque::new(),
+        pending: None,
         session_over,
         close,
     };
@@ -351,17 +353,42 @@ type NextOutbound =
 
 struct Outbound {
     sending: Arc<Sending>,
+    /// The connection this half belongs to (see [`Sending::take_batch`]).
+    epoch: u64,
     /// Taken and recorded, not yet handed to the transport (lost with the
     /// session only as far as the transport would have lost them: kept
     /// updates are re-sent).
     ready: std::collections::VecDeque<ClientMessage>,
+    /// The next batch, taken while `ready` goes out (its journal write
+    /// overlaps the sending of the one before).
+    pending: Option<Pin<Box<dyn std::future::Future<Output = Vec<ClientMessage>> + Send + Sync>>>,
     session_over: CancellationToken,
     close: CancellationToken,
 }
 
 async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
     loop {
+        if s.session_over.is_cancelled() {
+            // The transport may poll a finished session's half: give it
+            // nothing (what it held is recorded and goes again).
+            return None;
+        }
         if let Some(msg) = s.ready.pop_front() {
+            // Take the next batch now and poll it once, so its journal
+            // write runs while this batch goes out (taking is cheap; only
+            // the commit is waited for).
+            if s.pending.is_none() && !s.sending.idle() {
+                let (sending, epoch) = (s.sending.clone(), s.epoch);
+                s.pending = Some(Box::pin(async move {
+                    sending.take_batch(epoch).await.committed().await
+                }));
+            }
+            if let Some(pending) = s.pending.as_mut()
+                && let std::task::Poll::Ready(out) = futures::poll!(pending.as_mut())
+            {
+                s.pending = None;
+                s.ready.extend(out);
+            }
             tracing::trace!(
                 kind = crate::updates::kind(&msg),
                 sequence = msg.sequence,
@@ -370,16 +397,28 @@ async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
             crate::metrics::update_sent(&msg);
             return Some((msg, s));
         }
-        let batch = tokio::select! {
-            biased;
-            () = s.session_over.cancelled() => return None,
-            batch = s.sending.next_batch() => batch,
-            () = s.close.cancelled(), if s.sending.idle() => {
-                s.session_over.cancel();
-                return None;
-            }
+        let out = match s.pending.as_mut() {
+            Some(pending) => tokio::select! {
+                biased;
+                () = s.session_over.cancelled() => return None,
+                out = pending => out,
+            },
+            None => tokio::select! {
+                biased;
+                () = s.session_over.cancelled() => return None,
+                out = s.sending.next_batch(s.epoch) => out,
+                () = s.close.cancelled(), if s.sending.idle() => {
+                    s.session_over.cancel();
+                    return None;
+                }
+            },
         };
-        s.ready.extend(batch);
+        s.pending = None;
+        if out.is_empty() {
+            // Only a finished session's half gets an empty batch.
+            return None;
+        }
+        s.ready.extend(out);
     }
 }
 

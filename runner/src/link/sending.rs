@@ -52,9 +52,10 @@ use crate::updates;
 /// The feature string of acknowledged delivery (contract §1).
 pub const ACKED_DELIVERY: &str = "acked-delivery/1";
 
-/// At most this many updates are taken per batch (one journal write marks
-/// the sequence numbers of a whole batch).
-const BATCH: usize = 64;
+/// At most this many updates are taken per batch: one journal commit (the
+/// sequence marks, or a flush) per batch before it goes on the wire, so the
+/// batch must be large enough for that round trip not to throttle the link.
+const BATCH: usize = 512;
 
 /// Delivery state shared by the outbound half, the read loop and shutdown.
 pub struct Sending {
@@ -74,6 +75,10 @@ struct Inner {
     full_warned: bool,
     /// Acknowledgements ignored so far (logged at 1, 2, 4, 8…).
     bad_acks: u64,
+    /// Bumped when a connection ends: a batch taken for an earlier
+    /// connection (its outbound half still polled by the transport after
+    /// the session ended) takes nothing.
+    epoch: u64,
 }
 
 impl Sending {
@@ -127,6 +132,7 @@ impl Sending {
                 sequencer: Sequencer::new(recovered.sequence_floor),
                 full_warned: false,
                 bad_acks: 0,
+                epoch: 0,
             }),
         };
         sending.forget(unreadable);
@@ -208,6 +214,7 @@ impl Sending {
     /// outbox drained.
     pub fn connection_ended(&self, clean: bool) {
         let mut inner = self.lock();
+        inner.epoch += 1;
         let (again, settled) = inner.inflight.connection_ended(clean);
         self.forget(settled.journal);
         // Sent before anything still waiting for a re-send: in front.
@@ -233,11 +240,13 @@ impl Sending {
                 settle_resends(&mut inner.resend, through, &mut settled);
                 if settled.updates > 0 {
                     inner.full_warned = false;
+                    // One statement for all of them: every journaled update
+                    // was marked with its number before it was sent (and
+                    // the store thread writes in order).
                     if let Some(j) = &self.journal {
                         j.forget_through(through);
                     }
                 }
-                self.forget(settled.journal);
             }
             Err(bad) => self.bad_ack(&mut inner, &bad.to_string()),
         }
@@ -275,19 +284,42 @@ impl Sending {
         inner.inflight.len() + inner.resend.len()
     }
 
+    /// The current connection's epoch: pass it to [`Sending::take_batch`].
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
     /// The highest sequence number handed out so far (0: none).
     pub fn last_sequence(&self) -> u64 {
         self.lock().sequencer.last()
     }
 
     /// The next updates to send, waiting for at least one: re-sends first,
+    /// then the outbox (see [`Sending::take_batch`]); returns once the
+    /// batch's journal commit is done.
+    pub async fn next_batch(&self, epoch: u64) -> Vec<ClientMessage> {
+        let batch = self.take_batch(epoch).await;
+        batch.committed().await
+    }
+
+    /// The next updates to send, waiting for at least one: re-sends first,
     /// then the outbox. Each is redacted, validated (an invalid one is a
     /// runner bug: logged, not sent), numbered in acked mode and recorded as
-    /// sent before it is returned, so a session that ends before it goes
-    /// out still sends it again. Cancel-safe up to the moment updates are
-    /// taken; after that they are recorded.
-    pub async fn next_batch(&self) -> Vec<ClientMessage> {
+    /// sent before this returns, so a session that ends before it goes out
+    /// still sends it again. Cancel-safe: nothing is taken before the last
+    /// await. The batch may go on the wire once [`Batch::committed`] says
+    /// its journal write (sequence marks, or the appends it depends on) is
+    /// on disk; the writes of later batches queue behind it, so a link may
+    /// prepare the next batches meanwhile.
+    ///
+    /// `epoch` is the connection's ([`Sending::epoch`] when its outbound
+    /// half was made): once that connection has ended, this takes nothing
+    /// and returns an empty batch (whatever it had taken goes back, first).
+    pub async fn take_batch(&self, epoch: u64) -> Batch {
         loop {
+            if self.lock().epoch != epoch {
+                return Batch::default();
+            }
             self.reserve_numbers().await;
             let resends: Vec<Sent> = {
                 let mut inner = self.lock();
@@ -306,6 +338,23 @@ impl Sending {
             };
             let (out, marks, forget, journaled) = {
                 let mut inner = self.lock();
+                if inner.epoch != epoch {
+                    // The connection ended while this waited: put back what
+                    // was taken (never sent), first in line.
+                    for taken in fresh.into_iter().rev() {
+                        inner.resend.push_front(Sent {
+                            sequence: None,
+                            journal: taken.journal,
+                            message: taken.message,
+                            at: Instant::now(),
+                        });
+                    }
+                    for sent in resends.into_iter().rev() {
+                        inner.resend.push_front(sent);
+                    }
+                    self.publish(&inner);
+                    return Batch::default();
+                }
                 let mode = inner.inflight.mode();
                 let now = Instant::now();
                 let mut out = Vec::with_capacity(resends.len() + fresh.len());
@@ -370,33 +419,24 @@ impl Sending {
                 (out, marks, forget, journaled)
             };
             self.forget(forget);
+            if out.is_empty() {
+                continue;
+            }
             // Nothing journaled goes on the wire before its entry (and, in
             // acked mode, its sequence number) is on disk: one commit per
-            // batch.
-            if journaled && let Some(j) = self.journal.clone() {
-                // On a task of its own: the outbound half must stay `Sync`,
-                // which the store thread's queue is not.
-                let marked = tokio::spawn(async move {
+            // batch, on a task of its own (the outbound half must stay
+            // `Sync`, which the store thread's queue is not).
+            let commit = match (journaled, self.journal.clone()) {
+                (true, Some(j)) => Some(tokio::spawn(async move {
                     if marks.is_empty() {
                         j.flush().await
                     } else {
                         j.mark_sent(marks).await
                     }
-                })
-                .await;
-                if let Err(e) = marked
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()))
-                {
-                    tracing::error!(
-                        error = %e,
-                        "journal write failed; after a crash these updates may be lost or sent again with new numbers"
-                    );
-                }
-            }
-            if !out.is_empty() {
-                return out;
-            }
+                })),
+                _ => None,
+            };
+            return Batch { out, commit };
         }
     }
 
@@ -542,6 +582,34 @@ impl Sending {
             inner.inflight.len() + inner.resend.len(),
             inner.inflight.mode() == Mode::Acked,
         );
+    }
+}
+
+/// Updates taken for the wire, and the journal write they wait for.
+#[derive(Default)]
+pub struct Batch {
+    out: Vec<ClientMessage>,
+    commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
+}
+
+impl Batch {
+    /// Waits for the batch's journal write; then its updates may be sent.
+    /// A failed write is logged (the updates go anyway: after a crash they
+    /// may be lost or sent again with new numbers).
+    pub async fn committed(self) -> Vec<ClientMessage> {
+        if let Some(commit) = self.commit {
+            let done = commit
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            if let Err(e) = done {
+                tracing::error!(
+                    error = %e,
+                    "journal write failed; after a crash these updates may be lost or sent again with new numbers"
+                );
+            }
+        }
+        self.out
     }
 }
 

@@ -294,17 +294,25 @@ async fn legacy_sigkills_while_streaming_deliver_every_terminal_update() {
     );
 }
 
-/// A control plane without acknowledgements: stream drops at random
-/// moments while threads stream; every turn's COMPLETED and every
-/// completed item arrives at least once (terminal updates handed to a dead
-/// connection are re-sent); no message carries a sequence number.
+/// A slow control plane without acknowledgements (each message costs it
+/// 100 µs, as a Python grpcio one would: what the runner sends piles up in
+/// HTTP/2 buffers): stream drops at random moments while threads stream;
+/// every turn's COMPLETED and every completed item arrives at least once
+/// (terminal updates handed to a dead connection are re-sent); no message
+/// carries a sequence number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_drops_while_streaming_deliver_every_terminal_update() {
     const THREADS: usize = 20;
     const LINES: u32 = 30;
     let mut rng = Rng::new("legacy_drops");
     let drops = rounds();
-    let cp = mock_with(AckMode::Refuse).await;
+    let cp = MockControlPlane::start(
+        MockConfig::default()
+            .with_ack_mode(AckMode::Refuse)
+            .with_read_delay(Duration::from_micros(100)),
+    )
+    .await
+    .expect("mock starts");
     let runner = RunnerProc::start(RunnerOpts::new(cp.url()));
     cp.wait_connected(WAIT).await.expect("runner connects");
     create_agent(&cp, "a").await;

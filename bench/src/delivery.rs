@@ -1,0 +1,143 @@
+//! What delivery costs (issue 18): update throughput against a control
+//! plane that acknowledges and one that does not, the outbox journal's own
+//! cost per update (read from the runner's `/metrics`: the store thread's
+//! busy time, off the async workers), and optionally the same throughput
+//! with a baseline binary (e.g. one built before the journal) for the
+//! "within 10 %" comparison.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use mock_control_plane::AckMode;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::scenarios::{Rig, Throughput, update_throughput};
+
+/// The journal's store thread, as the runner names it in its metrics.
+const JOURNAL_THREAD: &str = "outbox-journal";
+
+/// Throughput and journal cost in one mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryRun {
+    /// `acked`, `legacy` or `baseline`.
+    pub mode: String,
+    /// The median of three throughput runs.
+    pub throughput: Throughput,
+    /// Store-thread seconds over the three runs (None: not exposed, e.g. a
+    /// baseline binary without the journal).
+    pub journal_busy_seconds: Option<f64>,
+    /// Journal jobs (appends, sequence marks, forgets) over the three runs.
+    pub journal_jobs: Option<f64>,
+    /// Group commits over the three runs.
+    pub journal_commits: Option<f64>,
+    /// Store-thread time per update produced (RUNNING and COMPLETED items,
+    /// turn updates), in microseconds.
+    pub journal_us_per_update: Option<f64>,
+}
+
+/// A free loopback port (bound, read, released).
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a probe port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// `GET /metrics` over a plain TCP connection (HTTP/1.0: the server closes).
+async fn scrape(port: u16) -> Result<String> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .context("connecting to the runner's health port")?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await?;
+    Ok(body)
+}
+
+/// The value of the sample `name{…thread="outbox-journal"…}`, if present.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(&format!("thread=\"{JOURNAL_THREAD}\"")))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+struct Journal {
+    busy: Option<f64>,
+    jobs: Option<f64>,
+    commits: Option<f64>,
+}
+
+async fn journal(port: u16) -> Result<Journal> {
+    let text = scrape(port).await?;
+    Ok(Journal {
+        busy: sample(&text, "agent_runner_store_thread_busy_seconds_total"),
+        jobs: sample(&text, "agent_runner_store_thread_jobs_total"),
+        commits: sample(&text, "agent_runner_store_thread_commits_total"),
+    })
+}
+
+/// Update throughput (median of three, after a warm-up) with `bin` against
+/// a mock in `ack`, and what the journal cost meanwhile.
+pub async fn measure(
+    bin: &Path,
+    mode: &str,
+    ack: AckMode,
+    threads: usize,
+    lines: usize,
+) -> Result<DeliveryRun> {
+    let port = free_port()?;
+    let health = format!("127.0.0.1:{port}");
+    let rig = Rig::start_configured(
+        bin,
+        &["--reconnect-max-delay", "1s", "--health-addr", &health],
+        ack,
+    )
+    .await?;
+    rig.create_agent("bench").await?;
+    let ids = rig.create_threads("bench", threads).await?;
+    update_throughput(&rig, &ids, lines / 10).await?;
+    let before = journal(port).await?;
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(update_throughput(&rig, &ids, lines).await?);
+    }
+    let after = journal(port).await?;
+    let invalid = rig.cp().invalid_received().len();
+    rig.runner.stop().await;
+    if invalid > 0 {
+        bail!("{mode}: the mock saw {invalid} invalid ClientMessages");
+    }
+    let produced: u64 = runs
+        .iter()
+        .map(|r| r.item_updates_produced + 2 * r.threads as u64)
+        .sum();
+    runs.sort_by(|a, b| a.item_updates_per_s.total_cmp(&b.item_updates_per_s));
+    let delta = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
+    let busy = delta(before.busy, after.busy);
+    Ok(DeliveryRun {
+        mode: mode.to_owned(),
+        throughput: runs[1].clone(),
+        journal_busy_seconds: busy,
+        journal_jobs: delta(before.jobs, after.jobs),
+        journal_commits: delta(before.commits, after.commits),
+        journal_us_per_update: busy.map(|b| b * 1e6 / produced as f64),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_journal_thread_sample() {
+        let text = "# TYPE x counter\nagent_runner_store_thread_jobs_total{thread=\"other\"} 1\nagent_runner_store_thread_jobs_total{thread=\"outbox-journal\"} 42\n";
+        assert_eq!(
+            sample(text, "agent_runner_store_thread_jobs_total"),
+            Some(42.0)
+        );
+        assert_eq!(
+            sample(text, "agent_runner_store_thread_busy_seconds_total"),
+            None
+        );
+    }
+}
