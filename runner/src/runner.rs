@@ -155,13 +155,14 @@ impl Runner {
             .context("restoring state")?;
         let link = Link::new(rt.clone(), client, config, sending.clone());
         let link_state = link.state();
+        let link_report = link.report();
         let close = CancellationToken::new();
         let token = close.clone();
         let link = tokio::spawn(async move { link.run(token).await });
         crate::sdk_probe::spawn(rt.clone(), config.sdk_probe_interval, close.clone());
         let health = match listener {
             Some(l) => Some(
-                HealthServer::start(l, rt.clone(), link_state.clone())
+                HealthServer::start(l, rt.clone(), link_state.clone(), link_report)
                     .context("health endpoints")?,
             ),
             None => None,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sdk_adapter::SdkStatus;
 use serde::{Deserialize, Serialize};
 
-use crate::link_state::LinkState;
+use crate::link_state::{LinkProblem, LinkState};
 use crate::runtime::Runtime;
 
 /// What `/status` answers.
@@ -58,6 +58,18 @@ pub struct Connection {
     pub not_ready_reason: Option<String>,
     /// Reconnects so far.
     pub reconnects: u64,
+    /// The control plane's URL.
+    #[serde(default)]
+    pub url: String,
+    /// The last failure to reach it, with the likely fix.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// How long ago that was.
+    #[serde(default)]
+    pub last_error_seconds_ago: Option<u64>,
+    /// While waiting to retry: in how long.
+    #[serde(default)]
+    pub next_attempt_in_ms: Option<u64>,
 }
 
 /// A running turn, as `/status` shows it.
@@ -122,7 +134,13 @@ pub fn readiness(link: LinkState, draining: bool) -> Result<(), &'static str> {
 }
 
 /// Gather the status now.
-pub fn collect(rt: &Runtime, link: LinkState, child_processes: Option<usize>) -> Status {
+pub fn collect(
+    rt: &Runtime,
+    link: LinkState,
+    problem: &LinkProblem,
+    child_processes: Option<usize>,
+) -> Status {
+    let now = std::time::SystemTime::now();
     let draining = rt.is_draining();
     let ready = readiness(link, draining);
     let stats = rt.outbox.stats();
@@ -154,6 +172,15 @@ pub fn collect(rt: &Runtime, link: LinkState, child_processes: Option<usize>) ->
             ready: ready.is_ok(),
             not_ready_reason: ready.err().map(str::to_owned),
             reconnects: crate::metrics::reconnects(),
+            url: problem.url.clone(),
+            last_error: problem.last_error.clone(),
+            last_error_seconds_ago: problem
+                .last_error_at
+                .and_then(|at| now.duration_since(at).ok())
+                .map(|d| d.as_secs()),
+            next_attempt_in_ms: problem
+                .next_attempt_at
+                .map(|at| at.duration_since(now).map_or(0, |d| d.as_millis() as u64)),
         },
         draining,
         agents: rt.store.agents().ok().map(|a| a.len()),
@@ -215,6 +242,23 @@ fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
     match &c.not_ready_reason {
         None => writeln!(out, "connection  {} (ready)", c.state)?,
         Some(why) => writeln!(out, "connection  {} (not ready: {why})", c.state)?,
+    }
+    if !c.url.is_empty() {
+        writeln!(out, "control     {}", c.url)?;
+    }
+    if let Some(error) = &c.last_error {
+        let ago = c
+            .last_error_seconds_ago
+            .map(|s| format!(" ({} ago)", age(s)))
+            .unwrap_or_default();
+        writeln!(out, "last error  {error}{ago}")?;
+    }
+    if let Some(ms) = c.next_attempt_in_ms {
+        writeln!(
+            out,
+            "next try    in {}",
+            humantime::format_duration(Duration::from_millis(ms))
+        )?;
     }
     writeln!(out, "reconnects  {}", c.reconnects)?;
     writeln!(out, "draining    {}", if s.draining { "yes" } else { "no" })?;
@@ -309,6 +353,10 @@ mod tests {
                 ready: true,
                 not_ready_reason: None,
                 reconnects: 2,
+                url: "https://cp.example.com/grpc".into(),
+                last_error: Some("lost the control plane at https://cp.example.com/grpc (ControlChannel): h2 protocol error".into()),
+                last_error_seconds_ago: Some(90),
+                next_attempt_in_ms: None,
             },
             draining: false,
             agents: Some(3),
@@ -346,6 +394,8 @@ mod tests {
         for want in [
             "agent-runner 1.2.3  pid 42  up 1h 2m 5s",
             "connection  connected (ready)",
+            "control     https://cp.example.com/grpc",
+            "last error  lost the control plane at https://cp.example.com/grpc (ControlChannel): h2 protocol error (1m 30s ago)",
             "reconnects  2",
             "agents      3",
             "threads     4",

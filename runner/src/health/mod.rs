@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HealthListen;
-use crate::link_state::LinkState;
+use crate::link_state::{LinkReport, LinkState};
 use crate::runtime::Runtime;
 use crate::{metrics, procs, status};
 
@@ -71,6 +71,7 @@ pub struct HealthServer {
 struct Shared {
     rt: Arc<Runtime>,
     link: watch::Receiver<LinkState>,
+    report: Arc<LinkReport>,
 }
 
 impl HealthServer {
@@ -79,10 +80,11 @@ impl HealthServer {
         listener: TcpListener,
         rt: Arc<Runtime>,
         link: watch::Receiver<LinkState>,
+        report: Arc<LinkReport>,
     ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
-        let shared = Arc::new(Shared { rt, link });
+        let shared = Arc::new(Shared { rt, link, report });
         let task = tokio::spawn(accept_loop(listener, shared, stop.clone()));
         tracing::info!(%addr, "health endpoints listening on http://{addr} (/livez /readyz /metrics /status)");
         Ok(Self { addr, stop, task })
@@ -188,7 +190,8 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
         }
         "/status" => {
             let link = *shared.link.borrow();
-            let report = status::collect(rt, link, count_processes().await);
+            let problem = shared.report.snapshot();
+            let report = status::collect(rt, link, &problem, count_processes().await);
             match serde_json::to_vec_pretty(&report) {
                 Ok(json) => reply(StatusCode::OK, "application/json", json),
                 Err(e) => reply(

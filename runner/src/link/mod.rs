@@ -13,6 +13,7 @@
 //! [`sending`]'s business. The read loop hands `acked_sequence` to it and
 //! answers nothing to a message that carries only an acknowledgement.
 
+mod problem;
 mod sending;
 
 pub use sending::{ACKED_DELIVERY, Batch, Sending};
@@ -37,7 +38,7 @@ use crate::runtime::Runtime;
 /// A channel that stayed open this long resets the reconnect backoff.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
-pub use crate::link_state::LinkState;
+pub use crate::link_state::{LinkProblem, LinkReport, LinkState};
 
 /// A reason to stop for good.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +68,11 @@ pub struct Link {
     max_delay: Duration,
     state: watch::Sender<LinkState>,
     sending: Arc<Sending>,
+    /// Where it dials, the last failure, the next attempt.
+    report: Arc<LinkReport>,
+    /// Registered at least once: failures after that are a lost link, not
+    /// an unreachable control plane.
+    ever_registered: std::sync::atomic::AtomicBool,
 }
 
 impl Link {
@@ -85,6 +91,11 @@ impl Link {
             max_delay: config.reconnect_max_delay,
             state: watch::Sender::new(LinkState::Connecting),
             sending,
+            report: Arc::new(LinkReport::new(format!(
+                "{}{}",
+                config.control_plane.origin, config.control_plane.path_prefix
+            ))),
+            ever_registered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -105,6 +116,31 @@ impl Link {
         Instant::now()
     }
 
+    /// Where it dials, the last failure and the next attempt (for `/status`).
+    pub fn report(&self) -> Arc<LinkReport> {
+        self.report.clone()
+    }
+
+    /// A failed RPC: a `Refused` ends the link; anything else is said
+    /// (where, why, the likely fix), recorded for `/status`, and retried.
+    fn lost_or_refused(&self, rpc: &str, status: tonic::Status) -> SessionEnd {
+        match status.code() {
+            Code::Unauthenticated | Code::PermissionDenied => SessionEnd::Refused(Refused {
+                code: status.code(),
+                message: status.message().to_owned(),
+            }),
+            code => {
+                let ever = self
+                    .ever_registered
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                let text = problem::describe(&self.report.snapshot().url, rpc, &status, ever);
+                tracing::warn!(rpc, ?code, "{text}");
+                self.report.failed(text);
+                SessionEnd::Lost { healthy: false }
+            }
+        }
+    }
+
     fn backoff(&self) -> backon::ExponentialBackoff {
         reconnect_backoff(self.min_delay, self.max_delay)
     }
@@ -115,6 +151,7 @@ impl Link {
         let mut backoff = self.backoff();
         loop {
             self.set_state(LinkState::Connecting);
+            self.report.attempting();
             let end = self.session(&close).await;
             // Whatever was sent and is not settled goes again, first, on the
             // next connection (a legacy clean close settles it instead).
@@ -132,6 +169,7 @@ impl Link {
                     }
                     crate::metrics::reconnect();
                     let delay = next_delay(&mut backoff, self.max_delay);
+                    self.report.retry_in(delay);
                     tracing::info!(
                         delay_ms = delay.as_millis() as u64,
                         "reconnecting to the control plane"
@@ -165,10 +203,12 @@ impl Link {
             Ok(response) => response.into_inner(),
             Err(status) => {
                 crate::metrics::register_failed(status.code());
-                return lost_or_refused("RegisterRunner", status);
+                return self.lost_or_refused("RegisterRunner", status);
             }
         };
         self.set_state(LinkState::Registered);
+        self.ever_registered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let accepted = registered.features.iter().any(|f| f == ACKED_DELIVERY);
         let mode = self.sending.registered(accepted, registered.acked_sequence);
         tracing::info!(
@@ -203,7 +243,7 @@ impl Link {
         };
         let mut inbound = match response {
             Ok(response) => response.into_inner(),
-            Err(status) => return lost_or_refused("ControlChannel", status),
+            Err(status) => return self.lost_or_refused("ControlChannel", status),
         };
         let opened = opened.unwrap_or_else(|| self.channel_open());
         let healthy = || opened.elapsed() >= HEALTHY_AFTER;
@@ -233,7 +273,7 @@ impl Link {
                     return SessionEnd::Lost { healthy: healthy() };
                 }
                 Err(status) => {
-                    return match lost_or_refused("ControlChannel", status) {
+                    return match self.lost_or_refused("ControlChannel", status) {
                         SessionEnd::Lost { .. } => SessionEnd::Lost { healthy: healthy() },
                         other => other,
                     };
@@ -304,24 +344,6 @@ impl<S: Stream> Stream for Announced<S> {
             let _ = tx.send(());
         }
         self.inner.as_mut().poll_next(cx)
-    }
-}
-
-fn lost_or_refused(rpc: &str, status: tonic::Status) -> SessionEnd {
-    match status.code() {
-        Code::Unauthenticated | Code::PermissionDenied => SessionEnd::Refused(Refused {
-            code: status.code(),
-            message: status.message().to_owned(),
-        }),
-        code => {
-            tracing::warn!(
-                rpc,
-                ?code,
-                grpc_message = status.message(),
-                "control plane link lost"
-            );
-            SessionEnd::Lost { healthy: false }
-        }
     }
 }
 

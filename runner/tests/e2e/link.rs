@@ -103,8 +103,12 @@ async fn path_prefix_is_prepended_to_every_rpc() {
 
     // Without the prefix the runner cannot register.
     let bare = cp.url().trim_end_matches("/grpc").to_owned();
-    let r2 = RunnerProc::start(RunnerOpts::new(bare));
-    r2.wait_log("control plane link lost").await;
+    let r2 = RunnerProc::start(RunnerOpts::new(bare.clone()));
+    // It says where, why, and what to check.
+    r2.wait_log(&format!("cannot reach {bare} (RegisterRunner)"))
+        .await;
+    r2.wait_log("check its path, which is the prefix of every RPC")
+        .await;
     assert_eq!(cp.registrations().len(), 1, "{}", r2.logs());
 }
 
@@ -141,8 +145,18 @@ async fn tls_with_a_test_ca() {
             .unwrap();
     let url2 = format!("https://localhost:{}", cp2.addr().port());
     let r2 = RunnerProc::start(RunnerOpts::new(&url2));
-    r2.wait_log("control plane link lost").await;
+    r2.wait_log(&format!("cannot reach {url2} (RegisterRunner)"))
+        .await;
+    r2.wait_log("pass --ca-cert").await;
     assert!(cp2.registrations().is_empty(), "{}", r2.logs());
+
+    // TLS to a plaintext control plane: told to use http://.
+    let plain = mock().await;
+    let url3 = format!("https://127.0.0.1:{}", plain.addr().port());
+    let r3 = RunnerProc::start(RunnerOpts::new(&url3));
+    r3.wait_log(&format!("cannot reach {url3} (RegisterRunner)"))
+        .await;
+    r3.wait_log("use http:// instead of https://").await;
 }
 
 #[tokio::test]
@@ -222,4 +236,45 @@ async fn small_outbox_during_disconnect_keeps_every_terminal_update() {
         running < 61,
         "intermediate updates were shed while full ({running})"
     );
+}
+
+/// Before it ever registered, a runner that cannot reach its control plane
+/// says where and why (not tonic's bare "transport error"), and /status and
+/// `agent-runner status` show the URL, the last error and the next attempt.
+#[tokio::test]
+async fn an_unreachable_control_plane_is_named_with_its_cause() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let health = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = health.local_addr().unwrap().to_string();
+    drop(health);
+    let r = RunnerProc::start(RunnerOpts::new(&url).arg("--health-addr").arg(&addr));
+    r.wait_log(&format!("cannot reach {url} (RegisterRunner)"))
+        .await;
+    r.wait_log("Connection refused").await;
+    r.wait_log("nothing accepts connections there").await;
+    let out = tokio::process::Command::new(runner_bin())
+        .args(["status", "--health-addr", &addr, "--json"])
+        .output()
+        .await
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let c = &json["connection"];
+    assert_eq!(c["url"], url.as_str(), "{json}");
+    assert!(
+        c["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Connection refused")),
+        "{json}"
+    );
+    let text = tokio::process::Command::new(runner_bin())
+        .args(["status", "--health-addr", &addr])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("control     {url}")), "{text}");
+    assert!(text.contains("last error  cannot reach"), "{text}");
 }
