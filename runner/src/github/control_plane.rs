@@ -148,39 +148,29 @@ impl ControlPlaneSource {
     async fn list_call(&self, names: RpcNames) -> Result<Vec<i64>, tonic::Status> {
         let mut client = self.client.clone();
         let rpc = names.list();
-        let invalid =
-            |v: &str| tonic::Status::invalid_argument(format!("{rpc}: invalid response: {v}"));
-        let timeout = || tonic::Status::deadline_exceeded(timed_out(rpc));
-        match names {
-            RpcNames::ForRunner => {
-                let call = client.list_github_installations_for_runner(
+        let ids = match names {
+            RpcNames::ForRunner => checked(
+                rpc,
+                client.list_github_installations_for_runner(
                     ListGithubInstallationsForRunnerRequest {},
-                );
-                let response = tokio::time::timeout(RPC_TIMEOUT, call)
-                    .await
-                    .map_err(|_| timeout())??
-                    .into_inner();
-                response.validate().map_err(|e| invalid(&violations(&e)))?;
-                Ok(response
-                    .installations
-                    .iter()
-                    .map(|i| i.installation_id)
-                    .collect())
-            }
-            RpcNames::Later => {
-                let call = client.list_github_installations(ListGithubInstallationsRequest {});
-                let response = tokio::time::timeout(RPC_TIMEOUT, call)
-                    .await
-                    .map_err(|_| timeout())??
-                    .into_inner();
-                response.validate().map_err(|e| invalid(&violations(&e)))?;
-                Ok(response
-                    .installations
-                    .iter()
-                    .map(|i| i.installation_id)
-                    .collect())
-            }
-        }
+                ),
+            )
+            .await?
+            .installations
+            .iter()
+            .map(|i| i.installation_id)
+            .collect(),
+            RpcNames::Later => checked(
+                rpc,
+                client.list_github_installations(ListGithubInstallationsRequest {}),
+            )
+            .await?
+            .installations
+            .iter()
+            .map(|i| i.installation_id)
+            .collect(),
+        };
+        Ok(ids)
     }
 
     async fn get_call(
@@ -190,48 +180,57 @@ impl ControlPlaneSource {
     ) -> Result<TokenResponse, tonic::Status> {
         let mut client = self.client.clone();
         let rpc = names.get();
-        let invalid = |v: &str| {
-            tonic::Status::invalid_argument(format!(
-                "{rpc} for installation {installation_id}: invalid response: {v}"
-            ))
-        };
-        let timeout = || tonic::Status::deadline_exceeded(timed_out(rpc));
-        match names {
+        let token = match names {
             RpcNames::ForRunner => {
-                let call = client.get_github_installation_access_token_for_runner(
-                    GetGithubInstallationAccessTokenForRunnerRequest { installation_id },
-                );
-                let r = tokio::time::timeout(RPC_TIMEOUT, call)
-                    .await
-                    .map_err(|_| timeout())??
-                    .into_inner();
-                r.validate().map_err(|e| invalid(&violations(&e)))?;
-                Ok(TokenResponse {
+                let r = checked(
+                    rpc,
+                    client.get_github_installation_access_token_for_runner(
+                        GetGithubInstallationAccessTokenForRunnerRequest { installation_id },
+                    ),
+                )
+                .await?;
+                TokenResponse {
                     installation_id: r.installation_id,
                     access_token: r.access_token,
                     access_token_expires_unix_time_ms: r.access_token_expires_unix_time_ms,
                     repositories: r.repositories,
-                })
+                }
             }
             RpcNames::Later => {
-                let call =
+                let r = checked(
+                    rpc,
                     client.github_installation_access_token(GithubInstallationAccessTokenRequest {
                         installation_id,
-                    });
-                let r = tokio::time::timeout(RPC_TIMEOUT, call)
-                    .await
-                    .map_err(|_| timeout())??
-                    .into_inner();
-                r.validate().map_err(|e| invalid(&violations(&e)))?;
-                Ok(TokenResponse {
+                    }),
+                )
+                .await?;
+                TokenResponse {
                     installation_id: r.installation_id,
                     access_token: r.access_token,
                     access_token_expires_unix_time_ms: r.access_token_expires_unix_time_ms,
                     repositories: r.repositories,
-                })
+                }
             }
-        }
+        };
+        Ok(token)
     }
+}
+
+/// `call`'s response within the RPC timeout, checked against its
+/// `buf.validate` rules (a response that breaks them is refused, naming
+/// the RPC), whichever name the RPC goes by.
+async fn checked<R: Validate>(
+    rpc: &str,
+    call: impl std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+) -> Result<R, tonic::Status> {
+    let response = tokio::time::timeout(RPC_TIMEOUT, call)
+        .await
+        .map_err(|_| tonic::Status::deadline_exceeded(timed_out(rpc)))??
+        .into_inner();
+    response.validate().map_err(|e| {
+        tonic::Status::invalid_argument(format!("{rpc}: invalid response: {}", violations(&e)))
+    })?;
+    Ok(response)
 }
 
 #[async_trait]
