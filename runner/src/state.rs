@@ -192,22 +192,7 @@ impl Store {
 
     /// Stores (or replaces) a thread.
     pub fn put_thread(&self, row: &ThreadRow) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT OR REPLACE INTO threads
-             (thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
-              instructions)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                row.thread_id,
-                row.agent_id,
-                row.sdk_thread_id,
-                row.model,
-                row.reasoning_level,
-                row.last_turn_id,
-                row.instructions
-            ],
-        )?;
-        Ok(())
+        write_thread(&self.conn(), "INSERT OR REPLACE", row)
     }
 
     /// Stores a new thread; fails, naming the owner, when a thread with its
@@ -225,22 +210,7 @@ impl Store {
             return Err(StoreError::Taken(row.thread_id.clone(), owner));
         }
         // Still under the connection's lock: nobody inserted meanwhile.
-        conn.execute(
-            "INSERT INTO threads
-             (thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
-              instructions)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                row.thread_id,
-                row.agent_id,
-                row.sdk_thread_id,
-                row.model,
-                row.reasoning_level,
-                row.last_turn_id,
-                row.instructions
-            ],
-        )?;
-        Ok(())
+        write_thread(&conn, "INSERT", row)
     }
 
     /// Deletes a thread (and its running turn).
@@ -291,6 +261,27 @@ impl Store {
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+/// Writes `row` with `verb` (`INSERT`: fails on an existing id; `INSERT OR
+/// REPLACE`: overwrites it).
+fn write_thread(conn: &Connection, verb: &str, row: &ThreadRow) -> Result<(), StoreError> {
+    conn.prepare_cached(&format!(
+        "{verb} INTO threads
+         (thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
+          instructions)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    ))?
+    .execute(params![
+        row.thread_id,
+        row.agent_id,
+        row.sdk_thread_id,
+        row.model,
+        row.reasoning_level,
+        row.last_turn_id,
+        row.instructions
+    ])?;
+    Ok(())
 }
 
 fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {

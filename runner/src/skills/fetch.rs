@@ -106,7 +106,9 @@ pub(crate) fn fetch_git(
     })
 }
 
-/// Run git; its stdout, or a message with its stderr.
+/// Run git; its stdout, or a message with its stderr. This is the runner's
+/// own git (fetching skill packages, with the runner's token), not an agent
+/// process: it runs outside any thread's sandbox, on the blocking pool.
 pub(crate) fn git(
     args: &[&str],
     cwd: Option<&Path>,
