@@ -25,6 +25,35 @@ const INSTALLATION: i64 = 31337;
 
 /// Every token the mock issued, and the private key's lines, are in neither
 /// the runner's log nor any update.
+/// A world whose runner is the GitHub App (`key`, API `api`) and whose
+/// control plane has no installations: every token comes from the App.
+async fn app_world(
+    root: tempfile::TempDir,
+    git: GitServer,
+    api: &MockGithubApi,
+    key: &std::path::Path,
+) -> World {
+    let cp = MockControlPlane::start(MockConfig::default())
+        .await
+        .unwrap();
+    let app_id = APP_ID.to_string();
+    let api_url = api.url();
+    start_world(
+        root,
+        git,
+        cp,
+        &[
+            "--github-app-id",
+            &app_id,
+            "--github-app-private-key-file",
+            key.to_str().unwrap(),
+            "--github-api-url",
+            &api_url,
+        ],
+    )
+    .await
+}
+
 fn assert_no_secret_leaked(w: &World, api: &MockGithubApi) {
     let tokens = api.issued_tokens();
     let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
@@ -60,25 +89,7 @@ async fn an_agent_clones_and_pushes_with_only_the_app_configuration() {
     })
     .await;
     // No GitHub installations: every token must come from the App.
-    let cp = MockControlPlane::start(MockConfig::default())
-        .await
-        .unwrap();
-    let app_id = APP_ID.to_string();
-    let api_url = api.url();
-    let w = start_world(
-        root,
-        git,
-        cp,
-        &[
-            "--github-app-id",
-            &app_id,
-            "--github-app-private-key-file",
-            key.to_str().unwrap(),
-            "--github-api-url",
-            &api_url,
-        ],
-    )
-    .await;
+    let w = app_world(root, git, &api, &key).await;
     let url = w.url();
 
     // An App token the agent prints reaches the control plane as `***`.
@@ -184,25 +195,7 @@ async fn an_agents_app_token_opens_its_repository_only() {
         live.token_covers(token, &repo_of(path))
     })
     .await;
-    let cp = MockControlPlane::start(MockConfig::default())
-        .await
-        .unwrap();
-    let app_id = APP_ID.to_string();
-    let api_url = api.url();
-    let w = start_world(
-        root,
-        git_server,
-        cp,
-        &[
-            "--github-app-id",
-            &app_id,
-            "--github-app-private-key-file",
-            key.to_str().unwrap(),
-            "--github-api-url",
-            &api_url,
-        ],
-    )
-    .await;
+    let w = app_world(root, git_server, &api, &key).await;
 
     // The agent's git works for both repositories: one token each.
     let other_url = w.git.url("owner/other.git");
