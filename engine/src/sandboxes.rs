@@ -132,6 +132,16 @@ impl Sandboxes {
                 workspace.display()
             ));
         };
+        // Every tool call asks: most find their sandbox under the read lock.
+        if let Some(sandbox) = self
+            .inner
+            .own
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(workspace)
+        {
+            return Ok(sandbox.clone());
+        }
         let mut own = self.inner.own.write().unwrap_or_else(|e| e.into_inner());
         if let Some(sandbox) = own.get(workspace) {
             return Ok(sandbox.clone());
@@ -175,9 +185,14 @@ fn canonical(path: &Path) -> PathBuf {
 /// A directory name for `workspace`: its last component plus a hash of the
 /// whole path (distinct workspaces never share a HOME).
 fn key_of(workspace: &Path) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    workspace.hash(&mut hasher);
+    // SHA-256, not std's DefaultHasher: a rebuilt engine must find the same
+    // HOME for the same workspace.
+    use std::os::unix::ffi::OsStrExt;
+    let digest = ring::digest::digest(&ring::digest::SHA256, workspace.as_os_str().as_bytes());
+    let hash: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let name: String = workspace
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -186,7 +201,7 @@ fn key_of(workspace: &Path) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
         .take(32)
         .collect();
-    format!("{name}-{:016x}", hasher.finish())
+    format!("{name}-{hash}")
 }
 
 #[cfg(test)]

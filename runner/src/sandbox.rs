@@ -70,12 +70,18 @@ pub fn protected_paths(config: &RunConfig) -> Vec<PathBuf> {
 
 /// A scope stable across restarts of the runner on `state_dir` and
 /// distinct between runners sharing a host (they have distinct state dirs).
+/// A hash that a newer toolchain does not change (std's `DefaultHasher`
+/// may), or a rebuilt runner would no longer find its predecessor's
+/// leftovers: the first 6 bytes of the path's SHA-256.
 pub fn scope_for(state_dir: &Path) -> String {
-    use std::hash::{Hash, Hasher};
+    use std::os::unix::ffi::OsStrExt;
     let dir = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    dir.hash(&mut hasher);
-    format!("agent-runner-{:012x}", hasher.finish() & 0xffff_ffff_ffff)
+    let digest = ring::digest::digest(&ring::digest::SHA256, dir.as_os_str().as_bytes());
+    let hex: String = digest.as_ref()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("agent-runner-{hex}")
 }
 
 /// The launcher's configuration for `sandbox` settings.
@@ -715,6 +721,6 @@ mod tests {
         let a = scope_for(Path::new("/var/lib/agent-runner/a"));
         assert_eq!(a, scope_for(Path::new("/var/lib/agent-runner/a")));
         assert_ne!(a, scope_for(Path::new("/var/lib/agent-runner/b")));
-        assert!(a.len() <= 64);
+        assert_eq!(a.len(), "agent-runner-".len() + 12, "{a}");
     }
 }

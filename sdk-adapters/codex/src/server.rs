@@ -48,12 +48,11 @@ pub(crate) enum StartError {
     Rpc(#[from] RpcError),
 }
 
-/// The runner's variables codex documents it reads (its home, OpenAI
-/// credentials and endpoint, logging), passed on top of the launcher's
-/// allowlist. Without `CODEX_HOME` codex uses `$HOME/.codex`, and `HOME` is
-/// the thread's own.
+/// The runner's variables codex documents it reads (OpenAI credentials and
+/// endpoint, logging), passed on top of the launcher's allowlist.
+/// `CODEX_HOME` is not among them: [`AppServer::start`] always sets it (the
+/// thread's own, or the operator's for the probe and a login).
 pub(crate) const PASS_ENV: &[&str] = &[
-    "CODEX_HOME",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "OPENAI_ORGANIZATION",
@@ -123,9 +122,6 @@ fn thread_codex_home(config: &CodexConfig, home: &Path) -> std::io::Result<std::
     Ok(dir)
 }
 
-/// Prefixes of further variables codex reads (none beyond the names).
-pub(crate) const PASS_ENV_PREFIXES: &[&str] = &[];
-
 /// A running, initialized app-server. Dropping it kills its process tree.
 #[derive(Debug)]
 pub(crate) struct AppServer {
@@ -145,9 +141,10 @@ impl Drop for AppServer {
 impl AppServer {
     /// Start `codex app-server` (in `cwd`, if given) and initialize it;
     /// each request may take up to `timeout`. Its environment is the
-    /// runner's, plus `config.env`, plus `thread_env` (a thread's
-    /// `ThreadSpec::env`, which wins), so every command codex runs inherits
-    /// them.
+    /// sandbox's allowlist, plus the runner's variables codex documents
+    /// ([`PASS_ENV`]), plus `config.env`, plus `thread_env` (a thread's
+    /// `ThreadSpec::env`, which wins), plus `CODEX_HOME`, so every command
+    /// codex runs inherits them.
     pub(crate) async fn start(
         config: &CodexConfig,
         label: String,
@@ -160,7 +157,7 @@ impl AppServer {
         if let Some(cwd) = cwd {
             spec = spec.cwd(cwd);
         }
-        let documented = sdk_process::runner_env(PASS_ENV, PASS_ENV_PREFIXES);
+        let documented = sdk_process::runner_env(PASS_ENV, &[]);
         for (key, value) in documented.iter().chain(&config.env).chain(thread_env) {
             spec = spec.env(key, value);
         }
