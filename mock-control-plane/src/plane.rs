@@ -186,7 +186,7 @@ impl MockControlPlane {
     /// message log, registrations and fault settings are kept.
     pub async fn restart(&self) -> Result<()> {
         self.stop().await?;
-        self.state.update(|inner| inner.sequencing.restarted());
+        self.state.restarted();
         let mut serving = self.serving.lock().await;
         if serving.is_none() {
             let listener = bind(self.addr)?;

@@ -243,6 +243,17 @@ impl State {
         })
     }
 
+    /// The mock restarted: a forgetful one forgets what it processed, and
+    /// its acknowledgers must not go on acknowledging the old high mark
+    /// (the copy they watch follows the report).
+    pub(crate) fn restarted(&self) {
+        let processed = self.update(|inner| {
+            inner.sequencing.restarted();
+            inner.sequencing.report.processed
+        });
+        self.processed.send_replace(processed);
+    }
+
     /// Logs a message the runner sent, unless the sequence check drops it
     /// as a duplicate; then acknowledgers learn the new high mark.
     pub(crate) fn record_received(&self, message: ClientMessage, violations: Option<String>) {

@@ -322,11 +322,7 @@ impl AgentTask {
             Ok(h) => h,
             Err(e) => {
                 crate::metrics::adapter_error(&agent.sdk, "create_thread");
-                rt.sandboxes.close_thread(&thread_id).await;
-                let _ = rt.workspaces.remove(&workspace);
-                let _ = rt
-                    .workspaces
-                    .remove(&rt.workspaces.thread_private(&self.agent_id, &thread_id));
+                rt.discard_thread(&self.agent_id, &thread_id).await;
                 return Err((rid, e.to_string()));
             }
         };
@@ -344,7 +340,7 @@ impl AgentTask {
             // The claim keeps other creations out, so this is the store
             // failing: undo.
             let _ = adapter.delete_thread(&spec).await;
-            let _ = rt.workspaces.remove(&workspace);
+            rt.discard_thread(&self.agent_id, &thread_id).await;
             return Err((rid, format!("create_thread_request.thread_id: {e}")));
         }
         crate::thread::start(rt, agent.sdk, spec, None);

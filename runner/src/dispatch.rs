@@ -63,8 +63,9 @@ fn route(
             },
         ),
         Request::DeleteAgentRequest(r) => to_agent(rt, &r.agent_id, AgentCmd::Delete { rid }),
-        Request::CreateThreadRequest(r) if unsupported_thread_field(&r).is_some() => {
-            let field = unsupported_thread_field(&r).unwrap_or_default();
+        Request::CreateThreadRequest(r) if !r.mcp_servers.is_empty() => {
+            // UNIMPLEMENTED (issue 12, item 8): refused by name, not dropped.
+            let field = "mcp_servers";
             reject(
                 rt,
                 rid,
@@ -126,18 +127,6 @@ fn route(
             };
             to_thread(rt, &agent_id, &thread_id, ThreadCmd::UserMessage(msg))
         }
-    }
-}
-
-/// The later protocol's thread fields this runner does not act on yet
-/// (issue 12): refused by name rather than silently dropped.
-fn unsupported_thread_field(
-    r: &agent_runner_proto::runner::CreateThreadRequest,
-) -> Option<&'static str> {
-    if !r.mcp_servers.is_empty() {
-        Some("mcp_servers")
-    } else {
-        None
     }
 }
 

@@ -547,14 +547,6 @@ pub fn delivery_resent(mode: &'static str, n: usize) {
         .inc_by(n as u64);
 }
 
-/// Re-sends so far in `mode`, process-wide.
-pub fn delivery_resent_total(mode: &'static str) -> u64 {
-    get()
-        .delivery_resent
-        .get_or_create(&ModeLabel { mode })
-        .get()
-}
-
 /// An acknowledgement was ignored (nonsense, or not negotiated).
 pub fn delivery_ack_ignored() {
     get().delivery_acks_ignored.inc();

@@ -188,6 +188,41 @@ impl Runtime {
         }
     }
 
+    /// Everything a thread left on this machine goes: its processes (the
+    /// sandbox is closed), its workspace and private dir (removed on the
+    /// blocking pool: a HOME full of caches takes a while), its git
+    /// credential capability. Shared by thread delete and by a creation
+    /// that failed half-way, so neither leaves a piece behind.
+    pub async fn discard_thread(&self, agent_id: &str, thread_id: &str) {
+        self.sandboxes.close_thread(thread_id).await;
+        let dirs = [
+            self.workspaces.thread_dir(agent_id, thread_id),
+            self.workspaces.thread_private(agent_id, thread_id),
+        ];
+        let workspaces = self.workspaces.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            dirs.iter()
+                .filter_map(|dir| {
+                    workspaces
+                        .remove(dir)
+                        .err()
+                        .map(|e| format!("{}: {e}", dir.display()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        match removed {
+            Ok(errors) if errors.is_empty() => {}
+            Ok(errors) => {
+                tracing::warn!(%thread_id, errors = %errors.join("; "), "removing the thread's directories failed")
+            }
+            Err(e) => {
+                tracing::warn!(%thread_id, error = %e, "removing the thread's directories failed")
+            }
+        }
+        self.thread_deleted(thread_id);
+    }
+
     /// What the thread's adapter is given for `row`.
     pub fn thread_spec(&self, row: &ThreadRow) -> ThreadSpec {
         ThreadSpec {

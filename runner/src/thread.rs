@@ -398,22 +398,14 @@ impl ThreadTask {
             crate::metrics::adapter_error(&self.sdk, "delete_thread");
             tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "SDK failed to delete thread");
         }
-        // Every process of the thread goes, whatever group it is in.
-        rt.sandboxes.close_thread(&self.spec.thread_id).await;
-        if let Err(e) = rt.workspaces.remove(&self.spec.workspace) {
-            tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "removing thread workspace failed");
-        }
-        let private = rt
-            .workspaces
-            .thread_private(&self.spec.agent_id, &self.spec.thread_id);
-        if let Err(e) = rt.workspaces.remove(&private) {
-            tracing::warn!(thread_id = %self.spec.thread_id, error = %e, "removing the thread's private dir failed");
-        }
+        // Every process of the thread goes, whatever group it is in, and
+        // so do its directories and credential.
+        rt.discard_thread(&self.spec.agent_id, &self.spec.thread_id)
+            .await;
         if let Err(e) = rt.store.delete_thread(&self.spec.thread_id) {
             tracing::error!(thread_id = %self.spec.thread_id, error = %e, "deleting thread state failed");
         }
         rt.mailboxes.forget_thread(&self.spec.thread_id);
-        rt.thread_deleted(&self.spec.thread_id);
         self.send(updates::thread(
             rid,
             &self.spec.thread_id,

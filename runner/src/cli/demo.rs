@@ -245,7 +245,7 @@ struct DemoSdk {
 
 impl DemoSdk {
     fn choose(args: &DemoArgs, provider_in_env: bool) -> anyhow::Result<Self> {
-        const KNOWN: [&str; 4] = ["scripted", "code-agent", "codex", "claude-code"];
+        const KNOWN: &[&str] = crate::sdks::BUILT_IN;
         let (name, implicit) = match &args.sdk {
             Some(name) if KNOWN.contains(&name.as_str()) => (name.clone(), false),
             Some(name) => anyhow::bail!(

@@ -451,15 +451,6 @@ impl TokenBroker {
         }
     }
 
-    /// Like [`TokenBroker::invalidate`], but only if `token` is still the
-    /// cached one (a token refused after it was already replaced changes
-    /// nothing).
-    pub fn invalidate_token(&self, installation_id: i64, token: &str) {
-        if self.forget_token(token) == Some(installation_id) {
-            tracing::info!(installation_id, "GitHub installation token invalidated");
-        }
-    }
-
     /// Forget `token` wherever it is cached (an installation's or a
     /// repository's); the installation it was of, if it was cached.
     pub fn forget_token(&self, token: &str) -> Option<i64> {

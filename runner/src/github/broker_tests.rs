@@ -223,10 +223,10 @@ async fn invalidate_forces_a_new_token() {
     );
 
     // A refusal of the old token does not throw away the new one.
-    b.invalidate_token(7, first.token.expose());
+    b.forget_token(first.token.expose());
     let third = b.token_for_repo("acme", "widgets").await.unwrap();
     assert_eq!(third.token, second.token);
-    b.invalidate_token(7, second.token.expose());
+    b.forget_token(second.token.expose());
     let fourth = b.token_for_repo("acme", "widgets").await.unwrap();
     assert_ne!(fourth.token, second.token);
     assert_eq!(fake.mints(), 3);

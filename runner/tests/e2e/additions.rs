@@ -92,7 +92,8 @@ async fn the_control_plane_chooses_the_thread_id_and_repeats_are_idempotent() {
     .await;
     let text = expect_error(&cp, "bad").await;
     assert!(text.contains("create_thread_request.thread_id"), "{text}");
-    assert!(!runner.workspace_root().join("escape").exists());
+    // Where `threads/../escape` would have landed.
+    assert!(!runner.workspace_root().join("a").join("escape").exists());
 
     // Another agent may not take it.
     create_agent(&cp, "b").await;

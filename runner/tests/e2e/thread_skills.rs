@@ -200,12 +200,14 @@ async fn bad_thread_skill_packages_are_refused_naming_the_package() {
         (
             "ref",
             package(&url, "no-such-branch", &["skills"]),
-            "no-such-branch",
+            // The package's label names the ref already: the cause must say
+            // what is wrong with it.
+            "no branch or tag \"no-such-branch\"",
         ),
         (
             "repo",
             package("file:///no/such/repo.git", &commit, &["skills"]),
-            "file:///no/such/repo.git",
+            "fetching file:///no/such/repo.git",
         ),
     ];
     for (rid, pkg, needle) in cases {
