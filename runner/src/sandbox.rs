@@ -322,8 +322,15 @@ impl AgentSandboxes {
         std::fs::create_dir_all(private)?;
         std::fs::set_permissions(private, std::fs::Permissions::from_mode(0o700))?;
         if let Some((uid, gid)) = self.owner {
+            use std::os::unix::fs::MetadataExt;
             for dir in [workspace, private] {
-                chown_tree(dir, uid, gid)?;
+                // Handed over once, when the runner made it: a thread
+                // re-opened after a restart is the agent's already, and
+                // walking every file of every workspace at start-up is not
+                // needed.
+                if std::fs::symlink_metadata(dir)?.uid() != uid {
+                    chown_tree(dir, uid, gid)?;
+                }
             }
         }
         Ok(())
