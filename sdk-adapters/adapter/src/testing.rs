@@ -54,11 +54,13 @@ pub fn sandbox(workspace: &Path) -> crate::Sandbox {
 
 /// One mode-`off` sandbox shared by a whole test binary, for children that
 /// belong to no particular thread (its workspace lives in a temporary
-/// directory kept for the life of the process).
+/// directory kept for the life of the process; a static is never dropped,
+/// so each binary first removes those of test processes no longer alive).
 pub fn shared_sandbox() -> std::sync::Arc<crate::launcher::ThreadSandbox> {
     static SHARED: std::sync::OnceLock<(std::path::PathBuf, crate::Sandbox)> =
         std::sync::OnceLock::new();
     let (_, sandbox) = SHARED.get_or_init(|| {
+        remove_dead_shared_dirs();
         let dir = std::env::temp_dir().join(format!(
             "adapter-tests-{}-{}",
             std::process::id(),
@@ -71,6 +73,26 @@ pub fn shared_sandbox() -> std::sync::Arc<crate::launcher::ThreadSandbox> {
         (dir, sandbox(&ws))
     });
     sandbox.get().unwrap().clone()
+}
+
+/// Removes `adapter-tests-PID-*` directories left in the temporary directory
+/// by test processes that have ended.
+fn remove_dead_shared_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("adapter-tests-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// As [`sandbox`], in `mode`.
