@@ -61,6 +61,14 @@ pub struct Taken {
     pub journal: Option<u64>,
 }
 
+/// An update journaled (if durable) and not yet queued: see
+/// [`Outbox::journal`].
+#[derive(Debug)]
+pub struct Journaled {
+    message: ClientMessage,
+    journal: Option<u64>,
+}
+
 /// The queued updates and the indexes of the intermediate ones.
 struct Queue {
     /// (sequence number, update), sequence numbers increasing front to back.
@@ -274,13 +282,22 @@ impl Outbox {
     }
 
     /// Queue an update, making room or waiting as the module doc says. A
-    /// durable update is journaled first: queued on the journal's store
+    /// durable update is journaled first: queued on the journal's writer
     /// thread, in order; a turn's end (`TurnUpdate COMPLETED`) waits until
-    /// it is on disk, and with it everything the turn journaled before (the
-    /// store thread writes in order), so a turn recorded as finished has
-    /// its updates journaled. The link never sends a journaled update
-    /// before its write is on disk.
-    pub async fn push(&self, mut msg: ClientMessage) {
+    /// it is written, and with it everything the turn journaled before (the
+    /// writer writes in order), so a turn recorded as finished has its
+    /// updates journaled. The link never sends a journaled update before
+    /// its write is done.
+    pub async fn push(&self, msg: ClientMessage) {
+        let journaled = self.journal(msg).await;
+        self.queue(journaled).await;
+    }
+
+    /// The first half of [`Outbox::push`]: journals `msg` if it is durable
+    /// (a turn's end: written when this returns). Nothing can send (and so
+    /// settle and forget) it before [`Outbox::queue`]: whatever must be
+    /// recorded before its journal entry may be forgotten goes in between.
+    pub async fn journal(&self, mut msg: ClientMessage) -> Journaled {
         let mut journal_id = None;
         if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
             let started = std::time::Instant::now();
@@ -299,7 +316,16 @@ impl Outbox {
             }
             crate::metrics::journal_append(started.elapsed());
         }
-        let mut slot = Some((msg, journal_id));
+        Journaled {
+            message: msg,
+            journal: journal_id,
+        }
+    }
+
+    /// The second half of [`Outbox::push`]: queues what
+    /// [`Outbox::journal`] returned.
+    pub async fn queue(&self, journaled: Journaled) {
+        let mut slot = Some((journaled.message, journaled.journal));
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);

@@ -348,16 +348,21 @@ impl ThreadTask {
             Some((rid, _)) => rid,
             None => turn.rid,
         };
-        self.send(updates::turn(
-            rid,
-            &thread_id,
-            &turn.id,
-            TurnStatus::Completed,
-        ))
-        .await;
+        // Journaled, then the turn recorded as finished, then queued: once
+        // queued it may be sent, acknowledged and forgotten, and a crash
+        // before the store knew the turn ended would report it again.
+        // In this order a crash between the steps finds either the journaled
+        // COMPLETED (restore then does not report the turn) or a finished
+        // turn with its COMPLETED still journaled.
+        let completed = self
+            .rt
+            .outbox
+            .journal(updates::turn(rid, &thread_id, &turn.id, TurnStatus::Completed))
+            .await;
         if let Err(e) = self.rt.store.finish_turn(&thread_id, &turn.id) {
             tracing::error!(%thread_id, error = %e, "recording the turn's end failed");
         }
+        self.rt.outbox.queue(completed).await;
         tracing::debug!(%thread_id, turn_id = %turn.id, ?outcome, "turn ended");
         self.last_turn = Some(turn.id);
         self.rt.turn_finished(&thread_id, &outcome);
