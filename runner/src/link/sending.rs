@@ -27,9 +27,15 @@
 //! stops acknowledging fills it: intermediate updates not yet sent are
 //! coalesced or dropped, producers of terminal updates wait, nothing kept is
 //! dropped; a warning and `agent_runner_delivery_unacked_full_total` say
-//! so. Legacy mode: at most `capacity` terminal updates are kept for a
-//! re-send (the oldest settle early beyond that), and they do not hold
-//! producers back.
+//! so. Legacy mode: what a dead connection can take unseen is what was
+//! sent within the re-send window (2 × (keepalive interval + timeout), at
+//! least 10 s: how long a dead connection can go unnoticed); of that, at
+//! most `capacity` terminal updates are kept for a re-send (the oldest are
+//! released early beyond that: `agent_runner_delivery_legacy_released_early_total`
+//! and a warning), and they do not hold producers back. The transport
+//! itself is not bounded further: HTTP/2 flow control bounds what the peer
+//! lets the runner send, and the window the runner advertises bounds only
+//! what it receives.
 //!
 //! Where the link cannot wait (the read loop), the journal is only asked,
 //! never awaited: a forget that does not land costs a repeat after a crash,
@@ -49,8 +55,7 @@ use crate::outbox::Outbox;
 use crate::redact::Redactor;
 use crate::updates;
 
-/// The feature string of acknowledged delivery (contract §1).
-pub const ACKED_DELIVERY: &str = "acked-delivery/1";
+pub use agent_runner_proto::ACKED_DELIVERY;
 
 /// At most this many updates are taken per batch: one journal commit (the
 /// sequence marks, or a flush) per batch before it goes on the wire, so the
@@ -75,6 +80,9 @@ struct Inner {
     full_warned: bool,
     /// Acknowledgements ignored so far (logged at 1, 2, 4, 8…).
     bad_acks: u64,
+    /// Legacy mode: sent terminal updates released from the re-send set
+    /// early by its count bound (logged at 1, 2, 4, 8…).
+    released_early: u64,
     /// Bumped when a connection ends: a batch taken for an earlier
     /// connection (its outbound half still polled by the transport after
     /// the session ended) takes nothing.
@@ -132,6 +140,7 @@ impl Sending {
                 sequencer: Sequencer::new(recovered.sequence_floor),
                 full_warned: false,
                 bad_acks: 0,
+                released_early: 0,
                 epoch: 0,
             }),
         };
@@ -494,6 +503,15 @@ impl Sending {
             while inner.inflight.len() > self.outbox.capacity() {
                 let settled = inner.inflight.settle_oldest();
                 forget.extend(settled.journal);
+                crate::metrics::delivery_legacy_released_early(settled.updates);
+                inner.released_early += settled.updates as u64;
+                if inner.released_early.is_power_of_two() {
+                    tracing::warn!(
+                        total = inner.released_early,
+                        kept = self.outbox.capacity(),
+                        "legacy control plane: more terminal updates sent within the re-send window than the outbox capacity; the oldest are no longer kept for a re-send"
+                    );
+                }
             }
         }
     }
