@@ -246,7 +246,9 @@ impl ThreadTask {
             sdk_turn_id: turn.sdk_turn_id.clone(),
             request_id: msg.rid.clone(),
         };
-        if let Err(e) = rt.store.start_turn(&row) {
+        // Committed before the turn's RUNNING goes out: a turn the control
+        // plane sees started is one a restart knows to report as ended.
+        if let Err(e) = rt.store.record_turn_start(row).await {
             tracing::error!(thread_id = %self.spec.thread_id, error = %e, "recording the running turn failed");
         }
         rt.turn_started(RunningTurn {
@@ -359,7 +361,12 @@ impl ThreadTask {
             .outbox
             .journal(updates::turn(rid, &thread_id, &turn.id, TurnStatus::Completed))
             .await;
-        if let Err(e) = self.rt.store.finish_turn(&thread_id, &turn.id) {
+        if let Err(e) = self
+            .rt
+            .store
+            .record_turn_end(thread_id.clone(), turn.id.clone())
+            .await
+        {
             tracing::error!(%thread_id, error = %e, "recording the turn's end failed");
         }
         self.rt.outbox.queue(completed).await;
