@@ -388,7 +388,12 @@ impl Sending {
                 }
                 for taken in fresh {
                     let mut message = taken.message;
-                    updates::redact(&mut message, &self.redactor);
+                    // A journaled update was redacted before it reached the
+                    // disk (`Outbox::journal`, the same process redactor):
+                    // scanning it again would find nothing.
+                    if taken.journal.is_none() {
+                        updates::redact(&mut message, &self.redactor);
+                    }
                     if let Err(err) = message.validate() {
                         crate::metrics::invalid_update(&message);
                         tracing::error!(
@@ -494,9 +499,15 @@ impl Sending {
         if let (Some(id), Some(seq)) = (sent.journal, sequence) {
             marks.push((id, seq));
         }
-        let message = sent.message.clone();
-        inner.inflight.record(sent);
-        out.push(message);
+        // Kept for a re-send: a copy goes out. Not kept (legacy mode, an
+        // intermediate update): the update itself goes out.
+        if inner.inflight.keeps(&sent) {
+            out.push(sent.message.clone());
+            inner.inflight.record(sent);
+        } else {
+            inner.inflight.record_unkept(&sent);
+            out.push(sent.message);
+        }
         if let Mode::Legacy { .. } = mode {
             // Legacy retention is bounded by count too: the oldest settle
             // early rather than hold producers back.
