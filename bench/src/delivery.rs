@@ -101,7 +101,9 @@ pub async fn measure(
     )
     .await?;
     rig.create_agent("bench").await?;
-    let all = rig.create_threads("bench", TURN_THREADS.max(threads)).await?;
+    let all = rig
+        .create_threads("bench", TURN_THREADS.max(threads))
+        .await?;
     let ids = &all[..threads];
     update_throughput(&rig, ids, lines / 10).await?;
     let before = journal(port).await?;

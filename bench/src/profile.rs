@@ -26,7 +26,10 @@ pub struct Recording {
 /// `None`, said on stderr, when perf is not available.
 pub async fn start(pid: u32, out: &Path) -> Option<Recording> {
     if let Err(e) = std::fs::create_dir_all(out) {
-        eprintln!("  profile: cannot create {}: {e}; no profile", out.display());
+        eprintln!(
+            "  profile: cannot create {}: {e}; no profile",
+            out.display()
+        );
         return None;
     }
     let data = out.join("perf.data");
@@ -48,8 +51,8 @@ pub async fn start(pid: u32, out: &Path) -> Option<Recording> {
                     let err = match rec.perf.stderr.take() {
                         Some(mut s) => {
                             let mut text = String::new();
-                            let _ = tokio::io::AsyncReadExt::read_to_string(&mut s, &mut text)
-                                .await;
+                            let _ =
+                                tokio::io::AsyncReadExt::read_to_string(&mut s, &mut text).await;
                             text
                         }
                         None => String::new(),
@@ -64,7 +67,9 @@ pub async fn start(pid: u32, out: &Path) -> Option<Recording> {
             }
         }
         Err(e) => {
-            eprintln!("  profile: cannot run perf ({e}); no profile SVG (Debian: apt-get install linux-perf)");
+            eprintln!(
+                "  profile: cannot run perf ({e}); no profile SVG (Debian: apt-get install linux-perf)"
+            );
             None
         }
     }
@@ -144,7 +149,8 @@ fn interrupt(pid: u32) -> Result<()> {
 
 /// `name` in `target/bench-tools/bin` if it is there, else on PATH.
 fn tool(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), PathBuf::from);
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), PathBuf::from);
     let local = target.join("bench-tools/bin").join(name);
     if local.exists() { local } else { name.into() }
 }

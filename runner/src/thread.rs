@@ -359,7 +359,12 @@ impl ThreadTask {
         let completed = self
             .rt
             .outbox
-            .journal(updates::turn(rid, &thread_id, &turn.id, TurnStatus::Completed))
+            .journal(updates::turn(
+                rid,
+                &thread_id,
+                &turn.id,
+                TurnStatus::Completed,
+            ))
             .await;
         if let Err(e) = self
             .rt

@@ -258,7 +258,10 @@ pub struct Read {
 
 /// Why a journal file cannot be read at all.
 #[derive(Debug, thiserror::Error)]
-#[error("not an outbox journal (its first bytes are not {:?})", String::from_utf8_lossy(MAGIC))]
+#[error(
+    "not an outbox journal (its first bytes are not {:?})",
+    String::from_utf8_lossy(MAGIC)
+)]
 pub struct NotAJournal;
 
 /// Parses a whole journal file. An empty file is an empty journal.
@@ -303,12 +306,7 @@ fn decode_one(bytes: &[u8]) -> Option<(Record, usize)> {
             id: u64_at(body, 0)?,
             message: body.get(8..)?.to_vec(),
         },
-        MARK => Record::Mark(
-            pairs(body)?
-                .chunks_exact(2)
-                .map(|p| (p[0], p[1]))
-                .collect(),
-        ),
+        MARK => Record::Mark(pairs(body)?.chunks_exact(2).map(|p| (p[0], p[1])).collect()),
         FORGET => Record::Forget(pairs(body)?),
         FORGET_THROUGH => Record::ForgetThrough(u64_at(body, 0)?),
         RESERVE => Record::Reserve(u64_at(body, 0)?),
