@@ -46,8 +46,8 @@ pub struct Sent {
     /// Its journal entry, if it is journaled (terminal and structural
     /// updates): forgotten once delivery is settled.
     pub journal: Option<u64>,
-    /// The update itself, as sent.
-    pub message: ClientMessage,
+    /// The update itself, as sent (boxed: see [`crate::outbox::Taken`]).
+    pub message: Box<ClientMessage>,
     /// When it was handed to the connection.
     pub at: Instant,
 }
@@ -277,11 +277,11 @@ mod tests {
         Sent {
             sequence: seq,
             journal,
-            message: ClientMessage {
+            message: Box::new(ClientMessage {
                 request_id: Some(format!("r{}", seq.unwrap_or(0))),
                 payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
                 sequence: 0,
-            },
+            }),
             at,
         }
     }

@@ -55,8 +55,10 @@ use crate::redact::Redactor;
 /// An update taken out of the outbox, with its journal entry if it has one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Taken {
-    /// The update.
-    pub message: ClientMessage,
+    /// The update (boxed: it moves through the link by pointer; a
+    /// `ClientMessage` is a few hundred bytes, and moving those was the
+    /// largest item in the link's profile).
+    pub message: Box<ClientMessage>,
     /// Its journal entry (durable updates of a journaled outbox).
     pub journal: Option<u64>,
 }
@@ -132,7 +134,6 @@ impl Queue {
 
     fn pop_front(&mut self) -> Option<Taken> {
         let (seq, msg) = self.items.pop_front()?;
-        let msg = *msg;
         self.unindex(seq, &msg);
         Some(Taken {
             message: msg,
@@ -426,7 +427,7 @@ impl Outbox {
     /// Take the oldest update, waiting for one. Cancel-safe: an update is
     /// removed only when this returns it.
     pub async fn pop(&self) -> ClientMessage {
-        self.pop_entry().await.message
+        *self.pop_entry().await.message
     }
 
     /// [`Outbox::pop`] with the update's journal entry.

@@ -110,7 +110,7 @@ impl Sending {
                 Ok(message) => resend.push_back(Sent {
                     sequence: entry.sequence,
                     journal: Some(entry.id),
-                    message,
+                    message: Box::new(message),
                     at: now,
                 }),
                 Err(e) => {
@@ -306,7 +306,7 @@ impl Sending {
     /// The next updates to send, waiting for at least one: re-sends first,
     /// then the outbox (see [`Sending::take_batch`]); returns once the
     /// batch's journal commit is done.
-    pub async fn next_batch(&self, epoch: u64) -> Vec<ClientMessage> {
+    pub async fn next_batch(&self, epoch: u64) -> Vec<Box<ClientMessage>> {
         let batch = self.take_batch(epoch).await;
         batch.committed().await
     }
@@ -464,7 +464,7 @@ impl Sending {
         mode: Mode,
         mut sent: Sent,
         now: Instant,
-        out: &mut Vec<ClientMessage>,
+        out: &mut Vec<Box<ClientMessage>>,
         marks: &mut Vec<(u64, u64)>,
         forget: &mut Vec<u64>,
         unnumbered: &mut Vec<Sent>,
@@ -617,7 +617,7 @@ impl Sending {
 /// Updates taken for the wire, and the journal write they wait for.
 #[derive(Default)]
 pub struct Batch {
-    out: Vec<ClientMessage>,
+    out: Vec<Box<ClientMessage>>,
     commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
 }
 
@@ -625,7 +625,7 @@ impl Batch {
     /// Waits for the batch's journal write; then its updates may be sent.
     /// A failed write is logged (the updates go anyway: after a crash they
     /// may be lost or sent again with new numbers).
-    pub async fn committed(self) -> Vec<ClientMessage> {
+    pub async fn committed(self) -> Vec<Box<ClientMessage>> {
         if let Some(commit) = self.commit {
             let done = commit
                 .await
