@@ -472,9 +472,9 @@ async fn main() -> Result<()> {
     t.print();
     if let Some(p) = &prof {
         println!(
-            "\nprofile of the runner during the throughput runs: {} ({} samples); most self time:",
+            "\nprofile of the runner during the throughput runs: {} (sample weight {}); most self time:",
             p.svg.display(),
-            p.samples
+            p.weight
         );
         for (f, share) in &p.top_self {
             println!("  {:5.1} %  {f}", share * 100.0);

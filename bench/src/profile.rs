@@ -22,7 +22,7 @@ pub struct Recording {
     data: PathBuf,
 }
 
-/// Starts sampling `pid` (call stacks, 999 Hz) into `<out>/perf.data`;
+/// Starts sampling `pid` (DWARF call stacks, 499 Hz) into `<out>/perf.data`;
 /// `None`, said on stderr, when perf is not available.
 pub async fn start(pid: u32, out: &Path) -> Option<Recording> {
     if let Err(e) = std::fs::create_dir_all(out) {
@@ -34,7 +34,17 @@ pub async fn start(pid: u32, out: &Path) -> Option<Recording> {
     }
     let data = out.join("perf.data");
     let spawned = Command::new("perf")
-        .args(["record", "-F", "999", "-g", "-q", "-o"])
+        // DWARF unwinding: a release build has no frame pointers, and
+        // frame-pointer stacks stop at the first function without one.
+        .args([
+            "record",
+            "-F",
+            "499",
+            "--call-graph",
+            "dwarf,16384",
+            "-q",
+            "-o",
+        ])
         .arg(&data)
         .args(["-p", &pid.to_string()])
         .stdout(Stdio::null())
@@ -80,8 +90,9 @@ pub async fn start(pid: u32, out: &Path) -> Option<Recording> {
 pub struct Profile {
     /// The flame graph.
     pub svg: PathBuf,
-    /// Samples in all.
-    pub samples: u64,
+    /// The summed sample weight (perf's period: nanoseconds of CPU time
+    /// when perf samples `cpu-clock`, as in a VM without hardware counters).
+    pub weight: u64,
     /// The functions with the most samples of their own, with their share.
     pub top_self: Vec<(String, f64)>,
 }
@@ -126,11 +137,15 @@ async fn render(rec: &mut Recording, svg: &Path) -> Result<Profile> {
     .await
     .context("inferno-flamegraph")?;
     std::fs::write(svg, &image).with_context(|| format!("writing {}", svg.display()))?;
+    // The folded stacks too: greppable, and what the top list is made of.
+    let folded_path = svg.with_extension("folded");
+    std::fs::write(&folded_path, &folded)
+        .with_context(|| format!("writing {}", folded_path.display()))?;
     let _ = std::fs::remove_file(&rec.data);
-    let (samples, top_self) = top_self(&String::from_utf8_lossy(&folded), 12);
+    let (weight, top_self) = top_self(&String::from_utf8_lossy(&folded), 12);
     Ok(Profile {
         svg: svg.to_owned(),
-        samples,
+        weight,
         top_self,
     })
 }

@@ -383,7 +383,8 @@ struct Outbound {
     ready: std::collections::VecDeque<Box<ClientMessage>>,
     /// The next batch, taken while `ready` goes out (its journal write
     /// overlaps the sending of the one before).
-    pending: Option<Pin<Box<dyn std::future::Future<Output = Vec<Box<ClientMessage>>> + Send + Sync>>>,
+    pending:
+        Option<Pin<Box<dyn std::future::Future<Output = Vec<Box<ClientMessage>>> + Send + Sync>>>,
     session_over: CancellationToken,
     close: CancellationToken,
 }
