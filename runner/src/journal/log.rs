@@ -325,7 +325,7 @@ fn u64_at(body: &[u8], at: usize) -> Option<u64> {
 
 /// A body of whole u64s.
 fn pairs(body: &[u8]) -> Option<Vec<u64>> {
-    if body.len() % 8 != 0 {
+    if !body.len().is_multiple_of(8) {
         return None;
     }
     body.chunks_exact(8)

@@ -100,12 +100,10 @@ impl Writer {
                         super::log::append_record(id, &message, &mut buf);
                         self.state.insert(id, message);
                     }
-                    Some(record) => {
-                        if self.state.apply(&record) {
-                            super::log::encode(&record, &mut buf);
-                        }
+                    Some(record) if self.state.apply(&record) => {
+                        super::log::encode(&record, &mut buf);
                     }
-                    None => {}
+                    Some(_) | None => {}
                 }
             }
             let written = self.append(&buf);

@@ -373,6 +373,10 @@ fn outbound(
 type NextOutbound =
     Pin<Box<dyn std::future::Future<Output = Option<(ClientMessage, Outbound)>> + Send + Sync>>;
 
+/// A batch being taken (and its journal write awaited) for the wire.
+type PendingBatch =
+    Pin<Box<dyn std::future::Future<Output = Vec<Box<ClientMessage>>> + Send + Sync>>;
+
 struct Outbound {
     sending: Arc<Sending>,
     /// The connection this half belongs to (see [`Sending::take_batch`]).
@@ -383,8 +387,7 @@ struct Outbound {
     ready: std::collections::VecDeque<Box<ClientMessage>>,
     /// The next batch, taken while `ready` goes out (its journal write
     /// overlaps the sending of the one before).
-    pending:
-        Option<Pin<Box<dyn std::future::Future<Output = Vec<Box<ClientMessage>>> + Send + Sync>>>,
+    pending: Option<PendingBatch>,
     session_over: CancellationToken,
     close: CancellationToken,
 }

@@ -458,6 +458,10 @@ impl Sending {
     /// to `out`. An update the control plane already acknowledged is
     /// settled instead.
     #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::vec_box,
+        reason = "updates move by pointer (see outbox::Taken)"
+    )]
     fn take(
         &self,
         inner: &mut Inner,
@@ -616,6 +620,10 @@ impl Sending {
 
 /// Updates taken for the wire, and the journal write they wait for.
 #[derive(Default)]
+#[expect(
+    clippy::vec_box,
+    reason = "updates move by pointer (see outbox::Taken)"
+)]
 pub struct Batch {
     out: Vec<Box<ClientMessage>>,
     commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
