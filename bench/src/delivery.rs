@@ -12,7 +12,7 @@ use mock_control_plane::AckMode;
 use serde::Serialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::scenarios::{Rig, Throughput, update_throughput};
+use crate::scenarios::{Rig, Throughput, dispatch_latency, update_throughput};
 
 /// The journal's store thread, as the runner names it in its metrics.
 const JOURNAL_THREAD: &str = "outbox-journal";
@@ -34,6 +34,12 @@ pub struct DeliveryRun {
     /// Store-thread time per update produced (RUNNING and COMPLETED items,
     /// turn updates), in microseconds.
     pub journal_us_per_update: Option<f64>,
+    /// The runner's CPU time (all its threads) per `say x` turn, with 100
+    /// threads each running turns back to back: what a turn's bookkeeping
+    /// (state store, journal, link) costs, for comparing binaries.
+    pub cpu_us_per_turn: f64,
+    /// Turns measured for `cpu_us_per_turn`.
+    pub turns: usize,
 }
 
 /// A free loopback port (bound, read, released).
@@ -84,6 +90,7 @@ pub async fn measure(
     ack: AckMode,
     threads: usize,
     lines: usize,
+    turns: usize,
 ) -> Result<DeliveryRun> {
     let port = free_port()?;
     let health = format!("127.0.0.1:{port}");
@@ -94,14 +101,18 @@ pub async fn measure(
     )
     .await?;
     rig.create_agent("bench").await?;
-    let ids = rig.create_threads("bench", threads).await?;
-    update_throughput(&rig, &ids, lines / 10).await?;
+    let all = rig
+        .create_threads("bench", TURN_THREADS.max(threads))
+        .await?;
+    let ids = &all[..threads];
+    update_throughput(&rig, ids, lines / 10).await?;
     let before = journal(port).await?;
     let mut runs = Vec::new();
     for _ in 0..3 {
-        runs.push(update_throughput(&rig, &ids, lines).await?);
+        runs.push(update_throughput(&rig, ids, lines).await?);
     }
     let after = journal(port).await?;
+    let cpu_us_per_turn = cpu_per_turn(&rig, &all[..TURN_THREADS], turns).await?;
     let invalid = rig.cp().invalid_received().len();
     rig.runner.stop().await;
     if invalid > 0 {
@@ -121,7 +132,24 @@ pub async fn measure(
         journal_jobs: delta(before.jobs, after.jobs),
         journal_commits: delta(before.commits, after.commits),
         journal_us_per_update: busy.map(|b| b * 1e6 / produced as f64),
+        cpu_us_per_turn,
+        turns,
     })
+}
+
+/// Threads running turns at once for the CPU-per-turn figure.
+const TURN_THREADS: usize = 100;
+
+/// The runner's CPU time per `say x` turn over `turns` turns spread over
+/// `threads` (after a warm-up), in microseconds.
+async fn cpu_per_turn(rig: &Rig, threads: &[String], turns: usize) -> Result<f64> {
+    dispatch_latency(rig, threads, threads.len() * 2).await?;
+    let pid = rig.runner.pid()?;
+    let cpu0 = crate::stats::cpu_seconds(pid)?;
+    dispatch_latency(rig, threads, turns).await?;
+    let cpu = crate::stats::cpu_seconds(pid)? - cpu0;
+    let done = turns.div_ceil(threads.len()) * threads.len();
+    Ok(cpu * 1e6 / done as f64)
 }
 
 #[cfg(test)]

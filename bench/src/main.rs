@@ -20,6 +20,7 @@ mod collector;
 mod delivery;
 mod floor;
 mod proc;
+mod profile;
 mod scenarios;
 mod stats;
 
@@ -210,10 +211,12 @@ async fn main() -> Result<()> {
     let (lat1_s, lat100_s) = (Summary::of(&lat1), Summary::of(&lat100));
     // Three runs, the median reported (one run is a fraction of a second).
     let mut tps = Vec::new();
+    let recording = profile::start(rig.runner.pid()?, &a.out).await;
     for _ in 0..3 {
         let (n, lines) = (sz.throughput_threads, sz.throughput_lines);
         tps.push(scenarios::update_throughput(&rig, &threads[..n], lines).await?);
     }
+    let prof = profile::finish(recording, &a.out.join("profile.svg")).await;
     tps.sort_by(|a, b| a.item_updates_per_s.total_cmp(&b.item_updates_per_s));
     let tp = tps[1].clone();
     let ob = scenarios::outbox_drain(&rig, &threads[..sz.outbox_threads], sz.outbox_lines).await?;
@@ -225,10 +228,11 @@ async fn main() -> Result<()> {
 
     eprintln!("[2b/6] delivery: acked vs legacy control plane, journal cost, baseline");
     let (dn, dl) = (sz.throughput_threads, sz.throughput_lines);
-    let acked = delivery::measure(&bin, "acked", AckMode::Immediate, dn, dl).await?;
-    let legacy = delivery::measure(&bin, "legacy", AckMode::Refuse, dn, dl).await?;
+    let dt = sz.latency_turns;
+    let acked = delivery::measure(&bin, "acked", AckMode::Immediate, dn, dl, dt).await?;
+    let legacy = delivery::measure(&bin, "legacy", AckMode::Refuse, dn, dl, dt).await?;
     let baseline = match &a.baseline {
-        Some(b) => Some(delivery::measure(b, "baseline", AckMode::Immediate, dn, dl).await?),
+        Some(b) => Some(delivery::measure(b, "baseline", AckMode::Immediate, dn, dl, dt).await?),
         None => None,
     };
 
@@ -354,6 +358,20 @@ async fn main() -> Result<()> {
             );
         }
     }
+    for run in [Some(&acked), Some(&legacy), baseline.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        t.row(
+            &format!(
+                "runner CPU per turn ({}), 100 threads, {} say-x turns",
+                run.mode, run.turns
+            ),
+            format!("{:.1}", run.cpu_us_per_turn),
+            "us",
+            None,
+        );
+    }
     if let Some(b) = &baseline {
         t.row(
             "update throughput, this binary (acked) / baseline",
@@ -452,6 +470,16 @@ async fn main() -> Result<()> {
     }
     println!();
     t.print();
+    if let Some(p) = &prof {
+        println!(
+            "\nprofile of the runner during the throughput runs: {} (sample weight {}); most self time:",
+            p.svg.display(),
+            p.weight
+        );
+        for (f, share) in &p.top_self {
+            println!("  {:5.1} %  {f}", share * 100.0);
+        }
+    }
     println!();
     println!(
         "vs floor: throughput rows are msg/s as a fraction of the bare stream's; latency rows are floor p50 / runner p50."
@@ -485,6 +513,7 @@ async fn main() -> Result<()> {
             "legacy": legacy,
             "baseline": baseline,
         },
+        "profile": prof,
         "update_throughput_vs_floor": tp.messages_per_s / floor_tp,
         "outbox_drain": ob,
         "outbox_drain_vs_floor": ob.messages_per_s / floor_tp,

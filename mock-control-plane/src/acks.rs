@@ -11,8 +11,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-/// The feature string (contract §1).
-pub const ACKED_DELIVERY: &str = "acked-delivery/1";
+pub use agent_runner_proto::ACKED_DELIVERY;
 
 /// How the mock treats acknowledged delivery.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

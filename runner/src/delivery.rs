@@ -46,8 +46,8 @@ pub struct Sent {
     /// Its journal entry, if it is journaled (terminal and structural
     /// updates): forgotten once delivery is settled.
     pub journal: Option<u64>,
-    /// The update itself, as sent.
-    pub message: ClientMessage,
+    /// The update itself, as sent (boxed: see [`crate::outbox::Taken`]).
+    pub message: Box<ClientMessage>,
     /// When it was handed to the connection.
     pub at: Instant,
 }
@@ -127,22 +127,34 @@ impl InFlight {
         self.sent.is_empty()
     }
 
-    /// Records an update handed to the connection. In legacy mode an
-    /// update that is not journaled is not kept (returns false).
-    pub fn record(&mut self, sent: Sent) -> bool {
-        if let Some(seq) = sent.sequence {
-            self.highest = self.highest.max(seq);
-        }
-        let keep = match self.mode {
+    /// Whether [`InFlight::record`] keeps `sent`: in acked mode every
+    /// numbered update, in legacy mode only journaled or durable ones.
+    pub fn keeps(&self, sent: &Sent) -> bool {
+        match self.mode {
             Mode::Acked => sent.sequence.is_some(),
             Mode::Legacy { .. } => {
                 sent.journal.is_some() || crate::outbox::is_durable(&sent.message)
             }
-        };
+        }
+    }
+
+    /// Records an update handed to the connection. In legacy mode an
+    /// update that is not journaled is not kept (returns false).
+    pub fn record(&mut self, sent: Sent) -> bool {
+        let keep = self.keeps(&sent);
+        self.record_unkept(&sent);
         if keep {
             self.sent.push_back(sent);
         }
         keep
+    }
+
+    /// Records what an update not kept ([`InFlight::keeps`] said no) tells:
+    /// its sequence number, if any.
+    pub fn record_unkept(&mut self, sent: &Sent) {
+        if let Some(seq) = sent.sequence {
+            self.highest = self.highest.max(seq);
+        }
     }
 
     /// A cumulative acknowledgement: everything with a sequence number at
@@ -265,11 +277,11 @@ mod tests {
         Sent {
             sequence: seq,
             journal,
-            message: ClientMessage {
+            message: Box::new(ClientMessage {
                 request_id: Some(format!("r{}", seq.unwrap_or(0))),
                 payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
                 sequence: 0,
-            },
+            }),
             at,
         }
     }

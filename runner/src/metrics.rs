@@ -170,6 +170,7 @@ pub struct Metrics {
     delivery_resent: Family<ModeLabel, Counter>,
     delivery_acks_ignored: Counter,
     delivery_unacked_full: Counter,
+    delivery_legacy_released: Counter,
     journal_appends: Histogram,
     store_busy: Family<ThreadLabel, Counter<f64>>,
     store_jobs: Family<ThreadLabel, Counter>,
@@ -211,6 +212,7 @@ impl Metrics {
             delivery_resent: Family::default(),
             delivery_acks_ignored: Counter::default(),
             delivery_unacked_full: Counter::default(),
+            delivery_legacy_released: Counter::default(),
             // 10 µs … ~80 ms.
             journal_appends: Histogram::new(exponential_buckets(0.000_01, 2.0, 14)),
             store_busy: Family::default(),
@@ -303,6 +305,11 @@ impl Metrics {
             "delivery_unacked_full",
             "Times the unacknowledged updates filled the outbox capacity (the control plane is not acknowledging)",
             m.delivery_unacked_full.clone(),
+        );
+        m.registry.register(
+            "delivery_legacy_released_early",
+            "Legacy mode: sent terminal updates no longer kept for a re-send before their window ended, because more than the outbox capacity were kept (a dirty drop would not re-send them)",
+            m.delivery_legacy_released.clone(),
         );
         m.registry.register_with_unit(
             "journal_append_duration",
@@ -555,6 +562,12 @@ pub fn delivery_ack_ignored() {
 /// The unacknowledged updates filled the outbox capacity.
 pub fn delivery_unacked_full() {
     get().delivery_unacked_full.inc();
+}
+
+/// Legacy mode: `n` sent terminal updates released from the re-send set
+/// early (its count bound).
+pub fn delivery_legacy_released_early(n: usize) {
+    get().delivery_legacy_released.inc_by(n as u64);
 }
 
 /// Store thread `name` ran `jobs` jobs in one transaction, busy for `took`.

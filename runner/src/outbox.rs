@@ -55,10 +55,20 @@ use crate::redact::Redactor;
 /// An update taken out of the outbox, with its journal entry if it has one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Taken {
-    /// The update.
-    pub message: ClientMessage,
+    /// The update (boxed: it moves through the link by pointer; a
+    /// `ClientMessage` is a few hundred bytes, and moving those was the
+    /// largest item in the link's profile).
+    pub message: Box<ClientMessage>,
     /// Its journal entry (durable updates of a journaled outbox).
     pub journal: Option<u64>,
+}
+
+/// An update journaled (if durable) and not yet queued: see
+/// [`Outbox::journal`].
+#[derive(Debug)]
+pub struct Journaled {
+    message: ClientMessage,
+    journal: Option<u64>,
 }
 
 /// The queued updates and the indexes of the intermediate ones.
@@ -124,7 +134,6 @@ impl Queue {
 
     fn pop_front(&mut self) -> Option<Taken> {
         let (seq, msg) = self.items.pop_front()?;
-        let msg = *msg;
         self.unindex(seq, &msg);
         Some(Taken {
             message: msg,
@@ -274,13 +283,22 @@ impl Outbox {
     }
 
     /// Queue an update, making room or waiting as the module doc says. A
-    /// durable update is journaled first: queued on the journal's store
+    /// durable update is journaled first: queued on the journal's writer
     /// thread, in order; a turn's end (`TurnUpdate COMPLETED`) waits until
-    /// it is on disk, and with it everything the turn journaled before (the
-    /// store thread writes in order), so a turn recorded as finished has
-    /// its updates journaled. The link never sends a journaled update
-    /// before its write is on disk.
-    pub async fn push(&self, mut msg: ClientMessage) {
+    /// it is written, and with it everything the turn journaled before (the
+    /// writer writes in order), so a turn recorded as finished has its
+    /// updates journaled. The link never sends a journaled update before
+    /// its write is done.
+    pub async fn push(&self, msg: ClientMessage) {
+        let journaled = self.journal(msg).await;
+        self.queue(journaled).await;
+    }
+
+    /// The first half of [`Outbox::push`]: journals `msg` if it is durable
+    /// (a turn's end: written when this returns). Nothing can send (and so
+    /// settle and forget) it before [`Outbox::queue`]: whatever must be
+    /// recorded before its journal entry may be forgotten goes in between.
+    pub async fn journal(&self, mut msg: ClientMessage) -> Journaled {
         let mut journal_id = None;
         if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
             let started = std::time::Instant::now();
@@ -299,7 +317,16 @@ impl Outbox {
             }
             crate::metrics::journal_append(started.elapsed());
         }
-        let mut slot = Some((msg, journal_id));
+        Journaled {
+            message: msg,
+            journal: journal_id,
+        }
+    }
+
+    /// The second half of [`Outbox::push`]: queues what
+    /// [`Outbox::journal`] returned.
+    pub async fn queue(&self, journaled: Journaled) {
+        let mut slot = Some((journaled.message, journaled.journal));
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
@@ -400,7 +427,7 @@ impl Outbox {
     /// Take the oldest update, waiting for one. Cancel-safe: an update is
     /// removed only when this returns it.
     pub async fn pop(&self) -> ClientMessage {
-        self.pop_entry().await.message
+        *self.pop_entry().await.message
     }
 
     /// [`Outbox::pop`] with the update's journal entry.

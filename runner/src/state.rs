@@ -6,6 +6,10 @@
 //! A database written by an older runner is migrated when opened (columns
 //! added since are added, empty). Statements are tiny and run on the calling task
 //! behind a mutex; each is a single row write, well under a millisecond.
+//! The per-turn bookkeeping (a turn started, a turn ended: two writes per
+//! turn, the only writes whose count grows with the load) runs instead on a
+//! store thread of its own connection ([`StoreThread`]), off the async
+//! workers, in group commits: turns ending together share one commit.
 //! A lock file keeps two runners off one state dir.
 
 use std::fs::File;
@@ -13,6 +17,12 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::store_thread::{StoreThread, StoreThreadError};
+
+/// How long a connection waits for the other's write (the mutex's and the
+/// store thread's connections share the file).
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why the state store failed.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +39,9 @@ pub enum StoreError {
     /// Another runner holds the state dir.
     #[error("state dir {0} is in use by another runner")]
     Locked(String),
+    /// A write on the store thread.
+    #[error("state database: {0}")]
+    Thread(#[from] StoreThreadError),
 }
 
 /// An agent, as stored.
@@ -73,6 +86,8 @@ pub struct RunningTurnRow {
 /// The state store (see the module doc).
 pub struct Store {
     conn: Mutex<Connection>,
+    /// The per-turn writes, in group commits.
+    turns: StoreThread,
     _lock: File,
 }
 
@@ -107,8 +122,13 @@ impl Store {
              );",
         )?;
         migrate(&conn)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let turns_conn = Connection::open(dir.join("state.db"))?;
+        turns_conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
+        turns_conn.busy_timeout(BUSY_TIMEOUT)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            turns: StoreThread::start("state-store", turns_conn)?,
             _lock: lock,
         })
     }
@@ -243,6 +263,40 @@ impl Store {
         tx.prepare_cached("UPDATE threads SET last_turn_id = ?2 WHERE thread_id = ?1")?
             .execute([thread_id, sdk_turn_id])?;
         tx.commit()?;
+        Ok(())
+    }
+
+    /// [`Store::start_turn`] on the store thread: returns once committed
+    /// (sharing the commit with the turn writes queued meanwhile).
+    pub async fn record_turn_start(&self, turn: RunningTurnRow) -> Result<(), StoreError> {
+        self.turns
+            .run(move |c| {
+                c.prepare_cached(
+                    "INSERT OR REPLACE INTO running_turns (thread_id, sdk_turn_id, request_id)
+                     VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![turn.thread_id, turn.sdk_turn_id, turn.request_id])
+                .map(drop)
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// [`Store::finish_turn`] on the store thread: returns once committed.
+    pub async fn record_turn_end(
+        &self,
+        thread_id: String,
+        sdk_turn_id: String,
+    ) -> Result<(), StoreError> {
+        self.turns
+            .run(move |c| {
+                c.prepare_cached("DELETE FROM running_turns WHERE thread_id = ?1")?
+                    .execute([&thread_id])?;
+                c.prepare_cached("UPDATE threads SET last_turn_id = ?2 WHERE thread_id = ?1")?
+                    .execute([&thread_id, &sdk_turn_id])
+                    .map(drop)
+            })
+            .await?;
         Ok(())
     }
 

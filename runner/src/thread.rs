@@ -246,7 +246,9 @@ impl ThreadTask {
             sdk_turn_id: turn.sdk_turn_id.clone(),
             request_id: msg.rid.clone(),
         };
-        if let Err(e) = rt.store.start_turn(&row) {
+        // Committed before the turn's RUNNING goes out: a turn the control
+        // plane sees started is one a restart knows to report as ended.
+        if let Err(e) = rt.store.record_turn_start(row).await {
             tracing::error!(thread_id = %self.spec.thread_id, error = %e, "recording the running turn failed");
         }
         rt.turn_started(RunningTurn {
@@ -348,16 +350,31 @@ impl ThreadTask {
             Some((rid, _)) => rid,
             None => turn.rid,
         };
-        self.send(updates::turn(
-            rid,
-            &thread_id,
-            &turn.id,
-            TurnStatus::Completed,
-        ))
-        .await;
-        if let Err(e) = self.rt.store.finish_turn(&thread_id, &turn.id) {
+        // Journaled, then the turn recorded as finished, then queued: once
+        // queued it may be sent, acknowledged and forgotten, and a crash
+        // before the store knew the turn ended would report it again.
+        // In this order a crash between the steps finds either the journaled
+        // COMPLETED (restore then does not report the turn) or a finished
+        // turn with its COMPLETED still journaled.
+        let completed = self
+            .rt
+            .outbox
+            .journal(updates::turn(
+                rid,
+                &thread_id,
+                &turn.id,
+                TurnStatus::Completed,
+            ))
+            .await;
+        if let Err(e) = self
+            .rt
+            .store
+            .record_turn_end(thread_id.clone(), turn.id.clone())
+            .await
+        {
             tracing::error!(%thread_id, error = %e, "recording the turn's end failed");
         }
+        self.rt.outbox.queue(completed).await;
         tracing::debug!(%thread_id, turn_id = %turn.id, ?outcome, "turn ended");
         self.last_turn = Some(turn.id);
         self.rt.turn_finished(&thread_id, &outcome);

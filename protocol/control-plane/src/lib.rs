@@ -29,6 +29,11 @@ mod envelope;
 pub use generated::companyhelm::runner::v1 as runner;
 pub use prost_protovalidate::{Validate, ValidationError};
 
+/// The feature string of acknowledged delivery (contract §1 "Acknowledged
+/// delivery"), offered in `RegisterRunnerRequest.features` and accepted in
+/// the response's. Defined here, once, for the runner and the mock.
+pub const ACKED_DELIVERY: &str = "acked-delivery/1";
+
 /// One line naming every violated field, e.g.
 /// `create_agent_request.agent_id: value length must be at least 1 characters`.
 pub fn violations(err: &ValidationError) -> String {

@@ -373,6 +373,10 @@ fn outbound(
 type NextOutbound =
     Pin<Box<dyn std::future::Future<Output = Option<(ClientMessage, Outbound)>> + Send + Sync>>;
 
+/// A batch being taken (and its journal write awaited) for the wire.
+type PendingBatch =
+    Pin<Box<dyn std::future::Future<Output = Vec<Box<ClientMessage>>> + Send + Sync>>;
+
 struct Outbound {
     sending: Arc<Sending>,
     /// The connection this half belongs to (see [`Sending::take_batch`]).
@@ -380,10 +384,10 @@ struct Outbound {
     /// Taken and recorded, not yet handed to the transport (lost with the
     /// session only as far as the transport would have lost them: kept
     /// updates are re-sent).
-    ready: std::collections::VecDeque<ClientMessage>,
+    ready: std::collections::VecDeque<Box<ClientMessage>>,
     /// The next batch, taken while `ready` goes out (its journal write
     /// overlaps the sending of the one before).
-    pending: Option<Pin<Box<dyn std::future::Future<Output = Vec<ClientMessage>> + Send + Sync>>>,
+    pending: Option<PendingBatch>,
     session_over: CancellationToken,
     close: CancellationToken,
 }
@@ -417,7 +421,8 @@ async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
                 "update sent"
             );
             crate::metrics::update_sent(&msg);
-            return Some((msg, s));
+            // Unboxed once, here, for the transport.
+            return Some((*msg, s));
         }
         let out = match s.pending.as_mut() {
             Some(pending) => tokio::select! {

@@ -27,9 +27,15 @@
 //! stops acknowledging fills it: intermediate updates not yet sent are
 //! coalesced or dropped, producers of terminal updates wait, nothing kept is
 //! dropped; a warning and `agent_runner_delivery_unacked_full_total` say
-//! so. Legacy mode: at most `capacity` terminal updates are kept for a
-//! re-send (the oldest settle early beyond that), and they do not hold
-//! producers back.
+//! so. Legacy mode: what a dead connection can take unseen is what was
+//! sent within the re-send window (2 × (keepalive interval + timeout), at
+//! least 10 s: how long a dead connection can go unnoticed); of that, at
+//! most `capacity` terminal updates are kept for a re-send (the oldest are
+//! released early beyond that: `agent_runner_delivery_legacy_released_early_total`
+//! and a warning), and they do not hold producers back. The transport
+//! itself is not bounded further: HTTP/2 flow control bounds what the peer
+//! lets the runner send, and the window the runner advertises bounds only
+//! what it receives.
 //!
 //! Where the link cannot wait (the read loop), the journal is only asked,
 //! never awaited: a forget that does not land costs a repeat after a crash,
@@ -49,8 +55,7 @@ use crate::outbox::Outbox;
 use crate::redact::Redactor;
 use crate::updates;
 
-/// The feature string of acknowledged delivery (contract §1).
-pub const ACKED_DELIVERY: &str = "acked-delivery/1";
+pub use agent_runner_proto::ACKED_DELIVERY;
 
 /// At most this many updates are taken per batch: one journal commit (the
 /// sequence marks, or a flush) per batch before it goes on the wire, so the
@@ -75,6 +80,9 @@ struct Inner {
     full_warned: bool,
     /// Acknowledgements ignored so far (logged at 1, 2, 4, 8…).
     bad_acks: u64,
+    /// Legacy mode: sent terminal updates released from the re-send set
+    /// early by its count bound (logged at 1, 2, 4, 8…).
+    released_early: u64,
     /// Bumped when a connection ends: a batch taken for an earlier
     /// connection (its outbound half still polled by the transport after
     /// the session ended) takes nothing.
@@ -102,7 +110,7 @@ impl Sending {
                 Ok(message) => resend.push_back(Sent {
                     sequence: entry.sequence,
                     journal: Some(entry.id),
-                    message,
+                    message: Box::new(message),
                     at: now,
                 }),
                 Err(e) => {
@@ -132,6 +140,7 @@ impl Sending {
                 sequencer: Sequencer::new(recovered.sequence_floor),
                 full_warned: false,
                 bad_acks: 0,
+                released_early: 0,
                 epoch: 0,
             }),
         };
@@ -297,7 +306,7 @@ impl Sending {
     /// The next updates to send, waiting for at least one: re-sends first,
     /// then the outbox (see [`Sending::take_batch`]); returns once the
     /// batch's journal commit is done.
-    pub async fn next_batch(&self, epoch: u64) -> Vec<ClientMessage> {
+    pub async fn next_batch(&self, epoch: u64) -> Vec<Box<ClientMessage>> {
         let batch = self.take_batch(epoch).await;
         batch.committed().await
     }
@@ -379,7 +388,12 @@ impl Sending {
                 }
                 for taken in fresh {
                     let mut message = taken.message;
-                    updates::redact(&mut message, &self.redactor);
+                    // A journaled update was redacted before it reached the
+                    // disk (`Outbox::journal`, the same process redactor):
+                    // scanning it again would find nothing.
+                    if taken.journal.is_none() {
+                        updates::redact(&mut message, &self.redactor);
+                    }
                     if let Err(err) = message.validate() {
                         crate::metrics::invalid_update(&message);
                         tracing::error!(
@@ -444,13 +458,17 @@ impl Sending {
     /// to `out`. An update the control plane already acknowledged is
     /// settled instead.
     #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::vec_box,
+        reason = "updates move by pointer (see outbox::Taken)"
+    )]
     fn take(
         &self,
         inner: &mut Inner,
         mode: Mode,
         mut sent: Sent,
         now: Instant,
-        out: &mut Vec<ClientMessage>,
+        out: &mut Vec<Box<ClientMessage>>,
         marks: &mut Vec<(u64, u64)>,
         forget: &mut Vec<u64>,
         unnumbered: &mut Vec<Sent>,
@@ -485,15 +503,30 @@ impl Sending {
         if let (Some(id), Some(seq)) = (sent.journal, sequence) {
             marks.push((id, seq));
         }
-        let message = sent.message.clone();
-        inner.inflight.record(sent);
-        out.push(message);
+        // Kept for a re-send: a copy goes out. Not kept (legacy mode, an
+        // intermediate update): the update itself goes out.
+        if inner.inflight.keeps(&sent) {
+            out.push(sent.message.clone());
+            inner.inflight.record(sent);
+        } else {
+            inner.inflight.record_unkept(&sent);
+            out.push(sent.message);
+        }
         if let Mode::Legacy { .. } = mode {
             // Legacy retention is bounded by count too: the oldest settle
             // early rather than hold producers back.
             while inner.inflight.len() > self.outbox.capacity() {
                 let settled = inner.inflight.settle_oldest();
                 forget.extend(settled.journal);
+                crate::metrics::delivery_legacy_released_early(settled.updates);
+                inner.released_early += settled.updates as u64;
+                if inner.released_early.is_power_of_two() {
+                    tracing::warn!(
+                        total = inner.released_early,
+                        kept = self.outbox.capacity(),
+                        "legacy control plane: more terminal updates sent within the re-send window than the outbox capacity; the oldest are no longer kept for a re-send"
+                    );
+                }
             }
         }
     }
@@ -587,8 +620,12 @@ impl Sending {
 
 /// Updates taken for the wire, and the journal write they wait for.
 #[derive(Default)]
+#[expect(
+    clippy::vec_box,
+    reason = "updates move by pointer (see outbox::Taken)"
+)]
 pub struct Batch {
-    out: Vec<ClientMessage>,
+    out: Vec<Box<ClientMessage>>,
     commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
 }
 
@@ -596,7 +633,7 @@ impl Batch {
     /// Waits for the batch's journal write; then its updates may be sent.
     /// A failed write is logged (the updates go anyway: after a crash they
     /// may be lost or sent again with new numbers).
-    pub async fn committed(self) -> Vec<ClientMessage> {
+    pub async fn committed(self) -> Vec<Box<ClientMessage>> {
         if let Some(commit) = self.commit {
             let done = commit
                 .await
