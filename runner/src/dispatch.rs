@@ -63,19 +63,16 @@ fn route(
             },
         ),
         Request::DeleteAgentRequest(r) => to_agent(rt, &r.agent_id, AgentCmd::Delete { rid }),
-        Request::CreateThreadRequest(r) if !r.mcp_servers.is_empty() => {
-            // UNIMPLEMENTED (issue 12, item 8): refused by name, not dropped.
-            let field = "mcp_servers";
-            reject(
-                rt,
-                rid,
-                format!(
-                    "create_thread_request.{field}: not supported by this runner yet (UNIMPLEMENTED)"
-                ),
-            );
-            RequestOutcome::Invalid
-        }
-        Request::CreateThreadRequest(r) => to_agent(
+        Request::CreateThreadRequest(r) => {
+            let mcp_servers = match crate::mcp::from_proto(r.mcp_servers) {
+                Ok(servers) => servers,
+                Err(text) => {
+                    reject(rt, rid, text);
+                    return RequestOutcome::Invalid;
+                }
+            };
+            crate::mcp::register_secrets(&rt.redactor, &mcp_servers);
+            to_agent(
             rt,
             &r.agent_id,
             AgentCmd::CreateThread {
@@ -95,10 +92,12 @@ fn route(
                     model: r.model,
                     // proto3 cannot tell "unset" from "empty": both are "none".
                     reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
+                    mcp_servers,
                 }),
                 rid,
             },
-        ),
+        )
+        }
         Request::InstallSkillsMpRequest(r) => to_agent(
             rt,
             &r.agent_id,
@@ -274,6 +273,7 @@ mod tests {
             env: Vec::new(),
             sandbox: sdk_adapter::Sandbox::refused("dispatch test: no processes"),
             instructions: None,
+            mcp_servers: Default::default(),
         };
         crate::thread::start(&rt, "scripted".into(), spec, None);
         let total = BOUND + 10;

@@ -422,6 +422,12 @@ impl SdkAdapter for CodeAgentAdapter {
     }
 
     async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
+        if !spec.mcp_servers.is_empty() {
+            // UNIMPLEMENTED (issue 12 item 8): refused by name, never dropped.
+            return Err(SdkError::InvalidRequest(
+                "create_thread_request.mcp_servers: not supported by the code-agent SDK yet (UNIMPLEMENTED)".into(),
+            ));
+        }
         let slot = self.slot(spec);
         let mut state = slot.state.lock().await;
         let result = self.ensure_session(spec, &mut state).await;
@@ -515,6 +521,7 @@ mod tests {
             env: Vec::new(),
             sandbox: sdk_adapter::Sandbox::refused("unit test: no processes"),
             instructions: None,
+            mcp_servers: Default::default(),
         }
     }
 

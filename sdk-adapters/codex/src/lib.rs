@@ -262,6 +262,12 @@ impl SdkAdapter for CodexAdapter {
     /// A new thread starts its app-server and `thread/start`s; a re-opened
     /// one (`sdk_thread_id` set) only records the id.
     async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
+        if !spec.mcp_servers.is_empty() {
+            // UNIMPLEMENTED (issue 12 item 8): refused by name, never dropped.
+            return Err(SdkError::InvalidRequest(
+                "create_thread_request.mcp_servers: not supported by the codex SDK yet (UNIMPLEMENTED)".into(),
+            ));
+        }
         let slot = self.slot(spec);
         let mut state = slot.state.lock().await;
         if let Some(known) = spec.sdk_thread_id.as_deref() {
