@@ -69,6 +69,28 @@ pub fn install_python_mcp() -> Result<PathBuf, String> {
     Ok(cache)
 }
 
+/// The real Python interpreter (not a version-manager shim, which would
+/// need more than a sandbox gives) and its installation prefix (for a
+/// sandbox's read-only list).
+pub fn python() -> (PathBuf, PathBuf) {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys; print(sys.executable); print(sys.base_prefix)",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(exe), Some(prefix)) => (PathBuf::from(exe), PathBuf::from(prefix)),
+        _ => (PathBuf::from("python3"), PathBuf::from("/usr")),
+    }
+}
+
 /// The test server over stdio, as thread MCP server `name`, with extra
 /// environment `env`.
 pub fn stdio_server(site: &Path, name: &str, env: &[(&str, &str)]) -> McpServer {
@@ -81,7 +103,7 @@ pub fn stdio_server(site: &Path, name: &str, env: &[(&str, &str)]) -> McpServer 
         server_id: format!("id-{name}"),
         name: name.to_owned(),
         transport: McpTransport::Stdio {
-            command: "python3".into(),
+            command: python().0.to_string_lossy().into_owned(),
             args: vec![
                 "-u".into(),
                 server_script().to_string_lossy().into_owned(),
@@ -106,7 +128,8 @@ impl HttpServer {
         let mut cmd = tokio::process::Command::new("python3");
         cmd.arg("-u")
             .arg(server_script())
-            .args(["http", token])
+            .arg("http")
+            .env("MCP_TEST_TOKEN", token)
             .env("PYTHONPATH", site)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -2,9 +2,11 @@
 PyPI, installed by the Rust test helper into target/mcp-py).
 
     server.py stdio          MCP over stdin/stdout
-    server.py http TOKEN     streamable HTTP on 127.0.0.1 (a free port,
+    server.py http           streamable HTTP on 127.0.0.1 (a free port,
                              printed as `PORT <n>` on stdout); every request
-                             must carry `Authorization: Bearer TOKEN` and, if
+                             must carry `Authorization: Bearer $MCP_TEST_TOKEN`
+                             (from the environment: a secret is never on
+                             argv, which the tests check) and, if
                              MCP_TEST_HEADER is set, `X-Test-Header: <it>`
                              (else 401)
 
@@ -93,6 +95,6 @@ def http(token: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
-        http(sys.argv[2])
+        http(os.environ["MCP_TEST_TOKEN"])
     else:
         server.run()

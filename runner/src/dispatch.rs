@@ -73,30 +73,34 @@ fn route(
             };
             crate::mcp::register_secrets(&rt.redactor, &mcp_servers);
             to_agent(
-            rt,
-            &r.agent_id,
-            AgentCmd::CreateThread {
-                thread: Box::new(NewThread {
-                    // Checked above: present means a valid id.
-                    thread_id: r.thread_id,
-                    instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
-                    skill_packages: r
-                        .git_skill_packages
-                        .into_iter()
-                        .map(|p| ThreadPackage {
-                            repository_url: p.repository_url,
-                            commit_reference: p.commit_reference,
-                            directories: p.skills.into_iter().map(|s| s.directory_path).collect(),
-                        })
-                        .collect(),
-                    model: r.model,
-                    // proto3 cannot tell "unset" from "empty": both are "none".
-                    reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
-                    mcp_servers,
-                }),
-                rid,
-            },
-        )
+                rt,
+                &r.agent_id,
+                AgentCmd::CreateThread {
+                    thread: Box::new(NewThread {
+                        // Checked above: present means a valid id.
+                        thread_id: r.thread_id,
+                        instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
+                        skill_packages: r
+                            .git_skill_packages
+                            .into_iter()
+                            .map(|p| ThreadPackage {
+                                repository_url: p.repository_url,
+                                commit_reference: p.commit_reference,
+                                directories: p
+                                    .skills
+                                    .into_iter()
+                                    .map(|s| s.directory_path)
+                                    .collect(),
+                            })
+                            .collect(),
+                        model: r.model,
+                        // proto3 cannot tell "unset" from "empty": both are "none".
+                        reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
+                        mcp_servers,
+                    }),
+                    rid,
+                },
+            )
         }
         Request::InstallSkillsMpRequest(r) => to_agent(
             rt,

@@ -39,7 +39,11 @@ pub fn from_proto(servers: Vec<ThreadMcpServer>) -> Result<Vec<McpServer>, Strin
             ));
         }
         let transport = match server.transport_config {
-            None => return Err(format!("{at}.transport_config: neither stdio nor streamable_http is set")),
+            None => {
+                return Err(format!(
+                    "{at}.transport_config: neither stdio nor streamable_http is set"
+                ));
+            }
             Some(TransportConfig::Stdio(s)) => McpTransport::Stdio {
                 command: s.command,
                 args: s.args,
@@ -188,7 +192,10 @@ mod tests {
             .starts_with("create_thread_request.mcp_servers[1].name: a second")
         );
         let missing = err(vec![http("x", ThreadMcpAuthType::BearerToken, None)]);
-        assert!(missing.contains("streamable_http.bearer_token"), "{missing}");
+        assert!(
+            missing.contains("streamable_http.bearer_token"),
+            "{missing}"
+        );
         let mut none = http("x", ThreadMcpAuthType::None, None);
         none.transport_config = None;
         assert!(err(vec![none]).contains("transport_config"));
@@ -196,9 +203,12 @@ mod tests {
 
     #[test]
     fn secrets_are_registered_for_masking() {
-        let servers =
-            from_proto(vec![http("r", ThreadMcpAuthType::BearerToken, Some("bearer-secret-1"))])
-                .unwrap();
+        let servers = from_proto(vec![http(
+            "r",
+            ThreadMcpAuthType::BearerToken,
+            Some("bearer-secret-1"),
+        )])
+        .unwrap();
         let redactor = Redactor::new();
         register_secrets(&redactor, &servers);
         let masked = redactor.redact("saw bearer-secret-1 and hdr-secret");
