@@ -312,3 +312,84 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Agent `a` on `sdk` (a fake CLI), a thread with a stdio and an HTTP MCP
+/// server (never contacted: the fakes only report what they were given),
+/// and a turn running the fake's `mcp` step; what it said. Checks that no
+/// secret is on any argv while the CLI runs, nor in logs or updates.
+async fn delivered_to(
+    sdk: &str,
+    model: &str,
+    configure: impl Fn(RunnerOpts) -> RunnerOpts,
+) -> String {
+    let cp = mock().await;
+    let runner = RunnerProc::start(configure(RunnerOpts::new(cp.url())));
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    create_sdk_agent(&cp, "a", sdk).await;
+    let mut stdio = stdio(std::path::Path::new("/site"));
+    if let Some(TransportConfig::Stdio(s)) = &mut stdio.transport_config {
+        s.command = "mcp-server-bin".into();
+        s.args = vec!["--flag".into()];
+    }
+    let mut request = create_thread_with(vec![stdio, http(1)]);
+    if let Request::CreateThreadRequest(r) = &mut request {
+        r.model = model.into();
+    }
+    send(&cp, "t1", request).await;
+    let m = reply(&cp, "t1").await;
+    assert!(error_text(&m).is_none(), "{m:?}\n{}", runner.logs());
+    send(&cp, "m1", user_message("a", "mcp-thread", "mcp", false)).await;
+    turn_completed(&cp, "m1").await;
+    let msgs = replies(&cp, "m1");
+    assert!(!msgs.iter().any(|m| error_text(m).is_some()), "{msgs:#?}");
+    // The CLI still runs (one process per thread): its argv is checked.
+    let argv = all_argv();
+    let updates = format!("{:?}", cp.received());
+    let logs = runner.logs();
+    for secret in [BEARER, HEADER, ENV] {
+        for (place, text) in [("argv", &argv), ("updates", &updates), ("logs", &logs)] {
+            assert!(!text.contains(secret), "{secret} in {place}: {text}");
+        }
+    }
+    said(&msgs).join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_gets_the_threads_mcp_servers_as_config_with_secrets_in_env() {
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().to_owned();
+    let said = delivered_to("codex", "fake-fast", move |o| {
+        crate::fakes::with_fake_codex(o, &path)
+    })
+    .await;
+    // The fake resolved the env vars the config names: the values it found
+    // are the secrets (masked by the runner in the update that carries them).
+    assert_eq!(
+        said,
+        "local stdio mcp-server-bin --flag env MCP_ENV_SECRET=*** PYTHONPATH=/site; \
+         remote http http://127.0.0.1:1/mcp bearer=*** header X-Test-Header=***"
+    );
+    // Nothing secret in codex's home (its config.toml is the operator's).
+    for file in walk(state.path()) {
+        let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap_or_default()).into_owned();
+        for secret in [BEARER, HEADER] {
+            assert!(!text.contains(secret), "{} holds {secret}", file.display());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_gets_a_private_strict_mcp_config_file() {
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().to_owned();
+    let said = delivered_to("claude-code", "sonnet", move |o| {
+        crate::fakes::with_fake_claude(o, &path)
+    })
+    .await;
+    assert_eq!(
+        said,
+        "strict mode 0600; \
+         local stdio mcp-server-bin --flag env MCP_ENV_SECRET=*** PYTHONPATH=/site; \
+         remote http http://127.0.0.1:1/mcp header Authorization=Bearer *** X-Test-Header=***"
+    );
+}

@@ -23,6 +23,7 @@
 
 mod config;
 mod control;
+mod mcp;
 mod protocol;
 mod session;
 mod tools;
@@ -182,12 +183,6 @@ impl SdkAdapter for ClaudeAdapter {
     /// Picks the session id (a new UUID, or the stored one when re-opening)
     /// and creates the workspace; the process starts with the first turn.
     async fn create_thread(&self, spec: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
-        if !spec.mcp_servers.is_empty() {
-            // UNIMPLEMENTED (issue 12 item 8): refused by name, never dropped.
-            return Err(SdkError::InvalidRequest(
-                "create_thread_request.mcp_servers: not supported by the claude-code SDK yet (UNIMPLEMENTED)".into(),
-            ));
-        }
         self.check_binary()?;
         spec.create_workspace().await?;
         let mut spec = spec.clone();
