@@ -71,7 +71,8 @@ pub async fn connect(
                     return Ok(McpClient {
                         name: server.name.clone(),
                         service,
-                        child: Some(child),
+                        child: std::sync::Mutex::new(Some(child)),
+                        transport_closed: Default::default(),
                     });
                 }
                 Ok(Err(e)) => format!("MCP handshake: {e}"),
@@ -122,7 +123,8 @@ pub async fn connect(
                 Ok(Ok(service)) => Ok(McpClient {
                     name: server.name.clone(),
                     service,
-                    child: None,
+                    child: std::sync::Mutex::new(None),
+                    transport_closed: Default::default(),
                 }),
                 Ok(Err(e)) => Err(fail(format!("MCP handshake with {url}: {e}"))),
                 Err(_) => Err(fail(format!(

@@ -95,7 +95,9 @@ pub struct McpClient {
     name: String,
     service: RunningService<RoleClient, ()>,
     /// The stdio server's process (killed on drop); `None` for HTTP.
-    child: Option<tokio::process::Child>,
+    child: std::sync::Mutex<Option<tokio::process::Child>>,
+    /// A request failed because the transport closed.
+    transport_closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -112,9 +114,20 @@ impl McpClient {
         &self.name
     }
 
-    /// Whether the connection is gone (server exited, transport closed).
+    /// Whether the connection is gone: the transport closed, or the stdio
+    /// server's process exited (known at once, before rmcp notices EOF).
     pub fn is_closed(&self) -> bool {
-        self.service.is_closed()
+        if self.service.is_closed()
+            || self
+                .transport_closed
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return true;
+        }
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        child
+            .as_mut()
+            .is_some_and(|c| !matches!(c.try_wait(), Ok(None)))
     }
 
     /// Every tool the server offers (all pages), within `timeout`.
@@ -171,7 +184,12 @@ impl McpClient {
             .service
             .close_with_timeout(Duration::from_secs(5))
             .await;
-        if let Some(child) = self.child.as_mut() {
+        let child = self
+            .child
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mut child) = child {
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
@@ -189,11 +207,17 @@ impl McpClient {
                 operation: operation.to_owned(),
                 after: timeout,
             }),
-            Ok(Err(e)) => Err(McpError::Request {
-                server: self.name.clone(),
-                operation: operation.to_owned(),
-                reason: e.to_string(),
-            }),
+            Ok(Err(e)) => {
+                if matches!(e, rmcp::ServiceError::TransportClosed) {
+                    self.transport_closed
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                Err(McpError::Request {
+                    server: self.name.clone(),
+                    operation: operation.to_owned(),
+                    reason: e.to_string(),
+                })
+            }
             Ok(Ok(v)) => Ok(v),
         }
     }

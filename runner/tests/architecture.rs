@@ -42,7 +42,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "code-agent-engine",
         ],
     ),
-    ("code-agent-engine", &["code-agent-proto", "agent-launcher"]),
+    (
+        "code-agent-engine",
+        &[
+            "code-agent-proto",
+            "agent-launcher",
+            "mcp-client",
+            "sdk-adapter",
+        ],
+    ),
     ("mock-control-plane", &["agent-runner-proto"]),
     (
         "agent-runner",
