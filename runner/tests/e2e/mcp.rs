@@ -393,3 +393,109 @@ async fn claude_gets_a_private_strict_mcp_config_file() {
          remote http http://127.0.0.1:1/mcp header Authorization=Bearer *** X-Test-Header=***"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_agent_threads_use_their_mcp_servers_as_session_tools() {
+    use code_agent_engine::testing::{MockLlm, MockReply};
+    let Some(site) = site_or_skip() else { return };
+    let server = HttpServer::start(&site, BEARER, Some(HEADER))
+        .await
+        .unwrap();
+    let mock = MockLlm::start(vec![
+        MockReply::tool_call("c1", "mcp__local__echo", serde_json::json!({"text": "hi"})),
+        MockReply::tool_call(
+            "c2",
+            "mcp__remote__add",
+            serde_json::json!({"a": 40, "b": 2}),
+        ),
+        MockReply::text("both tools answered"),
+        MockReply::text("plain thread"),
+    ])
+    .await;
+    let cp = mock_cp().await;
+    let runner = RunnerProc::start(
+        runner_opts(&cp, &site)
+            .arg("--sdk")
+            .arg("code-agent")
+            .env("OPENAI_API_KEY", "sk-unused")
+            .env("OPENAI_BASE_URL", &mock.base_url())
+            .env("CODE_AGENT_MODELS", "mock-model"),
+    );
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    create_sdk_agent(&cp, "a", "code-agent").await;
+    let mut request = create_thread_with(vec![stdio(&site), http(server.port)]);
+    if let Request::CreateThreadRequest(r) = &mut request {
+        r.model = "mock-model".into();
+    }
+    send(&cp, "t1", request).await;
+    let m = reply(&cp, "t1").await;
+    assert!(error_text(&m).is_none(), "{m:?}\n{}", runner.logs());
+    // A second thread without servers: it must not see the first's.
+    let mut request = create_thread_with(vec![]);
+    if let Request::CreateThreadRequest(r) = &mut request {
+        r.model = "mock-model".into();
+        r.thread_id = Some("plain-thread".into());
+    }
+    send(&cp, "t2", request).await;
+    let m = reply(&cp, "t2").await;
+    assert!(error_text(&m).is_none(), "{m:?}");
+    let plain = "plain-thread";
+
+    send(
+        &cp,
+        "m1",
+        user_message("a", "mcp-thread", "use the tools", false),
+    )
+    .await;
+    turn_completed(&cp, "m1").await;
+    let msgs = replies(&cp, "m1");
+    assert!(!msgs.iter().any(|m| error_text(m).is_some()), "{msgs:#?}");
+    let results = mcp_results(&cp, "m1");
+    assert!(
+        results
+            .iter()
+            .any(|t| t.starts_with("local/echo") && t.contains("echo:hi")),
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .any(|t| t.starts_with("remote/add") && t.contains("42")),
+        "{results:?}"
+    );
+    assert_eq!(said(&msgs), ["both tools answered"]);
+    let offered = |request: &serde_json::Value| -> Vec<String> {
+        request["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(offered(&mock.requests()[0]).contains(&"mcp__remote__add".to_owned()));
+
+    send(&cp, "m2", user_message("a", plain, "hello", false)).await;
+    turn_completed(&cp, "m2").await;
+    let last = mock.requests().last().cloned().unwrap();
+    assert!(
+        !offered(&last).iter().any(|n| n.starts_with("mcp__")),
+        "{:?}",
+        offered(&last)
+    );
+
+    let updates = format!("{:?}", cp.received());
+    let logs = runner.logs();
+    let argv = all_argv();
+    for secret in [BEARER, HEADER, ENV] {
+        for (place, text) in [("updates", &updates), ("logs", &logs), ("argv", &argv)] {
+            assert!(!text.contains(secret), "{secret} in {place}: {text}");
+        }
+    }
+}
+
+async fn mock_cp() -> MockControlPlane {
+    mock().await
+}
