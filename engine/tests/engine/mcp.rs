@@ -307,6 +307,21 @@ async fn global_http_server_with_headers_and_permission_rules() {
     assert!(!wrong.connected && wrong.error.is_some(), "{listed:?}");
     assert!(!wrong.error.as_deref().unwrap().contains("nope"));
 
+    // GetCapabilities lists a global server's tools.
+    let caps = h
+        .client
+        .get_capabilities(GetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(caps.features.contains(&"mcp".to_owned()));
+    let add = caps
+        .tools
+        .iter()
+        .find(|t| t.name == "mcp__remote__add")
+        .unwrap();
+    assert_eq!(add.parameters, ["a", "b"]);
+
     // Global servers are every session's.
     let s = h.session().await;
     assert!(
