@@ -196,12 +196,12 @@ async fn steps(
         let (system, history) = prompt::conversation(run.session, &run.workspace);
         let mut request_messages = vec![crate::llm::ChatMessage::system(system)];
         request_messages.extend(history);
-        let request = run.model.request(
-            request_messages,
-            run.engine.tools.specs(),
-            reasoning_effort.clone(),
-            None,
-        );
+        // The built-in tools, then the session's MCP servers' tools.
+        let mut specs = run.engine.tools.specs();
+        specs.extend(crate::mcp::specs(&run.engine.mcp, &run.session.id));
+        let request = run
+            .model
+            .request(request_messages, specs, reasoning_effort.clone(), None);
         let session_id = run.session.id.clone();
         let (sink, cancel) = (run.sink.clone(), run.cancel.clone());
         let completion = model::complete(&run.model, request, &run.cancel, |delta| {

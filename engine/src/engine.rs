@@ -92,6 +92,8 @@ pub(crate) struct EngineInner {
     pub sandboxes: Sandboxes,
     /// Cancelled by `Shutdown`: every generation is a child of it.
     pub shutdown: CancellationToken,
+    /// MCP servers, global and per session (module `mcp`).
+    pub mcp: crate::mcp::McpManager,
 }
 
 impl std::fmt::Debug for EngineInner {
@@ -173,6 +175,7 @@ impl Engine {
             default_workspace: RwLock::new(default_workspace),
             workspace_root,
             shutdown: CancellationToken::new(),
+            mcp: crate::mcp::McpManager::default(),
         };
         Ok(Engine {
             inner: Arc::new(inner),

@@ -16,6 +16,9 @@
 //! - `grep`, `glob`: the same kind of glob over the `path` argument or the
 //!   `pattern` argument (either matches).
 //! - `todo`: no pattern.
+//! - MCP tools: a rule is the tool's name itself, `mcp__<server>__<tool>`,
+//!   where `*` matches anything (`mcp__docs__*`: every tool of server
+//!   `docs`; `mcp__*`: every MCP tool); no `(pattern)`.
 //!
 //! Decision order: deny, then ask, then allow, then the policy's default
 //! (UNKNOWN means ALLOW); a disabled policy allows everything.
@@ -32,6 +35,9 @@ use crate::tools::confine;
 const TOOLS: [&str; 8] = [
     "bash", "read", "write", "edit", "grep", "glob", "ls", "todo",
 ];
+
+/// The `tool` of every MCP rule (its matcher is a glob over the tool name).
+const MCP: &str = "mcp";
 
 /// A policy ready to check tool calls.
 #[derive(Debug, Clone)]
@@ -164,6 +170,34 @@ impl Permissions {
             })
     }
 
+    /// An MCP tool: rules whose name glob matches it.
+    fn decide_mcp(&self, tool: &str) -> (PermissionDecision, Vec<String>) {
+        let lists = [
+            (&self.deny, PermissionDecision::Deny),
+            (&self.ask, PermissionDecision::Ask),
+            (&self.allow, PermissionDecision::Allow),
+        ];
+        for (rules, decision) in lists {
+            let matched: Vec<String> = rules
+                .iter()
+                .filter(|rule| rule.tool == MCP)
+                .filter(|rule| match &rule.matcher {
+                    Matcher::Glob(glob) => glob.is_match(tool),
+                    Matcher::Any | Matcher::Prefix(_) => false,
+                })
+                .map(|rule| rule.text.clone())
+                .collect();
+            if !matched.is_empty() {
+                return (decision, matched);
+            }
+        }
+        let default = match self.default_decision {
+            PermissionDecision::Unknown => PermissionDecision::Allow,
+            other => other,
+        };
+        (default, Vec::new())
+    }
+
     fn decide(
         &self,
         tool: &str,
@@ -174,6 +208,9 @@ impl Permissions {
             return (PermissionDecision::Allow, Vec::new());
         }
         let tool = tool.trim().to_ascii_lowercase();
+        if tool.starts_with(crate::mcp::TOOL_PREFIX) {
+            return self.decide_mcp(&tool);
+        }
         let call = Call::new(&tool, args, workspace);
         let lists = [
             (&self.deny, PermissionDecision::Deny, Strictness::Any),
@@ -209,6 +246,18 @@ fn parse_rule(text: &str) -> Result<Rule, String> {
         }
     };
     let lower = name.to_ascii_lowercase();
+    if lower.starts_with(crate::mcp::TOOL_PREFIX) {
+        if pattern.is_some() {
+            return Err(bad(
+                "an MCP tool rule takes no (pattern); use * in the name".into(),
+            ));
+        }
+        return Ok(Rule {
+            text: trimmed.to_string(),
+            tool: MCP,
+            matcher: Matcher::Glob(compile_glob(&lower, false).map_err(bad)?),
+        });
+    }
     let Some(tool) = TOOLS.iter().copied().find(|known| *known == lower) else {
         return Err(bad(format!(
             "unknown tool {name:?} (known: Bash, Read, Write, Edit, Grep, Glob, LS, Todo)"
@@ -588,6 +637,41 @@ mod tests {
             p.check("bash", &bash("ls; rm -rf /")).0,
             PermissionDecision::Deny
         );
+    }
+
+    #[test]
+    fn mcp_rules_match_tool_names() {
+        let p = Permissions::from_policy(&PermissionPolicy {
+            deny: vec![PermissionRule {
+                rule: "mcp__docs__delete*".into(),
+            }],
+            ask: vec![PermissionRule {
+                rule: "mcp__docs__*".into(),
+            }],
+            allow: vec![PermissionRule {
+                rule: "mcp__*".into(),
+            }],
+            default_decision: PermissionDecision::Deny as i32,
+            enabled: true,
+        })
+        .unwrap();
+        assert_eq!(
+            p.check("mcp__docs__delete_all", &json!({})).0,
+            PermissionDecision::Deny
+        );
+        assert_eq!(
+            p.check("mcp__docs__search", &json!({})).0,
+            PermissionDecision::Ask
+        );
+        assert_eq!(
+            p.check("mcp__other__x", &json!({})).0,
+            PermissionDecision::Allow
+        );
+        assert_eq!(
+            p.check("bash", &json!({"command": "ls"})).0,
+            PermissionDecision::Deny
+        );
+        assert!(parse_rule("mcp__docs__x(y)").is_err());
     }
 
     #[test]

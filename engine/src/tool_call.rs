@@ -37,23 +37,37 @@ impl CallEnv<'_> {
     }
 }
 
-/// The lane of the tool called `name` (`unknown` for unknown tools).
+/// The lane of the tool called `name` (`unknown` for unknown tools; MCP
+/// tools run on the execute lane: their effects are unknown).
 pub fn lane_of(env: &CallEnv<'_>, name: &str) -> SessionLane {
+    if crate::mcp::is_mcp_tool(name) {
+        return SessionLane::Execute;
+    }
     env.engine
         .tools
         .get(name)
         .map_or(SessionLane::Unknown, |t| SessionLane::from(t.lane()))
 }
 
+/// What a call runs: a built-in tool, or a tool of an MCP server.
+enum Target {
+    Builtin(std::sync::Arc<dyn Tool>),
+    Mcp,
+}
+
 /// Runs one call through permissions, confirmation and its lane handler.
 pub async fn execute(env: &CallEnv<'_>, call: &ToolCallRequest) -> ToolOutput {
-    let Some(tool) = env.engine.tools.get(&call.name) else {
-        let known: Vec<_> = env.engine.tools.all().iter().map(|t| t.name()).collect();
-        return ToolOutput::err(format!(
-            "unknown tool {:?}; the tools are: {}",
-            call.name,
-            known.join(", ")
-        ));
+    let target = match env.engine.tools.get(&call.name) {
+        Some(tool) => Target::Builtin(tool),
+        None if crate::mcp::is_mcp_tool(&call.name) => Target::Mcp,
+        None => {
+            let known: Vec<_> = env.engine.tools.all().iter().map(|t| t.name()).collect();
+            return ToolOutput::err(format!(
+                "unknown tool {:?}; the tools are: {}",
+                call.name,
+                known.join(", ")
+            ));
+        }
     };
     let args: serde_json::Value = if call.arguments.trim().is_empty() {
         serde_json::json!({})
@@ -68,7 +82,10 @@ pub async fn execute(env: &CallEnv<'_>, call: &ToolCallRequest) -> ToolOutput {
             }
         }
     };
-    let lane = SessionLane::from(tool.lane());
+    let lane = match &target {
+        Target::Builtin(tool) => SessionLane::from(tool.lane()),
+        Target::Mcp => SessionLane::Execute,
+    };
     let permissions = env.session.read(|d| d.permissions.clone());
     let (decision, rules) = permissions
         .check_in_off_worker(env.workspace, &call.name, &args)
@@ -109,8 +126,8 @@ pub async fn execute(env: &CallEnv<'_>, call: &ToolCallRequest) -> ToolOutput {
     let output = match TaskHandlerMode::try_from(handler.mode).unwrap_or(TaskHandlerMode::Internal)
     {
         TaskHandlerMode::External => external(env, call, lane, &handler, &args).await,
-        TaskHandlerMode::Hybrid => hybrid(env, call, lane, tool.as_ref(), args).await,
-        _ => run_internal(env, tool.as_ref(), args).await,
+        TaskHandlerMode::Hybrid => hybrid(env, call, lane, &target, args).await,
+        _ => run_internal(env, call, &target, args).await,
     };
     env.emit(
         EventType::ToolCompleted,
@@ -190,18 +207,56 @@ async fn confirm(
     }
 }
 
-async fn run_internal(env: &CallEnv<'_>, tool: &dyn Tool, args: serde_json::Value) -> ToolOutput {
-    let ctx = env
-        .engine
-        .tool_context(env.session, env.workspace, env.cancel.child_token());
-    tool.run(args, &ctx).await
+async fn run_internal(
+    env: &CallEnv<'_>,
+    call: &ToolCallRequest,
+    target: &Target,
+    args: serde_json::Value,
+) -> ToolOutput {
+    match target {
+        Target::Builtin(tool) => {
+            let ctx = env
+                .engine
+                .tool_context(env.session, env.workspace, env.cancel.child_token());
+            tool.run(args, &ctx).await
+        }
+        Target::Mcp => {
+            let scope = Some(env.session.id.clone());
+            let called = tokio::select! {
+                r = env.engine.mcp.call(&scope, &call.name, args) => r,
+                () = env.cancel.cancelled() => Err("cancelled".to_owned()),
+            };
+            mcp_output(called, env.engine.config.output_cap)
+        }
+    }
+}
+
+/// An MCP tool's result as the model reads it: its text (or, without
+/// text, its structured content), capped; a tool error or a failed call is
+/// a failed output.
+fn mcp_output(called: Result<mcp_client::ToolResult, String>, cap: usize) -> ToolOutput {
+    match called {
+        Err(error) => ToolOutput::err(error),
+        Ok(result) => {
+            let text = match (&result.structured, result.text.is_empty()) {
+                (Some(structured), true) => structured.to_string(),
+                _ => result.text,
+            };
+            let text = crate::tools::cap_head_tail(&text, cap);
+            if result.is_error {
+                ToolOutput::err(text).with("handled_by", "mcp")
+            } else {
+                ToolOutput::ok(text).with("handled_by", "mcp")
+            }
+        }
+    }
 }
 
 async fn hybrid(
     env: &CallEnv<'_>,
     call: &ToolCallRequest,
     lane: SessionLane,
-    tool: &dyn Tool,
+    target: &Target,
     args: serde_json::Value,
 ) -> ToolOutput {
     let notice = [
@@ -217,7 +272,7 @@ async fn hybrid(
         &format!("running {} (hybrid lane)", call.name),
         notice,
     );
-    let output = run_internal(env, tool, args).await;
+    let output = run_internal(env, call, target, args).await;
     env.emit(
         EventType::ExternalTaskCompleted,
         &format!("{} finished (hybrid lane)", call.name),

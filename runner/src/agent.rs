@@ -254,6 +254,7 @@ impl AgentTask {
             skill_packages,
             model,
             reasoning_level,
+            mcp_servers,
         } = request;
         let reasoning_level = reasoning_level.filter(|l| !l.is_empty());
         let Some(agent) = self.agent(&rid)? else {
@@ -317,6 +318,7 @@ impl AgentTask {
             env: rt.thread_env(&self.agent_id, &thread_id),
             sandbox: rt.thread_sandbox(&self.agent_id, &thread_id),
             instructions: instructions.clone(),
+            mcp_servers: crate::mcp::shared(mcp_servers),
         };
         let handle = match adapter.create_thread(&spec).await {
             Ok(h) => h,
@@ -343,6 +345,7 @@ impl AgentTask {
             rt.discard_thread(&self.agent_id, &thread_id).await;
             return Err((rid, format!("create_thread_request.thread_id: {e}")));
         }
+        rt.set_thread_mcp_servers(&thread_id, spec.mcp_servers.clone());
         crate::thread::start(rt, agent.sdk, spec, None);
         rt.outbox
             .push(updates::thread(rid, &thread_id, ThreadStatus::Ready))

@@ -37,6 +37,8 @@ pub struct NewThread {
     pub model: String,
     /// The thread's reasoning level (`None`: the model's default).
     pub reasoning_level: Option<String>,
+    /// The thread's MCP servers (checked; kept in memory only).
+    pub mcp_servers: Vec<sdk_adapter::McpServer>,
 }
 
 /// A request for an agent's task.

@@ -63,42 +63,45 @@ fn route(
             },
         ),
         Request::DeleteAgentRequest(r) => to_agent(rt, &r.agent_id, AgentCmd::Delete { rid }),
-        Request::CreateThreadRequest(r) if !r.mcp_servers.is_empty() => {
-            // UNIMPLEMENTED (issue 12, item 8): refused by name, not dropped.
-            let field = "mcp_servers";
-            reject(
+        Request::CreateThreadRequest(r) => {
+            let mcp_servers = match crate::mcp::from_proto(r.mcp_servers) {
+                Ok(servers) => servers,
+                Err(text) => {
+                    reject(rt, rid, text);
+                    return RequestOutcome::Invalid;
+                }
+            };
+            crate::mcp::register_secrets(&rt.redactor, &mcp_servers);
+            to_agent(
                 rt,
-                rid,
-                format!(
-                    "create_thread_request.{field}: not supported by this runner yet (UNIMPLEMENTED)"
-                ),
-            );
-            RequestOutcome::Invalid
+                &r.agent_id,
+                AgentCmd::CreateThread {
+                    thread: Box::new(NewThread {
+                        // Checked above: present means a valid id.
+                        thread_id: r.thread_id,
+                        instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
+                        skill_packages: r
+                            .git_skill_packages
+                            .into_iter()
+                            .map(|p| ThreadPackage {
+                                repository_url: p.repository_url,
+                                commit_reference: p.commit_reference,
+                                directories: p
+                                    .skills
+                                    .into_iter()
+                                    .map(|s| s.directory_path)
+                                    .collect(),
+                            })
+                            .collect(),
+                        model: r.model,
+                        // proto3 cannot tell "unset" from "empty": both are "none".
+                        reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
+                        mcp_servers,
+                    }),
+                    rid,
+                },
+            )
         }
-        Request::CreateThreadRequest(r) => to_agent(
-            rt,
-            &r.agent_id,
-            AgentCmd::CreateThread {
-                thread: Box::new(NewThread {
-                    // Checked above: present means a valid id.
-                    thread_id: r.thread_id,
-                    instructions: r.additional_model_instructions.filter(|i| !i.is_empty()),
-                    skill_packages: r
-                        .git_skill_packages
-                        .into_iter()
-                        .map(|p| ThreadPackage {
-                            repository_url: p.repository_url,
-                            commit_reference: p.commit_reference,
-                            directories: p.skills.into_iter().map(|s| s.directory_path).collect(),
-                        })
-                        .collect(),
-                    model: r.model,
-                    // proto3 cannot tell "unset" from "empty": both are "none".
-                    reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
-                }),
-                rid,
-            },
-        ),
         Request::InstallSkillsMpRequest(r) => to_agent(
             rt,
             &r.agent_id,
@@ -274,6 +277,7 @@ mod tests {
             env: Vec::new(),
             sandbox: sdk_adapter::Sandbox::refused("dispatch test: no processes"),
             instructions: None,
+            mcp_servers: Default::default(),
         };
         crate::thread::start(&rt, "scripted".into(), spec, None);
         let total = BOUND + 10;

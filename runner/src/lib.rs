@@ -25,6 +25,7 @@ pub mod link;
 pub mod link_state;
 pub mod logging;
 pub mod mailboxes;
+pub mod mcp;
 pub mod metrics;
 pub mod outbox;
 pub mod procs;

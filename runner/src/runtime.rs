@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sdk_adapter::{ThreadSpec, TurnOutcome};
+use sdk_adapter::{McpServer, ThreadSpec, TurnOutcome};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::task::TaskTracker;
 
@@ -86,6 +86,11 @@ pub struct Runtime {
     /// The launcher and every thread's sandbox: every agent process starts
     /// through it and every kill path goes through it.
     pub sandboxes: Arc<AgentSandboxes>,
+    /// Each live thread's MCP servers, by thread id: in memory only, never
+    /// in the store (their tokens, headers and environment are secrets), so
+    /// a thread re-opened after a restart has none (README, "Behaviour the
+    /// control plane can rely on").
+    mcp_servers: std::sync::Mutex<HashMap<String, Arc<[McpServer]>>>,
 }
 
 /// Everything a [`Runtime`] is made of.
@@ -133,6 +138,7 @@ impl Runtime {
             git_env: parts.git_env,
             github: parts.github,
             sandboxes: parts.sandboxes,
+            mcp_servers: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -194,6 +200,7 @@ impl Runtime {
     /// credential capability. Shared by thread delete and by a creation
     /// that failed half-way, so neither leaves a piece behind.
     pub async fn discard_thread(&self, agent_id: &str, thread_id: &str) {
+        self.set_thread_mcp_servers(thread_id, Arc::from([]));
         self.sandboxes.close_thread(thread_id).await;
         let dirs = [
             self.workspaces.thread_dir(agent_id, thread_id),
@@ -235,7 +242,32 @@ impl Runtime {
             sdk_thread_id: Some(row.sdk_thread_id.clone()).filter(|id| !id.is_empty()),
             env: self.thread_env(&row.agent_id, &row.thread_id),
             instructions: row.instructions.clone(),
+            mcp_servers: self.thread_mcp_servers(&row.thread_id),
         }
+    }
+
+    /// Remembers `thread_id`'s MCP servers (memory only) for every spec of
+    /// the thread made from now on.
+    pub fn set_thread_mcp_servers(&self, thread_id: &str, servers: Arc<[McpServer]>) {
+        let mut map = self
+            .mcp_servers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if servers.is_empty() {
+            map.remove(thread_id);
+        } else {
+            map.insert(thread_id.to_owned(), servers);
+        }
+    }
+
+    /// `thread_id`'s MCP servers (none after a runner restart).
+    pub fn thread_mcp_servers(&self, thread_id: &str) -> Arc<[McpServer]> {
+        self.mcp_servers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(thread_id)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Whether shutdown began (new turns are refused).

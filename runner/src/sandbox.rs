@@ -639,6 +639,7 @@ mod tests {
             env: Vec::new(),
             sandbox: rt.thread_sandbox("a", "t"),
             instructions: None,
+            mcp_servers: Default::default(),
         };
         crate::thread::start(&rt, "scripted".into(), spec, None);
         let _ = rt.mailboxes.send_thread(

@@ -28,7 +28,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("code-agent-proto", &["proto-build"]),
     ("agent-launcher", &[]),
     ("sdk-adapter", &["agent-launcher"]),
-    ("sdk-scripted", &["sdk-adapter"]),
+    ("mcp-client", &["sdk-adapter"]),
+    ("sdk-scripted", &["sdk-adapter", "mcp-client"]),
     ("sdk-process", &["sdk-adapter"]),
     ("sdk-codex", &["sdk-adapter", "sdk-process"]),
     ("sdk-claude-code", &["sdk-adapter", "sdk-process"]),
@@ -41,7 +42,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "code-agent-engine",
         ],
     ),
-    ("code-agent-engine", &["code-agent-proto", "agent-launcher"]),
+    (
+        "code-agent-engine",
+        &[
+            "code-agent-proto",
+            "agent-launcher",
+            "mcp-client",
+            "sdk-adapter",
+        ],
+    ),
     ("mock-control-plane", &["agent-runner-proto"]),
     (
         "agent-runner",

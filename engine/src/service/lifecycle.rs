@@ -14,7 +14,7 @@ use crate::session::canonical_dir_off_worker;
 const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
 
 /// What this engine really does (GetCapabilities.features).
-const FEATURES: [&str; 14] = [
+const FEATURES: [&str; 15] = [
     "streaming",
     "tool_calls",
     "structured_output",
@@ -29,6 +29,7 @@ const FEATURES: [&str; 14] = [
     "todos",
     "providers",
     "steering",
+    "mcp",
 ];
 
 pub(super) fn agent_info() -> AgentInfo {
@@ -88,7 +89,7 @@ impl Service {
         &self,
         _request: GetCapabilitiesRequest,
     ) -> Result<GetCapabilitiesResponse, Status> {
-        let tools: Vec<ToolCapability> = self
+        let mut tools: Vec<ToolCapability> = self
             .engine
             .tools
             .all()
@@ -100,6 +101,20 @@ impl Service {
                 r#async: false,
             })
             .collect();
+        // The tools of connected global MCP servers (every session has
+        // them; a session's own servers are its alone).
+        tools.extend(
+            self.engine
+                .mcp
+                .tools(&None, None)
+                .into_iter()
+                .map(|t| ToolCapability {
+                    name: t.full_name(),
+                    description: t.tool.description.clone().unwrap_or_default(),
+                    parameters: parameter_names(&t.tool.input_schema),
+                    r#async: false,
+                }),
+        );
         let models = self.engine.providers.models();
         let max_context = models
             .iter()

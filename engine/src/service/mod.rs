@@ -1,13 +1,15 @@
 //! The tonic `CodeAgentService` of the engine: all 77 RPCs. Each area's
 //! handlers live in their own file as inherent methods of [`Service`]; the
-//! trait impl below only unwraps requests and wraps responses. Memory, MCP,
-//! LSP, Cron and Planning answer `UNIMPLEMENTED`, saying so.
+//! trait impl below only unwraps requests and wraps responses (the MCP
+//! handlers get the whole request: its metadata scopes them to a session).
+//! Memory, LSP, Cron and Planning answer `UNIMPLEMENTED`, saying so.
 
 mod context;
 mod control;
 mod generate;
 mod hitl;
 mod lifecycle;
+mod mcp;
 mod policy;
 mod providers;
 mod sessions;
@@ -58,6 +60,7 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<AgentEvent, Status>> + Send 
 macro_rules! code_agent_service {
     (
         handled { $( $method:ident : $req:ident => $resp:ident ; )* }
+        with_metadata { $( $mmethod:ident : $mreq:ident => $mresp:ident ; )* }
         not_built { $( $umethod:ident : $ureq:ident => $uresp:ident = $area:literal ; )* }
     ) => {
         #[tonic::async_trait]
@@ -65,6 +68,11 @@ macro_rules! code_agent_service {
             $(
                 async fn $method(&self, request: Request<$req>) -> Result<Response<$resp>, Status> {
                     Service::$method(self, request.into_inner()).await.map(Response::new)
+                }
+            )*
+            $(
+                async fn $mmethod(&self, request: Request<$mreq>) -> Result<Response<$mresp>, Status> {
+                    Service::$mmethod(self, request).await.map(Response::new)
                 }
             )*
             $(
@@ -145,6 +153,14 @@ code_agent_service! {
         set_default_model: SetDefaultModelRequest => SetDefaultModelResponse;
         get_default_model: GetDefaultModelRequest => GetDefaultModelResponse;
     }
+    // Handlers that read the request's metadata (the MCP session scope).
+    with_metadata {
+        register_mcp_server: RegisterMcpServerRequest => RegisterMcpServerResponse;
+        connect_mcp_server: ConnectMcpServerRequest => ConnectMcpServerResponse;
+        disconnect_mcp_server: DisconnectMcpServerRequest => DisconnectMcpServerResponse;
+        list_mcp_servers: ListMcpServersRequest => ListMcpServersResponse;
+        get_mcp_tools: GetMcpToolsRequest => GetMcpToolsResponse;
+    }
     not_built {
         create_plan: CreatePlanRequest => CreatePlanResponse = "planning";
         get_plan: GetPlanRequest => GetPlanResponse = "planning";
@@ -155,11 +171,6 @@ code_agent_service! {
         search_memories: SearchMemoriesRequest => SearchMemoriesResponse = "memory";
         get_memory_stats: GetMemoryStatsRequest => GetMemoryStatsResponse = "memory";
         clear_memories: ClearMemoriesRequest => ClearMemoriesResponse = "memory";
-        register_mcp_server: RegisterMcpServerRequest => RegisterMcpServerResponse = "MCP";
-        connect_mcp_server: ConnectMcpServerRequest => ConnectMcpServerResponse = "MCP";
-        disconnect_mcp_server: DisconnectMcpServerRequest => DisconnectMcpServerResponse = "MCP";
-        list_mcp_servers: ListMcpServersRequest => ListMcpServersResponse = "MCP";
-        get_mcp_tools: GetMcpToolsRequest => GetMcpToolsResponse = "MCP";
         start_lsp_server: StartLspServerRequest => StartLspServerResponse = "LSP";
         stop_lsp_server: StopLspServerRequest => StopLspServerResponse = "LSP";
         list_lsp_servers: ListLspServersRequest => ListLspServersResponse = "LSP";

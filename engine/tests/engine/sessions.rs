@@ -232,9 +232,6 @@ async fn unbuilt_areas_say_so() {
         c.store_memory(StoreMemoryRequest::default())
             .await
             .unwrap_err(),
-        c.list_mcp_servers(ListMcpServersRequest {})
-            .await
-            .unwrap_err(),
         c.lsp_hover(LspHoverRequest::default()).await.unwrap_err(),
         c.list_cron_jobs(ListCronJobsRequest {}).await.unwrap_err(),
         c.create_plan(CreatePlanRequest::default())

@@ -25,6 +25,7 @@ mod lifecycle;
 mod limits;
 mod link;
 mod logs;
+mod mcp;
 mod protocol;
 mod real_sdk;
 mod sandbox;

@@ -19,6 +19,7 @@
 
 pub mod cap;
 mod event;
+mod mcp;
 mod sandbox;
 mod sdk;
 mod steering;
@@ -32,6 +33,7 @@ pub use event::{
     CommandInfo, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown,
     TurnEvent, TurnOutcome,
 };
+pub use mcp::{McpServer, McpTransport, Secret, valid_server_name};
 pub use sandbox::Sandbox;
 pub use sdk::{
     AgentSpec, Login, LoginStarted, ModelInfo, SdkAdapter, SdkDescription, SdkError, SdkStatus,

@@ -95,6 +95,10 @@ pub struct ThreadSpec {
     /// (`CreateThreadRequest.additional_model_instructions`; never an empty
     /// string). Each adapter documents where they go.
     pub instructions: Option<String>,
+    /// The thread's MCP servers (`CreateThreadRequest.mcp_servers`). The
+    /// runner keeps them in memory only (their secrets are never written
+    /// to its state): a thread re-opened after a runner restart has none.
+    pub mcp_servers: Arc<[crate::McpServer]>,
 }
 
 impl ThreadSpec {

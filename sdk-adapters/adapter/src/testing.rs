@@ -41,6 +41,7 @@ pub fn thread_spec(dir: &Path, model: &str) -> ThreadSpec {
         env: Vec::new(),
         sandbox: sandbox(&dir.join("workspace")),
         instructions: None,
+        mcp_servers: Default::default(),
     }
 }
 

@@ -23,6 +23,7 @@
 
 mod config;
 mod control;
+mod mcp;
 mod protocol;
 mod session;
 mod tools;

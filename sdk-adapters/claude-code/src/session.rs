@@ -115,6 +115,21 @@ impl Session {
         if let Some(mode) = config.cli_permission_mode() {
             spec = spec.arg("--permission-mode").arg(mode);
         }
+        // The thread's MCP servers, and only those (module `mcp`): the
+        // secrets are in the 0600 file, never on argv.
+        let mcp_file =
+            crate::mcp::write(&sandbox.spec().home_dir, &thread.mcp_servers).map_err(|e| {
+                ChildError::Spawn {
+                    program: config.bin.display().to_string(),
+                    message: format!("writing the thread's MCP config: {e}"),
+                }
+            })?;
+        if let Some(file) = mcp_file {
+            spec = spec
+                .arg("--mcp-config")
+                .arg(file.to_string_lossy().into_owned())
+                .arg("--strict-mcp-config");
+        }
         spec = spec
             .arg("--permission-prompt-tool")
             .arg("stdio")

@@ -30,6 +30,7 @@ mod config;
 mod connect;
 mod control;
 mod describe;
+mod mcp;
 mod title;
 mod tools;
 mod turn;
@@ -302,6 +303,28 @@ impl CodeAgentAdapter {
             }
             Err(status) => return Err(sdk_error("GetSession", &status)),
         }
+        // The thread's MCP servers, scoped to its session (module `mcp`).
+        // One that cannot connect fails the thread, naming the server.
+        for server in spec.mcp_servers.iter() {
+            let at = |e: String| {
+                SdkError::InvalidRequest(format!(
+                    "create_thread_request.mcp_servers ({}): {e}",
+                    server.name
+                ))
+            };
+            let register = mcp::register(server, &id).map_err(at)?;
+            self.call("RegisterMcpServer", client.register_mcp_server(register))
+                .await
+                .map_err(|s| at(status_text(&s)))?;
+            let connect = mcp::connect(server, &id).map_err(at)?;
+            let connected = self
+                .call("ConnectMcpServer", client.connect_mcp_server(connect))
+                .await
+                .map_err(|s| at(status_text(&s)))?;
+            if !connected.success {
+                return Err(at(connected.message));
+            }
+        }
         state.ready = true;
         state.session_id = Some(id.clone());
         Ok(id)
@@ -515,6 +538,7 @@ mod tests {
             env: Vec::new(),
             sandbox: sdk_adapter::Sandbox::refused("unit test: no processes"),
             instructions: None,
+            mcp_servers: Default::default(),
         }
     }
 

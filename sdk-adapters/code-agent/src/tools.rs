@@ -6,6 +6,7 @@
 //! | `write`, `edit` | FileChange | `write PATH` / `edit PATH` | `add PATH` / `update PATH` (the result's `kind`) followed by the unified diff; on failure the error |
 //! | `todo` | Plan | one `[status] content` line per todo | the same (plus the error, if any) |
 //! | `read`, `grep`, `glob`, `ls` | McpToolCall | `read PATH`, `grep PATTERN PATH`, … | the same, then the result (capped) |
+//! | `mcp__SERVER__TOOL` (an MCP server's tool) | McpToolCall | `SERVER/TOOL arguments` | the same, then the result |
 //! | anything else | McpToolCall | `name arguments` | the same, then the result |
 //!
 //! Results are capped like every adapter's (`sdk_process::cap_text`).
@@ -100,7 +101,18 @@ pub(crate) fn started(tool: &str, arguments: &str, cwd: &str) -> ToolItem {
             ItemKind::McpToolCall,
             joined(&[tool, field(&args, "pattern"), &path]),
         ),
-        other => item(ItemKind::McpToolCall, joined(&[other, arguments])),
+        other => match other
+            .strip_prefix("mcp__")
+            .and_then(|rest| rest.split_once("__"))
+        {
+            // An MCP server's tool: `server/tool arguments`, as codex and
+            // Claude Code items say it.
+            Some((server, tool)) => item(
+                ItemKind::McpToolCall,
+                joined(&[&format!("{server}/{tool}"), arguments]),
+            ),
+            None => item(ItemKind::McpToolCall, joined(&[other, arguments])),
+        },
     }
 }
 

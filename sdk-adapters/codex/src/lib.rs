@@ -7,7 +7,8 @@
 //!   thread's `ThreadSpec::env` in its environment, started
 //!   by `create_thread` (`initialize`, `initialized`, `thread/start` with
 //!   model, cwd, approval policy and sandbox from [`CodexConfig`], and the
-//!   thread's additional instructions as `developerInstructions`). Codex's
+//!   thread's additional instructions as `developerInstructions`, its MCP
+//!   servers as `config` overrides `mcp_servers.<name>`, module `mcp`). Codex's
 //!   thread id is the runner's `sdk_thread_id`.
 //! - Re-opening a thread (after a runner restart) starts nothing; the first
 //!   turn starts a process and `thread/resume`s it. So does the first turn
@@ -31,6 +32,7 @@ mod control;
 mod describe;
 mod items;
 mod login;
+mod mcp;
 mod rpc;
 mod server;
 
@@ -134,6 +136,11 @@ impl CodexAdapter {
         if let Some(instructions) = &spec.instructions {
             params["developerInstructions"] = json!(instructions);
         }
+        // The thread's MCP servers, for this thread only (module `mcp`);
+        // given again on resume, like the instructions.
+        if !spec.mcp_servers.is_empty() {
+            params["config"] = Value::Object(mcp::overrides(&spec.mcp_servers).0);
+        }
         params
     }
 
@@ -151,11 +158,14 @@ impl CodexAdapter {
         spec.create_workspace().await?;
         let label = format!("codex app-server (thread {})", spec.thread_id);
         let sandbox = spec.sandbox.get()?;
+        // The MCP servers' secrets, named by the thread's `config` overrides.
+        let mut env = spec.env.clone();
+        env.extend(mcp::overrides(&spec.mcp_servers).1);
         let server = AppServer::start(
             &self.config,
             label,
             Some(&spec.workspace),
-            &spec.env,
+            &env,
             sandbox,
             self.config.request_timeout,
         )

@@ -13,6 +13,7 @@
 //! | `fail TEXT` | the turn ends `Failed(TEXT)` |
 //! | `name TEXT` | a [`TurnEvent::ThreadNamed`](sdk_adapter::TurnEvent::ThreadNamed) with TEXT: the thread's name becomes TEXT |
 //! | `instructions` (the whole line) | an `AgentMessage` item with the thread's `ThreadSpec::instructions` (`(no instructions)` when none): the scripted SDK's "model" is given them for every turn |
+//! | `mcp SERVER TOOL [JSON]` | an `McpToolCall` item `SERVER/TOOL JSON` (RUNNING), then the same plus a line with the tool's text result, or `error: …` (COMPLETED): TOOL of the thread's MCP server SERVER (`ThreadSpec::mcp_servers`) really called through the MCP client (`mcp-client`; a stdio server started through the thread's sandbox), arguments the JSON object (default `{}`). The turn goes on either way; an interrupt cuts the call short. A server is connected on its first call in a turn and closed when the turn ends |
 //! | anything else | an `AgentMessage` item `echo: ` + the line |
 //!
 //! Where the contract leaves room, this crate decides (each module documents
@@ -31,6 +32,7 @@
 
 mod command;
 mod control;
+mod mcp;
 mod plan;
 mod script;
 mod turn;
@@ -118,6 +120,7 @@ impl SdkAdapter for ScriptedAdapter {
             spec.env.clone(),
             spec.sandbox.clone(),
             spec.instructions.clone(),
+            spec.mcp_servers.clone(),
             input.text,
         ))
     }

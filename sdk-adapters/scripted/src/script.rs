@@ -18,6 +18,10 @@
 //!   after that one space, verbatim.
 //! - One keyword takes no argument: a line that is exactly `instructions`
 //!   is that step (the thread's additional model instructions, said back).
+//! - `mcp SERVER TOOL [JSON]`: SERVER and TOOL are the next two
+//!   whitespace-separated words; the rest of the line, if any, is the
+//!   tool's arguments as one JSON object (none: `{}`). Fewer than two words,
+//!   or a rest that is not a JSON object, is an error naming the line.
 //! - Number arguments (`sleep`, `usage`) are whitespace-separated decimal
 //!   integers; a wrong count or a value that is not a non-negative integer
 //!   is an error naming the line.
@@ -46,6 +50,17 @@ pub enum Step {
     /// model instructions (`(no instructions)` when it has none), so a
     /// harness can see what every turn of the thread is given.
     Instructions,
+    /// `mcp SERVER TOOL JSON`: call TOOL of the thread's MCP server SERVER
+    /// with the JSON object as arguments; an `McpToolCall` item reports the
+    /// result or the error.
+    Mcp {
+        /// The server's name in the thread's `mcp_servers`.
+        server: String,
+        /// The tool's name on that server.
+        tool: String,
+        /// The arguments (a JSON object).
+        arguments: serde_json::Value,
+    },
     /// Any other line: an agent message `echo: ` + the line.
     Echo(String),
 }
@@ -110,6 +125,7 @@ fn parse_line(line: &str) -> Option<Result<Step, String>> {
         "name" => Ok(Step::Name(arg.to_owned())),
         "sleep" => parse_sleep(arg),
         "usage" => parse_usage(arg),
+        "mcp" => parse_mcp(arg),
         _ => Ok(Step::Echo(line.to_owned())),
     };
     Some(step)
@@ -133,6 +149,30 @@ fn parse_usage(arg: &str) -> Result<Step, String> {
         }
         _ => Err("`usage` takes exactly two numbers: input and output tokens".to_owned()),
     }
+}
+
+fn parse_mcp(arg: &str) -> Result<Step, String> {
+    let usage = "`mcp` takes SERVER TOOL and an optional JSON object of arguments";
+    let mut words = arg.trim_start().splitn(2, char::is_whitespace);
+    let server = words.next().filter(|w| !w.is_empty()).ok_or(usage)?;
+    let rest = words.next().unwrap_or("").trim_start();
+    let mut words = rest.splitn(2, char::is_whitespace);
+    let tool = words.next().filter(|w| !w.is_empty()).ok_or(usage)?;
+    let json = words.next().unwrap_or("").trim();
+    let arguments = if json.is_empty() {
+        serde_json::Value::Object(serde_json::Map::new())
+    } else {
+        match serde_json::from_str::<serde_json::Value>(json) {
+            Ok(v @ serde_json::Value::Object(_)) => v,
+            Ok(_) => return Err("`mcp` arguments must be a JSON object".to_owned()),
+            Err(e) => return Err(format!("`mcp` arguments are not valid JSON: {e}")),
+        }
+    };
+    Ok(Step::Mcp {
+        server: server.to_owned(),
+        tool: tool.to_owned(),
+        arguments,
+    })
 }
 
 /// Whitespace-separated non-negative decimal integers.
@@ -210,6 +250,34 @@ mod tests {
                 Step::Echo("Instructions".into()),
             ]
         );
+    }
+
+    #[test]
+    fn mcp_calls_name_server_tool_and_arguments() {
+        assert_eq!(
+            steps("mcp docs search {\"q\": \"x y\"}\nmcp  docs   list"),
+            vec![
+                Step::Mcp {
+                    server: "docs".into(),
+                    tool: "search".into(),
+                    arguments: serde_json::json!({"q": "x y"}),
+                },
+                Step::Mcp {
+                    server: "docs".into(),
+                    tool: "list".into(),
+                    arguments: serde_json::json!({}),
+                },
+            ]
+        );
+        for line in [
+            "mcp docs",
+            "mcp docs t [1]",
+            "mcp docs t {oops",
+            "mcp docs t 3",
+        ] {
+            let err = error(line);
+            assert!(err.reason.starts_with("`mcp`"), "{err}");
+        }
     }
 
     #[test]

@@ -21,8 +21,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sdk_adapter::{
-    CommandInfo, ItemEvent, ItemKind, ItemStatus, Sandbox, TURN_EVENT_BUFFER, TokenUsage,
-    TokenUsageBreakdown, Turn, TurnEvent, TurnOutcome,
+    CommandInfo, ItemEvent, ItemKind, ItemStatus, McpServer, Sandbox, TURN_EVENT_BUFFER,
+    TokenUsage, TokenUsageBreakdown, Turn, TurnEvent, TurnOutcome,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -40,6 +40,7 @@ pub(crate) fn start(
     env: Vec<(String, String)>,
     sandbox: Sandbox,
     instructions: Option<String>,
+    mcp_servers: Arc<[McpServer]>,
     text: String,
 ) -> Turn {
     let turn_id = format!("turn-{}", uuid::Uuid::new_v4());
@@ -52,6 +53,7 @@ pub(crate) fn start(
         env,
         sandbox,
         instructions,
+        mcp: crate::mcp::Connections::new(mcp_servers),
         events,
         control: control.clone(),
         items: 0,
@@ -85,6 +87,8 @@ struct TurnTask {
     sandbox: Sandbox,
     /// The thread's additional model instructions (`ThreadSpec::instructions`).
     instructions: Option<String>,
+    /// The thread's MCP servers and this turn's connections to them.
+    mcp: crate::mcp::Connections,
     events: mpsc::Sender<TurnEvent>,
     control: Arc<ScriptedControl>,
     /// Items created so far.
@@ -97,6 +101,7 @@ impl TurnTask {
     async fn run(mut self, text: String) {
         let outcome = self.drive(text).await;
         self.control.end();
+        self.mcp.close().await;
         if let Ok(outcome) = outcome {
             // Fails only if the receiver is gone, and then nobody cares.
             let _ = self.events.send(TurnEvent::Finished(outcome)).await;
@@ -163,6 +168,11 @@ impl TurnTask {
             Step::Usage { input, output } => self.usage(input, output).await?,
             Step::Fail(text) => return Ok(Flow::Finish(TurnOutcome::Failed(text))),
             Step::Run(command) => return self.run_command(command).await,
+            Step::Mcp {
+                server,
+                tool,
+                arguments,
+            } => self.mcp_call(server, tool, arguments).await?,
         }
         Ok(Flow::Continue)
     }
@@ -216,6 +226,46 @@ impl TurnTask {
         self.send(command_item(&item_id, ItemStatus::Completed, info))
             .await?;
         Ok(flow)
+    }
+
+    async fn mcp_call(
+        &mut self,
+        server: String,
+        tool: String,
+        arguments: serde_json::Value,
+    ) -> Result<(), Gone> {
+        let mut item = ItemEvent {
+            item_id: self.next_item_id(),
+            kind: ItemKind::McpToolCall,
+            status: ItemStatus::Running,
+            text: Some(format!("{server}/{tool} {arguments}")),
+            command: None,
+        };
+        self.send(TurnEvent::Item(item.clone())).await?;
+        let call = self.mcp.call(
+            &server,
+            &tool,
+            arguments,
+            self.sandbox.get().ok().map(|s| &**s),
+        );
+        let outcome = tokio::select! {
+            outcome = call => outcome,
+            () = stopped(self.control.cancel_token(), &self.events) => {
+                Err("interrupted".to_owned())
+            }
+        };
+        let line = match outcome {
+            Ok(result) if result.is_error => format!("error: {}", result.text),
+            Ok(result) => result.text,
+            Err(error) => format!("error: {error}"),
+        };
+        let head = item.text.take().unwrap_or_default();
+        item.text = Some(sdk_adapter::cap::cap_text(
+            &format!("{head}\n{line}"),
+            sdk_adapter::cap::OUTPUT_CAP_BYTES,
+        ));
+        item.status = ItemStatus::Completed;
+        self.send(TurnEvent::Item(item)).await
     }
 
     async fn usage(&mut self, input: i64, output: i64) -> Result<(), Gone> {

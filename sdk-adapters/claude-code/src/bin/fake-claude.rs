@@ -25,6 +25,7 @@
 //! | `error-exec` | ends with an `error_during_execution` result |
 //! | `name TEXT` | appends a `custom-title` entry with TEXT to the transcript (as `/rename` does), says `named` |
 //! | `instructions` | an assistant text with the `--append-system-prompt` value (`(no instructions)` when absent) |
+//! | `mcp` | an assistant text describing the `--mcp-config` file: `strict` when `--strict-mcp-config` was given too, the file's mode (`0600`), then per server `NAME stdio COMMAND ARGS env K=V…` or `NAME http URL header K=V…`; `(no mcp config)` without the flag. A `--mcp-config` without `--strict-mcp-config`, or a file that is not valid JSON, fails the start |
 //! | anything else | an assistant text `echo: LINE` |
 //!
 //! Every result carries usage 100 in (+10 cache read) / 20 out and the
@@ -40,6 +41,60 @@ use std::sync::mpsc;
 use sdk_process::fake::{FakeLog, out, raw, read_stdin};
 use serde_json::{Value, json};
 
+/// The `mcp` step's text for `--mcp-config FILE` (see the module docs).
+fn mcp_description(file: Option<String>, strict: bool) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(file) = file else {
+        return "(no mcp config)".into();
+    };
+    if !strict {
+        fail_start("fake-claude: --mcp-config without --strict-mcp-config");
+    }
+    let mode = std::fs::metadata(&file)
+        .map(|m| m.permissions().mode() & 0o777)
+        .unwrap_or(0);
+    let doc: Value = match std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+    {
+        Some(doc) => doc,
+        None => fail_start(&format!("fake-claude: cannot read --mcp-config {file}")),
+    };
+    let mut entries = vec![format!("strict mode {mode:04o}")];
+    if let Some(servers) = doc["mcpServers"].as_object() {
+        for (name, t) in servers {
+            let pairs = |v: &Value| {
+                v.as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| format!(" {k}={}", v.as_str().unwrap_or("")))
+                            .collect::<String>()
+                    })
+                    .unwrap_or_default()
+            };
+            if t["type"] == "http" {
+                entries.push(format!(
+                    "{name} http {} header{}",
+                    t["url"].as_str().unwrap_or(""),
+                    pairs(&t["headers"])
+                ));
+            } else {
+                let args: Vec<&str> = t["args"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                entries.push(format!(
+                    "{name} stdio {} {} env{}",
+                    t["command"].as_str().unwrap_or(""),
+                    args.join(" "),
+                    pairs(&t["env"])
+                ));
+            }
+        }
+    }
+    entries.join("; ")
+}
+
 struct Fake {
     input: mpsc::Receiver<Value>,
     /// `$CLAUDE_CONFIG_DIR/fake.log`.
@@ -49,6 +104,8 @@ struct Fake {
     model: String,
     /// `--append-system-prompt`, if given.
     instructions: Option<String>,
+    /// What the `mcp` step says (read from `--mcp-config` at start).
+    mcp: String,
     init_sent: bool,
     /// User lines not yet started: (uuid, text).
     queued: VecDeque<(String, String)>,
@@ -110,6 +167,10 @@ fn main() {
         session,
         model: value("--model").unwrap_or_else(|| "default".into()),
         instructions: value("--append-system-prompt"),
+        mcp: mcp_description(
+            value("--mcp-config"),
+            args.iter().any(|a| a == "--strict-mcp-config"),
+        ),
         init_sent: false,
         queued: VecDeque::new(),
         consumed: Vec::new(),
@@ -257,6 +318,10 @@ impl Fake {
                         let _ = writeln!(file, "{entry}");
                     }
                     self.say("named");
+                }
+                "mcp" => {
+                    let text = self.mcp.clone();
+                    self.say(&text);
                 }
                 "instructions" => {
                     let text = self

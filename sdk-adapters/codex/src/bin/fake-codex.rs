@@ -19,6 +19,7 @@
 //! | `fail TEXT` | an `error` with `willRetry`, then the turn fails with TEXT |
 //! | `name TEXT` | `thread/name/updated` with TEXT (as codex does when it names a thread) |
 //! | `instructions` | `agentMessage` with the `developerInstructions` the thread was started or resumed with (`(no instructions)` when none) |
+//! | `mcp` | `agentMessage` describing the `mcp_servers.<name>` config overrides the thread was started or resumed with, one `; `-separated entry per server: `NAME stdio COMMAND ARGS env K=V…` or `NAME http URL bearer=VALUE header K=VALUE…`, where VALUE is what the named environment variable (`bearer_token_env_var`, `env_http_headers`) holds in the fake's own environment (`<unset>` when missing) — so a test sees the secret arrived without it being in the config (`(no mcp servers)` when none) |
 //! | anything else | `agentMessage` `echo: LINE` |
 //!
 //! State that must outlive a process (which threads have a rollout, so
@@ -51,6 +52,8 @@ struct Fake {
     thread: Option<String>,
     /// `developerInstructions` of the last `thread/start` or `thread/resume`.
     instructions: Option<String>,
+    /// `config` overrides of the last `thread/start` or `thread/resume`.
+    config: Value,
     turn: Option<String>,
     next_request: i64,
     counter: u64,
@@ -77,6 +80,7 @@ fn main() {
         state,
         thread: None,
         instructions: None,
+        config: Value::Null,
         turn: None,
         next_request: 0,
         counter: 0,
@@ -110,6 +114,60 @@ fn instructions_of(params: &Value) -> Option<String> {
         .get("developerInstructions")
         .and_then(Value::as_str)
         .map(str::to_owned)
+}
+
+/// What the `mcp` step says about the thread's `mcp_servers.*` overrides.
+fn mcp_description(config: &Value) -> String {
+    let from_env = |var: &Value| {
+        var.as_str()
+            .and_then(|v| std::env::var(v).ok())
+            .unwrap_or_else(|| "<unset>".into())
+    };
+    let mut entries = Vec::new();
+    if let Some(map) = config.as_object() {
+        let mut keys: Vec<&String> = map
+            .keys()
+            .filter(|k| k.starts_with("mcp_servers."))
+            .collect();
+        keys.sort();
+        for key in keys {
+            let name = &key["mcp_servers.".len()..];
+            let t = &map[key];
+            if let Some(url) = t.get("url").and_then(Value::as_str) {
+                let mut entry = format!(
+                    "{name} http {url} bearer={}",
+                    from_env(&t["bearer_token_env_var"])
+                );
+                if let Some(headers) = t.get("env_http_headers").and_then(Value::as_object) {
+                    for (k, var) in headers {
+                        entry.push_str(&format!(" header {k}={}", from_env(var)));
+                    }
+                }
+                entries.push(entry);
+            } else {
+                let args: Vec<&str> = t["args"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let mut entry = format!(
+                    "{name} stdio {} {} env",
+                    t["command"].as_str().unwrap_or(""),
+                    args.join(" ")
+                );
+                if let Some(env) = t.get("env").and_then(Value::as_object) {
+                    for (k, v) in env {
+                        entry.push_str(&format!(" {k}={}", v.as_str().unwrap_or("")));
+                    }
+                }
+                entries.push(entry);
+            }
+        }
+    }
+    if entries.is_empty() {
+        "(no mcp servers)".into()
+    } else {
+        entries.join("; ")
+    }
 }
 
 fn is_response(value: &Value) -> bool {
@@ -186,6 +244,7 @@ impl Fake {
                 let thread = self.fresh("thr");
                 self.thread = Some(thread.clone());
                 self.instructions = instructions_of(&params);
+                self.config = params.get("config").cloned().unwrap_or(Value::Null);
                 notify(
                     "thread/started",
                     json!({"thread": thread_json(&thread, &params)}),
@@ -205,6 +264,7 @@ impl Fake {
                 if self.state.join(format!("rollout-{thread}")).exists() {
                     self.thread = Some(thread.clone());
                     self.instructions = instructions_of(&params);
+                    self.config = params.get("config").cloned().unwrap_or(Value::Null);
                     notify(
                         "thread/status/changed",
                         json!({"threadId": thread, "status": {"type": "idle"}}),
@@ -403,6 +463,10 @@ impl Fake {
                         .instructions
                         .clone()
                         .unwrap_or_else(|| "(no instructions)".into());
+                    self.agent_message(&text);
+                }
+                "mcp" => {
+                    let text = mcp_description(&self.config);
                     self.agent_message(&text);
                 }
                 "wait" => {

@@ -1,0 +1,174 @@
+//! Test support for every suite that needs a real MCP server (this crate's,
+//! the scripted adapter's, the engine's, the runner's end-to-end): the
+//! official Python SDK (`mcp` from PyPI, pinned) installed with pip into
+//! `<target>/mcp-py/<version>`, and `testdata/server.py` run over stdio or
+//! streamable HTTP with a bearer token it checks. Not part of the client;
+//! behind the `testing` feature.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use sdk_adapter::{McpServer, McpTransport, Secret};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// The `mcp` release the tests pin.
+pub const MCP_PY_VERSION: &str = "2.3.0";
+
+/// The test server's script.
+pub fn server_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/server.py")
+}
+
+/// `<target>/mcp-py/<version>`, from the running test binary's path
+/// (`<target>/<profile>/deps/<test>-…`).
+fn cache_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let target = exe.parent()?.parent()?.parent()?;
+    Some(target.join("mcp-py").join(MCP_PY_VERSION))
+}
+
+/// The directory to put on `PYTHONPATH`, installing the pinned `mcp` with
+/// pip first if needed. `Err` says why it cannot be had (no python3/pip,
+/// PyPI unreachable); callers skip with that reason.
+pub fn install_python_mcp() -> Result<PathBuf, String> {
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache_dir().ok_or("cannot locate the target directory")?;
+    if cache.join("mcp").join("__init__.py").exists() {
+        return Ok(cache);
+    }
+    let parent = cache.parent().ok_or("bad cache dir")?;
+    std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    // Install beside the cache and rename, so a half-done install is never
+    // mistaken for a complete one (parallel tests race here harmlessly).
+    let staging = parent.join(format!("{MCP_PY_VERSION}.staging-{}", std::process::id()));
+    let output = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-warn-conflicts",
+            "--target",
+        ])
+        .arg(&staging)
+        .arg(format!("mcp=={MCP_PY_VERSION}"))
+        .output()
+        .map_err(|e| format!("running python3 -m pip: {e}"))?;
+    if !output.status.success() {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(format!(
+            "pip install mcp=={MCP_PY_VERSION} failed (PyPI unreachable?): {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    if std::fs::rename(&staging, &cache).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    Ok(cache)
+}
+
+/// The real Python interpreter (not a version-manager shim, which would
+/// need more than a sandbox gives) and its installation prefix (for a
+/// sandbox's read-only list).
+pub fn python() -> (PathBuf, PathBuf) {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys; print(sys.executable); print(sys.base_prefix)",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(exe), Some(prefix)) => (PathBuf::from(exe), PathBuf::from(prefix)),
+        _ => (PathBuf::from("python3"), PathBuf::from("/usr")),
+    }
+}
+
+/// The test server over stdio, as thread MCP server `name`, with extra
+/// environment `env`.
+pub fn stdio_server(site: &Path, name: &str, env: &[(&str, &str)]) -> McpServer {
+    let mut vars = vec![(
+        "PYTHONPATH".to_owned(),
+        Secret::new(site.to_string_lossy().into_owned()),
+    )];
+    vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), Secret::new(*v))));
+    McpServer {
+        server_id: format!("id-{name}"),
+        name: name.to_owned(),
+        transport: McpTransport::Stdio {
+            command: python().0.to_string_lossy().into_owned(),
+            args: vec![
+                "-u".into(),
+                server_script().to_string_lossy().into_owned(),
+                "stdio".into(),
+            ],
+            env: vars,
+        },
+    }
+}
+
+/// The test server running over streamable HTTP on loopback.
+pub struct HttpServer {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    _child: tokio::process::Child,
+}
+
+impl HttpServer {
+    /// Starts it (inside a tokio runtime): requests must carry `Bearer
+    /// token` and, when `header` is set, `X-Test-Header: <header>`.
+    pub async fn start(site: &Path, token: &str, header: Option<&str>) -> Result<Self, String> {
+        let mut cmd = tokio::process::Command::new("python3");
+        cmd.arg("-u")
+            .arg(server_script())
+            .arg("http")
+            .env("MCP_TEST_TOKEN", token)
+            .env("PYTHONPATH", site)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(h) = header {
+            cmd.env("MCP_TEST_HEADER", h);
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("python3: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(60), lines.next_line())
+            .await
+            .map_err(|_| "the HTTP test server did not start".to_owned())?
+            .map_err(|e| e.to_string())?
+            .ok_or("the HTTP test server exited")?;
+        let port = first
+            .strip_prefix("PORT ")
+            .and_then(|p| p.trim().parse().ok())
+            .ok_or_else(|| format!("unexpected first line {first:?}"))?;
+        Ok(Self {
+            port,
+            _child: child,
+        })
+    }
+
+    /// Thread MCP server `name` pointing at it with `token` and `headers`.
+    pub fn server(&self, name: &str, token: Option<&str>, headers: &[(&str, &str)]) -> McpServer {
+        McpServer {
+            server_id: format!("id-{name}"),
+            name: name.to_owned(),
+            transport: McpTransport::StreamableHttp {
+                url: format!("http://127.0.0.1:{}/mcp", self.port),
+                bearer_token: token.map(Secret::new),
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), Secret::new(*v)))
+                    .collect(),
+            },
+        }
+    }
+}
