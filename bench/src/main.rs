@@ -3,8 +3,11 @@
 //! figures as JSON and draws the latency distribution as a PNG.
 //!
 //! ```text
-//! runner-bench [--quick] [--runner PATH] [--baseline-runner PATH] [--out DIR]
+//! runner-bench [--quick] [--runner PATH] [--baseline-runner PATH] [--out DIR] [--only SCENARIO]
 //! ```
+//!
+//! `--only` runs one of the issue-14 scenarios alone and prints its rows
+//! (see `only.rs`).
 //!
 //! `--baseline-runner` measures update throughput with a second binary too
 //! (e.g. one built before a change) and prints the ratio.
@@ -19,9 +22,11 @@ mod code_agent;
 mod collector;
 mod delivery;
 mod floor;
+mod only;
 mod proc;
 mod profile;
 mod scenarios;
+mod startup;
 mod stats;
 
 use std::path::PathBuf;
@@ -39,6 +44,8 @@ struct Args {
     runner: Option<PathBuf>,
     baseline: Option<PathBuf>,
     out: PathBuf,
+    /// Run one scenario alone (see `only.rs`).
+    only: Option<String>,
 }
 
 fn args() -> Result<Args> {
@@ -47,6 +54,7 @@ fn args() -> Result<Args> {
         runner: None,
         baseline: None,
         out: PathBuf::from("target/bench"),
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -54,6 +62,7 @@ fn args() -> Result<Args> {
             "--quick" => a.quick = true,
             "--runner" => a.runner = Some(it.next().context("--runner needs a path")?.into()),
             "--out" => a.out = it.next().context("--out needs a directory")?.into(),
+            "--only" => a.only = Some(it.next().context("--only needs a scenario name")?),
             "--baseline-runner" => {
                 a.baseline = Some(it.next().context("--baseline-runner needs a path")?.into());
             }
@@ -81,6 +90,7 @@ struct Sizes {
     overflow_lines: usize,
     footprint_levels: Vec<usize>,
     start_runs: usize,
+    startup_runs: usize,
     code_agent_turns: usize,
     code_agent_levels: Vec<usize>,
 }
@@ -99,6 +109,7 @@ impl Sizes {
                 overflow_lines: 10_000,
                 footprint_levels: vec![1, 100, 1_000],
                 start_runs: 2,
+                startup_runs: 5,
                 code_agent_turns: 50,
                 code_agent_levels: vec![10],
             }
@@ -114,6 +125,7 @@ impl Sizes {
                 overflow_lines: 5_000,
                 footprint_levels: vec![1, 100, 1_000],
                 start_runs: 5,
+                startup_runs: 20,
                 code_agent_turns: 300,
                 code_agent_levels: vec![10, 100],
             }
@@ -125,6 +137,13 @@ fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+}
+
+/// Milliseconds as durations (for [`Summary::of`]).
+fn ms_samples(v: &[f64]) -> Vec<std::time::Duration> {
+    v.iter()
+        .map(|m| std::time::Duration::from_secs_f64(m / 1e3))
+        .collect()
 }
 
 fn mib(b: u64) -> f64 {
@@ -183,6 +202,9 @@ fn pct(s: &Summary) -> String {
 async fn main() -> Result<()> {
     let a = args()?;
     let bin = proc::locate(a.runner.clone())?;
+    if let Some(name) = &a.only {
+        return only::run(name, &bin, a.quick).await;
+    }
     let sz = Sizes::new(a.quick);
     let machine = Machine::read();
     eprintln!(
@@ -241,6 +263,7 @@ async fn main() -> Result<()> {
 
     eprintln!("[4/6] start and reconnect");
     let sr = scenarios::start_and_reconnect(&bin, sz.start_runs).await?;
+    let starts = startup::starts(&bin, sz.startup_runs).await?;
 
     eprintln!("[5/6] code-agent SDK (embedded engine, mock model)");
     let ca = code_agent::measure(&bin, sz.code_agent_turns, &sz.code_agent_levels).await?;
@@ -430,12 +453,49 @@ async fn main() -> Result<()> {
         "B",
         None,
     );
+    let start_s = Summary::of(&ms_samples(&starts.start_ms));
     t.row(
-        "start: spawn -> RegisterRunner (median)",
-        format!("{:.0}", median(&sr.start_ms)),
+        &format!(
+            "start: spawn -> RegisterRunner, {} starts, every SDK{}, p50 / p99 / max",
+            starts.start_ms.len(),
+            if starts.codex_bin.is_some() {
+                " (real codex)"
+            } else {
+                ""
+            }
+        ),
+        format!(
+            "{:.1} / {:.1} / {:.1}",
+            start_s.p50_us / 1e3,
+            start_s.p99_us / 1e3,
+            start_s.max_us / 1e3
+        ),
         "ms",
         None,
     );
+    let restart_s = Summary::of(&ms_samples(&starts.restart_ms));
+    t.row(
+        &format!(
+            "restart (existing state dir): spawn -> RegisterRunner, {} restarts, p50 / p99 / max",
+            starts.restart_ms.len()
+        ),
+        format!(
+            "{:.1} / {:.1} / {:.1}",
+            restart_s.p50_us / 1e3,
+            restart_s.p99_us / 1e3,
+            restart_s.max_us / 1e3
+        ),
+        "ms",
+        None,
+    );
+    if !starts.probed_ms.is_empty() {
+        t.row(
+            "start: spawn -> codex probed (agent_sdk_update), median",
+            format!("{:.0}", median(&starts.probed_ms)),
+            "ms",
+            None,
+        );
+    }
     t.row(
         "reconnect: control plane restarted -> registered (median)",
         format!("{:.0}", median(&sr.reconnect_ms)),
@@ -525,6 +585,9 @@ async fn main() -> Result<()> {
             "stop_ms": sr.stop_ms,
             "start_ms_median": median(&sr.start_ms),
             "reconnect_ms_median": median(&sr.reconnect_ms),
+            "starts": starts,
+            "starts_summary": start_s,
+            "restarts_summary": restart_s,
         },
         "code_agent": ca,
         "invalid_client_messages": invalid,

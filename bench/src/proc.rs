@@ -29,6 +29,18 @@ impl Runner {
         env: &[(&str, &str)],
     ) -> Result<Self> {
         let dirs = tempfile::tempdir().context("creating the runner's directory")?;
+        Self::start_in(bin, url, extra, env, dirs)
+    }
+
+    /// [`Runner::start_with_env`] on the state and workspaces of `dirs`
+    /// (a restart, when a runner used them before).
+    pub fn start_in(
+        bin: &Path,
+        url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        dirs: tempfile::TempDir,
+    ) -> Result<Self> {
         let log =
             std::fs::File::create(dirs.path().join("runner.log")).context("creating runner.log")?;
         let mut cmd = Command::new(bin);
@@ -76,6 +88,12 @@ impl Runner {
 
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
+    }
+
+    /// Kills the runner and keeps its directories (for a restart).
+    pub async fn stop_keeping_dirs(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill().await;
+        self.dirs
     }
 }
 

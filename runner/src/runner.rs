@@ -95,15 +95,31 @@ impl Runner {
                 None
             }
         };
-        let store = Store::open(&config.state_dir)
+        // One runner per state dir: the lock first. Then the two databases
+        // (creating one costs a few fsyncs) open on the blocking pool while
+        // this thread builds the launcher: start-up is the longest of the
+        // three, not their sum.
+        let lock = Store::lock(&config.state_dir)
             .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
+        let state_dir = config.state_dir.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open_locked(&state_dir, lock));
+        let state_dir = config.state_dir.clone();
+        let journal = tokio::task::spawn_blocking(move || Journal::open(&state_dir));
         let workspaces = Workspaces::new(config.workspace_root.clone())
             .with_context(|| format!("workspace_root {}", config.workspace_root.display()))?;
         // The one launcher, before any agent process can exist: probes the
-        // host, kills what a previous run left behind.
+        // host; kills what a previous run left behind on a thread of its
+        // own, which every sandbox waits for.
         let sandboxes = Arc::new(AgentSandboxes::start(config)?);
+        let store = store
+            .await
+            .context("opening the state store")?
+            .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
         let mut sdk_options = config.sdk_options.clone();
-        sdk_options.codex.probe_sandbox = sandboxes.probe(&workspaces);
+        // Made when codex's probe first needs it (in the background).
+        let (probe_sandboxes, probe_workspaces) = (sandboxes.clone(), workspaces.clone());
+        sdk_options.codex.probe_sandbox =
+            sdk_adapter::Sandbox::later(move || probe_sandboxes.probe(&probe_workspaces));
         let sdks = Sdks::with_options(&config.sdks, &sdk_options).map_err(anyhow::Error::msg)?;
         // Start-up in dependency order: the control-plane client (it
         // connects lazily) → the token broker (control-plane tokens go
@@ -122,7 +138,9 @@ impl Runner {
         let (credentials, git_env) = start_credentials(&mailboxes, config, github.clone())?;
         // The outbox journal: what a previous run produced and did not get
         // delivered is sent first.
-        let (journal, recovered) = Journal::open(&config.state_dir)
+        let (journal, recovered) = journal
+            .await
+            .context("opening the outbox journal")?
             .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
         let outbox = Arc::new(Outbox::journaled(
             config.outbox_capacity,
@@ -149,7 +167,9 @@ impl Runner {
             sandboxes,
         });
         crate::metrics::sdks_enabled(&rt.sdks.names());
-        rt.sdks.describe_all().await;
+        // Slow SDK probes start now, in the background: registration does
+        // not wait for them.
+        crate::sdk_probe::for_registration(&rt);
         crate::restore::restore(&rt, &sending.pending_turn_ends())
             .await
             .context("restoring state")?;

@@ -57,6 +57,10 @@ pub struct AgentSandboxes {
     /// and what the SDK probe's may (see [`sdk_homes`]).
     sdk_homes: Vec<PathBuf>,
     probe_homes: Vec<PathBuf>,
+    /// The start-up sweep of a previous run's leftovers, while it runs on
+    /// its own thread: every way to a thread's sandbox waits for it first
+    /// (the sweep kills by scope, which would include new agents).
+    sweep: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Paths agents must never see, from the settings.
@@ -119,7 +123,9 @@ impl AgentSandboxes {
         launcher_config.read_only.extend(runner_programs(config));
         let mut me = Self::with_probe(launcher_config, agent_launcher::probe_host())?;
         (me.sdk_homes, me.probe_homes) = sdk_homes(config);
-        me.sweep_leftovers();
+        // Off the path to registration: the sweep reads every process's
+        // environment; sandboxes are handed out only after it (`swept`).
+        me.sweep_in_background();
         Ok(me)
     }
 
@@ -177,6 +183,7 @@ impl AgentSandboxes {
             owner,
             sdk_homes: Vec::new(),
             probe_homes: Vec::new(),
+            sweep: Mutex::new(None),
         })
     }
 
@@ -202,6 +209,7 @@ impl AgentSandboxes {
                     owner: None,
                     sdk_homes: Vec::new(),
                     probe_homes: Vec::new(),
+                    sweep: Mutex::new(None),
                 }
             }
             Err(e) => Self {
@@ -215,6 +223,7 @@ impl AgentSandboxes {
                 owner: None,
                 sdk_homes: Vec::new(),
                 probe_homes: Vec::new(),
+                sweep: Mutex::new(None),
             },
         }
     }
@@ -226,17 +235,39 @@ impl AgentSandboxes {
 
     /// Kills processes and cgroups a previous run left behind.
     pub fn sweep_leftovers(&self) {
+        if let Ok(launcher) = &self.launcher {
+            sweep(launcher);
+        }
+    }
+
+    /// [`AgentSandboxes::sweep_leftovers`] on a thread of its own; the
+    /// ways to a sandbox wait for it ([`AgentSandboxes::swept`]).
+    fn sweep_in_background(&mut self) {
         let Ok(launcher) = &self.launcher else {
             return;
         };
-        let report = launcher.sweep_leftovers();
-        if report.killed > 0 || !report.cgroups.is_empty() {
-            tracing::warn!(
-                killed = report.killed,
-                cgroups = report.cgroups.len(),
-                survivors = ?report.survivors,
-                "killed agent processes a previous run left behind"
-            );
+        let launcher = launcher.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sandbox-sweep".into())
+            .spawn(move || sweep(&launcher));
+        match spawned {
+            Ok(handle) => {
+                *self.sweep.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the sweep thread; sweeping now");
+                self.sweep_leftovers();
+            }
+        }
+    }
+
+    /// Waits for the start-up sweep, if it is still running. Blocking.
+    pub fn swept(&self) {
+        let mut sweep = self.sweep.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(handle) = sweep.take()
+            && handle.join().is_err()
+        {
+            tracing::error!("the leftover sweep panicked");
         }
     }
 
@@ -245,6 +276,7 @@ impl AgentSandboxes {
     /// dir (0700, owned by the agent uid when one is set), the agent's
     /// skills read-only. Blocking (file system, cgroupfs).
     pub fn thread(&self, workspaces: &Workspaces, agent_id: &str, thread_id: &str) -> Sandbox {
+        self.swept();
         let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(sandbox) = threads.get(thread_id) {
             return Sandbox::ready(sandbox.clone());
@@ -285,6 +317,7 @@ impl AgentSandboxes {
     /// A sandbox for processes that belong to no thread (the codex
     /// `describe` probe), under `<workspace root>/.sdk-probe/`.
     pub fn probe(&self, workspaces: &Workspaces) -> Sandbox {
+        self.swept();
         let root = workspaces.root().join(PROBE);
         let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(sandbox) = threads.get(PROBE) {
@@ -374,6 +407,7 @@ impl AgentSandboxes {
     /// Kills every process of every thread, removes their cgroups and the
     /// launcher's (a clean shutdown: the runtime is done). Blocking.
     pub fn close_everything(&self) -> usize {
+        self.swept();
         let all: Vec<(String, Arc<ThreadSandbox>)> = self
             .threads
             .lock()
@@ -397,6 +431,7 @@ impl AgentSandboxes {
     /// Kills every process of every thread (shutdown, the second signal).
     /// Blocking; threads stay known (a turn may still report its end).
     pub fn kill_everything(&self) -> usize {
+        self.swept();
         let all: Vec<(String, Arc<ThreadSandbox>)> = self
             .threads
             .lock()
@@ -413,6 +448,19 @@ impl AgentSandboxes {
             }
         }
         killed
+    }
+}
+
+/// Kills what a previous run with `launcher`'s scope left behind.
+fn sweep(launcher: &Launcher) {
+    let report = launcher.sweep_leftovers();
+    if report.killed > 0 || !report.cgroups.is_empty() {
+        tracing::warn!(
+            killed = report.killed,
+            cgroups = report.cgroups.len(),
+            survivors = ?report.survivors,
+            "killed agent processes a previous run left behind"
+        );
     }
 }
 
@@ -578,6 +626,29 @@ fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The start-up sweep runs on its own thread; a thread's sandbox is
+    /// handed out only once it is over (the sweep kills by scope).
+    #[test]
+    fn no_sandbox_before_the_sweep_is_over() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        ws.create_thread("a", "t").unwrap();
+        let mut config = LauncherConfig::new(Mode::Off, "runner-test-sweep");
+        config.cgroups = false;
+        let mut sandboxes =
+            AgentSandboxes::with_probe(config, agent_launcher::probe_host()).unwrap();
+        let over = Arc::new(AtomicBool::new(false));
+        let flag = over.clone();
+        *sandboxes.sweep.get_mut().unwrap() = Some(std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            flag.store(true, Ordering::SeqCst);
+        }));
+        let sandbox = sandboxes.thread(&ws, "a", "t");
+        assert!(over.load(Ordering::SeqCst), "handed out during the sweep");
+        sandbox.get().unwrap();
+    }
 
     fn probe_without_landlock() -> HostProbe {
         let mut probe = agent_launcher::probe_host();

@@ -1,4 +1,10 @@
-//! SDK status after registration: registration says what each SDK can do,
+//! SDK status after registration. Registration never waits for a probe:
+//! it advertises what each SDK can say at once ([`for_registration`]) and
+//! the slow descriptions (codex's app-server, the code-agent engine's
+//! providers) are probed in the background, each announced with an
+//! `agent_sdk_update` when its answer differs from what was advertised.
+//!
+//! Registration says what each SDK can do,
 //! but that changes (codex logs in or out, a CLI is installed, a provider
 //! is configured). Every `--sdk-probe-interval`, and whenever the runner
 //! itself changed an SDK (a codex login), each SDK is probed afresh and
@@ -11,6 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+
+use sdk_adapter::{SdkAdapter, SdkDescription};
 
 use crate::runtime::Runtime;
 use crate::updates::RequestId;
@@ -31,6 +39,36 @@ pub async fn announce_changes(rt: &Runtime, request_id: RequestId) -> usize {
             .await;
     }
     count
+}
+
+/// What a registration advertises, at once (see [`crate::sdks::Sdks::known`]);
+/// each SDK whose description takes a probe is probed in the background
+/// (one probe per SDK at a time) and announced when its answer differs.
+pub fn for_registration(rt: &Arc<Runtime>) -> Vec<SdkDescription> {
+    let (known, pending) = rt.sdks.known();
+    for adapter in pending {
+        probe_in_background(rt, adapter);
+    }
+    known
+}
+
+fn probe_in_background(rt: &Arc<Runtime>, adapter: Arc<dyn SdkAdapter>) {
+    let name = adapter.name().to_owned();
+    if !rt.sdks.begin_probe(&name) {
+        return;
+    }
+    let ticket = rt.sdks.ticket();
+    let rt = rt.clone();
+    rt.tasks.clone().spawn(async move {
+        let started = tokio::time::Instant::now();
+        let d = adapter.describe().await;
+        rt.sdks.end_probe(&name);
+        tracing::debug!(sdk = %name, status = ?d.status, ms = started.elapsed().as_millis() as u64, "SDK probed");
+        if let Some(d) = rt.sdks.settle(ticket, d) {
+            tracing::info!(sdk = %d.name, status = ?d.status, models = d.models.len(), "SDK probed after registration; announcing it");
+            rt.outbox.push(agent_sdk_update(None, d)).await;
+        }
+    });
 }
 
 /// Re-probe every `interval` until `close` (a zero interval: never).

@@ -5,8 +5,9 @@
 //! overrides use that advertised description, so the control plane is held
 //! to exactly what it was told.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use sdk_adapter::{SdkAdapter, SdkDescription, SdkStatus};
 
@@ -46,6 +47,31 @@ fn build(name: &str, options: &SdkOptions) -> Option<Arc<dyn SdkAdapter>> {
 pub struct Sdks {
     adapters: BTreeMap<String, Arc<dyn SdkAdapter>>,
     advertised: RwLock<BTreeMap<String, SdkDescription>>,
+    /// Slow descriptions under way (one per SDK at a time).
+    probing: Mutex<BTreeSet<String>>,
+    /// Probe tickets: an answer older than the last one applied for its
+    /// SDK is dropped (a slow first probe must not undo a re-probe after
+    /// a login).
+    tickets: AtomicU64,
+    applied: Mutex<BTreeMap<String, u64>>,
+}
+
+/// A probe's place in line (see [`Sdks::ticket`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Ticket(u64);
+
+/// What registration says of an SDK whose description takes a probe that
+/// has not answered yet: not READY (threads on it are refused until the
+/// `agent_sdk_update` with the answer).
+pub fn being_probed(name: &str) -> SdkDescription {
+    SdkDescription {
+        name: name.to_owned(),
+        status: SdkStatus::Unconfigured,
+        error_message: Some(
+            "being probed (the runner just started); an agent_sdk_update follows".to_owned(),
+        ),
+        models: Vec::new(),
+    }
 }
 
 impl Sdks {
@@ -80,6 +106,9 @@ impl Sdks {
         Self {
             adapters: list.into_iter().map(|a| (a.name().to_owned(), a)).collect(),
             advertised: RwLock::new(BTreeMap::new()),
+            probing: Mutex::new(BTreeSet::new()),
+            tickets: AtomicU64::new(0),
+            applied: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -105,24 +134,87 @@ impl Sdks {
         out
     }
 
+    /// What a registration advertises, at once: each SDK's
+    /// [`SdkAdapter::known`] description, else what it said last, else
+    /// [`being_probed`]; remembered as advertised. Also the adapters whose
+    /// full description is still to be probed (see `sdk_probe`).
+    pub fn known(&self) -> (Vec<SdkDescription>, Vec<Arc<dyn SdkAdapter>>) {
+        let mut advertised = self.advertised.write().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::with_capacity(self.adapters.len());
+        let mut pending = Vec::new();
+        for (name, adapter) in &self.adapters {
+            let d = match adapter.known() {
+                Some(d) => d,
+                None => {
+                    pending.push(adapter.clone());
+                    advertised
+                        .get(name)
+                        .cloned()
+                        .unwrap_or_else(|| being_probed(name))
+                }
+            };
+            advertised.insert(name.clone(), d.clone());
+            out.push(d);
+        }
+        (out, pending)
+    }
+
+    /// Marks `name` as being probed; false if a probe is under way already.
+    pub fn begin_probe(&self, name: &str) -> bool {
+        self.probing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_owned())
+    }
+
+    /// The probe of `name` is over.
+    pub fn end_probe(&self, name: &str) {
+        self.probing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+
+    /// A ticket to take before probing; [`Sdks::settle`] drops answers
+    /// from probes that started before one already applied.
+    pub fn ticket(&self) -> Ticket {
+        Ticket(self.tickets.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// A probe's answer: remembered, and returned if it differs from what
+    /// the control plane was last told (an `agent_sdk_update` is due).
+    /// `None` too when a later probe's answer was applied already.
+    pub fn settle(&self, ticket: Ticket, d: SdkDescription) -> Option<SdkDescription> {
+        {
+            let mut applied = self.applied.lock().unwrap_or_else(PoisonError::into_inner);
+            let last = applied.entry(d.name.clone()).or_insert(0);
+            if *last > ticket.0 {
+                return None;
+            }
+            *last = ticket.0;
+        }
+        let mut advertised = self.advertised.write().unwrap_or_else(|p| p.into_inner());
+        if advertised.get(&d.name) == Some(&d) {
+            return None;
+        }
+        advertised.insert(d.name.clone(), d.clone());
+        Some(d)
+    }
+
     /// Probe every adapter afresh (no cache) and remember the answers; the
     /// descriptions that differ from what was advertised before, in name
     /// order (what an `agent_sdk_update` must announce).
     pub async fn reprobe(&self) -> Vec<SdkDescription> {
         let adapters: Vec<Arc<dyn SdkAdapter>> = self.adapters.values().cloned().collect();
+        let ticket = self.ticket();
         let mut fresh = Vec::with_capacity(adapters.len());
         for adapter in adapters {
             fresh.push(adapter.describe_fresh().await);
         }
-        let mut advertised = self.advertised.write().unwrap_or_else(|p| p.into_inner());
-        let mut changed = Vec::new();
-        for d in fresh {
-            if advertised.get(&d.name) != Some(&d) {
-                changed.push(d.clone());
-                advertised.insert(d.name.clone(), d);
-            }
-        }
-        changed
+        fresh
+            .into_iter()
+            .filter_map(|d| self.settle(ticket, d))
+            .collect()
     }
 
     /// What each SDK said at the last [`Sdks::describe_all`].
@@ -168,5 +260,96 @@ impl Sdks {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use sdk_adapter::{AgentSpec, SdkError, ThreadHandle, ThreadSpec, Turn, TurnInput};
+
+    /// An SDK whose description only a probe that never answers can give.
+    struct Slow;
+
+    #[async_trait]
+    impl SdkAdapter for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        async fn describe(&self) -> SdkDescription {
+            std::future::pending().await
+        }
+        async fn create_agent(&self, _: &AgentSpec) -> Result<(), SdkError> {
+            Ok(())
+        }
+        async fn delete_agent(&self, _: &str) -> Result<(), SdkError> {
+            Ok(())
+        }
+        async fn create_thread(&self, _: &ThreadSpec) -> Result<ThreadHandle, SdkError> {
+            Err(SdkError::Failed("not here".into()))
+        }
+        async fn delete_thread(&self, _: &ThreadSpec) -> Result<(), SdkError> {
+            Ok(())
+        }
+        async fn start_turn(&self, _: &ThreadSpec, _: TurnInput) -> Result<Turn, SdkError> {
+            Err(SdkError::Failed("not here".into()))
+        }
+    }
+
+    fn ready(name: &str) -> SdkDescription {
+        SdkDescription {
+            name: name.into(),
+            status: SdkStatus::Ready,
+            error_message: None,
+            models: vec![sdk_adapter::ModelInfo::new("m", &[])],
+        }
+    }
+
+    #[test]
+    fn registration_does_not_wait_for_a_probe_and_the_answer_is_announced_once() {
+        let sdks = Sdks::from_adapters(vec![
+            Arc::new(Slow),
+            Arc::new(sdk_scripted::ScriptedAdapter::new()),
+        ]);
+        let (known, pending) = sdks.known();
+        // In name order: scripted, slow.
+        assert_eq!(known.len(), 2);
+        assert_eq!(
+            known[0].status,
+            SdkStatus::Ready,
+            "scripted is known at once"
+        );
+        assert_eq!(known[1], being_probed("slow"));
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].name(), "slow");
+        let err = sdks.check_model("slow", "m", None).unwrap_err();
+        assert!(err.contains("being probed"), "{err}");
+        // One probe at a time per SDK.
+        assert!(sdks.begin_probe("slow"));
+        assert!(!sdks.begin_probe("slow"));
+        let first = sdks.ticket();
+        sdks.end_probe("slow");
+        assert_eq!(sdks.settle(first, ready("slow")), Some(ready("slow")));
+        assert_eq!(sdks.settle(first, ready("slow")), None, "nothing changed");
+        sdks.check_model("slow", "m", None).unwrap();
+        // The next registration advertises the probed answer.
+        let (known, _) = sdks.known();
+        assert_eq!(known[1], ready("slow"));
+    }
+
+    #[test]
+    fn an_older_probe_does_not_undo_a_newer_one() {
+        let sdks = Sdks::from_adapters(vec![Arc::new(Slow)]);
+        let _ = sdks.known();
+        let old = sdks.ticket();
+        let new = sdks.ticket();
+        assert!(sdks.settle(new, ready("slow")).is_some());
+        let stale = SdkDescription {
+            status: SdkStatus::Unconfigured,
+            ..ready("slow")
+        };
+        assert_eq!(sdks.settle(old, stale), None);
+        assert_eq!(sdks.advertised()[0], ready("slow"));
     }
 }

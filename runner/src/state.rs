@@ -83,6 +83,10 @@ pub struct RunningTurnRow {
     pub request_id: Option<String>,
 }
 
+/// The held lock of a state dir (see [`Store::lock`]).
+#[derive(Debug)]
+pub struct StateLock(File);
+
 /// The state store (see the module doc).
 pub struct Store {
     conn: Mutex<Connection>,
@@ -94,9 +98,32 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) the store in `dir`, taking its lock.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let lock = Self::lock(dir)?;
+        Self::open_locked(dir, lock)
+    }
+
+    /// Takes the state dir's lock (creating the dir): one runner per state
+    /// dir. Whatever else lives in the dir (the journal) is opened only
+    /// after this, possibly while [`Store::open_locked`] runs.
+    pub fn lock(dir: &Path) -> Result<StateLock, StoreError> {
         std::fs::create_dir_all(dir)?;
         let lock = File::create(dir.join("state.lock"))?;
-        lock_exclusive(&lock).map_err(|_| StoreError::Locked(dir.display().to_string()))?;
+        // A predecessor killed a moment ago can leave the lock held for a
+        // moment more: a child it forked shares the descriptor until its
+        // exec closes it. A runner that is really there holds it for good.
+        let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+        while lock_exclusive(&lock).is_err() {
+            if std::time::Instant::now() >= deadline {
+                return Err(StoreError::Locked(dir.display().to_string()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Ok(StateLock(lock))
+    }
+
+    /// Opens (or creates) the store in `dir`, whose lock is held.
+    pub fn open_locked(dir: &Path, lock: StateLock) -> Result<Self, StoreError> {
+        let lock = lock.0;
         let conn = Connection::open(dir.join("state.db"))?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
@@ -374,6 +401,9 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     }
     Ok(())
 }
+
+/// How long [`Store::lock`] waits for a lock held by someone else.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn lock_exclusive(file: &File) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;

@@ -187,7 +187,8 @@ impl Link {
 
     async fn session(&self, close: &CancellationToken) -> SessionEnd {
         let mut client = self.client.clone();
-        let descriptions = self.rt.sdks.describe_all().await;
+        // What is known now; slow probes answer later (`agent_sdk_update`).
+        let descriptions = crate::sdk_probe::for_registration(&self.rt);
         let request = RegisterRunnerRequest {
             agent_sdks: descriptions
                 .into_iter()

@@ -11,7 +11,9 @@ use mock_control_plane::MockControlPlane;
 use crate::support::*;
 
 /// Waits (at most `wait`) for `runner` to register, and checks it
-/// advertised `name` READY; that SDK.
+/// advertised `name` READY — at registration, or in the `agent_sdk_update`
+/// of a probe that answered after it (registration does not wait for
+/// slow probes); that SDK.
 pub async fn ready_sdk(
     cp: &MockControlPlane,
     runner: &RunnerProc,
@@ -27,6 +29,24 @@ pub async fn ready_sdk(
         .into_iter()
         .find(|s| s.name == name)
         .unwrap_or_else(|| panic!("{name} advertised\n{}", runner.logs()));
+    let sdk = if sdk.status == AgentSdkStatus::Ready as i32 {
+        sdk
+    } else {
+        let wanted = name.to_owned();
+        let m = cp
+            .wait_for(
+                move |m| {
+                    matches!(&m.payload, Some(client_message::Payload::AgentSdkUpdate(s)) if s.name == wanted)
+                },
+                wait,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name} probed: {e:?}\n{}", runner.logs()));
+        match m.payload {
+            Some(client_message::Payload::AgentSdkUpdate(s)) => s,
+            _ => unreachable!(),
+        }
+    };
     assert_eq!(
         sdk.status,
         AgentSdkStatus::Ready as i32,

@@ -219,8 +219,17 @@ pub enum SdkError {
 pub trait SdkAdapter: Send + Sync + 'static {
     /// The SDK's name on the wire (`scripted`, `code-agent`, `codex`…).
     fn name(&self) -> &str;
-    /// Current status and models; called before every registration.
+    /// Current status and models, probing whatever that takes (a CLI
+    /// started, an engine asked).
     async fn describe(&self) -> SdkDescription;
+    /// What can be said at once, without starting or asking anything slow
+    /// (a cached answer, a binary that is not there, a fixed model list);
+    /// `None` when only [`SdkAdapter::describe`] can tell. Registration
+    /// advertises this and sends an `agent_sdk_update` when the slow
+    /// description arrives. Default: `None`.
+    fn known(&self) -> Option<SdkDescription> {
+        None
+    }
     /// Like [`SdkAdapter::describe`], but never from a cache: the runner's
     /// periodic re-probe and its checks after a login call this. The
     /// default is `describe` (for adapters that cache nothing).

@@ -88,6 +88,25 @@ impl ClaudeAdapter {
         &self.config
     }
 
+    /// READY with the configured models when the binary is found, else
+    /// UNCONFIGURED saying where it was looked for.
+    fn description(&self) -> SdkDescription {
+        match self.check_binary() {
+            Ok(()) => SdkDescription {
+                name: SDK_NAME.to_owned(),
+                status: SdkStatus::Ready,
+                error_message: None,
+                models: self.config.models.clone(),
+            },
+            Err(_) => SdkDescription {
+                name: SDK_NAME.to_owned(),
+                status: SdkStatus::Unconfigured,
+                error_message: Some(missing(&self.config)),
+                models: self.config.models.clone(),
+            },
+        }
+    }
+
     fn check_binary(&self) -> Result<(), SdkError> {
         if find_program(&self.config.bin).is_some() {
             return Ok(());
@@ -152,20 +171,12 @@ impl SdkAdapter for ClaudeAdapter {
     }
 
     async fn describe(&self) -> SdkDescription {
-        match self.check_binary() {
-            Ok(()) => SdkDescription {
-                name: SDK_NAME.to_owned(),
-                status: SdkStatus::Ready,
-                error_message: None,
-                models: self.config.models.clone(),
-            },
-            Err(_) => SdkDescription {
-                name: SDK_NAME.to_owned(),
-                status: SdkStatus::Unconfigured,
-                error_message: Some(missing(&self.config)),
-                models: self.config.models.clone(),
-            },
-        }
+        self.description()
+    }
+
+    /// Finding the binary on PATH is all a description takes.
+    fn known(&self) -> Option<SdkDescription> {
+        Some(self.description())
     }
 
     async fn create_agent(&self, _agent: &AgentSpec) -> Result<(), SdkError> {

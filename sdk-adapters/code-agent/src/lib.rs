@@ -24,7 +24,9 @@
 //!   interrupt is `Cancel` (module `control`).
 //! - `delete_thread` ⇒ `DestroySession`; `delete_agent` does it for each
 //!   of the agent's threads this adapter knows.
-//! - `describe` ⇒ `ListProviders` (module `describe`).
+//! - `describe` ⇒ `ListProviders` (module `describe`); before the embedded
+//!   engine is started, registration reads the same provider store without
+//!   starting it (`known`), so the engine starts with the first thread.
 
 mod config;
 mod connect;
@@ -423,6 +425,25 @@ impl SdkAdapter for CodeAgentAdapter {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = described.context_windows;
         described.description
+    }
+
+    /// The embedded engine not started yet: its providers are what the
+    /// engine would load (the environment and `providers.json` in its
+    /// state dir), read without starting it — the engine starts with the
+    /// first thread. A remote or started engine is asked (`None`).
+    fn known(&self) -> Option<SdkDescription> {
+        if self.config.endpoint.is_some() || self.backend.initialized() {
+            return None;
+        }
+        let store =
+            code_agent_engine::providers::ProviderStore::open(self.config.state_dir.as_deref())
+                .ok()?;
+        let described = describe::from_providers(&store.list());
+        *self
+            .context_windows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = described.context_windows;
+        Some(described.description)
     }
 
     async fn create_agent(&self, _agent: &AgentSpec) -> Result<(), SdkError> {

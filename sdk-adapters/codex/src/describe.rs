@@ -40,16 +40,22 @@ impl Describer {
         *self.cache.lock().await = None;
     }
 
+    /// Without starting codex: UNCONFIGURED when the binary is missing,
+    /// the cached description while it is fresh, else `None`.
+    pub(crate) fn known(&self, config: &CodexConfig) -> Option<SdkDescription> {
+        if let Some(missing) = missing_binary(config) {
+            return Some(missing);
+        }
+        let cache = self.cache.try_lock().ok()?;
+        cache
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < config.describe_ttl)
+            .map(|(_, cached)| cached.clone())
+    }
+
     pub(crate) async fn describe(&self, config: &CodexConfig) -> SdkDescription {
-        if find_program(&config.bin).is_none() {
-            return description(
-                SdkStatus::Unconfigured,
-                Some(format!(
-                    "the codex binary `{}` was not found (install it with `npm install -g @openai/codex`, or set --codex-bin)",
-                    config.bin.display()
-                )),
-                Vec::new(),
-            );
+        if let Some(missing) = missing_binary(config) {
+            return missing;
         }
         let mut cache = self.cache.lock().await;
         if let Some((at, cached)) = cache.as_ref()
@@ -61,6 +67,21 @@ impl Describer {
         *cache = Some((Instant::now(), fresh.clone()));
         fresh
     }
+}
+
+/// UNCONFIGURED, saying why, when the codex binary is not found.
+fn missing_binary(config: &CodexConfig) -> Option<SdkDescription> {
+    if find_program(&config.bin).is_some() {
+        return None;
+    }
+    Some(description(
+        SdkStatus::Unconfigured,
+        Some(format!(
+            "the codex binary `{}` was not found (install it with `npm install -g @openai/codex`, or set --codex-bin)",
+            config.bin.display()
+        )),
+        Vec::new(),
+    ))
 }
 
 async fn probe(config: &CodexConfig) -> SdkDescription {

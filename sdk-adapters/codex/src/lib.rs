@@ -242,6 +242,10 @@ impl SdkAdapter for CodexAdapter {
         self.describer.describe(&self.config).await
     }
 
+    fn known(&self) -> Option<SdkDescription> {
+        self.describer.known(&self.config)
+    }
+
     async fn login(&self, login: Login) -> Result<LoginStarted, SdkError> {
         let started = match login {
             Login::ApiKey(key) => login::api_key(&self.config, &key).await,

@@ -71,6 +71,16 @@ impl ScriptedAdapter {
     }
 }
 
+/// Always ready, always the same models.
+fn description() -> SdkDescription {
+    SdkDescription {
+        name: SDK_NAME.to_owned(),
+        status: SdkStatus::Ready,
+        error_message: None,
+        models: ScriptedAdapter::models(),
+    }
+}
+
 #[async_trait]
 impl SdkAdapter for ScriptedAdapter {
     fn name(&self) -> &str {
@@ -78,12 +88,11 @@ impl SdkAdapter for ScriptedAdapter {
     }
 
     async fn describe(&self) -> SdkDescription {
-        SdkDescription {
-            name: SDK_NAME.to_owned(),
-            status: SdkStatus::Ready,
-            error_message: None,
-            models: Self::models(),
-        }
+        description()
+    }
+
+    fn known(&self) -> Option<SdkDescription> {
+        Some(description())
     }
 
     async fn create_agent(&self, _agent: &AgentSpec) -> Result<(), SdkError> {

@@ -1,0 +1,104 @@
+//! Start-up (issue 14): process spawned → `RegisterRunner` received, over
+//! many starts with every built-in SDK enabled — codex pointed at the real
+//! `@openai/codex` the tests install into `target/codex-npm` when it is
+//! there, so its app-server probe is real — and, for each start, when the
+//! slow probes' `agent_sdk_update`s arrived (registration must not wait
+//! for them).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agent_runner_proto::runner::client_message::Payload;
+use anyhow::Result;
+use mock_control_plane::{MockConfig, MockControlPlane};
+use serde::Serialize;
+
+use crate::collector::PATIENCE;
+use crate::proc::Runner;
+use crate::scenarios::ms;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Starts {
+    /// Process spawned → `RegisterRunner` received, per start.
+    pub start_ms: Vec<f64>,
+    /// Process spawned → the last `agent_sdk_update` of the start-up
+    /// probes (codex's app-server), per start where one came.
+    pub probed_ms: Vec<f64>,
+    /// The same on an existing state dir (a restarted runner: the state
+    /// and journal databases exist), per restart.
+    pub restart_ms: Vec<f64>,
+    /// The codex binary the runner was given, if any.
+    pub codex_bin: Option<String>,
+}
+
+/// The codex CLI the e2e tests install (`target/codex-npm/<version>/…`),
+/// found beside the runner's target dir.
+pub fn installed_codex(runner: &Path) -> Option<PathBuf> {
+    let target = runner.parent()?.parent()?;
+    let mut versions: Vec<PathBuf> = std::fs::read_dir(target.join("codex-npm"))
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    versions.sort();
+    versions
+        .into_iter()
+        .rev()
+        .map(|v| v.join("node_modules/.bin/codex"))
+        .find(|p| p.exists())
+}
+
+/// `runs` fresh runners (fresh state dirs), one at a time.
+pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
+    let codex = installed_codex(bin);
+    let codex_arg = codex.as_ref().map(|c| c.display().to_string());
+    let mut extra: Vec<&str> = Vec::new();
+    if let Some(c) = &codex_arg {
+        extra.extend(["--codex-bin", c.as_str()]);
+    }
+    let mut out = Starts {
+        start_ms: Vec::with_capacity(runs),
+        probed_ms: Vec::new(),
+        restart_ms: Vec::with_capacity(runs),
+        codex_bin: codex_arg.clone(),
+    };
+    for _ in 0..runs {
+        let cp = MockControlPlane::start(MockConfig::default()).await?;
+        let runner = Runner::start(bin, &cp.url(), &extra)?;
+        let spawned = runner.started;
+        cp.wait_for_registrations(1, PATIENCE).await?;
+        out.start_ms.push(ms(spawned.elapsed()));
+        // The codex probe (when codex is there) answers after registration.
+        if codex.is_some() {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                let update = cp.received().iter().any(
+                    |m| matches!(&m.payload, Some(Payload::AgentSdkUpdate(s)) if s.name == "codex"),
+                );
+                if update {
+                    out.probed_ms.push(ms(spawned.elapsed()));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        runner.stop().await;
+        cp.stop().await?;
+    }
+    // Restarts: one state dir, `runs` runners one after the other.
+    let cp = MockControlPlane::start(MockConfig::default()).await?;
+    let mut dirs = tempfile::tempdir()?;
+    for i in 0..=runs {
+        let runner = Runner::start_in(bin, &cp.url(), &extra, &[], dirs)?;
+        let spawned = runner.started;
+        if let Err(e) = cp.wait_for_registrations(i + 1, PATIENCE).await {
+            anyhow::bail!("restart {i}: {e}\n{}", runner.log_tail());
+        }
+        // The first start created the state: not a restart.
+        if i > 0 {
+            out.restart_ms.push(ms(spawned.elapsed()));
+        }
+        dirs = runner.stop_keeping_dirs().await;
+    }
+    cp.stop().await?;
+    Ok(out)
+}
