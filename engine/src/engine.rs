@@ -16,6 +16,7 @@ use tonic::Status;
 use crate::env_registry::EnvRegistry;
 use crate::events::EventBus;
 use crate::llm::ClientOptions;
+use crate::memory::MemoryRegistry;
 use crate::model::ModelClients;
 use crate::providers::ProviderStore;
 use crate::sandboxes::{EngineLauncher, Sandboxes};
@@ -92,6 +93,8 @@ pub(crate) struct EngineInner {
     pub sandboxes: Sandboxes,
     /// Cancelled by `Shutdown`: every generation is a child of it.
     pub shutdown: CancellationToken,
+    /// Every session's memory store (issue 13).
+    pub memory: MemoryRegistry,
 }
 
 impl std::fmt::Debug for EngineInner {
@@ -160,6 +163,7 @@ impl Engine {
         }
         let sandboxes = Sandboxes::new(&config.launcher, config.state_dir.as_deref())
             .context("preparing the tool sandbox")?;
+        let config_state_dir = config.state_dir.clone();
         let inner = EngineInner {
             sandboxes,
             events: EventBus::new(config.event_buffer),
@@ -168,11 +172,12 @@ impl Engine {
             sessions: RwLock::new(sessions),
             store,
             providers,
-            tools: ToolRegistry::builtin(),
+            tools: crate::memory::tool::with_memory_tools(ToolRegistry::builtin()),
             env: EnvRegistry::default(),
             default_workspace: RwLock::new(default_workspace),
             workspace_root,
             shutdown: CancellationToken::new(),
+            memory: MemoryRegistry::new(config_state_dir.as_deref()),
         };
         Ok(Engine {
             inner: Arc::new(inner),
@@ -251,6 +256,7 @@ impl EngineInner {
         session.mark_destroyed();
         session.generation.cancel();
         self.delete_file(&session).await?;
+        self.memory.remove(id);
         Ok(session)
     }
 
@@ -341,7 +347,16 @@ impl EngineInner {
         workspace: &Path,
         cancel: CancellationToken,
     ) -> ToolContext {
+        let mut extensions = crate::tools::Extensions::default();
+        match self
+            .memory
+            .for_session(&session.id, session.is_file_backed())
+        {
+            Ok(store) => extensions.insert(store),
+            Err(error) => tracing::warn!(session_id = %session.id, %error, "memory unavailable"),
+        }
         ToolContext {
+            extensions,
             workspace: workspace.to_path_buf(),
             cancel,
             env: self.env.env_for(workspace),

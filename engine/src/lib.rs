@@ -21,6 +21,7 @@ mod env_registry;
 mod events;
 mod hitl;
 mod lanes;
+mod memory;
 mod model;
 mod prompt;
 mod sandboxes;

@@ -8,6 +8,7 @@ mod control;
 mod generate;
 mod hitl;
 mod lifecycle;
+mod memory;
 mod policy;
 mod providers;
 mod sessions;
@@ -144,17 +145,17 @@ code_agent_service! {
         remove_provider: RemoveProviderRequest => RemoveProviderResponse;
         set_default_model: SetDefaultModelRequest => SetDefaultModelResponse;
         get_default_model: GetDefaultModelRequest => GetDefaultModelResponse;
+        store_memory: StoreMemoryRequest => StoreMemoryResponse;
+        retrieve_memory: RetrieveMemoryRequest => RetrieveMemoryResponse;
+        search_memories: SearchMemoriesRequest => SearchMemoriesResponse;
+        get_memory_stats: GetMemoryStatsRequest => GetMemoryStatsResponse;
+        clear_memories: ClearMemoriesRequest => ClearMemoriesResponse;
     }
     not_built {
         create_plan: CreatePlanRequest => CreatePlanResponse = "planning";
         get_plan: GetPlanRequest => GetPlanResponse = "planning";
         extract_goal: ExtractGoalRequest => ExtractGoalResponse = "planning";
         check_goal_achievement: CheckGoalAchievementRequest => CheckGoalAchievementResponse = "planning";
-        store_memory: StoreMemoryRequest => StoreMemoryResponse = "memory";
-        retrieve_memory: RetrieveMemoryRequest => RetrieveMemoryResponse = "memory";
-        search_memories: SearchMemoriesRequest => SearchMemoriesResponse = "memory";
-        get_memory_stats: GetMemoryStatsRequest => GetMemoryStatsResponse = "memory";
-        clear_memories: ClearMemoriesRequest => ClearMemoriesResponse = "memory";
         register_mcp_server: RegisterMcpServerRequest => RegisterMcpServerResponse = "MCP";
         connect_mcp_server: ConnectMcpServerRequest => ConnectMcpServerResponse = "MCP";
         disconnect_mcp_server: DisconnectMcpServerRequest => DisconnectMcpServerResponse = "MCP";

@@ -229,9 +229,6 @@ async fn unbuilt_areas_say_so() {
     let mut h = Harness::start(vec![]).await;
     let c = &mut h.client;
     let statuses = vec![
-        c.store_memory(StoreMemoryRequest::default())
-            .await
-            .unwrap_err(),
         c.list_mcp_servers(ListMcpServersRequest {})
             .await
             .unwrap_err(),
@@ -267,11 +264,20 @@ async fn capabilities_and_health_tell_the_truth() {
     assert_eq!(
         tools,
         vec![
-            "bash", "read", "write", "edit", "grep", "glob", "ls", "todo"
+            "bash",
+            "read",
+            "write",
+            "edit",
+            "grep",
+            "glob",
+            "ls",
+            "todo",
+            "memory_store",
+            "memory_search"
         ]
     );
     assert!(caps.tools[0].parameters.contains(&"command".to_string()));
-    assert_eq!(caps.limits.unwrap().max_tools_per_request, 8);
+    assert_eq!(caps.limits.unwrap().max_tools_per_request, 10);
     assert_eq!(caps.info.unwrap().name, "code-agent");
     let health = h
         .client
