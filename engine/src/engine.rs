@@ -18,6 +18,7 @@ use crate::events::EventBus;
 use crate::llm::ClientOptions;
 use crate::memory::MemoryRegistry;
 use crate::model::ModelClients;
+use crate::planning::PlanRegistry;
 use crate::providers::ProviderStore;
 use crate::sandboxes::{EngineLauncher, Sandboxes};
 use crate::session::Session;
@@ -95,6 +96,8 @@ pub(crate) struct EngineInner {
     pub shutdown: CancellationToken,
     /// Every session's memory store (issue 13).
     pub memory: MemoryRegistry,
+    /// Every session's plans (issue 13).
+    pub plans: PlanRegistry,
 }
 
 impl std::fmt::Debug for EngineInner {
@@ -172,12 +175,15 @@ impl Engine {
             sessions: RwLock::new(sessions),
             store,
             providers,
-            tools: crate::memory::tool::with_memory_tools(ToolRegistry::builtin()),
+            tools: crate::planning::tool::with_planning_tools(
+                crate::memory::tool::with_memory_tools(ToolRegistry::builtin()),
+            ),
             env: EnvRegistry::default(),
             default_workspace: RwLock::new(default_workspace),
             workspace_root,
             shutdown: CancellationToken::new(),
             memory: MemoryRegistry::new(config_state_dir.as_deref()),
+            plans: PlanRegistry::default(),
         };
         Ok(Engine {
             inner: Arc::new(inner),
@@ -257,6 +263,7 @@ impl EngineInner {
         session.generation.cancel();
         self.delete_file(&session).await?;
         self.memory.remove(id);
+        self.plans.remove(id);
         Ok(session)
     }
 
@@ -355,6 +362,7 @@ impl EngineInner {
             Ok(store) => extensions.insert(store),
             Err(error) => tracing::warn!(session_id = %session.id, %error, "memory unavailable"),
         }
+        extensions.insert(self.plans.for_session(&session.id));
         ToolContext {
             extensions,
             workspace: workspace.to_path_buf(),

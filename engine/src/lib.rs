@@ -23,6 +23,7 @@ mod hitl;
 mod lanes;
 mod memory;
 mod model;
+mod planning;
 mod prompt;
 mod sandboxes;
 mod serve;

@@ -102,7 +102,9 @@ impl Tool for MemoryStoreTool {
             object(&args)?;
             let content = crate::tools::args::required_str(&args, "content")?.to_string();
             let memory_type = match optional_str(&args, "memory_type")? {
-                Some(name) => input::memory_type(name).map_err(|e| format!("argument `{e}"))?,
+                Some(name) => {
+                    input::memory_type(name).map_err(|e| format!("invalid argument: {e}"))?
+                }
                 None => MemoryType::Episodic,
             };
             let item = MemoryItem {
@@ -112,7 +114,7 @@ impl Tool for MemoryStoreTool {
                 tags: tags(&args)?,
                 ..Default::default()
             };
-            input::prepare(item, crate::session::message::now_ms(), "argument `")
+            input::prepare(item, crate::session::message::now_ms(), "argument ")
         })();
         let (item, store) = match (item, store_of(ctx)) {
             (Ok(item), Ok(store)) => (item, store),
@@ -144,7 +146,7 @@ impl Tool for MemorySearchTool {
                 false,
                 limit,
             )
-            .map_err(|e| format!("argument `{e}"))
+            .map_err(|e| format!("invalid argument: {e}"))
         })();
         let (query, store) = match (query, store_of(ctx)) {
             (Ok(query), Ok(store)) => (query, store),

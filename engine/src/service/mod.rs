@@ -9,6 +9,7 @@ mod generate;
 mod hitl;
 mod lifecycle;
 mod memory;
+mod planning;
 mod policy;
 mod providers;
 mod sessions;
@@ -150,12 +151,12 @@ code_agent_service! {
         search_memories: SearchMemoriesRequest => SearchMemoriesResponse;
         get_memory_stats: GetMemoryStatsRequest => GetMemoryStatsResponse;
         clear_memories: ClearMemoriesRequest => ClearMemoriesResponse;
+        create_plan: CreatePlanRequest => CreatePlanResponse;
+        get_plan: GetPlanRequest => GetPlanResponse;
+        extract_goal: ExtractGoalRequest => ExtractGoalResponse;
+        check_goal_achievement: CheckGoalAchievementRequest => CheckGoalAchievementResponse;
     }
     not_built {
-        create_plan: CreatePlanRequest => CreatePlanResponse = "planning";
-        get_plan: GetPlanRequest => GetPlanResponse = "planning";
-        extract_goal: ExtractGoalRequest => ExtractGoalResponse = "planning";
-        check_goal_achievement: CheckGoalAchievementRequest => CheckGoalAchievementResponse = "planning";
         register_mcp_server: RegisterMcpServerRequest => RegisterMcpServerResponse = "MCP";
         connect_mcp_server: ConnectMcpServerRequest => ConnectMcpServerResponse = "MCP";
         disconnect_mcp_server: DisconnectMcpServerRequest => DisconnectMcpServerResponse = "MCP";

@@ -14,6 +14,7 @@ mod hitl;
 mod lanes;
 mod loop_tools;
 mod memory;
+mod planning;
 mod sessions;
 mod skills;
 mod structured;
