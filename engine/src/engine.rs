@@ -13,6 +13,7 @@ use code_agent_proto::agent_event::EventType;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use crate::cron::CronJobs;
 use crate::env_registry::EnvRegistry;
 use crate::events::EventBus;
 use crate::llm::ClientOptions;
@@ -98,6 +99,8 @@ pub(crate) struct EngineInner {
     pub memory: MemoryRegistry,
     /// Every session's plans (issue 13).
     pub plans: PlanRegistry,
+    /// The engine's cron jobs and scheduler (issue 13).
+    pub cron: Arc<CronJobs>,
 }
 
 impl std::fmt::Debug for EngineInner {
@@ -167,6 +170,15 @@ impl Engine {
         let sandboxes = Sandboxes::new(&config.launcher, config.state_dir.as_deref())
             .context("preparing the tool sandbox")?;
         let config_state_dir = config.state_dir.clone();
+        let shutdown = CancellationToken::new();
+        let cron = Arc::new(
+            CronJobs::open(
+                config.state_dir.as_deref(),
+                sandboxes.clone(),
+                shutdown.clone(),
+            )
+            .context("loading the cron jobs")?,
+        );
         let inner = EngineInner {
             sandboxes,
             events: EventBus::new(config.event_buffer),
@@ -175,16 +187,18 @@ impl Engine {
             sessions: RwLock::new(sessions),
             store,
             providers,
-            tools: crate::planning::tool::with_planning_tools(
+            tools: crate::cron::tool::with_cron_tools(crate::planning::tool::with_planning_tools(
                 crate::memory::tool::with_memory_tools(ToolRegistry::builtin()),
-            ),
+            )),
             env: EnvRegistry::default(),
             default_workspace: RwLock::new(default_workspace),
             workspace_root,
-            shutdown: CancellationToken::new(),
+            shutdown,
             memory: MemoryRegistry::new(config_state_dir.as_deref()),
             plans: PlanRegistry::default(),
+            cron: cron.clone(),
         };
+        tokio::spawn(cron.schedule_loop());
         Ok(Engine {
             inner: Arc::new(inner),
         })
@@ -363,6 +377,7 @@ impl EngineInner {
             Err(error) => tracing::warn!(session_id = %session.id, %error, "memory unavailable"),
         }
         extensions.insert(self.plans.for_session(&session.id));
+        extensions.insert(self.cron.clone());
         ToolContext {
             extensions,
             workspace: workspace.to_path_buf(),

@@ -16,6 +16,7 @@ pub mod tools;
 mod agent_loop;
 mod chunks;
 mod context;
+mod cron;
 mod engine;
 mod env_registry;
 mod events;

@@ -5,6 +5,7 @@
 
 mod context;
 mod control;
+mod cron;
 mod generate;
 mod hitl;
 mod lifecycle;
@@ -155,6 +156,16 @@ code_agent_service! {
         get_plan: GetPlanRequest => GetPlanResponse;
         extract_goal: ExtractGoalRequest => ExtractGoalResponse;
         check_goal_achievement: CheckGoalAchievementRequest => CheckGoalAchievementResponse;
+        list_cron_jobs: ListCronJobsRequest => ListCronJobsResponse;
+        create_cron_job: CreateCronJobRequest => CreateCronJobResponse;
+        get_cron_job: GetCronJobRequest => GetCronJobResponse;
+        update_cron_job: UpdateCronJobRequest => UpdateCronJobResponse;
+        pause_cron_job: PauseCronJobRequest => PauseCronJobResponse;
+        resume_cron_job: ResumeCronJobRequest => ResumeCronJobResponse;
+        delete_cron_job: DeleteCronJobRequest => DeleteCronJobResponse;
+        get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse;
+        run_cron_job: RunCronJobRequest => RunCronJobResponse;
+        parse_cron_schedule: ParseCronScheduleRequest => ParseCronScheduleResponse;
     }
     not_built {
         register_mcp_server: RegisterMcpServerRequest => RegisterMcpServerResponse = "MCP";
@@ -170,16 +181,6 @@ code_agent_service! {
         lsp_references: LspReferencesRequest => LspReferencesResponse = "LSP";
         lsp_symbols: LspSymbolsRequest => LspSymbolsResponse = "LSP";
         lsp_diagnostics: LspDiagnosticsRequest => LspDiagnosticsResponse = "LSP";
-        list_cron_jobs: ListCronJobsRequest => ListCronJobsResponse = "cron";
-        create_cron_job: CreateCronJobRequest => CreateCronJobResponse = "cron";
-        get_cron_job: GetCronJobRequest => GetCronJobResponse = "cron";
-        update_cron_job: UpdateCronJobRequest => UpdateCronJobResponse = "cron";
-        pause_cron_job: PauseCronJobRequest => PauseCronJobResponse = "cron";
-        resume_cron_job: ResumeCronJobRequest => ResumeCronJobResponse = "cron";
-        delete_cron_job: DeleteCronJobRequest => DeleteCronJobResponse = "cron";
-        get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse = "cron";
-        run_cron_job: RunCronJobRequest => RunCronJobResponse = "cron";
-        parse_cron_schedule: ParseCronScheduleRequest => ParseCronScheduleResponse = "cron";
     }
 }
 

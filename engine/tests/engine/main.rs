@@ -9,6 +9,7 @@ mod common;
 mod cli;
 mod context;
 mod control;
+mod cron;
 mod guard;
 mod hitl;
 mod lanes;

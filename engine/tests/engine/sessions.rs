@@ -233,7 +233,6 @@ async fn unbuilt_areas_say_so() {
             .await
             .unwrap_err(),
         c.lsp_hover(LspHoverRequest::default()).await.unwrap_err(),
-        c.list_cron_jobs(ListCronJobsRequest {}).await.unwrap_err(),
     ];
     for status in statuses {
         assert_eq!(status.code(), Code::Unimplemented);
@@ -268,11 +267,12 @@ async fn capabilities_and_health_tell_the_truth() {
             "todo",
             "memory_store",
             "memory_search",
-            "plan"
+            "plan",
+            "cron"
         ]
     );
     assert!(caps.tools[0].parameters.contains(&"command".to_string()));
-    assert_eq!(caps.limits.unwrap().max_tools_per_request, 11);
+    assert_eq!(caps.limits.unwrap().max_tools_per_request, 12);
     assert_eq!(caps.info.unwrap().name, "code-agent");
     let health = h
         .client
