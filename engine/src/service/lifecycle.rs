@@ -14,7 +14,7 @@ use crate::session::canonical_dir_off_worker;
 const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
 
 /// What this engine really does (GetCapabilities.features).
-const FEATURES: [&str; 14] = [
+const FEATURES: [&str; 17] = [
     "streaming",
     "tool_calls",
     "structured_output",
@@ -29,6 +29,9 @@ const FEATURES: [&str; 14] = [
     "todos",
     "providers",
     "steering",
+    "memory",
+    "planning",
+    "cron",
 ];
 
 pub(super) fn agent_info() -> AgentInfo {

@@ -1,7 +1,7 @@
 //! The tonic `CodeAgentService` of the engine: all 77 RPCs. Each area's
 //! handlers live in their own file as inherent methods of [`Service`]; the
-//! trait impl below only unwraps requests and wraps responses. Memory, MCP,
-//! LSP, Cron and Planning answer `UNIMPLEMENTED`, saying so.
+//! trait impl below only unwraps requests and wraps responses. MCP and LSP
+//! answer `UNIMPLEMENTED`, saying so.
 
 mod context;
 mod control;
