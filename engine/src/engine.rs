@@ -53,6 +53,9 @@ pub struct EngineConfig {
     pub client_options: ClientOptions,
     /// Where the sandboxes of tool processes (`bash`) come from.
     pub launcher: EngineLauncher,
+    /// Cron schedules are read at this offset east of UTC, in seconds
+    /// (0, the default: UTC).
+    pub cron_utc_offset_seconds: i32,
 }
 
 impl Default for EngineConfig {
@@ -69,6 +72,7 @@ impl Default for EngineConfig {
             max_sessions: 1024,
             client_options: ClientOptions::default(),
             launcher: EngineLauncher::Default,
+            cron_utc_offset_seconds: 0,
         }
     }
 }
@@ -176,6 +180,7 @@ impl Engine {
                 config.state_dir.as_deref(),
                 sandboxes.clone(),
                 shutdown.clone(),
+                config.cron_utc_offset_seconds,
             )
             .context("loading the cron jobs")?,
         );

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, FixedOffset, TimeZone, Utc};
 use code_agent_proto::{CronExecution, CronExecutionStatus, CronJob, CronJobStatus};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -87,8 +87,8 @@ impl Job {
         }
     }
 
-    fn reschedule(&mut self, now: DateTime<Utc>) {
-        self.next_run = self.schedule.next_after(now);
+    fn reschedule(&mut self, now: DateTime<Utc>, zone: &FixedOffset) {
+        self.next_run = self.schedule.next_after(now, zone);
     }
 }
 
@@ -115,6 +115,7 @@ pub struct CronJobs {
     slots: Semaphore,
     sandboxes: Sandboxes,
     cancel: CancellationToken,
+    zone: FixedOffset,
 }
 
 impl std::fmt::Debug for CronJobs {
@@ -156,11 +157,16 @@ fn parse_schedule(text: &str) -> Result<Schedule, CronError> {
 
 impl CronJobs {
     /// Loads the jobs of `state_dir` (if any); the scheduler is not started.
+    /// Schedules are read at `utc_offset_seconds` east of UTC (0: UTC).
     pub fn open(
         state_dir: Option<&std::path::Path>,
         sandboxes: Sandboxes,
         cancel: CancellationToken,
+        utc_offset_seconds: i32,
     ) -> anyhow::Result<Self> {
+        let zone = FixedOffset::east_opt(utc_offset_seconds).ok_or_else(|| {
+            anyhow::anyhow!("cron UTC offset: {utc_offset_seconds} s is not within ±24 h")
+        })?;
         let file = state_dir.map(JobFile::open).transpose()?;
         let mut jobs = Vec::new();
         if let Some(file) = &file {
@@ -174,7 +180,7 @@ impl CronJobs {
                             running: false,
                             next_run: None,
                         };
-                        job.reschedule(start);
+                        job.reschedule(start, &zone);
                         jobs.push(job);
                     }
                     Err(e) => tracing::warn!(job = %record.name, error = %e, "skipping a cron job"),
@@ -190,6 +196,7 @@ impl CronJobs {
             slots: Semaphore::new(MAX_CONCURRENT_RUNS),
             sandboxes,
             cancel,
+            zone,
         })
     }
 
@@ -265,7 +272,7 @@ impl CronJobs {
                 running: false,
                 next_run: None,
             };
-            job.reschedule(now());
+            job.reschedule(now(), &self.zone);
             let proto = job.to_proto();
             jobs.push(job);
             proto
@@ -308,7 +315,7 @@ impl CronJobs {
             if let Some(schedule) = schedule {
                 job.record.schedule = schedule.expression.clone();
                 job.schedule = schedule;
-                job.reschedule(now());
+                job.reschedule(now(), &self.zone);
             }
             if let Some(command) = command {
                 job.record.command = command;
@@ -329,7 +336,7 @@ impl CronJobs {
         let job = self.with_job(id, |job| {
             job.record.paused = paused;
             job.record.updated_at = now_ms();
-            job.reschedule(now());
+            job.reschedule(now(), &self.zone);
             job.to_proto()
         })?;
         self.save().await;
@@ -434,7 +441,7 @@ impl CronJobs {
                 let mut due = Vec::new();
                 for job in jobs.iter_mut().filter(|j| !j.record.paused) {
                     if job.next_run.is_some_and(|t| t <= at) {
-                        job.reschedule(at);
+                        job.reschedule(at, &self.zone);
                         if job.running {
                             tracing::info!(job = %job.record.name, "cron tick skipped: the previous run is still going");
                         } else {

@@ -11,7 +11,7 @@
 //! `monthly`, `yearly` / `annually`. Times: `9`, `9am`, `9:30`, `9:30 pm`,
 //! `21:15`, `noon`, `midnight`.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, FixedOffset, Utc};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 
@@ -26,9 +26,13 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// The first run strictly after `after`.
-    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron.find_next_occurrence(&after, false).ok()
+    /// The first run strictly after `after`, the expression read in the
+    /// time zone `zone` (a fixed UTC offset).
+    pub fn next_after(&self, after: DateTime<Utc>, zone: &FixedOffset) -> Option<DateTime<Utc>> {
+        self.cron
+            .find_next_occurrence(&after.with_timezone(zone), false)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
     }
 }
 
@@ -214,14 +218,21 @@ mod tests {
         let s = parse("every monday at 10:30").unwrap();
         // 2026-11-24 is a Tuesday.
         let now = Utc.with_ymd_and_hms(2026, 11, 24, 13, 0, 0).unwrap();
+        let utc = FixedOffset::east_opt(0).unwrap();
         assert_eq!(
-            s.next_after(now).unwrap(),
+            s.next_after(now, &utc).unwrap(),
             Utc.with_ymd_and_hms(2026, 11, 30, 10, 30, 0).unwrap()
+        );
+        // 10:30 at UTC+02:00 is 08:30 UTC.
+        let plus2 = FixedOffset::east_opt(2 * 3600).unwrap();
+        assert_eq!(
+            s.next_after(now, &plus2).unwrap(),
+            Utc.with_ymd_and_hms(2026, 11, 30, 8, 30, 0).unwrap()
         );
         assert!(!s.description.is_empty());
         let every = parse("* * * * *").unwrap();
         assert_eq!(
-            every.next_after(now).unwrap(),
+            every.next_after(now, &utc).unwrap(),
             Utc.with_ymd_and_hms(2026, 11, 24, 13, 1, 0).unwrap()
         );
     }
