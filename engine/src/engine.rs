@@ -203,10 +203,17 @@ impl Engine {
             plans: PlanRegistry::default(),
             cron: cron.clone(),
         };
-        tokio::spawn(cron.schedule_loop());
-        Ok(Engine {
-            inner: Arc::new(inner),
-        })
+        tokio::spawn(cron.clone().schedule_loop());
+        let inner = Arc::new(inner);
+        // Cron runs get `Initialize`'s env like `bash` does (looked up at
+        // each run, never written to the jobs file).
+        let weak = Arc::downgrade(&inner);
+        cron.set_env_source(Box::new(move |workspace| {
+            weak.upgrade()
+                .map(|engine| engine.env.env_for(workspace))
+                .unwrap_or_default()
+        }));
+        Ok(Engine { inner })
     }
 
     /// Cancelled once `Shutdown` was called (or [`Engine::shutdown`]).

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset, TimeZone, Utc};
@@ -116,7 +116,11 @@ pub struct CronJobs {
     sandboxes: Sandboxes,
     cancel: CancellationToken,
     zone: FixedOffset,
+    env_source: OnceLock<EnvSource>,
 }
+
+/// The extra environment of a workspace's processes (`Initialize`'s env).
+pub type EnvSource = Box<dyn Fn(&std::path::Path) -> Vec<(String, String)> + Send + Sync>;
 
 impl std::fmt::Debug for CronJobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -197,7 +201,14 @@ impl CronJobs {
             sandboxes,
             cancel,
             zone,
+            env_source: OnceLock::new(),
         })
+    }
+
+    /// Where runs get their workspace's extra environment (set once, by
+    /// the engine; without it runs get only the launcher's allowlist).
+    pub fn set_env_source(&self, source: EnvSource) {
+        let _ = self.env_source.set(source);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Job>> {
@@ -391,6 +402,11 @@ impl CronJobs {
                 job.record.timeout_ms,
             ))
         })??;
+        let env = self
+            .env_source
+            .get()
+            .map(|source| source(&workspace))
+            .unwrap_or_default();
         let exec = match self.slots.acquire().await {
             Ok(_permit) => {
                 run::run(
@@ -398,6 +414,7 @@ impl CronJobs {
                     RunSpec {
                         command: &command,
                         workspace: &workspace,
+                        env: &env,
                         timeout: Duration::from_millis(timeout_ms),
                         sandbox: self.sandboxes.for_workspace(&workspace),
                         cancel: &self.cancel,

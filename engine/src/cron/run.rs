@@ -4,6 +4,8 @@
 //! (start and end kept); on timeout or engine shutdown the whole group is
 //! killed (TERM, then KILL after a grace period) and the run is TIMEOUT or
 //! CANCELLED. Whatever the shell leaves running in its group goes too.
+//! The environment is the launcher's allowlist plus the workspace's
+//! `Initialize` env (as for `bash`).
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -34,6 +36,8 @@ pub struct RunSpec<'a> {
     pub command: &'a str,
     /// Where it runs (canonical).
     pub workspace: &'a Path,
+    /// Extra environment (`Initialize`'s for the workspace).
+    pub env: &'a [(String, String)],
     /// When it is killed.
     pub timeout: Duration,
     /// Its sandbox, or why none may start.
@@ -76,7 +80,7 @@ pub async fn run(job_id: &str, spec: RunSpec<'_>) -> CronExecution {
     cmd.arg("-c")
         .arg(spec.command)
         .current_dir(spec.workspace)
-        .envs(child_env(std::iter::empty(), &[]))
+        .envs(child_env(std::iter::empty(), spec.env))
         .stdin(Stdio::null())
         .stdout(Stdio::from(out_w))
         .stderr(Stdio::from(err_w))

@@ -99,11 +99,21 @@ async fn schedules_parse_from_cron_and_english() {
 #[tokio::test]
 async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
     let mut h = Harness::start(vec![]).await;
+    h.client
+        .initialize(InitializeRequest {
+            workspace: h.ws().display().to_string(),
+            env: std::collections::HashMap::from([(
+                "GIT_CONFIG_COUNT".to_string(),
+                "7".to_string(),
+            )]),
+        })
+        .await
+        .unwrap();
     let job = create(
         &mut h,
         "report",
         "every day at 9am",
-        "pwd; echo out; echo err >&2",
+        "pwd; echo out cfg=$GIT_CONFIG_COUNT; echo err >&2",
         None,
     )
     .await;
@@ -128,7 +138,7 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
     let exec = first.execution.unwrap();
     assert_eq!(exec.status, CronExecutionStatus::Success as i32);
     let ws = h.ws().canonicalize().unwrap();
-    assert_eq!(exec.stdout, format!("{}\nout\n", ws.display()));
+    assert_eq!(exec.stdout, format!("{}\nout cfg=7\n", ws.display()));
     assert_eq!(exec.stderr, "err\n");
     assert_eq!(exec.exit_code, Some(0));
 
