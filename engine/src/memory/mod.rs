@@ -63,12 +63,43 @@ impl MemoryRegistry {
         dir.join(format!("{id}.sqlite3"))
     }
 
+    /// Session `id` became FILE (`file_backed`) or MEMORY: its memories move
+    /// to a file under the state dir, or into memory (the file deleted).
+    pub fn storage_changed(&self, id: &str, file_backed: bool) -> Result<(), MemoryError> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(current) = open.get(id).cloned() else {
+            return Ok(()); // opened the right way on first use
+        };
+        let moved = match (&self.dir, file_backed, current.is_file()) {
+            (Some(dir), true, false) => {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    MemoryError::Corrupt(format!("cannot create {}: {e}", dir.display()))
+                })?;
+                let path = self.path_of(dir, id);
+                let _ = std::fs::remove_file(&path);
+                current.copy_to_file(&path)?
+            }
+            (_, false, true) => current.copy_to_memory()?,
+            _ => return Ok(()),
+        };
+        open.insert(id.to_string(), Arc::new(moved));
+        drop(open);
+        if !file_backed {
+            self.delete_files(id);
+        }
+        Ok(())
+    }
+
     /// Forgets session `id`'s store and deletes its file (destroyed session).
     pub fn remove(&self, id: &str) {
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
+        self.delete_files(id);
+    }
+
+    fn delete_files(&self, id: &str) {
         if let Some(dir) = &self.dir {
             for suffix in ["", "-wal", "-shm", "-journal"] {
                 let path = PathBuf::from(format!("{}{suffix}", self.path_of(dir, id).display()));

@@ -70,6 +70,7 @@ pub enum MemoryError {
 /// One session's memory store.
 pub struct MemoryStore {
     conn: Mutex<Connection>,
+    file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -81,20 +82,49 @@ impl std::fmt::Debug for MemoryStore {
 impl MemoryStore {
     /// Opens (creating) the store in `path`.
     pub fn open(path: &Path) -> Result<Self, MemoryError> {
-        Self::init(Connection::open(path)?)
+        Self::init(Connection::open(path)?, Some(path.to_path_buf()))
     }
 
     /// A store that lives in memory only.
     pub fn in_memory() -> Result<Self, MemoryError> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, None)
     }
 
-    fn init(conn: Connection) -> Result<Self, MemoryError> {
+    fn init(conn: Connection, file: Option<std::path::PathBuf>) -> Result<Self, MemoryError> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            file,
         })
+    }
+
+    /// Whether this store is a file (a FILE session's).
+    pub fn is_file(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// A copy of this store written to the new file `path`, opened.
+    pub fn copy_to_file(&self, path: &Path) -> Result<MemoryStore, MemoryError> {
+        let text = path
+            .to_str()
+            .ok_or_else(|| MemoryError::Corrupt(format!("{} is not UTF-8", path.display())))?;
+        self.conn().execute("VACUUM INTO ?1", [text])?;
+        Self::open(path)
+    }
+
+    /// A copy of this store in memory.
+    pub fn copy_to_memory(&self) -> Result<MemoryStore, MemoryError> {
+        let copy = Self::in_memory()?;
+        {
+            let source = self.conn();
+            let mut rows = source.prepare(&format!("SELECT {COLUMNS} FROM memories"))?;
+            let items = rows.query_map([], row_item)?;
+            for item in items {
+                copy.store(&item??)?;
+            }
+        }
+        Ok(copy)
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {

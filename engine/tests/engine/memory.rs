@@ -307,6 +307,47 @@ async fn file_sessions_keep_memories_across_a_restart_memory_sessions_do_not() {
 }
 
 #[tokio::test]
+async fn memories_follow_a_session_that_changes_storage() {
+    let mut h = Harness::start(vec![]).await;
+    let s = h.session().await;
+    store(
+        &mut h,
+        &s,
+        item("moved to disk", MemoryType::Working, 0.5, &[]),
+    )
+    .await;
+    let file = h.state.path().join(format!("memory/{s}.sqlite3"));
+    assert!(!file.exists());
+    let configure = |storage| ConfigureSessionRequest {
+        session_id: s.clone(),
+        config: Some(h.config(storage)),
+    };
+    let to_file = configure(StorageType::File);
+    let to_memory = configure(StorageType::Memory);
+    h.client.configure_session(to_file).await.unwrap();
+    assert!(file.exists());
+    let (mock, workspace, state) = h.stop().await;
+    let mut h = Harness::start_on(mock, workspace, state).await;
+    assert_eq!(
+        stats(&mut h, &s).await.working_count,
+        1,
+        "kept across the restart"
+    );
+    h.client.configure_session(to_memory).await.unwrap();
+    assert!(!file.exists(), "a MEMORY session keeps nothing on disk");
+    let found = search(
+        &mut h,
+        SearchMemoriesRequest {
+            session_id: s.clone(),
+            query: Some("disk".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(found.memories.len(), 1, "still there, in memory");
+}
+
+#[tokio::test]
 async fn the_model_stores_and_searches_memories_in_a_turn() {
     let mock = MockLlm::start(vec![
         MockReply::tool_call(
