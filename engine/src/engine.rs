@@ -17,7 +17,7 @@ use crate::cron::CronJobs;
 use crate::env_registry::EnvRegistry;
 use crate::events::EventBus;
 use crate::llm::ClientOptions;
-use crate::memory::MemoryRegistry;
+use crate::memory::{MemoryRegistry, SessionMemory};
 use crate::model::ModelClients;
 use crate::planning::PlanRegistry;
 use crate::providers::ProviderStore;
@@ -100,7 +100,7 @@ pub(crate) struct EngineInner {
     /// Cancelled by `Shutdown`: every generation is a child of it.
     pub shutdown: CancellationToken,
     /// Every session's memory store (issue 13).
-    pub memory: MemoryRegistry,
+    pub memory: Arc<MemoryRegistry>,
     /// Every session's plans (issue 13).
     pub plans: PlanRegistry,
     /// The engine's cron jobs and scheduler (issue 13).
@@ -199,7 +199,7 @@ impl Engine {
             default_workspace: RwLock::new(default_workspace),
             workspace_root,
             shutdown,
-            memory: MemoryRegistry::new(config_state_dir.as_deref()),
+            memory: Arc::new(MemoryRegistry::new(config_state_dir.as_deref())),
             plans: PlanRegistry::default(),
             cron: cron.clone(),
         };
@@ -381,13 +381,11 @@ impl EngineInner {
         cancel: CancellationToken,
     ) -> ToolContext {
         let mut extensions = crate::tools::Extensions::default();
-        match self
-            .memory
-            .for_session(&session.id, session.is_file_backed())
-        {
-            Ok(store) => extensions.insert(store),
-            Err(error) => tracing::warn!(session_id = %session.id, %error, "memory unavailable"),
-        }
+        extensions.insert(Arc::new(SessionMemory {
+            registry: self.memory.clone(),
+            session_id: session.id.clone(),
+            file_backed: session.is_file_backed(),
+        }));
         extensions.insert(self.plans.for_session(&session.id));
         extensions.insert(self.cron.clone());
         ToolContext {

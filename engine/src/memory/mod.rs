@@ -18,6 +18,26 @@ use std::sync::{Arc, Mutex};
 
 pub use store::{MemoryError, MemoryStore, Tier};
 
+/// A session's memory, opened only when a tool first uses it (so a
+/// session whose model never remembers anything gets no database).
+#[derive(Debug)]
+pub struct SessionMemory {
+    /// The engine's stores.
+    pub registry: Arc<MemoryRegistry>,
+    /// The session.
+    pub session_id: String,
+    /// Whether the session is FILE-backed.
+    pub file_backed: bool,
+}
+
+impl SessionMemory {
+    /// The session's store.
+    pub fn store(&self) -> Result<Arc<MemoryStore>, MemoryError> {
+        self.registry
+            .for_session(&self.session_id, self.file_backed)
+    }
+}
+
 /// The open stores, one per session.
 #[derive(Debug)]
 pub struct MemoryRegistry {

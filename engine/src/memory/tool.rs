@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use code_agent_proto::{MemoryItem, MemoryType};
 use serde_json::{Value, json};
 
-use super::{MemoryStore, input};
+use super::{MemoryStore, SessionMemory, input};
 use crate::tools::args::{object, object_schema, optional_str, optional_u64};
 use crate::tools::{Lane, Tool, ToolContext, ToolInfo, ToolOutput};
 
@@ -61,8 +61,10 @@ fn search_parameters() -> Value {
 
 fn store_of(ctx: &ToolContext) -> Result<Arc<MemoryStore>, String> {
     ctx.extensions
-        .get::<MemoryStore>()
-        .ok_or_else(|| "memory is not available in this session".to_string())
+        .get::<SessionMemory>()
+        .ok_or_else(|| "memory is not available in this session".to_string())?
+        .store()
+        .map_err(|e| e.to_string())
 }
 
 fn tags(args: &Value) -> Result<Vec<String>, String> {

@@ -247,9 +247,22 @@ async fn bad_requests_name_the_field() {
 
 #[tokio::test]
 async fn file_sessions_keep_memories_across_a_restart_memory_sessions_do_not() {
-    let mut h = Harness::start(vec![]).await;
+    let mut h = Harness::start(vec![
+        MockReply::tool_call("t1", "todo", json!({"todos": []})),
+        MockReply::text("done"),
+    ])
+    .await;
     let file = h.session_with(h.config(StorageType::File)).await;
     let mem = h.session().await;
+    // A session whose model uses tools but never memory gets no database.
+    let quiet = h.session_with(h.config(StorageType::File)).await;
+    h.turn(&quiet, "list nothing").await;
+    assert!(
+        !h.state
+            .path()
+            .join(format!("memory/{quiet}.sqlite3"))
+            .exists()
+    );
     store(
         &mut h,
         &file,
