@@ -25,7 +25,8 @@ pub const RECENT_MS: i64 = 24 * 60 * 60 * 1000;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memories (
-    id TEXT PRIMARY KEY,
+    n INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
     content TEXT NOT NULL,
     timestamp INTEGER NOT NULL,
     importance REAL NOT NULL,
@@ -92,6 +93,12 @@ impl MemoryStore {
 
     fn init(conn: Connection, file: Option<std::path::PathBuf>) -> Result<Self, MemoryError> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        if file.is_some() {
+            // One fsync per checkpoint rather than per write; a crash loses
+            // at most the last writes, never the database.
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
         conn.execute_batch(SCHEMA)?;
         Ok(Self {
             conn: Mutex::new(conn),
@@ -135,13 +142,16 @@ impl MemoryStore {
     pub fn store(&self, item: &MemoryItem) -> Result<String, MemoryError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let exists: bool = tx
-            .query_row("SELECT 1 FROM memories WHERE id = ?1", [&item.id], |_| {
-                Ok(true)
+        // The FTS row shares the memory's `n` as its rowid.
+        let old: Option<i64> = tx
+            .query_row("SELECT n FROM memories WHERE id = ?1", [&item.id], |r| {
+                r.get(0)
             })
-            .optional()?
-            .unwrap_or(false);
-        if !exists {
+            .optional()?;
+        if let Some(n) = old {
+            tx.execute("DELETE FROM memories_fts WHERE rowid = ?1", [n])?;
+            tx.execute("DELETE FROM memories WHERE n = ?1", [n])?;
+        } else {
             let count: i64 = tx.query_row("SELECT COUNT(*) FROM memories", [], |r| r.get(0))?;
             if count as usize >= MAX_MEMORIES {
                 return Err(MemoryError::Full);
@@ -149,9 +159,8 @@ impl MemoryStore {
         }
         let tags = serde_json::to_string(&item.tags).unwrap_or_else(|_| "[]".into());
         let metadata = serde_json::to_string(&item.metadata).unwrap_or_else(|_| "{}".into());
-        tx.execute("DELETE FROM memories_fts WHERE id = ?1", [&item.id])?;
         tx.execute(
-            "INSERT OR REPLACE INTO memories
+            "INSERT INTO memories
              (id, content, timestamp, importance, tags, memory_type, metadata, access_count, last_accessed)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
@@ -166,9 +175,10 @@ impl MemoryStore {
                 item.last_accessed
             ],
         )?;
+        let n = tx.last_insert_rowid();
         tx.execute(
-            "INSERT INTO memories_fts (id, content, tags) VALUES (?1, ?2, ?3)",
-            params![item.id, item.content, item.tags.join(" ")],
+            "INSERT INTO memories_fts (rowid, id, content, tags) VALUES (?1, ?2, ?3, ?4)",
+            params![n, item.id, item.content, item.tags.join(" ")],
         )?;
         tx.commit()?;
         Ok(item.id.clone())
@@ -201,48 +211,74 @@ impl MemoryStore {
         now_ms: i64,
     ) -> Result<(Vec<MemoryItem>, u32), MemoryError> {
         let conn = self.conn();
+        // Phase 1: filter and rank on the few columns ranking needs.
+        let min_importance = query.min_importance.map_or(f64::NEG_INFINITY, f64::from);
+        let since = if query.recent_only {
+            now_ms - RECENT_MS
+        } else {
+            i64::MIN
+        };
+        let light = |r: &rusqlite::Row<'_>, bm25: Option<f64>| -> rusqlite::Result<Candidate> {
+            let tags: String = r.get(3)?;
+            Ok(Candidate {
+                item: MemoryItem {
+                    id: r.get(0)?,
+                    timestamp: r.get(1)?,
+                    importance: r.get::<_, f64>(2)? as f32,
+                    tags: if query.tags.is_empty() {
+                        Vec::new()
+                    } else {
+                        serde_json::from_str(&tags).unwrap_or_default()
+                    },
+                    ..Default::default()
+                },
+                bm25,
+            })
+        };
         let mut candidates: Vec<Candidate> = Vec::new();
         let match_expr = query.text.as_deref().and_then(rank::match_expression);
         match (&query.text, match_expr) {
             (Some(_), None) => {} // no searchable word: nothing can match
             (Some(_), Some(expr)) => {
-                let mut stmt = conn.prepare(&format!(
-                    "SELECT {COLUMNS_M}, bm25(memories_fts) FROM memories_fts f
-                     JOIN memories m ON m.id = f.id WHERE memories_fts MATCH ?1"
-                ))?;
-                let rows = stmt.query_map([expr], |r| Ok((row_item(r)?, r.get::<_, f64>(9)?)))?;
+                let mut stmt = conn.prepare_cached(
+                    "SELECT m.id, m.timestamp, m.importance, m.tags, bm25(memories_fts)
+                     FROM memories_fts f JOIN memories m ON m.n = f.rowid
+                     WHERE memories_fts MATCH ?1 AND m.importance >= ?2 AND m.timestamp >= ?3",
+                )?;
+                let rows = stmt.query_map(params![expr, min_importance, since], |r| {
+                    light(r, Some(r.get(4)?))
+                })?;
                 for row in rows {
-                    let (item, bm25) = row?;
-                    candidates.push(Candidate {
-                        item: item?,
-                        bm25: Some(bm25),
-                    });
+                    candidates.push(row?);
                 }
             }
             (None, _) => {
-                let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM memories"))?;
-                let rows = stmt.query_map([], row_item)?;
+                let mut stmt = conn.prepare_cached(
+                    "SELECT id, timestamp, importance, tags FROM memories
+                     WHERE importance >= ?1 AND timestamp >= ?2",
+                )?;
+                let rows = stmt.query_map(params![min_importance, since], |r| light(r, None))?;
                 for row in rows {
-                    candidates.push(Candidate {
-                        item: row??,
-                        bm25: None,
-                    });
+                    candidates.push(row?);
                 }
             }
         }
-        candidates.retain(|c| {
-            query.tags.iter().all(|t| c.item.tags.contains(t))
-                && query
-                    .min_importance
-                    .is_none_or(|min| c.item.importance >= min)
-                && (!query.recent_only || now_ms - c.item.timestamp <= RECENT_MS)
-        });
+        candidates.retain(|c| query.tags.iter().all(|t| c.item.tags.contains(t)));
         let total = candidates.len() as u32;
         let limit = match query.limit {
             0 => DEFAULT_LIMIT,
             n => n.min(MAX_LIMIT),
         };
-        Ok((rank::rank(candidates, now_ms, limit as usize), total))
+        // Phase 2: the whole rows of the best `limit`, in rank order.
+        let mut stmt =
+            conn.prepare_cached(&format!("SELECT {COLUMNS} FROM memories WHERE id = ?1"))?;
+        let mut items = Vec::new();
+        for best in rank::rank(candidates, now_ms, limit as usize) {
+            if let Some(item) = stmt.query_row([&best.id], row_item).optional()? {
+                items.push(item?);
+            }
+        }
+        Ok((items, total))
     }
 
     /// Counts per tier.
@@ -282,7 +318,7 @@ impl MemoryStore {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         tx.execute(
-            &format!("DELETE FROM memories_fts WHERE id IN (SELECT id FROM memories WHERE memory_type IN ({list}))"),
+            &format!("DELETE FROM memories_fts WHERE rowid IN (SELECT n FROM memories WHERE memory_type IN ({list}))"),
             [],
         )?;
         let cleared = tx.execute(
@@ -325,7 +361,6 @@ impl Tier {
 
 const COLUMNS: &str =
     "id, content, timestamp, importance, tags, memory_type, metadata, access_count, last_accessed";
-const COLUMNS_M: &str = "m.id, m.content, m.timestamp, m.importance, m.tags, m.memory_type, m.metadata, m.access_count, m.last_accessed";
 
 type RowItem = Result<MemoryItem, MemoryError>;
 
@@ -359,4 +394,57 @@ fn row_item(r: &rusqlite::Row<'_>) -> rusqlite::Result<RowItem> {
         access_count,
         last_accessed,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn search(store: &MemoryStore, text: &str) -> Vec<String> {
+        let query = Query {
+            text: Some(text.into()),
+            ..Default::default()
+        };
+        let (items, _) = store.search(&query, 0).unwrap();
+        items.into_iter().map(|m| m.content).collect()
+    }
+
+    #[test]
+    fn replacing_a_memory_replaces_its_index_entry() {
+        let store = MemoryStore::in_memory().unwrap();
+        let mut item = MemoryItem {
+            id: "a".into(),
+            content: "alpha".into(),
+            memory_type: MemoryType::Semantic as i32,
+            ..Default::default()
+        };
+        store.store(&item).unwrap();
+        item.content = "beta".into();
+        store.store(&item).unwrap();
+        assert!(search(&store, "alpha").is_empty());
+        assert_eq!(search(&store, "beta"), vec!["beta".to_string()]);
+        assert_eq!(store.stats().unwrap().long_term_count, 1);
+    }
+
+    #[test]
+    fn a_file_store_copies_to_memory_and_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::in_memory().unwrap();
+        for (id, content) in [("a", "first note"), ("b", "second note")] {
+            store
+                .store(&MemoryItem {
+                    id: id.into(),
+                    content: content.into(),
+                    ..Default::default()
+                })
+                .unwrap();
+        }
+        let file = store.copy_to_file(&dir.path().join("m.sqlite3")).unwrap();
+        assert!(file.is_file());
+        assert_eq!(search(&file, "second"), vec!["second note".to_string()]);
+        let back = file.copy_to_memory().unwrap();
+        assert!(!back.is_file());
+        assert_eq!(search(&back, "note").len(), 2);
+        assert_eq!(search(&back, "first"), vec!["first note".to_string()]);
+    }
 }
