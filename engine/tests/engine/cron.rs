@@ -302,6 +302,11 @@ async fn a_job_every_minute_runs_on_the_clock() {
     };
     assert_eq!(exec.status, CronExecutionStatus::Success as i32, "{exec:?}");
     assert!(exec.started_at >= job.next_run.unwrap());
+    eprintln!(
+        "cron run started {} ms after its scheduled minute, took {} ms",
+        exec.started_at - job.next_run.unwrap(),
+        exec.duration_ms.unwrap_or_default()
+    );
     assert!(
         std::fs::read_to_string(h.ws().join("ticks.txt"))
             .unwrap()
