@@ -13,10 +13,13 @@ use code_agent_proto::agent_event::EventType;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use crate::cron::CronJobs;
 use crate::env_registry::EnvRegistry;
 use crate::events::EventBus;
 use crate::llm::ClientOptions;
+use crate::memory::{MemoryRegistry, SessionMemory};
 use crate::model::ModelClients;
+use crate::planning::PlanRegistry;
 use crate::providers::ProviderStore;
 use crate::sandboxes::{EngineLauncher, Sandboxes};
 use crate::session::Session;
@@ -50,6 +53,9 @@ pub struct EngineConfig {
     pub client_options: ClientOptions,
     /// Where the sandboxes of tool processes (`bash`) come from.
     pub launcher: EngineLauncher,
+    /// Cron schedules are read at this offset east of UTC, in seconds
+    /// (0, the default: UTC).
+    pub cron_utc_offset_seconds: i32,
 }
 
 impl Default for EngineConfig {
@@ -66,6 +72,7 @@ impl Default for EngineConfig {
             max_sessions: 1024,
             client_options: ClientOptions::default(),
             launcher: EngineLauncher::Default,
+            cron_utc_offset_seconds: 0,
         }
     }
 }
@@ -94,6 +101,12 @@ pub(crate) struct EngineInner {
     pub shutdown: CancellationToken,
     /// MCP servers, global and per session (module `mcp`).
     pub mcp: crate::mcp::McpManager,
+    /// Every session's memory store (issue 13).
+    pub memory: Arc<MemoryRegistry>,
+    /// Every session's plans (issue 13).
+    pub plans: PlanRegistry,
+    /// The engine's cron jobs and scheduler (issue 13).
+    pub cron: Arc<CronJobs>,
 }
 
 impl std::fmt::Debug for EngineInner {
@@ -162,6 +175,17 @@ impl Engine {
         }
         let sandboxes = Sandboxes::new(&config.launcher, config.state_dir.as_deref())
             .context("preparing the tool sandbox")?;
+        let config_state_dir = config.state_dir.clone();
+        let shutdown = CancellationToken::new();
+        let cron = Arc::new(
+            CronJobs::open(
+                config.state_dir.as_deref(),
+                sandboxes.clone(),
+                shutdown.clone(),
+                config.cron_utc_offset_seconds,
+            )
+            .context("loading the cron jobs")?,
+        );
         let inner = EngineInner {
             sandboxes,
             events: EventBus::new(config.event_buffer),
@@ -170,16 +194,30 @@ impl Engine {
             sessions: RwLock::new(sessions),
             store,
             providers,
-            tools: ToolRegistry::builtin(),
+            tools: crate::cron::tool::with_cron_tools(crate::planning::tool::with_planning_tools(
+                crate::memory::tool::with_memory_tools(ToolRegistry::builtin()),
+            )),
             env: EnvRegistry::default(),
             default_workspace: RwLock::new(default_workspace),
             workspace_root,
             shutdown: CancellationToken::new(),
             mcp: crate::mcp::McpManager::default(),
+            shutdown,
+            memory: Arc::new(MemoryRegistry::new(config_state_dir.as_deref())),
+            plans: PlanRegistry::default(),
+            cron: cron.clone(),
         };
-        Ok(Engine {
-            inner: Arc::new(inner),
-        })
+        tokio::spawn(cron.clone().schedule_loop());
+        let inner = Arc::new(inner);
+        // Cron runs get `Initialize`'s env like `bash` does (looked up at
+        // each run, never written to the jobs file).
+        let weak = Arc::downgrade(&inner);
+        cron.set_env_source(Box::new(move |workspace| {
+            weak.upgrade()
+                .map(|engine| engine.env.env_for(workspace))
+                .unwrap_or_default()
+        }));
+        Ok(Engine { inner })
     }
 
     /// Cancelled once `Shutdown` was called (or [`Engine::shutdown`]).
@@ -254,6 +292,8 @@ impl EngineInner {
         session.mark_destroyed();
         session.generation.cancel();
         self.delete_file(&session).await?;
+        self.memory.remove(id);
+        self.plans.remove(id);
         Ok(session)
     }
 
@@ -344,7 +384,16 @@ impl EngineInner {
         workspace: &Path,
         cancel: CancellationToken,
     ) -> ToolContext {
+        let mut extensions = crate::tools::Extensions::default();
+        extensions.insert(Arc::new(SessionMemory {
+            registry: self.memory.clone(),
+            session_id: session.id.clone(),
+            file_backed: session.is_file_backed(),
+        }));
+        extensions.insert(self.plans.for_session(&session.id));
+        extensions.insert(self.cron.clone());
         ToolContext {
+            extensions,
             workspace: workspace.to_path_buf(),
             cancel,
             env: self.env.env_for(workspace),

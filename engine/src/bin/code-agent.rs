@@ -64,7 +64,31 @@ enum Command {
         /// without Landlock), best-effort or off.
         #[arg(long, env = "CODE_AGENT_SANDBOX", default_value = "best-effort")]
         sandbox: agent_launcher::Mode,
+        /// The time zone cron schedules are read in, as an offset from UTC
+        /// (`+02:00`, `-05:30`, `UTC`).
+        #[arg(long, env = "CODE_AGENT_CRON_UTC_OFFSET", default_value = "UTC", value_parser = utc_offset)]
+        cron_utc_offset: i32,
     },
+}
+
+/// Seconds east of UTC of `+HH:MM`, `-HH:MM`, `+HH`, `Z` or `UTC`.
+fn utc_offset(text: &str) -> Result<i32, String> {
+    let bad = || format!("{text:?} is not a UTC offset like +02:00, -05:30 or UTC");
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("utc") || text.eq_ignore_ascii_case("z") {
+        return Ok(0);
+    }
+    let (sign, rest) = match text.split_at_checked(1) {
+        Some(("+", rest)) => (1, rest),
+        Some(("-", rest)) => (-1, rest),
+        _ => return Err(bad()),
+    };
+    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
+    let (h, m): (i32, i32) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+    if !(0..=23).contains(&h) || !(0..=59).contains(&m) {
+        return Err(bad());
+    }
+    Ok(sign * (h * 3600 + m * 60))
 }
 
 async fn stop_signal(stop: CancellationToken) {
@@ -114,6 +138,7 @@ async fn main() -> anyhow::Result<()> {
             workspace,
             max_steps,
             sandbox,
+            cron_utc_offset,
         } => {
             let options = ServeOptions::load(GuardSources {
                 token_file: auth_token_file.as_deref(),
@@ -146,6 +171,7 @@ async fn main() -> anyhow::Result<()> {
                 workspace_root: Some(workspace_root),
                 max_steps,
                 launcher: code_agent_engine::EngineLauncher::Given(std::sync::Arc::new(launcher)),
+                cron_utc_offset_seconds: cron_utc_offset,
                 ..EngineConfig::default()
             })
             .await?;
@@ -156,5 +182,20 @@ async fn main() -> anyhow::Result<()> {
             tokio::spawn(stop_signal(stop.clone()));
             serve_with(engine, listener, options, stop).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc_offset;
+
+    #[test]
+    fn utc_offsets_parse() {
+        assert_eq!(utc_offset("UTC"), Ok(0));
+        assert_eq!(utc_offset("+02:00"), Ok(7200));
+        assert_eq!(utc_offset("-05:30"), Ok(-19800));
+        assert_eq!(utc_offset("+9"), Ok(32400));
+        assert!(utc_offset("02:00").is_err());
+        assert!(utc_offset("+25:00").is_err());
     }
 }

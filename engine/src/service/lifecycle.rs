@@ -14,7 +14,7 @@ use crate::session::canonical_dir_off_worker;
 const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
 
 /// What this engine really does (GetCapabilities.features).
-const FEATURES: [&str; 15] = [
+const FEATURES: [&str; 18] = [
     "streaming",
     "tool_calls",
     "structured_output",
@@ -30,6 +30,9 @@ const FEATURES: [&str; 15] = [
     "providers",
     "steering",
     "mcp",
+    "memory",
+    "planning",
+    "cron",
 ];
 
 pub(super) fn agent_info() -> AgentInfo {

@@ -2,14 +2,17 @@
 //! handlers live in their own file as inherent methods of [`Service`]; the
 //! trait impl below only unwraps requests and wraps responses (the MCP
 //! handlers get the whole request: its metadata scopes them to a session).
-//! Memory, LSP, Cron and Planning answer `UNIMPLEMENTED`, saying so.
+//! LSP answers `UNIMPLEMENTED`, saying so.
 
 mod context;
 mod control;
+mod cron;
 mod generate;
 mod hitl;
 mod lifecycle;
 mod mcp;
+mod memory;
+mod planning;
 mod policy;
 mod providers;
 mod sessions;
@@ -152,6 +155,25 @@ code_agent_service! {
         remove_provider: RemoveProviderRequest => RemoveProviderResponse;
         set_default_model: SetDefaultModelRequest => SetDefaultModelResponse;
         get_default_model: GetDefaultModelRequest => GetDefaultModelResponse;
+        store_memory: StoreMemoryRequest => StoreMemoryResponse;
+        retrieve_memory: RetrieveMemoryRequest => RetrieveMemoryResponse;
+        search_memories: SearchMemoriesRequest => SearchMemoriesResponse;
+        get_memory_stats: GetMemoryStatsRequest => GetMemoryStatsResponse;
+        clear_memories: ClearMemoriesRequest => ClearMemoriesResponse;
+        create_plan: CreatePlanRequest => CreatePlanResponse;
+        get_plan: GetPlanRequest => GetPlanResponse;
+        extract_goal: ExtractGoalRequest => ExtractGoalResponse;
+        check_goal_achievement: CheckGoalAchievementRequest => CheckGoalAchievementResponse;
+        list_cron_jobs: ListCronJobsRequest => ListCronJobsResponse;
+        create_cron_job: CreateCronJobRequest => CreateCronJobResponse;
+        get_cron_job: GetCronJobRequest => GetCronJobResponse;
+        update_cron_job: UpdateCronJobRequest => UpdateCronJobResponse;
+        pause_cron_job: PauseCronJobRequest => PauseCronJobResponse;
+        resume_cron_job: ResumeCronJobRequest => ResumeCronJobResponse;
+        delete_cron_job: DeleteCronJobRequest => DeleteCronJobResponse;
+        get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse;
+        run_cron_job: RunCronJobRequest => RunCronJobResponse;
+        parse_cron_schedule: ParseCronScheduleRequest => ParseCronScheduleResponse;
     }
     // Handlers that read the request's metadata (the MCP session scope).
     with_metadata {
@@ -162,15 +184,6 @@ code_agent_service! {
         get_mcp_tools: GetMcpToolsRequest => GetMcpToolsResponse;
     }
     not_built {
-        create_plan: CreatePlanRequest => CreatePlanResponse = "planning";
-        get_plan: GetPlanRequest => GetPlanResponse = "planning";
-        extract_goal: ExtractGoalRequest => ExtractGoalResponse = "planning";
-        check_goal_achievement: CheckGoalAchievementRequest => CheckGoalAchievementResponse = "planning";
-        store_memory: StoreMemoryRequest => StoreMemoryResponse = "memory";
-        retrieve_memory: RetrieveMemoryRequest => RetrieveMemoryResponse = "memory";
-        search_memories: SearchMemoriesRequest => SearchMemoriesResponse = "memory";
-        get_memory_stats: GetMemoryStatsRequest => GetMemoryStatsResponse = "memory";
-        clear_memories: ClearMemoriesRequest => ClearMemoriesResponse = "memory";
         start_lsp_server: StartLspServerRequest => StartLspServerResponse = "LSP";
         stop_lsp_server: StopLspServerRequest => StopLspServerResponse = "LSP";
         list_lsp_servers: ListLspServersRequest => ListLspServersResponse = "LSP";
@@ -179,16 +192,6 @@ code_agent_service! {
         lsp_references: LspReferencesRequest => LspReferencesResponse = "LSP";
         lsp_symbols: LspSymbolsRequest => LspSymbolsResponse = "LSP";
         lsp_diagnostics: LspDiagnosticsRequest => LspDiagnosticsResponse = "LSP";
-        list_cron_jobs: ListCronJobsRequest => ListCronJobsResponse = "cron";
-        create_cron_job: CreateCronJobRequest => CreateCronJobResponse = "cron";
-        get_cron_job: GetCronJobRequest => GetCronJobResponse = "cron";
-        update_cron_job: UpdateCronJobRequest => UpdateCronJobResponse = "cron";
-        pause_cron_job: PauseCronJobRequest => PauseCronJobResponse = "cron";
-        resume_cron_job: ResumeCronJobRequest => ResumeCronJobResponse = "cron";
-        delete_cron_job: DeleteCronJobRequest => DeleteCronJobResponse = "cron";
-        get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse = "cron";
-        run_cron_job: RunCronJobRequest => RunCronJobResponse = "cron";
-        parse_cron_schedule: ParseCronScheduleRequest => ParseCronScheduleResponse = "cron";
     }
 }
 

@@ -162,6 +162,18 @@ impl Service {
         if was_file && !session.is_file_backed() {
             self.engine.delete_file(&session).await?;
         }
+        if was_file != session.is_file_backed() {
+            // The session's memories follow it to disk or into memory.
+            let (engine, id, file) = (
+                self.engine.clone(),
+                session.id.clone(),
+                session.is_file_backed(),
+            );
+            tokio::task::spawn_blocking(move || engine.memory.storage_changed(&id, file))
+                .await
+                .map_err(|e| Status::internal(format!("moving the memories: {e}")))?
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
         self.engine.persist(&session).await?;
         Ok(ConfigureSessionResponse {
             session: Some(session.to_proto()),

@@ -8,19 +8,20 @@
 //! panics on bad input: it answers a [`ToolOutput`] with `success = false`
 //! and an error the model can read.
 
-mod args;
+pub(crate) mod args;
 mod bash;
-mod cap;
+pub(crate) mod cap;
 mod child_env;
 mod confine;
 mod diff;
 mod edit;
+mod ext;
 mod file_tool;
 mod glob;
 mod grep;
 mod lines;
 mod ls;
-mod process_group;
+pub(crate) mod process_group;
 mod read;
 mod todo;
 mod walk;
@@ -40,6 +41,7 @@ pub use cap::cap_head_tail;
 pub use child_env::{child_env, is_secret_env};
 pub use confine::{confine, relative_display};
 pub use edit::EditTool;
+pub use ext::Extensions;
 pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use ls::LsTool;
@@ -90,6 +92,9 @@ pub struct ToolContext {
     pub todos: Arc<Mutex<Vec<Todo>>>,
     /// The sandbox processes are launched in, or why none may start.
     pub sandbox: Result<Arc<agent_launcher::ThreadSandbox>, String>,
+    /// Handles of the areas whose tools live outside this module (the
+    /// session's memory and plans, the cron scheduler).
+    pub extensions: Extensions,
 }
 
 impl ToolContext {
@@ -105,6 +110,7 @@ impl ToolContext {
             output_cap: DEFAULT_OUTPUT_CAP,
             todos: Arc::new(Mutex::new(Vec::new())),
             sandbox: Err("this tool context has no sandbox".to_string()),
+            extensions: Extensions::default(),
         }
     }
 
@@ -220,6 +226,11 @@ impl ToolRegistry {
                 Arc::new(TodoTool),
             ],
         }
+    }
+
+    /// Adds a tool defined outside this module (memory, planning, cron).
+    pub fn push(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.push(tool);
     }
 
     /// The tool called `name` (exact, lower-case names).

@@ -5,6 +5,7 @@
 //! | `bash` | CommandExecution | `command`, the workspace as `cwd`, no `process_id` until the pid is known (the runner shows the item id meanwhile) | `cwd` and `pid` from the result's metadata, the output (plus the error), `exit_code` |
 //! | `write`, `edit` | FileChange | `write PATH` / `edit PATH` | `add PATH` / `update PATH` (the result's `kind`) followed by the unified diff; on failure the error |
 //! | `todo` | Plan | one `[status] content` line per todo | the same (plus the error, if any) |
+//! | `plan` | Plan | `Goal: …` then one `N. [id] description` line per step | the same (plus the error, if any) |
 //! | `read`, `grep`, `glob`, `ls` | McpToolCall | `read PATH`, `grep PATTERN PATH`, … | the same, then the result (capped) |
 //! | `mcp__SERVER__TOOL` (an MCP server's tool) | McpToolCall | `SERVER/TOOL arguments` | the same, then the result |
 //! | anything else | McpToolCall | `name arguments` | the same, then the result |
@@ -43,6 +44,27 @@ fn todo_lines(args: &Value) -> String {
         .into_iter()
         .flatten()
         .map(|t| format!("[{}] {}", field(t, "status"), field(t, "content")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn plan_lines(args: &Value) -> String {
+    let steps = args
+        .get("steps")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, s)| {
+            format!(
+                "{}. [{}] {}",
+                i + 1,
+                field(s, "id"),
+                field(s, "description")
+            )
+        });
+    std::iter::once(format!("Goal: {}", field(args, "goal")))
+        .chain(steps)
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -96,6 +118,7 @@ pub(crate) fn started(tool: &str, arguments: &str, cwd: &str) -> ToolItem {
         }
         "write" | "edit" => item(ItemKind::FileChange, joined(&[tool, &path])),
         "todo" => item(ItemKind::Plan, todo_lines(&args)),
+        "plan" => item(ItemKind::Plan, plan_lines(&args)),
         "read" | "ls" => item(ItemKind::McpToolCall, joined(&[tool, &path])),
         "grep" | "glob" => item(
             ItemKind::McpToolCall,
@@ -279,6 +302,18 @@ mod tests {
         assert_eq!(
             todo.content.text.as_deref(),
             Some("[pending] a\n[completed] b")
+        );
+
+        let mut plan = started(
+            "plan",
+            r#"{"goal":"add a flag","steps":[{"id":"s1","description":"find it"},{"id":"s2","description":"edit it"}]}"#,
+            "/w",
+        );
+        assert_eq!(plan.content.kind, ItemKind::Plan);
+        complete(&mut plan, &result(true, "recorded plan-1", "", &[]));
+        assert_eq!(
+            plan.content.text.as_deref(),
+            Some("Goal: add a flag\n1. [s1] find it\n2. [s2] edit it")
         );
 
         let mut grep = started("grep", r#"{"pattern":"fn main","path":"src"}"#, "/w");

@@ -52,6 +52,7 @@ both_modes!(
     interrupt_kills_the_running_command,
     a_model_error_fails_the_turn,
     delete_thread_destroys_the_session,
+    a_plan_becomes_a_plan_item,
 );
 
 /// A model that calls `tool` with `args` once, then answers `answer`.
@@ -232,6 +233,27 @@ async fn edit_becomes_a_file_change_and_changes_the_file(mode: Mode) {
     assert_eq!(
         std::fs::read_to_string(spec.workspace.join("notes.txt")).unwrap(),
         "hello there\n"
+    );
+}
+
+async fn a_plan_becomes_a_plan_item(mode: Mode) {
+    let plan = json!({
+        "goal": "add a flag",
+        "steps": [
+            {"id": "s1", "description": "find the parser"},
+            {"id": "s2", "description": "add the flag", "dependencies": ["s1"]}
+        ]
+    });
+    let h = harness(mode, tool_then("call_p", "plan", plan, "Planned.")).await;
+    let spec = h.thread(h.spec("thr-plan")).await;
+    let mut turn = h.turn(&spec, "plan a flag").await;
+    let events = rest(&mut turn).await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed, "{events:#?}");
+    check_item_lifecycles(&events);
+    let item = completed_of(&events, ItemKind::Plan);
+    assert_eq!(
+        item.text.as_deref(),
+        Some("Goal: add a flag\n1. [s1] find the parser\n2. [s2] add the flag")
     );
 }
 

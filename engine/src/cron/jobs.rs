@@ -1,0 +1,498 @@
+//! The cron jobs and their scheduler. Jobs are engine-wide (the proto's
+//! Cron RPCs name no session) and each runs in the workspace it was created
+//! for. The scheduler wakes at the earliest next run (at most every 30 s,
+//! so a clock change is noticed), starts every due job, and stops with the
+//! engine's cancellation token. At most [`MAX_CONCURRENT_RUNS`] runs at a
+//! time (more wait for a slot); a job whose previous run is still going
+//! skips that tick. Runs missed while the engine was stopped are not made
+//! up: after a restart each job's next run is the first one after the start.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use chrono::{DateTime, FixedOffset, TimeZone, Utc};
+use code_agent_proto::{CronExecution, CronExecutionStatus, CronJob, CronJobStatus};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::run::{self, RunSpec};
+use super::schedule::{self, Schedule};
+use super::store::{ExecutionRecord, JobFile, JobRecord};
+use crate::sandboxes::Sandboxes;
+use crate::session::message::now_ms;
+
+/// Jobs the engine holds at most.
+pub const MAX_JOBS: usize = 256;
+/// Runs kept per job (most recent first).
+pub const MAX_HISTORY: usize = 20;
+/// Runs at the same time at most.
+pub const MAX_CONCURRENT_RUNS: usize = 4;
+/// Timeout of a job that names none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+/// Longest timeout accepted.
+pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+const MAX_SLEEP: Duration = Duration::from_secs(30);
+
+/// Why a cron request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CronError {
+    /// Malformed input (the text names the field).
+    #[error("{0}")]
+    Invalid(String),
+    /// No such job.
+    #[error("{0}")]
+    NotFound(String),
+    /// A name taken, the job list full, or a run already going.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+struct Job {
+    record: JobRecord,
+    schedule: Schedule,
+    running: bool,
+    next_run: Option<DateTime<Utc>>,
+}
+
+impl Job {
+    fn to_proto(&self) -> CronJob {
+        let r = &self.record;
+        let status = if self.running {
+            CronJobStatus::Running
+        } else if r.paused {
+            CronJobStatus::Paused
+        } else {
+            CronJobStatus::Active
+        };
+        CronJob {
+            id: r.id.clone(),
+            name: r.name.clone(),
+            schedule: r.schedule.clone(),
+            command: r.command.clone(),
+            status: status as i32,
+            timeout_ms: r.timeout_ms,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            last_run: r.last_run,
+            next_run: if r.paused {
+                None
+            } else {
+                self.next_run.map(|t| t.timestamp_millis())
+            },
+            run_count: r.run_count,
+            fail_count: r.fail_count,
+            working_dir: Some(r.workspace.display().to_string()),
+        }
+    }
+
+    fn reschedule(&mut self, now: DateTime<Utc>, zone: &FixedOffset) {
+        self.next_run = self.schedule.next_after(now, zone);
+    }
+}
+
+/// What a new job is.
+pub struct NewJob {
+    /// Unique name.
+    pub name: String,
+    /// Expression or phrase.
+    pub schedule: String,
+    /// Shell command.
+    pub command: String,
+    /// Timeout (None = [`DEFAULT_TIMEOUT_MS`]).
+    pub timeout_ms: Option<u64>,
+    /// Canonical workspace.
+    pub workspace: PathBuf,
+}
+
+/// The engine's cron jobs.
+pub struct CronJobs {
+    jobs: Mutex<Vec<Job>>,
+    file: Option<JobFile>,
+    save_lock: tokio::sync::Mutex<()>,
+    wake: Notify,
+    slots: Semaphore,
+    sandboxes: Sandboxes,
+    cancel: CancellationToken,
+    zone: FixedOffset,
+    env_source: OnceLock<EnvSource>,
+}
+
+/// The extra environment of a workspace's processes (`Initialize`'s env).
+pub type EnvSource = Box<dyn Fn(&std::path::Path) -> Vec<(String, String)> + Send + Sync>;
+
+impl std::fmt::Debug for CronJobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CronJobs").finish_non_exhaustive()
+    }
+}
+
+fn now() -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(now_ms())
+        .single()
+        .unwrap_or_else(Utc::now)
+}
+
+fn timeout(ms: Option<u64>) -> Result<u64, CronError> {
+    match ms {
+        None => Ok(DEFAULT_TIMEOUT_MS),
+        Some(0) => Err(CronError::Invalid("timeout_ms: must be at least 1".into())),
+        Some(ms) if ms > MAX_TIMEOUT_MS => Err(CronError::Invalid(format!(
+            "timeout_ms: at most {MAX_TIMEOUT_MS} (24 h), got {ms}"
+        ))),
+        Some(ms) => Ok(ms),
+    }
+}
+
+fn command(text: &str) -> Result<String, CronError> {
+    if text.trim().is_empty() {
+        return Err(CronError::Invalid("command: required".into()));
+    }
+    if text.len() > 64 * 1024 {
+        return Err(CronError::Invalid("command: at most 64 KiB".into()));
+    }
+    Ok(text.to_string())
+}
+
+fn parse_schedule(text: &str) -> Result<Schedule, CronError> {
+    schedule::parse(text).map_err(CronError::Invalid)
+}
+
+impl CronJobs {
+    /// Loads the jobs of `state_dir` (if any); the scheduler is not started.
+    /// Schedules are read at `utc_offset_seconds` east of UTC (0: UTC).
+    pub fn open(
+        state_dir: Option<&std::path::Path>,
+        sandboxes: Sandboxes,
+        cancel: CancellationToken,
+        utc_offset_seconds: i32,
+    ) -> anyhow::Result<Self> {
+        let zone = FixedOffset::east_opt(utc_offset_seconds).ok_or_else(|| {
+            anyhow::anyhow!("cron UTC offset: {utc_offset_seconds} s is not within ±24 h")
+        })?;
+        let file = state_dir.map(JobFile::open).transpose()?;
+        let mut jobs = Vec::new();
+        if let Some(file) = &file {
+            let start = now();
+            for record in file.load().map_err(anyhow::Error::msg)? {
+                match schedule::parse(&record.schedule) {
+                    Ok(schedule) => {
+                        let mut job = Job {
+                            record,
+                            schedule,
+                            running: false,
+                            next_run: None,
+                        };
+                        job.reschedule(start, &zone);
+                        jobs.push(job);
+                    }
+                    Err(e) => tracing::warn!(job = %record.name, error = %e, "skipping a cron job"),
+                }
+            }
+            tracing::info!(count = jobs.len(), "reloaded cron jobs");
+        }
+        Ok(Self {
+            jobs: Mutex::new(jobs),
+            file,
+            save_lock: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+            slots: Semaphore::new(MAX_CONCURRENT_RUNS),
+            sandboxes,
+            cancel,
+            zone,
+            env_source: OnceLock::new(),
+        })
+    }
+
+    /// Where runs get their workspace's extra environment (set once, by
+    /// the engine; without it runs get only the launcher's allowlist).
+    pub fn set_env_source(&self, source: EnvSource) {
+        let _ = self.env_source.set(source);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Job>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn with_job<R>(&self, id: &str, f: impl FnOnce(&mut Job) -> R) -> Result<R, CronError> {
+        let mut jobs = self.lock();
+        let job = jobs
+            .iter_mut()
+            .find(|j| j.record.id == id)
+            .ok_or_else(|| CronError::NotFound(format!("id: no cron job {id:?}")))?;
+        Ok(f(job))
+    }
+
+    /// Writes the jobs file (nothing without a state dir).
+    async fn save(&self) {
+        let Some(file) = self.file.clone() else {
+            return;
+        };
+        let _guard = self.save_lock.lock().await;
+        let records: Vec<JobRecord> = self.lock().iter().map(|j| j.record.clone()).collect();
+        let result = tokio::task::spawn_blocking(move || file.save(records)).await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cron jobs not saved"),
+            Err(e) => tracing::warn!(error = %e, "cron jobs not saved"),
+        }
+    }
+
+    /// Creates a job.
+    pub async fn create(&self, new: NewJob) -> Result<CronJob, CronError> {
+        let name = new.name.trim().to_string();
+        if name.is_empty() || name.len() > 128 {
+            return Err(CronError::Invalid(
+                "name: required, at most 128 characters".into(),
+            ));
+        }
+        let schedule = parse_schedule(&new.schedule)?;
+        let command = command(&new.command)?;
+        let timeout_ms = timeout(new.timeout_ms)?;
+        let job = {
+            let mut jobs = self.lock();
+            if jobs.iter().any(|j| j.record.name == name) {
+                return Err(CronError::Conflict(format!(
+                    "name: a cron job named {name:?} exists"
+                )));
+            }
+            if jobs.len() >= MAX_JOBS {
+                return Err(CronError::Conflict(format!(
+                    "at most {MAX_JOBS} cron jobs; delete one first"
+                )));
+            }
+            let at = now_ms();
+            let mut job = Job {
+                record: JobRecord {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    name,
+                    schedule: schedule.expression.clone(),
+                    command,
+                    paused: false,
+                    timeout_ms,
+                    created_at: at,
+                    updated_at: at,
+                    last_run: None,
+                    run_count: 0,
+                    fail_count: 0,
+                    workspace: new.workspace,
+                    history: VecDeque::new(),
+                },
+                schedule,
+                running: false,
+                next_run: None,
+            };
+            job.reschedule(now(), &self.zone);
+            let proto = job.to_proto();
+            jobs.push(job);
+            proto
+        };
+        self.save().await;
+        self.wake.notify_one();
+        Ok(job)
+    }
+
+    /// Every job, in creation order.
+    pub fn list(&self) -> Vec<CronJob> {
+        self.lock().iter().map(Job::to_proto).collect()
+    }
+
+    /// The job with this id, else this name.
+    pub fn get(&self, id: Option<&str>, name: Option<&str>) -> Result<Option<CronJob>, CronError> {
+        let (id, name) = (id.filter(|s| !s.is_empty()), name.filter(|s| !s.is_empty()));
+        if id.is_none() && name.is_none() {
+            return Err(CronError::Invalid("id, name: give one".into()));
+        }
+        Ok(self
+            .lock()
+            .iter()
+            .find(|j| Some(j.record.id.as_str()) == id || Some(j.record.name.as_str()) == name)
+            .map(Job::to_proto))
+    }
+
+    /// Changes a job's schedule, command or timeout.
+    pub async fn update(
+        &self,
+        id: &str,
+        schedule: Option<&str>,
+        command_text: Option<&str>,
+        timeout_ms: Option<u64>,
+    ) -> Result<CronJob, CronError> {
+        let schedule = schedule.map(parse_schedule).transpose()?;
+        let command = command_text.map(command).transpose()?;
+        let timeout_ms = timeout_ms.map(|t| timeout(Some(t))).transpose()?;
+        let job = self.with_job(id, |job| {
+            if let Some(schedule) = schedule {
+                job.record.schedule = schedule.expression.clone();
+                job.schedule = schedule;
+                job.reschedule(now(), &self.zone);
+            }
+            if let Some(command) = command {
+                job.record.command = command;
+            }
+            if let Some(t) = timeout_ms {
+                job.record.timeout_ms = t;
+            }
+            job.record.updated_at = now_ms();
+            job.to_proto()
+        })?;
+        self.save().await;
+        self.wake.notify_one();
+        Ok(job)
+    }
+
+    /// Pauses (`true`) or resumes a job.
+    pub async fn set_paused(&self, id: &str, paused: bool) -> Result<CronJob, CronError> {
+        let job = self.with_job(id, |job| {
+            job.record.paused = paused;
+            job.record.updated_at = now_ms();
+            job.reschedule(now(), &self.zone);
+            job.to_proto()
+        })?;
+        self.save().await;
+        self.wake.notify_one();
+        Ok(job)
+    }
+
+    /// Deletes a job (a run in progress finishes, unrecorded).
+    pub async fn delete(&self, id: &str) -> Result<(), CronError> {
+        {
+            let mut jobs = self.lock();
+            let before = jobs.len();
+            jobs.retain(|j| j.record.id != id);
+            if jobs.len() == before {
+                return Err(CronError::NotFound(format!("id: no cron job {id:?}")));
+            }
+        }
+        self.save().await;
+        Ok(())
+    }
+
+    /// The job's last `limit` runs (default 10), most recent first.
+    pub fn history(&self, id: &str, limit: Option<u32>) -> Result<Vec<CronExecution>, CronError> {
+        let limit = limit.filter(|l| *l > 0).unwrap_or(10) as usize;
+        self.with_job(id, |job| {
+            job.record
+                .history
+                .iter()
+                .take(limit)
+                .map(|e| e.to_proto(&job.record.id))
+                .collect()
+        })
+    }
+
+    /// Runs the job now and waits for the run.
+    pub async fn run_now(&self, id: &str) -> Result<CronExecution, CronError> {
+        self.execute(id).await
+    }
+
+    async fn execute(&self, id: &str) -> Result<CronExecution, CronError> {
+        let (command, workspace, timeout_ms) = self.with_job(id, |job| {
+            if job.running {
+                return Err(CronError::Conflict(format!(
+                    "id: cron job {:?} is running already",
+                    job.record.name
+                )));
+            }
+            job.running = true;
+            Ok((
+                job.record.command.clone(),
+                job.record.workspace.clone(),
+                job.record.timeout_ms,
+            ))
+        })??;
+        let env = self
+            .env_source
+            .get()
+            .map(|source| source(&workspace))
+            .unwrap_or_default();
+        let exec = match self.slots.acquire().await {
+            Ok(_permit) => {
+                run::run(
+                    id,
+                    RunSpec {
+                        command: &command,
+                        workspace: &workspace,
+                        env: &env,
+                        timeout: Duration::from_millis(timeout_ms),
+                        sandbox: self.sandboxes.for_workspace(&workspace),
+                        cancel: &self.cancel,
+                    },
+                )
+                .await
+            }
+            Err(_) => CronExecution {
+                id: uuid::Uuid::new_v4().to_string(),
+                job_id: id.to_string(),
+                status: CronExecutionStatus::Cancelled as i32,
+                started_at: now_ms(),
+                error: Some("the scheduler is closed".into()),
+                ..Default::default()
+            },
+        };
+        let _ = self.with_job(id, |job| {
+            job.running = false;
+            job.record.last_run = Some(exec.started_at);
+            if exec.status == CronExecutionStatus::Success as i32 {
+                job.record.run_count += 1;
+            } else {
+                job.record.fail_count += 1;
+            }
+            job.record
+                .history
+                .push_front(ExecutionRecord::from_proto(&exec));
+            job.record.history.truncate(MAX_HISTORY);
+        });
+        self.save().await;
+        self.wake.notify_one();
+        Ok(exec)
+    }
+
+    /// Runs jobs on time until the engine stops.
+    pub async fn schedule_loop(self: Arc<Self>) {
+        loop {
+            let at = now();
+            let due: Vec<String> = {
+                let mut jobs = self.lock();
+                let mut due = Vec::new();
+                for job in jobs.iter_mut().filter(|j| !j.record.paused) {
+                    if job.next_run.is_some_and(|t| t <= at) {
+                        job.reschedule(at, &self.zone);
+                        if job.running {
+                            tracing::info!(job = %job.record.name, "cron tick skipped: the previous run is still going");
+                        } else {
+                            due.push(job.record.id.clone());
+                        }
+                    }
+                }
+                due
+            };
+            for id in due {
+                let me = self.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = me.execute(&id).await {
+                        tracing::info!(job_id = %id, error = %e, "cron run not started");
+                    }
+                });
+            }
+            let next = self
+                .lock()
+                .iter()
+                .filter(|j| !j.record.paused)
+                .filter_map(|j| j.next_run)
+                .min();
+            let wait = next
+                .and_then(|t| (t - now()).to_std().ok())
+                .unwrap_or(Duration::ZERO)
+                .min(MAX_SLEEP);
+            let wait = if next.is_none() { MAX_SLEEP } else { wait };
+            tokio::select! {
+                () = self.cancel.cancelled() => break,
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        self.slots.close();
+    }
+}

@@ -1,0 +1,206 @@
+//! One run of a cron job: `sh -c COMMAND` in the job's workspace, started
+//! through the workspace's sandbox (the one launcher, like `bash`), its own
+//! process group; stdout and stderr captured separately, each capped
+//! (start and end kept); on timeout or engine shutdown the whole group is
+//! killed (TERM, then KILL after a grace period) and the run is TIMEOUT or
+//! CANCELLED. Whatever the shell leaves running in its group goes too.
+//! The environment is the launcher's allowlist plus the workspace's
+//! `Initialize` env (as for `bash`).
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_launcher::ThreadSandbox;
+use code_agent_proto::{CronExecution, CronExecutionStatus};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+use crate::session::message::now_ms;
+use crate::tools::cap::HeadTail;
+use crate::tools::child_env;
+use crate::tools::process_group::{TERM_GRACE, group_alive, kill_group, signal_group};
+
+/// Bytes kept of each of stdout and stderr per run.
+pub const OUTPUT_CAP: usize = 8 * 1024;
+/// How long to keep reading after the group is gone.
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// What a run needs.
+pub struct RunSpec<'a> {
+    /// The shell command.
+    pub command: &'a str,
+    /// Where it runs (canonical).
+    pub workspace: &'a Path,
+    /// Extra environment (`Initialize`'s for the workspace).
+    pub env: &'a [(String, String)],
+    /// When it is killed.
+    pub timeout: Duration,
+    /// Its sandbox, or why none may start.
+    pub sandbox: Result<Arc<ThreadSandbox>, String>,
+    /// Engine shutdown.
+    pub cancel: &'a CancellationToken,
+}
+
+/// Runs the command; never fails, the execution record says what happened.
+pub async fn run(job_id: &str, spec: RunSpec<'_>) -> CronExecution {
+    let started = Instant::now();
+    let mut exec = CronExecution {
+        id: uuid::Uuid::new_v4().to_string(),
+        job_id: job_id.to_string(),
+        status: CronExecutionStatus::Failed as i32,
+        started_at: now_ms(),
+        ..Default::default()
+    };
+    let finish = |mut exec: CronExecution| {
+        exec.ended_at = Some(now_ms());
+        exec.duration_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        exec
+    };
+    let sandbox = match spec.sandbox {
+        Ok(sandbox) => sandbox,
+        Err(why) => {
+            exec.error = Some(format!("cannot start the command: {why}"));
+            return finish(exec);
+        }
+    };
+    let pipes = std::io::pipe().and_then(|out| std::io::pipe().map(|err| (out, err)));
+    let ((out_r, out_w), (err_r, err_w)) = match pipes {
+        Ok(pipes) => pipes,
+        Err(e) => {
+            exec.error = Some(format!("cannot create pipes: {e}"));
+            return finish(exec);
+        }
+    };
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(spec.command)
+        .current_dir(spec.workspace)
+        .envs(child_env(std::iter::empty(), spec.env))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out_w))
+        .stderr(Stdio::from(err_w))
+        .kill_on_drop(true);
+    let spawned = sandbox.spawn(&mut cmd);
+    drop(cmd);
+    let mut child = match spawned {
+        Ok((child, _applied)) => child,
+        Err(e) => {
+            exec.error = Some(format!("cannot start the command: {e}"));
+            return finish(exec);
+        }
+    };
+    let Some(pid) = child.id() else {
+        exec.error = Some("the command exited before it could be tracked".into());
+        return finish(exec);
+    };
+    let pgid = pid as i32;
+    let guard = GroupGuard(pgid);
+    let stdout = tokio::spawn(read_capped(out_r));
+    let stderr = tokio::spawn(read_capped(err_r));
+    let (mut timed_out, mut cancelled) = (false, false);
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = tokio::time::sleep(spec.timeout) => { timed_out = true; stop(&mut child, pgid).await }
+        () = spec.cancel.cancelled() => { cancelled = true; stop(&mut child, pgid).await }
+    };
+    if group_alive(pgid) {
+        kill_group(pgid, TERM_GRACE).await;
+    }
+    std::mem::forget(guard);
+    exec.stdout = drain(stdout).await;
+    exec.stderr = drain(stderr).await;
+    let (code, signal) = match &status {
+        Ok(s) => (s.code(), s.signal()),
+        Err(_) => (None, None),
+    };
+    exec.exit_code = code;
+    let (state, error) = if timed_out {
+        (
+            CronExecutionStatus::Timeout,
+            Some(format!(
+                "timed out after {} ms; the process group was killed",
+                spec.timeout.as_millis()
+            )),
+        )
+    } else if cancelled {
+        (
+            CronExecutionStatus::Cancelled,
+            Some("the engine stopped".to_string()),
+        )
+    } else {
+        match (&status, code, signal) {
+            (Err(e), _, _) => (
+                CronExecutionStatus::Failed,
+                Some(format!("cannot wait for the command: {e}")),
+            ),
+            (_, Some(0), _) => (CronExecutionStatus::Success, None),
+            (_, Some(c), _) => (
+                CronExecutionStatus::Failed,
+                Some(format!("exited with code {c}")),
+            ),
+            (_, None, Some(s)) => (
+                CronExecutionStatus::Failed,
+                Some(format!("killed by signal {s}")),
+            ),
+            (_, None, None) => (
+                CronExecutionStatus::Failed,
+                Some("ended without an exit status".into()),
+            ),
+        }
+    };
+    exec.status = state as i32;
+    exec.error = error;
+    finish(exec)
+}
+
+/// SIGKILLs the group if the run is dropped before it cleaned up.
+struct GroupGuard(i32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGKILL);
+    }
+}
+
+async fn stop(
+    child: &mut tokio::process::Child,
+    pgid: i32,
+) -> std::io::Result<std::process::ExitStatus> {
+    kill_group(pgid, TERM_GRACE).await;
+    let _ = child.start_kill();
+    child.wait().await
+}
+
+async fn drain(task: tokio::task::JoinHandle<String>) -> String {
+    match tokio::time::timeout(DRAIN_WAIT, task).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(e)) => format!("[output lost: {e}]"),
+        Err(_) => "[output unavailable: a process outside the group kept the pipe open]".into(),
+    }
+}
+
+async fn read_capped(reader: std::io::PipeReader) -> String {
+    let mut kept = HeadTail::new(OUTPUT_CAP);
+    let mut receiver = match pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
+        Ok(receiver) => receiver,
+        Err(e) => return format!("[cannot read output: {e}]"),
+    };
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        match receiver.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => kept.push(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                kept.push(format!("\n[output read failed: {e}]").as_bytes());
+                break;
+            }
+        }
+    }
+    kept.text()
+}
