@@ -198,7 +198,7 @@ async fn steps(
         request_messages.extend(history);
         let request = run.model.request(
             request_messages,
-            run.engine.tools.specs(),
+            run.engine.tool_specs(),
             reasoning_effort.clone(),
             None,
         );

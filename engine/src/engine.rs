@@ -16,12 +16,13 @@ use tonic::Status;
 use crate::env_registry::EnvRegistry;
 use crate::events::EventBus;
 use crate::llm::ClientOptions;
+use crate::lsp::{LspManager, LspTable};
 use crate::model::ModelClients;
 use crate::providers::ProviderStore;
 use crate::sandboxes::{EngineLauncher, Sandboxes};
 use crate::session::Session;
 use crate::store::{FileStore, validate_session_id};
-use crate::tools::{DEFAULT_BASH_TIMEOUT, DEFAULT_OUTPUT_CAP, ToolContext, ToolRegistry};
+use crate::tools::{DEFAULT_BASH_TIMEOUT, DEFAULT_OUTPUT_CAP, Tool, ToolContext, ToolRegistry};
 
 /// How the engine runs.
 #[derive(Debug, Clone)]
@@ -50,6 +51,9 @@ pub struct EngineConfig {
     pub client_options: ClientOptions,
     /// Where the sandboxes of tool processes (`bash`) come from.
     pub launcher: EngineLauncher,
+    /// Language servers by language (defaults: [`LspTable::defaults`]);
+    /// `CODE_AGENT_LSP_SERVERS` adds to it at start.
+    pub lsp_servers: LspTable,
 }
 
 impl Default for EngineConfig {
@@ -66,6 +70,7 @@ impl Default for EngineConfig {
             max_sessions: 1024,
             client_options: ClientOptions::default(),
             launcher: EngineLauncher::Default,
+            lsp_servers: LspTable::defaults(),
         }
     }
 }
@@ -92,6 +97,8 @@ pub(crate) struct EngineInner {
     pub sandboxes: Sandboxes,
     /// Cancelled by `Shutdown`: every generation is a child of it.
     pub shutdown: CancellationToken,
+    /// The language servers (their tools join the built-ins while one runs).
+    pub lsp: LspManager,
 }
 
 impl std::fmt::Debug for EngineInner {
@@ -158,9 +165,21 @@ impl Engine {
             }
             tracing::info!(count = sessions.len(), "reloaded file-backed sessions");
         }
-        let sandboxes = Sandboxes::new(&config.launcher, config.state_dir.as_deref())
-            .context("preparing the tool sandbox")?;
+        let mut lsp_servers = config.lsp_servers.clone();
+        if let Ok(json) = std::env::var("CODE_AGENT_LSP_SERVERS") {
+            lsp_servers
+                .extend_from_json(&json)
+                .map_err(anyhow::Error::msg)?;
+        }
+        let sandboxes = Sandboxes::new(
+            &config.launcher,
+            config.state_dir.as_deref(),
+            &lsp_servers.read_only_paths(),
+        )
+        .context("preparing the tool sandbox")?;
+        let lsp = LspManager::new(lsp_servers, sandboxes.clone());
         let inner = EngineInner {
+            lsp,
             sandboxes,
             events: EventBus::new(config.event_buffer),
             models: ModelClients::new(config.client_options.clone()),
@@ -197,6 +216,41 @@ impl Engine {
 }
 
 impl EngineInner {
+    /// The tool called `name`: a built-in, or an LSP tool while a language
+    /// server runs.
+    pub fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools
+            .get(name)
+            .or_else(|| self.lsp_tools().into_iter().find(|t| t.name() == name))
+    }
+
+    /// Every tool the model has now: the built-ins, then the LSP tools while
+    /// a language server runs.
+    pub fn all_tools(&self) -> Vec<Arc<dyn Tool>> {
+        let mut all = self.tools.all();
+        all.extend(self.lsp_tools());
+        all
+    }
+
+    /// The specs of [`all_tools`](Self::all_tools), sent to the model.
+    pub fn tool_specs(&self) -> Vec<crate::llm::ToolSpec> {
+        let mut specs = self.tools.specs();
+        specs.extend(self.lsp_tools().iter().map(|tool| crate::llm::ToolSpec {
+            name: tool.name().to_string(),
+            description: tool.description().to_string(),
+            parameters: tool.parameters(),
+        }));
+        specs
+    }
+
+    fn lsp_tools(&self) -> Vec<Arc<dyn Tool>> {
+        if self.lsp.any_running() {
+            crate::lsp::lsp_tools(&self.lsp)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Every live session.
     pub fn session_list(&self) -> Vec<Arc<Session>> {
         let mut list: Vec<_> = self
@@ -359,6 +413,7 @@ impl EngineInner {
             session.generation.cancel();
             self.persist_or_report(&session).await;
         }
+        self.lsp.stop_all().await;
         self.sandboxes.close_own();
     }
 }

@@ -40,15 +40,14 @@ impl CallEnv<'_> {
 /// The lane of the tool called `name` (`unknown` for unknown tools).
 pub fn lane_of(env: &CallEnv<'_>, name: &str) -> SessionLane {
     env.engine
-        .tools
-        .get(name)
+        .tool(name)
         .map_or(SessionLane::Unknown, |t| SessionLane::from(t.lane()))
 }
 
 /// Runs one call through permissions, confirmation and its lane handler.
 pub async fn execute(env: &CallEnv<'_>, call: &ToolCallRequest) -> ToolOutput {
-    let Some(tool) = env.engine.tools.get(&call.name) else {
-        let known: Vec<_> = env.engine.tools.all().iter().map(|t| t.name()).collect();
+    let Some(tool) = env.engine.tool(&call.name) else {
+        let known: Vec<_> = env.engine.all_tools().iter().map(|t| t.name()).collect();
         return ToolOutput::err(format!(
             "unknown tool {:?}; the tools are: {}",
             call.name,
@@ -194,7 +193,9 @@ async fn run_internal(env: &CallEnv<'_>, tool: &dyn Tool, args: serde_json::Valu
     let ctx = env
         .engine
         .tool_context(env.session, env.workspace, env.cancel.child_token());
-    tool.run(args, &ctx).await
+    let output = tool.run(args, &ctx).await;
+    // After write/edit, the file's fresh diagnostics when a server handles it.
+    crate::lsp::with_diagnostics(&env.engine.lsp, tool.name(), env.workspace, output).await
 }
 
 async fn hybrid(

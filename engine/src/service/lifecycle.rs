@@ -14,7 +14,7 @@ use crate::session::canonical_dir_off_worker;
 const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
 
 /// What this engine really does (GetCapabilities.features).
-const FEATURES: [&str; 14] = [
+const FEATURES: [&str; 15] = [
     "streaming",
     "tool_calls",
     "structured_output",
@@ -28,6 +28,7 @@ const FEATURES: [&str; 14] = [
     "skills",
     "todos",
     "providers",
+    "lsp",
     "steering",
 ];
 
@@ -88,10 +89,11 @@ impl Service {
         &self,
         _request: GetCapabilitiesRequest,
     ) -> Result<GetCapabilitiesResponse, Status> {
-        let tools: Vec<ToolCapability> = self
-            .engine
-            .tools
-            .all()
+        // The LSP tools are listed always: the model gets them while a
+        // language server runs (StartLspServer).
+        let mut all = self.engine.tools.all();
+        all.extend(crate::lsp::lsp_tools(&self.engine.lsp));
+        let tools: Vec<ToolCapability> = all
             .iter()
             .map(|t| ToolCapability {
                 name: t.name().to_string(),
@@ -147,7 +149,7 @@ impl Service {
                 ),
                 (
                     "unimplemented".to_string(),
-                    "memory,mcp,lsp,cron,planning".to_string(),
+                    "memory,mcp,cron,planning".to_string(),
                 ),
             ]),
         })

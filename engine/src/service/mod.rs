@@ -1,13 +1,14 @@
 //! The tonic `CodeAgentService` of the engine: all 77 RPCs. Each area's
 //! handlers live in their own file as inherent methods of [`Service`]; the
 //! trait impl below only unwraps requests and wraps responses. Memory, MCP,
-//! LSP, Cron and Planning answer `UNIMPLEMENTED`, saying so.
+//! Cron and Planning answer `UNIMPLEMENTED`, saying so.
 
 mod context;
 mod control;
 mod generate;
 mod hitl;
 mod lifecycle;
+mod lsp;
 mod policy;
 mod providers;
 mod sessions;
@@ -144,6 +145,14 @@ code_agent_service! {
         remove_provider: RemoveProviderRequest => RemoveProviderResponse;
         set_default_model: SetDefaultModelRequest => SetDefaultModelResponse;
         get_default_model: GetDefaultModelRequest => GetDefaultModelResponse;
+        start_lsp_server: StartLspServerRequest => StartLspServerResponse;
+        stop_lsp_server: StopLspServerRequest => StopLspServerResponse;
+        list_lsp_servers: ListLspServersRequest => ListLspServersResponse;
+        lsp_hover: LspHoverRequest => LspHoverResponse;
+        lsp_definition: LspDefinitionRequest => LspDefinitionResponse;
+        lsp_references: LspReferencesRequest => LspReferencesResponse;
+        lsp_symbols: LspSymbolsRequest => LspSymbolsResponse;
+        lsp_diagnostics: LspDiagnosticsRequest => LspDiagnosticsResponse;
     }
     not_built {
         create_plan: CreatePlanRequest => CreatePlanResponse = "planning";
@@ -160,14 +169,6 @@ code_agent_service! {
         disconnect_mcp_server: DisconnectMcpServerRequest => DisconnectMcpServerResponse = "MCP";
         list_mcp_servers: ListMcpServersRequest => ListMcpServersResponse = "MCP";
         get_mcp_tools: GetMcpToolsRequest => GetMcpToolsResponse = "MCP";
-        start_lsp_server: StartLspServerRequest => StartLspServerResponse = "LSP";
-        stop_lsp_server: StopLspServerRequest => StopLspServerResponse = "LSP";
-        list_lsp_servers: ListLspServersRequest => ListLspServersResponse = "LSP";
-        lsp_hover: LspHoverRequest => LspHoverResponse = "LSP";
-        lsp_definition: LspDefinitionRequest => LspDefinitionResponse = "LSP";
-        lsp_references: LspReferencesRequest => LspReferencesResponse = "LSP";
-        lsp_symbols: LspSymbolsRequest => LspSymbolsResponse = "LSP";
-        lsp_diagnostics: LspDiagnosticsRequest => LspDiagnosticsResponse = "LSP";
         list_cron_jobs: ListCronJobsRequest => ListCronJobsResponse = "cron";
         create_cron_job: CreateCronJobRequest => CreateCronJobResponse = "cron";
         get_cron_job: GetCronJobRequest => GetCronJobResponse = "cron";

@@ -8,7 +8,7 @@
 //! panics on bad input: it answers a [`ToolOutput`] with `success = false`
 //! and an error the model can read.
 
-mod args;
+pub(crate) mod args;
 mod bash;
 mod cap;
 mod child_env;
@@ -20,7 +20,7 @@ mod glob;
 mod grep;
 mod lines;
 mod ls;
-mod process_group;
+pub(crate) mod process_group;
 mod read;
 mod todo;
 mod walk;

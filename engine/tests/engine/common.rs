@@ -52,7 +52,7 @@ impl Harness {
         Self::start_configured(mock, workspace, state, config).await
     }
 
-    async fn start_configured(
+    pub async fn start_configured(
         mock: MockLlm,
         workspace: TempDir,
         state: TempDir,

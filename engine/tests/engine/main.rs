@@ -13,6 +13,7 @@ mod guard;
 mod hitl;
 mod lanes;
 mod loop_tools;
+mod lsp;
 mod sessions;
 mod skills;
 mod structured;

@@ -235,7 +235,6 @@ async fn unbuilt_areas_say_so() {
         c.list_mcp_servers(ListMcpServersRequest {})
             .await
             .unwrap_err(),
-        c.lsp_hover(LspHoverRequest::default()).await.unwrap_err(),
         c.list_cron_jobs(ListCronJobsRequest {}).await.unwrap_err(),
         c.create_plan(CreatePlanRequest::default())
             .await
@@ -267,11 +266,23 @@ async fn capabilities_and_health_tell_the_truth() {
     assert_eq!(
         tools,
         vec![
-            "bash", "read", "write", "edit", "grep", "glob", "ls", "todo"
+            "bash",
+            "read",
+            "write",
+            "edit",
+            "grep",
+            "glob",
+            "ls",
+            "todo",
+            "lsp_hover",
+            "lsp_definition",
+            "lsp_references",
+            "lsp_symbols",
+            "lsp_diagnostics"
         ]
     );
     assert!(caps.tools[0].parameters.contains(&"command".to_string()));
-    assert_eq!(caps.limits.unwrap().max_tools_per_request, 8);
+    assert_eq!(caps.limits.unwrap().max_tools_per_request, 13);
     assert_eq!(caps.info.unwrap().name, "code-agent");
     let health = h
         .client
