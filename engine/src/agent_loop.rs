@@ -235,6 +235,8 @@ async fn steps(
             run.total.prompt_tokens += usage.prompt_tokens;
             run.total.completion_tokens += usage.completion_tokens;
             run.total.total_tokens += usage.total_tokens;
+            run.total.cache_read_tokens += usage.cache_read_tokens;
+            run.total.cache_write_tokens += usage.cache_write_tokens;
             run.send(chunks::usage(&run.session.id, &usage)).await;
         }
         run.session

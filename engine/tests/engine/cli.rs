@@ -60,7 +60,7 @@ async fn serve_answers_and_stops_on_sigterm() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(caps.tools.len(), 8);
+    assert_eq!(caps.tools.len(), 13, "8 built-ins and 5 LSP tools");
     let created = client
         .create_session(CreateSessionRequest {
             session_id: Some("cli-1".into()),

@@ -6,6 +6,7 @@
 
 mod common;
 
+mod anthropic;
 mod cli;
 mod context;
 mod control;
