@@ -273,7 +273,13 @@ impl LspManager {
         let needle = query.to_lowercase();
         let mut found = Vec::new();
         let mut errors = Vec::new();
-        for server in self.servers().into_iter().filter(|s| s.running()) {
+        let running: Vec<_> = self.servers().into_iter().filter(|s| s.running()).collect();
+        if running.is_empty() {
+            return Err(
+                "no running language server (StartLspServer for a language first)".to_string(),
+            );
+        }
+        for server in running {
             if found.len() >= limit {
                 break;
             }

@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use agent_launcher::ThreadSandbox;
@@ -54,7 +53,9 @@ pub(crate) struct LspServer {
     client: LspClient,
     child: tokio::sync::Mutex<Child>,
     pgid: Option<i32>,
-    documents: Mutex<(HashMap<Url, OpenDocument>, u64)>,
+    /// Open documents and a use clock; held across the notifications of one
+    /// sync so that a document's versions reach the server in order.
+    documents: tokio::sync::Mutex<(HashMap<Url, OpenDocument>, u64)>,
 }
 
 impl LspServer {
@@ -98,7 +99,7 @@ impl LspServer {
             client,
             child: tokio::sync::Mutex::new(child),
             pgid,
-            documents: Mutex::new((HashMap::new(), 0)),
+            documents: tokio::sync::Mutex::new((HashMap::new(), 0)),
         };
         if let Err(error) = server.initialize().await {
             server.stop().await;
@@ -192,6 +193,12 @@ impl LspServer {
 
     /// Makes the server see `path`'s current content; returns its URI.
     pub(crate) async fn sync(&self, path: &Path) -> Result<Url, String> {
+        self.sync_changed(path).await.map(|(uri, _)| uri)
+    }
+
+    /// Like [`sync`](Self::sync), also saying whether anything was sent
+    /// (false: the server already had this content).
+    async fn sync_changed(&self, path: &Path) -> Result<(Url, bool), String> {
         let uri = Self::uri(path)?;
         let size = std::fs::metadata(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?
@@ -210,9 +217,9 @@ impl LspServer {
             Open(Option<Url>),
             Change(i32),
         }
+        let mut guard = self.documents.lock().await;
         let step = {
-            let mut docs = self.documents.lock().unwrap_or_else(|e| e.into_inner());
-            let (docs, clock) = &mut *docs;
+            let (docs, clock) = &mut *guard;
             *clock += 1;
             let now = *clock;
             match docs.get_mut(&uri) {
@@ -252,7 +259,7 @@ impl LspServer {
             }
         };
         match step {
-            Step::Unchanged => {}
+            Step::Unchanged => return Ok((uri, false)),
             Step::Open(evicted) => {
                 if let Some(old) = evicted {
                     self.client
@@ -285,7 +292,8 @@ impl LspServer {
                     .await?;
             }
         }
-        Ok(uri)
+        drop(guard);
+        Ok((uri, true))
     }
 
     /// `path`'s diagnostics after the server saw its current content,
@@ -298,7 +306,11 @@ impl LspServer {
     ) -> Result<Option<Vec<Diagnostic>>, String> {
         let uri = Self::uri(path)?;
         let seen = self.client.publish_count(&uri);
-        let uri = self.sync(path).await?;
+        let (uri, changed) = self.sync_changed(path).await?;
+        if !changed && let Some(known) = self.client.diagnostics_of(&uri) {
+            // The server has this content and has published for it.
+            return Ok(Some(known));
+        }
         Ok(self.client.wait_diagnostics(&uri, seen, wait).await)
     }
 

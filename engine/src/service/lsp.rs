@@ -221,11 +221,14 @@ impl Service {
     }
 }
 
-/// A server-side failure: no server for the file is FAILED_PRECONDITION,
-/// anything else (timeout, crash, bad answer) UNAVAILABLE.
+/// A server-side failure: no server for the file (or none at all) is
+/// FAILED_PRECONDITION, anything else (timeout, crash, bad answer)
+/// UNAVAILABLE.
 fn failed(error: String) -> Status {
-    if error.starts_with("no running language server") {
+    if error.starts_with("no running language server handles") {
         Status::failed_precondition(format!("file_path: {error}"))
+    } else if error.starts_with("no running language server") {
+        Status::failed_precondition(error)
     } else {
         Status::unavailable(error)
     }

@@ -6,7 +6,8 @@
 //! turn, and stop. Skips, saying why, only when pip cannot install it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use code_agent_engine::EngineConfig;
 use code_agent_engine::lsp::{LspServerSpec, LspTable};
@@ -113,6 +114,31 @@ async fn harness(replies: Vec<MockReply>) -> Option<Harness> {
     Some(Harness::start_configured(mock, workspace, state, config).await)
 }
 
+/// The environments of the live processes running pylsp with cwd `root`.
+fn pylsp_processes_in(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let dir = entry.path();
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()));
+        if !is_pid || std::fs::read_link(dir.join("cwd")).ok().as_deref() != Some(root) {
+            continue;
+        }
+        let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let zombie = status
+            .lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'));
+        if String::from_utf8_lossy(&cmdline).contains("pylsp") && !zombie {
+            let environ = std::fs::read(dir.join("environ")).unwrap_or_default();
+            found.push(String::from_utf8_lossy(&environ).replace('\0', "\n"));
+        }
+    }
+    found
+}
+
 async fn start_python(h: &mut Harness) -> StartLspServerResponse {
     let root = h.ws().canonicalize().unwrap();
     h.client
@@ -131,8 +157,25 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         return;
     };
     std::fs::write(h.ws().join("app.py"), APP).unwrap();
+    let clock = Instant::now();
     let started = start_python(&mut h).await;
+    let start_ms = clock.elapsed().as_millis();
     assert!(started.success, "{}", started.message);
+    // It runs in the root, launched through the engine's sandbox: the
+    // sandbox's own HOME (under the state dir), the entry's PYTHONPATH.
+    let root = h.ws().canonicalize().unwrap();
+    let processes = pylsp_processes_in(&root);
+    assert_eq!(processes.len(), 1, "{processes:?}");
+    let state = h.state.path().canonicalize().unwrap();
+    let home = processes[0]
+        .lines()
+        .find_map(|l| l.strip_prefix("HOME="))
+        .unwrap();
+    assert!(
+        Path::new(home).starts_with(state.join("sandboxes")),
+        "{home}"
+    );
+    assert!(processes[0].contains("PYTHONPATH="));
     let info = started.server_info.unwrap();
     assert_eq!(info.name, "pylsp");
     assert!(info.version.is_some_and(|v| !v.is_empty()));
@@ -148,6 +191,7 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
     assert_eq!(listed[0].language, "python");
 
     // `greet` in `message = greet("world")` (line 4, 0-based).
+    let clock = Instant::now();
     let hover = h
         .client
         .lsp_hover(LspHoverRequest {
@@ -158,6 +202,7 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         .await
         .unwrap()
         .into_inner();
+    let hover_ms = clock.elapsed().as_millis();
     assert!(hover.found);
     assert!(hover.content.contains("greet"), "{}", hover.content);
 
@@ -217,6 +262,7 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
     );
 
     std::fs::write(h.ws().join("bad.py"), "import os\nprint(undefined_name)\n").unwrap();
+    let clock = Instant::now();
     let diagnostics = h
         .client
         .lsp_diagnostics(LspDiagnosticsRequest {
@@ -226,6 +272,11 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         .unwrap()
         .into_inner()
         .diagnostics;
+    let diagnostics_ms = clock.elapsed().as_millis();
+    // Measured, never asserted.
+    eprintln!(
+        "LSP timings (pylsp): start {start_ms} ms, first hover {hover_ms} ms, diagnostics of a new file {diagnostics_ms} ms"
+    );
     let undefined = diagnostics
         .iter()
         .find(|d| d.message.contains("undefined name 'undefined_name'"))
@@ -287,6 +338,19 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         .into_inner()
         .servers;
     assert!(listed.is_empty());
+    assert!(
+        pylsp_processes_in(&root).is_empty(),
+        "the server outlived Stop"
+    );
+    let err = h
+        .client
+        .lsp_symbols(LspSymbolsRequest {
+            query: String::new(),
+            limit: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
     let err = h
         .client
         .lsp_hover(LspHoverRequest {
