@@ -193,3 +193,117 @@ async fn a_wrong_key_is_unauthenticated() {
     assert_eq!(mock.remaining(), 1);
     h.stop().await;
 }
+
+/// `code-agent serve` with only ANTHROPIC_* in its environment: the built-in
+/// `anthropic` provider is the default, a turn reaches the mock Messages
+/// API, and the key appears nowhere in its logs or answers.
+#[tokio::test]
+async fn the_builtin_provider_comes_from_the_environment_of_code_agent_serve() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mock =
+        MockAnthropic::start(vec![AnthropicReply::text("Hello from Claude.")], Some(KEY)).await;
+    let state = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_code-agent"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(state.path())
+        .arg("--workspace")
+        .arg(workspace.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", mock.base_url())
+        .env("ANTHROPIC_MODELS", "claude-env-1,claude-env-2")
+        .env("RUST_LOG", "debug")
+        .env("CODE_AGENT_AUTH_TOKEN", "anthropic-test-token")
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("serving")
+                && let Some(rest) = line.split("addr=").nth(1)
+            {
+                return rest.split_whitespace().next().unwrap().to_string();
+            }
+        }
+        panic!("the server never said where it listens");
+    })
+    .await
+    .unwrap();
+    // Keep reading the log (everything it says is checked for the key).
+    let log = tokio::spawn(async move {
+        let mut all = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let bearer: tonic::metadata::MetadataValue<_> = "Bearer anthropic-test-token".parse().unwrap();
+    let mut client =
+        code_agent_proto::code_agent_service_client::CodeAgentServiceClient::with_interceptor(
+            channel,
+            move |mut req: tonic::Request<()>| {
+                req.metadata_mut().insert("authorization", bearer.clone());
+                Ok(req)
+            },
+        );
+    let default = client
+        .get_default_model(GetDefaultModelRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(default.provider.as_deref(), Some("anthropic"));
+    assert_eq!(default.model.as_deref(), Some("claude-env-1"));
+    let providers = client
+        .list_providers(ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let anthropic = providers
+        .providers
+        .iter()
+        .find(|p| p.name == "anthropic")
+        .unwrap();
+    assert_eq!(anthropic.api_key.as_deref(), Some("***"));
+    assert_eq!(anthropic.models.len(), 2);
+    let session = client
+        .create_session(CreateSessionRequest {
+            session_id: None,
+            config: Some(SessionConfig::default()),
+            initial_context: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let answer = client
+        .generate(user_request(&session, "hi", HashMap::new()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.message.unwrap().content, "Hello from Claude.");
+    assert_eq!(mock.requests()[0]["model"], "claude-env-1");
+
+    let pid = i32::try_from(child.id().unwrap()).unwrap();
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let log = log.await.unwrap();
+    assert!(log.contains("anthropic messages request"), "{log}");
+    assert!(!log.contains(KEY), "the key reached the log");
+}

@@ -114,8 +114,9 @@ async fn harness(replies: Vec<MockReply>) -> Option<Harness> {
     Some(Harness::start_configured(mock, workspace, state, config).await)
 }
 
-/// The environments of the live processes running pylsp with cwd `root`.
-fn pylsp_processes_in(root: &Path) -> Vec<String> {
+/// The pids and environments of the live processes running pylsp with cwd
+/// `root`.
+fn pylsp_processes_in(root: &Path) -> Vec<(i32, String)> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let dir = entry.path();
@@ -133,7 +134,8 @@ fn pylsp_processes_in(root: &Path) -> Vec<String> {
             .any(|l| l.starts_with("State:") && l.contains('Z'));
         if String::from_utf8_lossy(&cmdline).contains("pylsp") && !zombie {
             let environ = std::fs::read(dir.join("environ")).unwrap_or_default();
-            found.push(String::from_utf8_lossy(&environ).replace('\0', "\n"));
+            let pid = entry.file_name().to_string_lossy().parse().unwrap();
+            found.push((pid, String::from_utf8_lossy(&environ).replace('\0', "\n")));
         }
     }
     found
@@ -168,6 +170,7 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
     assert_eq!(processes.len(), 1, "{processes:?}");
     let state = h.state.path().canonicalize().unwrap();
     let home = processes[0]
+        .1
         .lines()
         .find_map(|l| l.strip_prefix("HOME="))
         .unwrap();
@@ -175,7 +178,7 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         Path::new(home).starts_with(state.join("sandboxes")),
         "{home}"
     );
-    assert!(processes[0].contains("PYTHONPATH="));
+    assert!(processes[0].1.contains("PYTHONPATH="));
     let info = started.server_info.unwrap();
     assert_eq!(info.name, "pylsp");
     assert!(info.version.is_some_and(|v| !v.is_empty()));
@@ -372,7 +375,23 @@ async fn a_turn_that_writes_a_broken_file_gets_its_diagnostics_and_the_lsp_tools
             "write",
             json!({"path": "broken.py", "content": "value = missing_thing + 1\n"}),
         ),
+        MockReply::tool_call(
+            "e1",
+            "edit",
+            json!({"path": "broken.py", "old_string": "missing_thing", "new_string": "2"}),
+        ),
         MockReply::tool_call("s1", "lsp_symbols", json!({"query": "value"})),
+        // 1-based: `value` at line 1, column 1.
+        MockReply::tool_call(
+            "h1",
+            "lsp_references",
+            json!({"path": "broken.py", "line": 1, "column": 1}),
+        ),
+        MockReply::tool_call(
+            "h2",
+            "lsp_hover",
+            json!({"path": "broken.py", "line": 0, "column": 1}),
+        ),
         MockReply::text("done"),
     ];
     let Some(mut h) = harness(replies).await else {
@@ -383,7 +402,7 @@ async fn a_turn_that_writes_a_broken_file_gets_its_diagnostics_and_the_lsp_tools
     let s = h.session().await;
     let chunks = h.turn(&s, "write broken.py").await;
     let results = results(&chunks);
-    assert_eq!(results.len(), 2, "{chunks:?}");
+    assert_eq!(results.len(), 5, "{chunks:?}");
     let write = &results[0];
     assert!(write.success, "{write:?}");
     assert!(
@@ -394,12 +413,32 @@ async fn a_turn_that_writes_a_broken_file_gets_its_diagnostics_and_the_lsp_tools
         write.output
     );
     assert_eq!(write.metadata["diagnostics"], "1");
-    let symbols = &results[1];
+    // The fix clears them.
+    let edit = &results[1];
+    assert!(edit.success, "{edit:?}");
+    assert!(
+        edit.output.contains("[pylsp: no diagnostics in broken.py]"),
+        "{}",
+        edit.output
+    );
+    assert_eq!(edit.metadata["diagnostics"], "0");
+    let symbols = &results[2];
     assert!(symbols.success, "{symbols:?}");
     assert!(
-        symbols.output.contains("variable value"),
+        symbols.output.contains("variable value — broken.py:1:1"),
         "{}",
         symbols.output
+    );
+    let references = &results[3];
+    assert!(references.success, "{references:?}");
+    assert_eq!(references.output, "broken.py:1:1");
+    // Lines are 1-based for the model: 0 is refused, naming the argument.
+    let hover = &results[4];
+    assert!(!hover.success);
+    assert!(
+        hover.output.contains("`line` is 1-based"),
+        "{}",
+        hover.output
     );
     // The model was offered the LSP tools while the server ran.
     let request = &h.mock.requests()[0];
@@ -437,5 +476,63 @@ async fn without_a_running_server_the_model_gets_no_lsp_tools_and_writes_carry_n
     assert!(write.success);
     assert!(!write.metadata.contains_key("diagnostics"));
     assert!(!request_mentions(&h.mock, 0, "lsp_hover"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_crashed_server_shows_not_running_and_starts_again() {
+    let Some(mut h) = harness(vec![]).await else {
+        return;
+    };
+    std::fs::write(h.ws().join("app.py"), APP).unwrap();
+    assert!(start_python(&mut h).await.success);
+    let root = h.ws().canonicalize().unwrap();
+    let processes = pylsp_processes_in(&root);
+    assert_eq!(processes.len(), 1);
+    // SAFETY: kill only sends a signal to the server this test started.
+    unsafe { libc::kill(processes[0].0, libc::SIGKILL) };
+    let listed = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let servers = h
+                .client
+                .list_lsp_servers(ListLspServersRequest {})
+                .await
+                .unwrap()
+                .into_inner()
+                .servers;
+            if servers.iter().all(|s| !s.running) {
+                return servers;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(listed.len(), 1, "a crashed server stays listed");
+    let err = h
+        .client
+        .lsp_hover(LspHoverRequest {
+            file_path: "app.py".into(),
+            line: 4,
+            column: 11,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    // Starting it again replaces the dead one.
+    let started = start_python(&mut h).await;
+    assert!(started.success, "{}", started.message);
+    assert!(started.message.contains("started"), "{}", started.message);
+    let hover = h
+        .client
+        .lsp_hover(LspHoverRequest {
+            file_path: "app.py".into(),
+            line: 4,
+            column: 11,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(hover.found);
     h.stop().await;
 }
