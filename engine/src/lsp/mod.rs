@@ -264,13 +264,24 @@ impl LspManager {
     /// Symbols whose name contains `query` (case-insensitive; empty = all),
     /// at most `limit`: each running server's `workspace/symbol`, or, for a
     /// server without it, the document symbols of its files (at most
-    /// [`SYMBOL_FALLBACK_FILES`] files under its root).
+    /// [`SYMBOL_FALLBACK_FILES`] files under its root). With `within` (a
+    /// session's workspace), only symbols defined in files under it.
     pub async fn symbols(
         &self,
         query: &str,
         limit: usize,
+        within: Option<&Path>,
     ) -> Result<Vec<SymbolInformation>, String> {
         let needle = query.to_lowercase();
+        let wanted = |s: &SymbolInformation| {
+            s.name.to_lowercase().contains(&needle)
+                && within.is_none_or(|dir| {
+                    s.location
+                        .uri
+                        .to_file_path()
+                        .is_ok_and(|path| path.starts_with(dir))
+                })
+        };
         let mut found = Vec::new();
         let mut errors = Vec::new();
         let running: Vec<_> = self.servers().into_iter().filter(|s| s.running()).collect();
@@ -283,6 +294,14 @@ impl LspManager {
             if found.len() >= limit {
                 break;
             }
+            // Where this server's files of interest are: its root, or
+            // `within` when that is inside it; nothing when they are apart.
+            let scope = match within {
+                None => server.root.clone(),
+                Some(dir) if dir.starts_with(&server.root) => dir.to_path_buf(),
+                Some(dir) if server.root.starts_with(dir) => server.root.clone(),
+                Some(_) => continue,
+            };
             let mut list = if server.has_workspace_symbols() {
                 match server.workspace_symbols(query).await {
                     Ok(list) => list,
@@ -293,10 +312,10 @@ impl LspManager {
                 }
             } else {
                 let mut list = Vec::new();
-                for file in server.source_files(SYMBOL_FALLBACK_FILES) {
+                for file in server.source_files(&scope, SYMBOL_FALLBACK_FILES) {
                     match server.document_symbols(&file).await {
                         Ok(mut symbols) => {
-                            symbols.retain(|s| s.name.to_lowercase().contains(&needle));
+                            symbols.retain(&wanted);
                             list.extend(symbols);
                         }
                         Err(e) => errors.push(e),
@@ -307,7 +326,7 @@ impl LspManager {
                 }
                 list
             };
-            list.retain(|s| s.name.to_lowercase().contains(&needle));
+            list.retain(&wanted);
             found.extend(list);
         }
         found.truncate(limit);
@@ -317,6 +336,16 @@ impl LspManager {
             return Err(error);
         }
         Ok(found)
+    }
+
+    /// Like [`diagnostics`](Self::diagnostics) for every file, keeping only
+    /// files under `within` (a session's workspace).
+    pub fn diagnostics_within(&self, within: &Path) -> Vec<(Url, Vec<Diagnostic>)> {
+        self.servers()
+            .iter()
+            .flat_map(|s| s.diagnostics(None))
+            .filter(|(uri, _)| uri.to_file_path().is_ok_and(|p| p.starts_with(within)))
+            .collect()
     }
 
     /// The diagnostics of `path` (canonical) as last published, or of every

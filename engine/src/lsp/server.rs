@@ -466,11 +466,11 @@ impl LspServer {
         })
     }
 
-    /// The files of this server's languages under its root (gitignore
-    /// respected), at most `limit`.
-    pub(crate) fn source_files(&self, limit: usize) -> Vec<PathBuf> {
+    /// The files of this server's languages under `dir` (its root or a
+    /// directory inside it; gitignore respected), at most `limit`.
+    pub(crate) fn source_files(&self, dir: &Path, limit: usize) -> Vec<PathBuf> {
         let mut files = Vec::new();
-        for entry in ignore::WalkBuilder::new(&self.root).build().flatten() {
+        for entry in ignore::WalkBuilder::new(dir).build().flatten() {
             if files.len() >= limit {
                 break;
             }

@@ -204,7 +204,8 @@ impl LspTool {
             Kind::Symbols => {
                 let query = required_str(args, "query")?;
                 let limit = optional_u64(args, "limit")?.unwrap_or(20).clamp(1, 200) as usize;
-                let symbols = self.lsp.symbols(query, limit).await?;
+                // Only what is defined in this session's workspace.
+                let symbols = self.lsp.symbols(query, limit, Some(root)).await?;
                 if symbols.is_empty() {
                     return Ok(format!("No symbols match {query:?}."));
                 }
@@ -237,7 +238,7 @@ impl LspTool {
                         let uri = super::server::LspServer::uri(&path)?;
                         vec![(uri, list)]
                     }
-                    None => self.lsp.diagnostics(None)?,
+                    None => self.lsp.diagnostics_within(root),
                 };
                 let mut lines = Vec::new();
                 for (uri, list) in &all {

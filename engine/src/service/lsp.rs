@@ -180,7 +180,7 @@ impl Service {
         let symbols = self
             .engine
             .lsp
-            .symbols(&request.query, limit)
+            .symbols(&request.query, limit, None)
             .await
             .map_err(failed)?;
         Ok(LspSymbolsResponse {

@@ -536,3 +536,65 @@ async fn a_crashed_server_shows_not_running_and_starts_again() {
     assert!(hover.found);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_sees_no_symbols_or_diagnostics_of_another_workspace() {
+    let replies = vec![
+        MockReply::tool_call("s1", "lsp_symbols", json!({"query": ""})),
+        MockReply::tool_call("d1", "lsp_diagnostics", json!({})),
+        MockReply::text("done"),
+    ];
+    let Some(mut h) = harness(replies).await else {
+        return;
+    };
+    let (a, b) = (h.ws().join("a"), h.ws().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::write(
+        b.join("other.py"),
+        "def secret_helper():\n    return nope\n",
+    )
+    .unwrap();
+    let started = h
+        .client
+        .start_lsp_server(StartLspServerRequest {
+            language: "python".into(),
+            root_uri: b.canonicalize().unwrap().display().to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(started.success, "{}", started.message);
+    // Through the RPCs (not scoped to a session) b's symbol and error show.
+    let diagnostics = h
+        .client
+        .lsp_diagnostics(LspDiagnosticsRequest {
+            file_path: Some(b.join("other.py").display().to_string()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .diagnostics;
+    assert!(diagnostics.iter().any(|d| d.message.contains("'nope'")));
+    let symbols = h
+        .client
+        .lsp_symbols(LspSymbolsRequest {
+            query: "secret".into(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .symbols;
+    assert_eq!(symbols.len(), 1);
+    // A session working in `a` sees none of it.
+    let mut config = h.config(StorageType::Memory);
+    config.workspace = a.display().to_string();
+    let s = h.session_with(config).await;
+    let chunks = h.turn(&s, "look around").await;
+    let results = results(&chunks);
+    assert_eq!(results.len(), 2, "{chunks:?}");
+    assert_eq!(results[0].output, "No symbols match \"\".");
+    assert_eq!(results[1].output, "No diagnostics.");
+    h.stop().await;
+}
