@@ -169,7 +169,12 @@ impl LspServer {
 
     /// Whether the process still answers.
     pub(crate) fn running(&self) -> bool {
-        self.client.alive()
+        let alive = self.client.alive();
+        if !alive && let Ok(mut child) = self.child.try_lock() {
+            // A server that died is reaped here (no zombie until Stop).
+            let _ = child.try_wait();
+        }
+        alive
     }
 
     /// Whether `path` (canonical) is under this server's root and has one of
