@@ -23,10 +23,18 @@ const PYLSP_VERSION: &str = "1.15.0";
 
 const APP: &str = "def greet(name):\n    return \"hello \" + name\n\n\nmessage = greet(\"world\")\nprint(message)\n";
 
+/// [`install`] once per test process (the tests of this file run in
+/// parallel and would otherwise install side by side).
+fn install_pylsp() -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    static ONCE: std::sync::OnceLock<Result<(PathBuf, PathBuf, PathBuf), String>> =
+        std::sync::OnceLock::new();
+    ONCE.get_or_init(install).clone()
+}
+
 /// The real Python interpreter (not a pyenv shim, which needs the user's
 /// HOME), its prefix, and `<target>/pylsp/<version>` with pylsp installed
-/// (pip --target).
-fn install_pylsp() -> Result<(PathBuf, PathBuf, PathBuf), String> {
+/// (pip --target; staged and renamed, so a half-done install is never used).
+fn install() -> Result<(PathBuf, PathBuf, PathBuf), String> {
     let python = std::process::Command::new("python3")
         .args([
             "-c",
