@@ -196,8 +196,9 @@ async fn steps(
         let (system, history) = prompt::conversation(run.session, &run.workspace);
         let mut request_messages = vec![crate::llm::ChatMessage::system(system)];
         request_messages.extend(history);
-        // The built-in tools, then the session's MCP servers' tools.
-        let mut specs = run.engine.tools.specs();
+        // The built-in tools (with the LSP tools while a language server
+        // runs), then the session's MCP servers' tools.
+        let mut specs = run.engine.tool_specs();
         specs.extend(crate::mcp::specs(&run.engine.mcp, &run.session.id));
         let request = run
             .model
@@ -235,6 +236,8 @@ async fn steps(
             run.total.prompt_tokens += usage.prompt_tokens;
             run.total.completion_tokens += usage.completion_tokens;
             run.total.total_tokens += usage.total_tokens;
+            run.total.cache_read_tokens += usage.cache_read_tokens;
+            run.total.cache_write_tokens += usage.cache_write_tokens;
             run.send(chunks::usage(&run.session.id, &usage)).await;
         }
         run.session

@@ -21,14 +21,24 @@ fn chunk(kind: &str, session_id: &str) -> GenerateChunk {
 }
 
 fn usage_metadata(usage: &Usage) -> HashMap<String, String> {
-    HashMap::from([
+    let mut metadata = HashMap::from([
         ("prompt_tokens".to_string(), usage.prompt_tokens.to_string()),
         (
             "completion_tokens".to_string(),
             usage.completion_tokens.to_string(),
         ),
         ("total_tokens".to_string(), usage.total_tokens.to_string()),
-    ])
+    ]);
+    // Prompt-cache counts, when the provider reports them (Anthropic).
+    for (key, value) in [
+        ("cache_read_tokens", usage.cache_read_tokens),
+        ("cache_write_tokens", usage.cache_write_tokens),
+    ] {
+        if value > 0 {
+            metadata.insert(key.to_string(), value.to_string());
+        }
+    }
+    metadata
 }
 
 pub fn content(session_id: &str, delta: String) -> GenerateChunk {

@@ -18,13 +18,14 @@ use crate::env_registry::EnvRegistry;
 use crate::events::EventBus;
 use crate::llm::ClientOptions;
 use crate::memory::{MemoryRegistry, SessionMemory};
+use crate::lsp::{LspManager, LspTable};
 use crate::model::ModelClients;
 use crate::planning::PlanRegistry;
 use crate::providers::ProviderStore;
 use crate::sandboxes::{EngineLauncher, Sandboxes};
 use crate::session::Session;
 use crate::store::{FileStore, validate_session_id};
-use crate::tools::{DEFAULT_BASH_TIMEOUT, DEFAULT_OUTPUT_CAP, ToolContext, ToolRegistry};
+use crate::tools::{DEFAULT_BASH_TIMEOUT, DEFAULT_OUTPUT_CAP, Tool, ToolContext, ToolRegistry};
 
 /// How the engine runs.
 #[derive(Debug, Clone)]
@@ -56,6 +57,9 @@ pub struct EngineConfig {
     /// Cron schedules are read at this offset east of UTC, in seconds
     /// (0, the default: UTC).
     pub cron_utc_offset_seconds: i32,
+    /// Language servers by language (defaults: [`LspTable::defaults`]);
+    /// `CODE_AGENT_LSP_SERVERS` adds to it at start.
+    pub lsp_servers: LspTable,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +77,7 @@ impl Default for EngineConfig {
             client_options: ClientOptions::default(),
             launcher: EngineLauncher::Default,
             cron_utc_offset_seconds: 0,
+            lsp_servers: LspTable::defaults(),
         }
     }
 }
@@ -107,6 +112,8 @@ pub(crate) struct EngineInner {
     pub plans: PlanRegistry,
     /// The engine's cron jobs and scheduler (issue 13).
     pub cron: Arc<CronJobs>,
+    /// The language servers (their tools join the built-ins while one runs).
+    pub lsp: LspManager,
 }
 
 impl std::fmt::Debug for EngineInner {
@@ -173,8 +180,19 @@ impl Engine {
             }
             tracing::info!(count = sessions.len(), "reloaded file-backed sessions");
         }
-        let sandboxes = Sandboxes::new(&config.launcher, config.state_dir.as_deref())
-            .context("preparing the tool sandbox")?;
+        let mut lsp_servers = config.lsp_servers.clone();
+        if let Ok(json) = std::env::var("CODE_AGENT_LSP_SERVERS") {
+            lsp_servers
+                .extend_from_json(&json)
+                .map_err(anyhow::Error::msg)?;
+        }
+        let sandboxes = Sandboxes::new(
+            &config.launcher,
+            config.state_dir.as_deref(),
+            &lsp_servers.read_only_paths(),
+        )
+        .context("preparing the tool sandbox")?;
+        let lsp = LspManager::new(lsp_servers, sandboxes.clone());
         let config_state_dir = config.state_dir.clone();
         let shutdown = CancellationToken::new();
         let cron = Arc::new(
@@ -187,6 +205,7 @@ impl Engine {
             .context("loading the cron jobs")?,
         );
         let inner = EngineInner {
+            lsp,
             sandboxes,
             events: EventBus::new(config.event_buffer),
             models: ModelClients::new(config.client_options.clone()),
@@ -237,6 +256,41 @@ impl Engine {
 }
 
 impl EngineInner {
+    /// The tool called `name`: a built-in, or an LSP tool while a language
+    /// server runs.
+    pub fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools
+            .get(name)
+            .or_else(|| self.lsp_tools().into_iter().find(|t| t.name() == name))
+    }
+
+    /// Every tool the model has now: the built-ins, then the LSP tools while
+    /// a language server runs.
+    pub fn all_tools(&self) -> Vec<Arc<dyn Tool>> {
+        let mut all = self.tools.all();
+        all.extend(self.lsp_tools());
+        all
+    }
+
+    /// The specs of [`all_tools`](Self::all_tools), sent to the model.
+    pub fn tool_specs(&self) -> Vec<crate::llm::ToolSpec> {
+        let mut specs = self.tools.specs();
+        specs.extend(self.lsp_tools().iter().map(|tool| crate::llm::ToolSpec {
+            name: tool.name().to_string(),
+            description: tool.description().to_string(),
+            parameters: tool.parameters(),
+        }));
+        specs
+    }
+
+    fn lsp_tools(&self) -> Vec<Arc<dyn Tool>> {
+        if self.lsp.any_running() {
+            crate::lsp::lsp_tools(&self.lsp)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Every live session.
     pub fn session_list(&self) -> Vec<Arc<Session>> {
         let mut list: Vec<_> = self
@@ -410,6 +464,7 @@ impl EngineInner {
             session.generation.cancel();
             self.persist_or_report(&session).await;
         }
+        self.lsp.stop_all().await;
         self.sandboxes.close_own();
     }
 }

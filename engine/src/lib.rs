@@ -6,6 +6,7 @@
 //! [`serve`] runs it on a listener until shut down.
 
 pub mod llm;
+pub mod lsp;
 pub mod permissions;
 pub mod providers;
 pub mod skills;

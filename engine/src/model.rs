@@ -1,7 +1,9 @@
 //! Which model a session talks to and how one call is consumed. The
 //! session's `LLMConfig` (provider, model, api_key, base_url, temperature,
 //! max_tokens) picks and overrides what the provider store resolves;
-//! clients are cached per endpoint and key. [`complete`] drives one
+//! clients are cached per API, endpoint and key. A provider named
+//! `anthropic` (or `anthropic-*`/`anthropic.*`) gets the native Messages API
+//! client, every other one the OpenAI-compatible client. [`complete`] drives one
 //! streaming call to its end, handing text and reasoning deltas to the
 //! caller as they arrive.
 
@@ -15,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use crate::llm::{
-    ChatMessage, ChatModel, ChatRequest, ClientOptions, LlmError, OpenAiClient, StreamEvent,
-    ToolSpec, Usage,
+    AnthropicClient, ChatMessage, ChatModel, ChatRequest, ClientOptions, LlmError, OpenAiClient,
+    StreamEvent, ToolSpec, Usage,
 };
-use crate::providers::ProviderStore;
+use crate::providers::{ProviderStore, speaks_anthropic};
 
 /// Distinct (endpoint, key) clients kept; the cache is emptied past it.
 const MAX_CLIENTS: usize = 32;
@@ -54,12 +56,13 @@ impl TurnModel {
     }
 }
 
-type ClientKey = (String, Option<String>);
+/// (speaks Anthropic, endpoint, key).
+type ClientKey = (bool, String, Option<String>);
 
-/// Cached HTTP clients, one per endpoint and key.
+/// Cached HTTP clients, one per API, endpoint and key.
 #[derive(Default)]
 pub struct ModelClients {
-    clients: Mutex<HashMap<ClientKey, Arc<OpenAiClient>>>,
+    clients: Mutex<HashMap<ClientKey, Arc<dyn ChatModel>>>,
     options: ClientOptions,
 }
 
@@ -82,16 +85,25 @@ impl ModelClients {
         }
     }
 
-    fn client(&self, base_url: &str, api_key: Option<String>) -> Result<Arc<OpenAiClient>, Status> {
-        let key = (base_url.to_string(), api_key.clone());
+    fn client(
+        &self,
+        anthropic: bool,
+        base_url: &str,
+        api_key: Option<String>,
+    ) -> Result<Arc<dyn ChatModel>, Status> {
+        let key = (anthropic, base_url.to_string(), api_key.clone());
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
-        let client = Arc::new(
-            OpenAiClient::new(base_url, api_key, self.options.clone())
-                .map_err(|e| Status::failed_precondition(format!("model client: {e}")))?,
-        );
+        let refused = |e: LlmError| Status::failed_precondition(format!("model client: {e}"));
+        let client: Arc<dyn ChatModel> = if anthropic {
+            Arc::new(
+                AnthropicClient::new(base_url, api_key, self.options.clone()).map_err(refused)?,
+            )
+        } else {
+            Arc::new(OpenAiClient::new(base_url, api_key, self.options.clone()).map_err(refused)?)
+        };
         if clients.len() >= MAX_CLIENTS {
             clients.clear();
         }
@@ -135,7 +147,7 @@ impl ModelClients {
             }
         };
         Ok(TurnModel {
-            client: self.client(&base_url, api_key)?,
+            client: self.client(speaks_anthropic(&provider), &base_url, api_key)?,
             provider,
             model,
             temperature: llm.map(|l| l.temperature).filter(|t| *t > 0.0),

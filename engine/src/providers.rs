@@ -5,7 +5,8 @@
 //! ([`ProviderStore::resolve`]). Providers are kept in `providers.json`
 //! (mode 0600) in the engine's state directory when it has one. The
 //! environment adds the built-in `openai` provider (when `OPENAI_API_KEY` or
-//! `OPENAI_BASE_URL` is set) and supplies any provider's key and base URL it
+//! `OPENAI_BASE_URL` is set) and `anthropic` (when `ANTHROPIC_API_KEY` or
+//! `ANTHROPIC_BASE_URL` is set; see [`speaks_anthropic`]) and supplies any provider's key and base URL it
 //! does not configure itself (`<NAME>_API_KEY`, `<NAME>_BASE_URL`), so vLLM,
 //! Ollama, OpenRouter and the like work unchanged. Keys leave the store only
 //! through `resolve`; everything else shows them as `***`.
@@ -19,7 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use code_agent_proto::{GetDefaultModelResponse, ListProvidersResponse, ModelInfo, ProviderInfo};
 use thiserror::Error;
 
-pub use env::{BUILTIN_PROVIDER, EnvLookup, OPENAI_DEFAULT_BASE_URL, OPENAI_DEFAULT_MODEL};
+pub use env::{
+    ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MODEL, ANTHROPIC_PROVIDER, BUILTIN_PROVIDER,
+    EnvLookup, OPENAI_DEFAULT_BASE_URL, OPENAI_DEFAULT_MODEL, speaks_anthropic,
+};
 use file::{StoredModel, StoredProvider, StoredProviders};
 
 /// What list/get show instead of a key; sent back in add/update it means
@@ -206,11 +210,11 @@ impl ProviderStore {
     /// Stored providers, then the built-in one unless a stored one shadows it.
     fn view_of(&self, stored: &StoredProviders) -> Vec<StoredProvider> {
         let mut all = stored.providers.clone();
-        if let Some(builtin) = env::builtin(&self.inner.env)
-            && all.iter().all(|p| p.name != builtin.name)
-        {
-            all.insert(0, builtin);
-        }
+        let builtins: Vec<StoredProvider> = env::builtins(&self.inner.env)
+            .into_iter()
+            .filter(|b| all.iter().all(|p| p.name != b.name))
+            .collect();
+        all.splice(0..0, builtins);
         all
     }
 
@@ -309,11 +313,13 @@ impl ProviderStore {
         if let Some(url) = given(info.base_url.as_deref()) {
             validate_url("provider.base_url", &url)?;
         }
-        let builtin = env::builtin(&self.inner.env);
+        let builtin = env::builtins(&self.inner.env)
+            .into_iter()
+            .find(|b| b.name == info.name);
         let updated = self.mutate(|stored| {
             let pos = match stored.providers.iter().position(|p| p.name == info.name) {
                 Some(pos) => pos,
-                None => match builtin.filter(|b| b.name == info.name) {
+                None => match builtin {
                     Some(b) => {
                         stored.providers.push(b);
                         stored.providers.len() - 1
@@ -354,13 +360,16 @@ impl ProviderStore {
     /// The built-in `openai` comes from the environment and cannot be
     /// removed (a stored `openai` can; the built-in one shows again).
     pub fn remove(&self, name: &str) -> Result<(), ProviderError> {
-        let builtin = env::builtin(&self.inner.env);
+        let builtin = env::builtins(&self.inner.env)
+            .into_iter()
+            .any(|b| b.name == name);
         self.mutate(|stored| {
             let Some(pos) = stored.providers.iter().position(|p| p.name == name) else {
-                if builtin.is_some_and(|b| b.name == name) {
+                if builtin {
+                    let vars = env::var_name(name, "API_KEY/") + &env::var_name(name, "BASE_URL");
                     return Err(ProviderError::Invalid(format!(
-                        "provider {name:?} comes from OPENAI_API_KEY/OPENAI_BASE_URL in the \
-                         engine's environment and cannot be removed"
+                        "provider {name:?} comes from {vars} in the engine's environment and \
+                         cannot be removed"
                     )));
                 }
                 return Err(ProviderError::NotFound(name.to_owned()));
@@ -498,7 +507,7 @@ impl ProviderStore {
 fn no_provider() -> ProviderError {
     ProviderError::NotConfigured(
         "no model provider is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for an \
-         OpenAI-compatible server) or add a provider"
+         OpenAI-compatible server) or ANTHROPIC_API_KEY, or add a provider"
             .into(),
     )
 }

@@ -53,7 +53,13 @@ impl Sandboxes {
     /// The sandboxes of an engine with `state_dir` (its own sandboxes keep
     /// their private dirs under `<state_dir>/sandboxes/`, or a per-user
     /// directory under the system temp dir without one).
-    pub(crate) fn new(launcher: &EngineLauncher, state_dir: Option<&Path>) -> anyhow::Result<Self> {
+    /// `read_only`: extra directories the engine's own sandboxes show
+    /// read-only (language servers' install dirs).
+    pub(crate) fn new(
+        launcher: &EngineLauncher,
+        state_dir: Option<&Path>,
+        read_only: &[PathBuf],
+    ) -> anyhow::Result<Self> {
         let private_root = match state_dir {
             Some(dir) => dir.join("sandboxes"),
             // SAFETY: getuid has no preconditions.
@@ -66,6 +72,7 @@ impl Sandboxes {
                 let mut config = LauncherConfig::new(Mode::BestEffort, "code-agent");
                 config.cgroups = false;
                 config.protected = state_dir.map(Path::to_path_buf).into_iter().collect();
+                config.read_only.extend(read_only.iter().cloned());
                 let launcher = Launcher::new(config)?;
                 let status = launcher.status();
                 if !status.missing.is_empty() {
@@ -213,7 +220,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
-        let sandboxes = Sandboxes::new(&EngineLauncher::RegisteredOnly, None).unwrap();
+        let sandboxes = Sandboxes::new(&EngineLauncher::RegisteredOnly, None, &[]).unwrap();
         let err = sandboxes.for_workspace(&ws).unwrap_err();
         assert!(err.contains("no sandbox is registered"), "{err}");
 

@@ -44,8 +44,7 @@ pub fn lane_of(env: &CallEnv<'_>, name: &str) -> SessionLane {
         return SessionLane::Execute;
     }
     env.engine
-        .tools
-        .get(name)
+        .tool(name)
         .map_or(SessionLane::Unknown, |t| SessionLane::from(t.lane()))
 }
 
@@ -57,11 +56,11 @@ enum Target {
 
 /// Runs one call through permissions, confirmation and its lane handler.
 pub async fn execute(env: &CallEnv<'_>, call: &ToolCallRequest) -> ToolOutput {
-    let target = match env.engine.tools.get(&call.name) {
+    let target = match env.engine.tool(&call.name) {
         Some(tool) => Target::Builtin(tool),
         None if crate::mcp::is_mcp_tool(&call.name) => Target::Mcp,
         None => {
-            let known: Vec<_> = env.engine.tools.all().iter().map(|t| t.name()).collect();
+            let known: Vec<_> = env.engine.all_tools().iter().map(|t| t.name()).collect();
             return ToolOutput::err(format!(
                 "unknown tool {:?}; the tools are: {}",
                 call.name,
@@ -218,7 +217,11 @@ async fn run_internal(
             let ctx = env
                 .engine
                 .tool_context(env.session, env.workspace, env.cancel.child_token());
-            tool.run(args, &ctx).await
+            let output = tool.run(args, &ctx).await;
+            // After write/edit, the file's fresh diagnostics when a server
+            // handles it.
+            crate::lsp::with_diagnostics(&env.engine.lsp, tool.name(), env.workspace, output)
+                .await
         }
         Target::Mcp => {
             let scope = Some(env.session.id.clone());

@@ -128,7 +128,8 @@ async fn streams_text_reasoning_and_usage() {
         Some(Usage {
             prompt_tokens: 12,
             completion_tokens: 3,
-            total_tokens: 15
+            total_tokens: 15,
+            ..Usage::default()
         })
     );
 

@@ -57,7 +57,7 @@ impl Default for ClientOptions {
 }
 
 impl ClientOptions {
-    fn retry_policy(&self) -> RetryPolicy {
+    pub(super) fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy {
             max_retries: self.max_retries,
             initial_backoff: self.initial_backoff,
@@ -112,15 +112,8 @@ impl OpenAiClient {
                 Some(value)
             }
         };
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls_config()?)
-            .connect_timeout(options.connect_timeout)
-            .build()
-            .map_err(|e| {
-                LlmError::Transport(format!("building the HTTP client: {}", error_chain(&e)))
-            })?;
         Ok(OpenAiClient {
-            http,
+            http: http_client(&options)?,
             endpoint,
             authorization,
             options,
@@ -205,6 +198,16 @@ impl ChatModel for OpenAiClient {
         }
         Ok(sse_events(response, cancel, self.options.idle_timeout))
     }
+}
+
+/// The HTTP client every model client uses: rustls (ring, platform trust
+/// store) and the connect timeout.
+pub(super) fn http_client(options: &ClientOptions) -> Result<reqwest::Client, LlmError> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls_config()?)
+        .connect_timeout(options.connect_timeout)
+        .build()
+        .map_err(|e| LlmError::Transport(format!("building the HTTP client: {}", error_chain(&e))))
 }
 
 /// `{base_url}/chat/completions`, checked to be an http(s) URL.

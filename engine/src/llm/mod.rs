@@ -1,9 +1,13 @@
-//! OpenAI-compatible Chat Completions client (streaming) and the model types the agent loop speaks.
+//! Model clients (streaming) and the model types the agent loop speaks.
 //!
 //! * [`types`]: messages, tool specs, requests, usage, stream events.
-//! * [`OpenAiClient`]: the HTTP client (SSE, retries, timeouts, cancellation).
+//! * [`OpenAiClient`]: OpenAI-compatible Chat Completions (SSE, retries, timeouts, cancellation).
+//! * [`AnthropicClient`]: the native Anthropic Messages API (same stack).
 //! * [`ChatModel`]: what the agent loop calls; tests may implement it directly.
 
+mod anthropic;
+mod anthropic_stream;
+mod anthropic_wire;
 mod assemble;
 mod client;
 mod error;
@@ -15,6 +19,7 @@ mod wire;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+pub use anthropic::{ANTHROPIC_VERSION, AnthropicClient};
 pub use client::{ClientOptions, OpenAiClient};
 pub use error::LlmError;
 pub use types::{ChatMessage, ChatRequest, Role, StreamEvent, ToolCallRequest, ToolSpec, Usage};

@@ -136,6 +136,14 @@ pub struct Usage {
     pub completion_tokens: u32,
     /// Both, as the provider counts them.
     pub total_tokens: u32,
+    /// Prompt tokens read from the provider's prompt cache (Anthropic
+    /// `cache_read_input_tokens`; included in `prompt_tokens`).
+    #[serde(default)]
+    pub cache_read_tokens: u32,
+    /// Prompt tokens written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`; included in `prompt_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: u32,
 }
 
 /// What a streaming completion produces, in order.

@@ -145,6 +145,7 @@ impl From<WireUsage> for Usage {
             total_tokens: u
                 .total_tokens
                 .unwrap_or(u.prompt_tokens.saturating_add(u.completion_tokens)),
+            ..Usage::default()
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::session::canonical_dir_off_worker;
 const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
 
 /// What this engine really does (GetCapabilities.features).
-const FEATURES: [&str; 18] = [
+const FEATURES: [&str; 19] = [
     "streaming",
     "tool_calls",
     "structured_output",
@@ -28,6 +28,7 @@ const FEATURES: [&str; 18] = [
     "skills",
     "todos",
     "providers",
+    "lsp",
     "steering",
     "mcp",
     "memory",
@@ -92,10 +93,11 @@ impl Service {
         &self,
         _request: GetCapabilitiesRequest,
     ) -> Result<GetCapabilitiesResponse, Status> {
-        let mut tools: Vec<ToolCapability> = self
-            .engine
-            .tools
-            .all()
+        // The LSP tools are listed always: the model gets them while a
+        // language server runs (StartLspServer).
+        let mut all = self.engine.tools.all();
+        all.extend(crate::lsp::lsp_tools(&self.engine.lsp));
+        let mut tools: Vec<ToolCapability> = all
             .iter()
             .map(|t| ToolCapability {
                 name: t.name().to_string(),
@@ -162,10 +164,6 @@ impl Service {
                 (
                     "output_cap_bytes".to_string(),
                     config.output_cap.to_string(),
-                ),
-                (
-                    "unimplemented".to_string(),
-                    "memory,mcp,lsp,cron,planning".to_string(),
                 ),
             ]),
         })

@@ -2,7 +2,6 @@
 //! handlers live in their own file as inherent methods of [`Service`]; the
 //! trait impl below only unwraps requests and wraps responses (the MCP
 //! handlers get the whole request: its metadata scopes them to a session).
-//! LSP answers `UNIMPLEMENTED`, saying so.
 
 mod context;
 mod control;
@@ -10,6 +9,7 @@ mod cron;
 mod generate;
 mod hitl;
 mod lifecycle;
+mod lsp;
 mod mcp;
 mod memory;
 mod planning;
@@ -51,20 +51,12 @@ impl Service {
     }
 }
 
-/// The answer of every RPC of an area this engine does not have yet.
-fn not_built(area: &str, rpc: &str) -> Status {
-    Status::unimplemented(format!(
-        "{rpc}: {area} is not built yet in this engine (planned for a later release)"
-    ))
-}
-
 type EventStream = Pin<Box<dyn Stream<Item = Result<AgentEvent, Status>> + Send + 'static>>;
 
 macro_rules! code_agent_service {
     (
         handled { $( $method:ident : $req:ident => $resp:ident ; )* }
         with_metadata { $( $mmethod:ident : $mreq:ident => $mresp:ident ; )* }
-        not_built { $( $umethod:ident : $ureq:ident => $uresp:ident = $area:literal ; )* }
     ) => {
         #[tonic::async_trait]
         impl CodeAgentService for Service {
@@ -76,11 +68,6 @@ macro_rules! code_agent_service {
             $(
                 async fn $mmethod(&self, request: Request<$mreq>) -> Result<Response<$mresp>, Status> {
                     Service::$mmethod(self, request).await.map(Response::new)
-                }
-            )*
-            $(
-                async fn $umethod(&self, _request: Request<$ureq>) -> Result<Response<$uresp>, Status> {
-                    Err(not_built($area, stringify!($umethod)))
                 }
             )*
 
@@ -174,6 +161,14 @@ code_agent_service! {
         get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse;
         run_cron_job: RunCronJobRequest => RunCronJobResponse;
         parse_cron_schedule: ParseCronScheduleRequest => ParseCronScheduleResponse;
+        start_lsp_server: StartLspServerRequest => StartLspServerResponse;
+        stop_lsp_server: StopLspServerRequest => StopLspServerResponse;
+        list_lsp_servers: ListLspServersRequest => ListLspServersResponse;
+        lsp_hover: LspHoverRequest => LspHoverResponse;
+        lsp_definition: LspDefinitionRequest => LspDefinitionResponse;
+        lsp_references: LspReferencesRequest => LspReferencesResponse;
+        lsp_symbols: LspSymbolsRequest => LspSymbolsResponse;
+        lsp_diagnostics: LspDiagnosticsRequest => LspDiagnosticsResponse;
     }
     // Handlers that read the request's metadata (the MCP session scope).
     with_metadata {
@@ -182,16 +177,6 @@ code_agent_service! {
         disconnect_mcp_server: DisconnectMcpServerRequest => DisconnectMcpServerResponse;
         list_mcp_servers: ListMcpServersRequest => ListMcpServersResponse;
         get_mcp_tools: GetMcpToolsRequest => GetMcpToolsResponse;
-    }
-    not_built {
-        start_lsp_server: StartLspServerRequest => StartLspServerResponse = "LSP";
-        stop_lsp_server: StopLspServerRequest => StopLspServerResponse = "LSP";
-        list_lsp_servers: ListLspServersRequest => ListLspServersResponse = "LSP";
-        lsp_hover: LspHoverRequest => LspHoverResponse = "LSP";
-        lsp_definition: LspDefinitionRequest => LspDefinitionResponse = "LSP";
-        lsp_references: LspReferencesRequest => LspReferencesResponse = "LSP";
-        lsp_symbols: LspSymbolsRequest => LspSymbolsResponse = "LSP";
-        lsp_diagnostics: LspDiagnosticsRequest => LspDiagnosticsResponse = "LSP";
     }
 }
 

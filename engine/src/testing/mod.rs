@@ -1,6 +1,7 @@
 //! Test support (feature `testing`): [`MockLlm`], a mock OpenAI-compatible
 //! Chat Completions server with real HTTP and SSE on loopback, scripted with
-//! [`MockReply`]s. Used by this crate's tests, the `code-agent` adapter's
+//! [`MockReply`]s, and [`MockAnthropic`], a mock Anthropic Messages API
+//! (real SSE), scripted with [`AnthropicReply`]s. Used by this crate's tests, the `code-agent` adapter's
 //! tests and the runner's end-to-end suite.
 //!
 //! ```no_run
@@ -17,8 +18,10 @@
 //! # }
 //! ```
 
+mod mock_anthropic;
 mod mock_llm;
 mod script;
 
+pub use mock_anthropic::{AnthropicReply, MOCK_ANTHROPIC_USAGE, MockAnthropic};
 pub use mock_llm::MockLlm;
 pub use script::{MockChunk, MockReply};

@@ -60,7 +60,7 @@ async fn serve_answers_and_stops_on_sigterm() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(caps.tools.len(), 12);
+    assert_eq!(caps.tools.len(), 17, "12 built-ins and 5 LSP tools");
     let created = client
         .create_session(CreateSessionRequest {
             session_id: Some("cli-1".into()),

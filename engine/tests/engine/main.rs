@@ -6,6 +6,7 @@
 
 mod common;
 
+mod anthropic;
 mod cli;
 mod context;
 mod control;
@@ -14,6 +15,7 @@ mod guard;
 mod hitl;
 mod lanes;
 mod loop_tools;
+mod lsp;
 mod mcp;
 mod memory;
 mod planning;

@@ -225,23 +225,6 @@ async fn model_errors_end_the_turn_with_a_clear_status() {
 }
 
 #[tokio::test]
-async fn unbuilt_areas_say_so() {
-    let mut h = Harness::start(vec![]).await;
-    let c = &mut h.client;
-    let statuses = vec![
-        c.lsp_hover(LspHoverRequest::default()).await.unwrap_err(),
-    ];
-    for status in statuses {
-        assert_eq!(status.code(), Code::Unimplemented);
-        assert!(
-            status.message().contains("not built yet"),
-            "{}",
-            status.message()
-        );
-    }
-}
-
-#[tokio::test]
 async fn capabilities_and_health_tell_the_truth() {
     let mut h = Harness::start(vec![]).await;
     let caps = h
@@ -265,11 +248,16 @@ async fn capabilities_and_health_tell_the_truth() {
             "memory_store",
             "memory_search",
             "plan",
-            "cron"
+            "cron",
+            "lsp_hover",
+            "lsp_definition",
+            "lsp_references",
+            "lsp_symbols",
+            "lsp_diagnostics"
         ]
     );
     assert!(caps.tools[0].parameters.contains(&"command".to_string()));
-    assert_eq!(caps.limits.unwrap().max_tools_per_request, 12);
+    assert_eq!(caps.limits.unwrap().max_tools_per_request, 17);
     assert_eq!(caps.info.unwrap().name, "code-agent");
     let health = h
         .client

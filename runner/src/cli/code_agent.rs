@@ -11,7 +11,7 @@
 //! to `--workspace-root`.
 //!
 //! Also where model-provider keys are handed to the log redactor: the
-//! engine reads `OPENAI_API_KEY` (and `<PROVIDER>_API_KEY`) from the
+//! engine reads `OPENAI_API_KEY`, `ANTHROPIC_API_KEY` (and `<PROVIDER>_API_KEY`) from the
 //! environment (and `GITHUB_TOKEN` / `GH_TOKEN` may sit there too), and no
 //! log line or update of this process may ever show one.
 
@@ -29,7 +29,9 @@ use crate::redact::Redactor;
 pub enum CodeAgentCommand {
     /// Serve the engine's CodeAgentService on ADDR until SIGTERM/SIGINT.
     /// Its model provider comes from the environment: OPENAI_API_KEY,
-    /// OPENAI_BASE_URL (any OpenAI-compatible server), CODE_AGENT_MODELS.
+    /// OPENAI_BASE_URL (any OpenAI-compatible server), CODE_AGENT_MODELS;
+    /// ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_MODELS (Claude
+    /// through the native Messages API).
     Serve(ServeArgs),
 }
 

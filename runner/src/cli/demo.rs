@@ -5,8 +5,9 @@
 //! a thread, sends a short script, and prints every update as it arrives.
 //!
 //! `--sdk` picks the demo agent's SDK. By default it is `scripted`, or
-//! `code-agent` (its engine embedded) when `OPENAI_API_KEY` or
-//! `OPENAI_BASE_URL` is in the environment; a model-driven SDK gets
+//! `code-agent` (its engine embedded) when `OPENAI_API_KEY`,
+//! `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY` or `ANTHROPIC_BASE_URL` is in the
+//! environment; a model-driven SDK gets
 //! `--prompt` instead of the script, on the first model it advertises
 //! (`CODE_AGENT_MODELS` picks the engine's). An option the chosen SDK would
 //! ignore is refused, not dropped.
@@ -35,8 +36,8 @@ const PROMPT: &str = "Create a shell script hello.sh that prints 'Hello from the
 pub struct DemoArgs {
     /// The demo agent's SDK: `scripted`, `code-agent`, `codex` or
     /// `claude-code` (the last two need their CLI installed and logged in).
-    /// Default: `code-agent` when OPENAI_API_KEY or OPENAI_BASE_URL is set,
-    /// else `scripted`.
+    /// Default: `code-agent` when OPENAI_API_KEY, OPENAI_BASE_URL,
+    /// ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL is set, else `scripted`.
     #[arg(long)]
     pub sdk: Option<String>,
     /// The script the scripted demo runs (docs/protocol.md §3:
@@ -56,9 +57,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         crate::logging::init(LogFormat::Text, level).map_err(anyhow::Error::msg)?;
     }
     super::code_agent::redact_provider_keys();
-    let provider_in_env = ["OPENAI_API_KEY", "OPENAI_BASE_URL"]
-        .iter()
-        .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));
+    let provider_in_env = [
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+    ]
+    .iter()
+    .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));
     let chosen = DemoSdk::choose(&args, provider_in_env)?;
     let dir = tempfile_dir()?;
     let cp = MockControlPlane::start(MockConfig::default()).await?;

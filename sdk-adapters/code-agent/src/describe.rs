@@ -78,7 +78,7 @@ pub(crate) fn from_providers(response: &ListProvidersResponse) -> Described {
         .or_else(|| response.providers.first());
     let Some(provider) = provider else {
         return unusable(
-            "no model provider is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible server) in the engine's environment, or add a provider"
+            "no model provider is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible server) or ANTHROPIC_API_KEY in the engine's environment, or add a provider"
                 .to_owned(),
         );
     };
