@@ -28,6 +28,7 @@ pub mod mailboxes;
 pub mod metrics;
 pub mod outbox;
 pub mod procs;
+pub mod proxy;
 pub mod redact;
 pub mod restore;
 pub mod runner;

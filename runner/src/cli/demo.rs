@@ -91,6 +91,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         secret_file: None,
         github_app_key_file: None,
         sandbox: Default::default(),
+        proxy: Default::default(),
         sdk_options: crate::sdks::SdkOptions {
             code_agent: sdk_code_agent::CodeAgentConfig {
                 state_dir: Some(dir.join("state").join("code-agent")),

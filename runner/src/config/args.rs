@@ -75,6 +75,12 @@ pub struct RunArgs {
     /// set here that is taken is an error).
     #[arg(long, env = "AGENT_RUNNER_HEALTH_ADDR")]
     pub health_addr: Option<String>,
+    /// Outbound HTTP proxy for every destination (`http://[user:pass@]host:port`;
+    /// the ControlChannel tunnels through it with CONNECT). Unset: HTTPS_PROXY /
+    /// HTTP_PROXY by scheme; NO_PROXY lists hosts reached directly. Agents' git
+    /// and CLIs get the same proxy.
+    #[arg(long, env = "AGENT_RUNNER_PROXY")]
+    pub proxy: Option<String>,
     /// Settings of the codex and claude-code adapters (see `ExternalSdkArgs`).
     #[command(flatten)]
     pub external_sdks: ExternalSdkArgs,

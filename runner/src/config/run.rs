@@ -54,6 +54,8 @@ pub struct RunConfig {
     pub github_app_key_file: Option<PathBuf>,
     /// The agent sandbox.
     pub sandbox: SandboxConfig,
+    /// The outbound HTTP proxy (`--proxy`, else HTTPS_PROXY/HTTP_PROXY/NO_PROXY).
+    pub proxy: crate::proxy::ProxyConfig,
 }
 
 /// How often SDKs are probed for changes unless the operator says otherwise.
@@ -159,6 +161,9 @@ impl RunConfig {
                     explicit: false,
                 }),
         };
+
+        let proxy = crate::proxy::ProxyConfig::resolve(args.proxy.or(file.proxy).as_deref())
+            .map_err(|m| key_err("proxy", m))?;
 
         let from_file = ExternalSdkArgs {
             codex_bin: file.codex_bin,
@@ -268,6 +273,7 @@ impl RunConfig {
             secret_file,
             github_app_key_file,
             sandbox,
+            proxy,
         };
         let mut config = config;
         default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);

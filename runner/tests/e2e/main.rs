@@ -26,6 +26,7 @@ mod limits;
 mod link;
 mod logs;
 mod protocol;
+mod proxy;
 mod real_sdk;
 mod sandbox;
 mod scale;
