@@ -1,10 +1,11 @@
-//! The `agent-runner` command line: `run`, `status`, `demo`, `github`, `sdk list`,
+//! The `agent-runner` command line: `run`, `status`, `doctor`, `demo`, `github`, `sdk list`,
 //! `code-agent serve`, and `git-credential` (what agents' git calls; not for
 //! people). Definitions and dispatch here; each subcommand in its own module.
 
 mod code_agent;
 #[cfg(feature = "demo")]
 mod demo;
+mod doctor;
 mod git_credential;
 mod github;
 mod parse_error;
@@ -41,6 +42,11 @@ enum Command {
     /// Print a running runner's status (connection, turns, outbox, SDKs),
     /// read from its health endpoints; `--probe` checks /livez or /readyz.
     Status(status::StatusArgs),
+    /// Check, with the same settings as `run`, everything the runner needs:
+    /// settings and where each came from, the control plane (reachable, TLS,
+    /// credentials), state dir and workspace root, SDKs, git, the sandbox
+    /// this host allows, the proxy. Exit code 0 when the runner would start.
+    Doctor(Box<doctor::DoctorArgs>),
     /// Run a mock control plane and a runner in-process and print a live
     /// transcript of one scripted turn.
     #[cfg(feature = "demo")]
@@ -104,6 +110,19 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(*args, env_secret).await,
             Command::Status(args) => status::run(args).await,
+            Command::Doctor(args) => {
+                use clap::CommandFactory as _;
+                // Where each value came from (flag, env, default): clap knows.
+                let matches = Cli::command()
+                    .try_get_matches_from(std::env::args_os())
+                    .ok()
+                    .and_then(|m| m.subcommand_matches("doctor").cloned());
+                match doctor::run(*args, matches, env_secret).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(anyhow::anyhow!("doctor: the runner would not start")),
+                    Err(e) => Err(e),
+                }
+            }
             #[cfg(feature = "demo")]
             Command::Demo(args) => demo::run(args).await,
             Command::CodeAgent { command } => code_agent::run(command).await,

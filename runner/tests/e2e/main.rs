@@ -17,6 +17,7 @@ mod code_agent_serve;
 mod codex;
 mod codex_login;
 mod credentials;
+mod doctor;
 mod github;
 mod github_git;
 mod harness;
