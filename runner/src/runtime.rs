@@ -68,6 +68,9 @@ pub struct Runtime {
     /// Largest skill package accepted (`--skill-max-bytes`).
     pub skill_max_bytes: u64,
     draining: AtomicBool,
+    /// When the last request (heartbeats aside) arrived or a turn started or
+    /// ended: `--exit-when-idle` counts from it.
+    last_activity: std::sync::Mutex<Instant>,
     /// The running turn of each thread, by thread id; drain watches it
     /// empty.
     running: watch::Sender<HashMap<String, RunningTurn>>,
@@ -127,6 +130,7 @@ impl Runtime {
             max_turns: parts.max_turns,
             skill_max_bytes: parts.skill_max_bytes,
             draining: AtomicBool::new(false),
+            last_activity: std::sync::Mutex::new(Instant::now()),
             running: watch::Sender::new(HashMap::new()),
             tasks: TaskTracker::new(),
             redactor: Redactor::process(),
@@ -243,8 +247,29 @@ impl Runtime {
         self.draining.load(Ordering::SeqCst)
     }
 
+    /// Something happened that makes the runner not idle (a request other
+    /// than a heartbeat, a turn starting or ending).
+    pub fn note_activity(&self) {
+        *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// How long the runner has been idle: no turn running and no activity
+    /// (see [`Runtime::note_activity`]); `None` while a turn runs.
+    pub fn idle_for(&self) -> Option<Duration> {
+        if self.running_turns() > 0 {
+            return None;
+        }
+        Some(
+            self.last_activity
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed(),
+        )
+    }
+
     /// Records a turn as running.
     pub fn turn_started(&self, turn: RunningTurn) {
+        self.note_activity();
         crate::metrics::turn_started(&turn.sdk);
         self.running.send_modify(|turns| {
             turns.insert(turn.thread_id.clone(), turn);
@@ -259,6 +284,7 @@ impl Runtime {
         if let Some(turn) = ended {
             crate::metrics::turn_ended(&turn.sdk, outcome, turn.started.elapsed());
         }
+        self.note_activity();
     }
 
     /// Every running turn, oldest first.

@@ -81,6 +81,10 @@ pub struct RunArgs {
     /// and CLIs get the same proxy.
     #[arg(long, env = "AGENT_RUNNER_PROXY")]
     pub proxy: Option<String>,
+    /// With no turn running and no request (heartbeats aside) for this long,
+    /// drain and exit 0 (scale-to-zero deployments). `0s` or unset: never.
+    #[arg(long, env = "AGENT_RUNNER_EXIT_WHEN_IDLE", value_parser = parse_duration)]
+    pub exit_when_idle: Option<Duration>,
     /// Settings of the codex and claude-code adapters (see `ExternalSdkArgs`).
     #[command(flatten)]
     pub external_sdks: ExternalSdkArgs,

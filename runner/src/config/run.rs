@@ -56,6 +56,8 @@ pub struct RunConfig {
     pub sandbox: SandboxConfig,
     /// The outbound HTTP proxy (`--proxy`, else HTTPS_PROXY/HTTP_PROXY/NO_PROXY).
     pub proxy: crate::proxy::ProxyConfig,
+    /// `--exit-when-idle`: drain and exit after this long idle (`None`: never).
+    pub exit_when_idle: Option<Duration>,
 }
 
 /// How often SDKs are probed for changes unless the operator says otherwise.
@@ -274,6 +276,13 @@ impl RunConfig {
             github_app_key_file,
             sandbox,
             proxy,
+            exit_when_idle: Some(duration(
+                "exit_when_idle",
+                args.exit_when_idle,
+                file.exit_when_idle,
+                Duration::ZERO,
+            )?)
+            .filter(|d| !d.is_zero()),
         };
         let mut config = config;
         default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);

@@ -22,6 +22,7 @@ mod github;
 mod github_git;
 mod harness;
 mod health;
+mod idle;
 mod lifecycle;
 mod limits;
 mod link;
