@@ -42,5 +42,6 @@ pub mod state;
 pub mod status;
 pub mod store_thread;
 pub mod thread;
+pub mod transcript;
 pub mod updates;
 pub mod workspace;

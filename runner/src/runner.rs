@@ -148,6 +148,11 @@ impl Runner {
             github: Some(github),
             sandboxes,
         });
+        // Per-thread transcripts (`agent-runner logs`), written off the hot path.
+        let _ = rt.transcripts.set(
+            crate::transcript::Transcripts::start(config.state_dir.join("transcripts"))
+                .context("starting the transcript writer")?,
+        );
         crate::metrics::sdks_enabled(&rt.sdks.names());
         rt.sdks.describe_all().await;
         crate::restore::restore(&rt, &sending.pending_turn_ends())

@@ -89,6 +89,9 @@ pub struct Runtime {
     /// The launcher and every thread's sandbox: every agent process starts
     /// through it and every kill path goes through it.
     pub sandboxes: Arc<AgentSandboxes>,
+    /// Per-thread transcripts (set by the runner at start; bare runtimes
+    /// keep none).
+    pub transcripts: std::sync::OnceLock<crate::transcript::Transcripts>,
 }
 
 /// Everything a [`Runtime`] is made of.
@@ -137,6 +140,7 @@ impl Runtime {
             git_env: parts.git_env,
             github: parts.github,
             sandboxes: parts.sandboxes,
+            transcripts: std::sync::OnceLock::new(),
         })
     }
 
@@ -198,6 +202,9 @@ impl Runtime {
     /// credential capability. Shared by thread delete and by a creation
     /// that failed half-way, so neither leaves a piece behind.
     pub async fn discard_thread(&self, agent_id: &str, thread_id: &str) {
+        if let Some(t) = self.transcripts.get() {
+            t.remove(thread_id);
+        }
         self.sandboxes.close_thread(thread_id).await;
         let dirs = [
             self.workspaces.thread_dir(agent_id, thread_id),
@@ -265,6 +272,14 @@ impl Runtime {
                 .unwrap_or_else(|p| p.into_inner())
                 .elapsed(),
         )
+    }
+
+    /// Appends `msg`, sent for `thread_id`, to the thread's transcript (if
+    /// transcripts are kept; never blocks).
+    pub fn record_update(&self, thread_id: &str, msg: &agent_runner_proto::runner::ClientMessage) {
+        if let Some(t) = self.transcripts.get() {
+            t.record(thread_id, msg, &self.redactor);
+        }
     }
 
     /// Records a turn as running.

@@ -1,4 +1,4 @@
-//! The `agent-runner` command line: `run`, `status`, `doctor`, `demo`, `github`, `sdk list`,
+//! The `agent-runner` command line: `run`, `status`, `doctor`, `logs`, `demo`, `github`, `sdk list`,
 //! `code-agent serve`, and `git-credential` (what agents' git calls; not for
 //! people). Definitions and dispatch here; each subcommand in its own module.
 
@@ -8,6 +8,7 @@ mod demo;
 mod doctor;
 mod git_credential;
 mod github;
+mod logs;
 mod parse_error;
 mod run;
 mod sdk;
@@ -47,6 +48,9 @@ enum Command {
     /// credentials), state dir and workspace root, SDKs, git, the sandbox
     /// this host allows, the proxy. Exit code 0 when the runner would start.
     Doctor(Box<doctor::DoctorArgs>),
+    /// Print a thread's transcript (every update sent for it), from the
+    /// state dir; `--follow` keeps printing, `--json` prints the lines as stored.
+    Logs(logs::LogsArgs),
     /// Run a mock control plane and a runner in-process and print a live
     /// transcript of one scripted turn.
     #[cfg(feature = "demo")]
@@ -110,6 +114,7 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(*args, env_secret).await,
             Command::Status(args) => status::run(args).await,
+            Command::Logs(args) => logs::run(args).await,
             Command::Doctor(args) => {
                 use clap::CommandFactory as _;
                 // Where each value came from (flag, env, default): clap knows.

@@ -35,3 +35,4 @@ mod scale;
 mod skills;
 mod soak;
 mod thread_skills;
+mod transcript;
