@@ -15,6 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod dockerfile;
+mod helm;
 mod image;
 mod kubernetes;
 mod pid1;
