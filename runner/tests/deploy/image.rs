@@ -122,7 +122,9 @@ fn tools() -> Result<(), String> {
 
 /// An exclusive lock on `path`, held until dropped: one run at a time uses
 /// the shared podman storage.
-struct DirLock(std::fs::File);
+struct DirLock {
+    _file: std::fs::File,
+}
 
 impl DirLock {
     fn take(path: &Path) -> Self {
@@ -136,7 +138,7 @@ impl DirLock {
         // SAFETY: flock on a descriptor we own; blocks until the lock is ours.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
         assert_eq!(rc, 0, "flock {}", path.display());
-        Self(file)
+        Self { _file: file }
     }
 }
 
