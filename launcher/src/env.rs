@@ -26,7 +26,23 @@ impl Default for EnvPolicy {
     fn default() -> Self {
         EnvPolicy {
             inherit: [
-                "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "TZ",
+                "PATH",
+                "LANG",
+                "LANGUAGE",
+                "LC_ALL",
+                "LC_CTYPE",
+                "TERM",
+                "TZ",
+                // The outbound proxy, so agents' git and CLIs go where the
+                // runner goes (issue 15).
+                "HTTPS_PROXY",
+                "https_proxy",
+                "HTTP_PROXY",
+                "http_proxy",
+                "NO_PROXY",
+                "no_proxy",
+                "ALL_PROXY",
+                "all_proxy",
             ]
             .into_iter()
             .map(str::to_string)
@@ -155,6 +171,17 @@ mod tests {
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("HOME").unwrap(), "/t/home");
         assert_eq!(get("PATH").unwrap(), "/usr/bin");
+    }
+
+    #[test]
+    fn the_runners_proxy_variables_reach_agents() {
+        let lookup = |n: &str| {
+            matches!(n, "HTTPS_PROXY" | "no_proxy").then(|| OsString::from(format!("v-{n}")))
+        };
+        let env = EnvPolicy::default().build(lookup, &[], "/h".as_ref(), "/t".as_ref(), "x");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("HTTPS_PROXY").unwrap(), "v-HTTPS_PROXY");
+        assert_eq!(get("no_proxy").unwrap(), "v-no_proxy");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! How the runner reaches the control plane: one HTTP/2 channel (TLS when
 //! the URL is `https://`, keepalive pings so a dead peer is noticed), every
 //! RPC path prefixed with the URL's path, every call carrying
-//! `authorization: Bearer <secret>` when a secret is configured.
+//! `authorization: Bearer <secret>` when a secret is configured, through
+//! the outbound proxy when one is configured for it (`crate::proxy`).
 
 use std::task::{Context, Poll};
 
@@ -54,7 +55,20 @@ pub fn client(config: &RunConfig) -> Result<Client, TransportError> {
             .tls_config(tls)
             .map_err(|e| TransportError::Tls(e.to_string()))?;
     }
-    let channel = endpoint.connect_lazy();
+    // Through the outbound proxy when one applies to the control plane
+    // (CONNECT tunnel; tonic adds TLS on top), else hyper's own connector.
+    let channel = if config
+        .proxy
+        .for_destination(url.tls, &url.host, url.port())
+        .is_some()
+    {
+        endpoint.connect_with_connector_lazy(crate::proxy::connect::ProxyConnector::new(
+            config.proxy.clone(),
+            std::time::Duration::from_secs(10),
+        ))
+    } else {
+        endpoint.connect_lazy()
+    };
     let auth = match &config.secret {
         Some(secret) => {
             let mut value: MetadataValue<Ascii> = format!("Bearer {}", secret.expose())

@@ -22,6 +22,9 @@ pub fn dispatch(rt: &Arc<Runtime>, msg: ServerMessage) {
     let kind = request_kind(&msg);
     tracing::debug!(request_id = ?rid, kind, "request received");
     metrics::request_arrived(kind, rid.as_deref());
+    if !matches!(msg.request, Some(Request::HeartbeatRequest(_))) {
+        rt.note_activity();
+    }
     let followed = rid.clone();
     let outcome = route(rt, msg, rid, kind);
     metrics::request_handled(kind, followed.as_deref(), outcome);

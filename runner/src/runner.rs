@@ -166,6 +166,11 @@ impl Runner {
             github: Some(github),
             sandboxes,
         });
+        // Per-thread transcripts (`agent-runner logs`), written off the hot path.
+        let _ = rt.transcripts.set(
+            crate::transcript::Transcripts::start(config.state_dir.join("transcripts"))
+                .context("starting the transcript writer")?,
+        );
         crate::metrics::sdks_enabled(&rt.sdks.names());
         // Slow SDK probes start now, in the background: registration does
         // not wait for them.

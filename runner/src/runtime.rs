@@ -68,6 +68,9 @@ pub struct Runtime {
     /// Largest skill package accepted (`--skill-max-bytes`).
     pub skill_max_bytes: u64,
     draining: AtomicBool,
+    /// When the last request (heartbeats aside) arrived or a turn started or
+    /// ended: `--exit-when-idle` counts from it.
+    last_activity: std::sync::Mutex<Instant>,
     /// The running turn of each thread, by thread id; drain watches it
     /// empty.
     running: watch::Sender<HashMap<String, RunningTurn>>,
@@ -91,6 +94,9 @@ pub struct Runtime {
     /// a thread re-opened after a restart has none (README, "Behaviour the
     /// control plane can rely on").
     mcp_servers: std::sync::Mutex<HashMap<String, Arc<[McpServer]>>>,
+    /// Per-thread transcripts (set by the runner at start; bare runtimes
+    /// keep none).
+    pub transcripts: std::sync::OnceLock<crate::transcript::Transcripts>,
 }
 
 /// Everything a [`Runtime`] is made of.
@@ -132,6 +138,7 @@ impl Runtime {
             max_turns: parts.max_turns,
             skill_max_bytes: parts.skill_max_bytes,
             draining: AtomicBool::new(false),
+            last_activity: std::sync::Mutex::new(Instant::now()),
             running: watch::Sender::new(HashMap::new()),
             tasks: TaskTracker::new(),
             redactor: Redactor::process(),
@@ -139,6 +146,7 @@ impl Runtime {
             github: parts.github,
             sandboxes: parts.sandboxes,
             mcp_servers: std::sync::Mutex::new(HashMap::new()),
+            transcripts: std::sync::OnceLock::new(),
         })
     }
 
@@ -201,6 +209,9 @@ impl Runtime {
     /// that failed half-way, so neither leaves a piece behind.
     pub async fn discard_thread(&self, agent_id: &str, thread_id: &str) {
         self.set_thread_mcp_servers(thread_id, Arc::from([]));
+        if let Some(t) = self.transcripts.get() {
+            t.remove(thread_id);
+        }
         self.sandboxes.close_thread(thread_id).await;
         let dirs = [
             self.workspaces.thread_dir(agent_id, thread_id),
@@ -275,8 +286,37 @@ impl Runtime {
         self.draining.load(Ordering::SeqCst)
     }
 
+    /// Something happened that makes the runner not idle (a request other
+    /// than a heartbeat, a turn starting or ending).
+    pub fn note_activity(&self) {
+        *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// How long the runner has been idle: no turn running and no activity
+    /// (see [`Runtime::note_activity`]); `None` while a turn runs.
+    pub fn idle_for(&self) -> Option<Duration> {
+        if self.running_turns() > 0 {
+            return None;
+        }
+        Some(
+            self.last_activity
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed(),
+        )
+    }
+
+    /// Appends `msg`, sent for `thread_id`, to the thread's transcript (if
+    /// transcripts are kept; never blocks).
+    pub fn record_update(&self, thread_id: &str, msg: &agent_runner_proto::runner::ClientMessage) {
+        if let Some(t) = self.transcripts.get() {
+            t.record(thread_id, msg, &self.redactor);
+        }
+    }
+
     /// Records a turn as running.
     pub fn turn_started(&self, turn: RunningTurn) {
+        self.note_activity();
         crate::metrics::turn_started(&turn.sdk);
         self.running.send_modify(|turns| {
             turns.insert(turn.thread_id.clone(), turn);
@@ -291,6 +331,7 @@ impl Runtime {
         if let Some(turn) = ended {
             crate::metrics::turn_ended(&turn.sdk, outcome, turn.started.elapsed());
         }
+        self.note_activity();
     }
 
     /// Every running turn, oldest first.

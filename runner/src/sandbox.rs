@@ -121,6 +121,8 @@ impl AgentSandboxes {
             protected_paths(config),
         );
         launcher_config.read_only.extend(runner_programs(config));
+        // `--proxy` reaches agents' git and CLIs as HTTPS_PROXY & co.
+        launcher_config.env.set.extend(config.proxy.agent_env());
         let mut me = Self::with_probe(launcher_config, agent_launcher::probe_host())?;
         (me.sdk_homes, me.probe_homes) = sdk_homes(config);
         // Off the path to registration: the sweep reads every process's

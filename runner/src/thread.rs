@@ -125,6 +125,7 @@ impl ThreadTask {
     /// Every update of this thread leaves through here (secrets are masked
     /// at the outbound boundary, in the link, for every message alike).
     async fn send(&self, msg: agent_runner_proto::runner::ClientMessage) {
+        self.rt.record_update(&self.spec.thread_id, &msg);
         self.rt.outbox.push(msg).await;
     }
 

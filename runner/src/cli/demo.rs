@@ -97,6 +97,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         secret_file: None,
         github_app_key_file: None,
         sandbox: Default::default(),
+        proxy: Default::default(),
+        exit_when_idle: None,
         sdk_options: crate::sdks::SdkOptions {
             code_agent: sdk_code_agent::CodeAgentConfig {
                 state_dir: Some(dir.join("state").join("code-agent")),

@@ -1,12 +1,14 @@
-//! The `agent-runner` command line: `run`, `status`, `demo`, `github`, `sdk list`,
+//! The `agent-runner` command line: `run`, `status`, `doctor`, `logs`, `demo`, `github`, `sdk list`,
 //! `code-agent serve`, and `git-credential` (what agents' git calls; not for
 //! people). Definitions and dispatch here; each subcommand in its own module.
 
 mod code_agent;
 #[cfg(feature = "demo")]
 mod demo;
+mod doctor;
 mod git_credential;
 mod github;
+mod logs;
 mod parse_error;
 mod run;
 mod sdk;
@@ -41,6 +43,14 @@ enum Command {
     /// Print a running runner's status (connection, turns, outbox, SDKs),
     /// read from its health endpoints; `--probe` checks /livez or /readyz.
     Status(status::StatusArgs),
+    /// Check, with the same settings as `run`, everything the runner needs:
+    /// settings and where each came from, the control plane (reachable, TLS,
+    /// credentials), state dir and workspace root, SDKs, git, the sandbox
+    /// this host allows, the proxy. Exit code 0 when the runner would start.
+    Doctor(Box<doctor::DoctorArgs>),
+    /// Print a thread's transcript (every update sent for it), from the
+    /// state dir; `--follow` keeps printing, `--json` prints the lines as stored.
+    Logs(logs::LogsArgs),
     /// Run a mock control plane and a runner in-process and print a live
     /// transcript of one scripted turn.
     #[cfg(feature = "demo")]
@@ -104,6 +114,20 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(*args, env_secret).await,
             Command::Status(args) => status::run(args).await,
+            Command::Logs(args) => logs::run(args).await,
+            Command::Doctor(args) => {
+                use clap::CommandFactory as _;
+                // Where each value came from (flag, env, default): clap knows.
+                let matches = Cli::command()
+                    .try_get_matches_from(std::env::args_os())
+                    .ok()
+                    .and_then(|m| m.subcommand_matches("doctor").cloned());
+                match doctor::run(*args, matches, env_secret).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(anyhow::anyhow!("doctor: the runner would not start")),
+                    Err(e) => Err(e),
+                }
+            }
             #[cfg(feature = "demo")]
             Command::Demo(args) => demo::run(args).await,
             Command::CodeAgent { command } => code_agent::run(command).await,

@@ -6,6 +6,31 @@ use crate::config::{RunArgs, RunConfig, Secret};
 use crate::runner::Runner;
 use crate::{logging, procs};
 
+/// Returns once the runner has been idle (no turn running, no request) for
+/// `limit`; never without one.
+async fn idle_exit(
+    rt: &std::sync::Arc<crate::runtime::Runtime>,
+    limit: Option<std::time::Duration>,
+) -> std::time::Duration {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    // Checked a few times per limit (at least every second): precise enough
+    // for scale-to-zero, cheap when idle.
+    let tick = (limit / 4).clamp(
+        std::time::Duration::from_millis(50),
+        std::time::Duration::from_secs(1),
+    );
+    loop {
+        tokio::time::sleep(tick).await;
+        if let Some(idle) = rt.idle_for()
+            && idle >= limit
+        {
+            return idle;
+        }
+    }
+}
+
 /// Registers and serves until SIGTERM/SIGINT (a second signal kills every
 /// agent process and exits at once, 130).
 pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
@@ -37,10 +62,14 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
         sdks = ?runner.rt.sdks.names(),
         "runner started"
     );
+    let idle_rt = runner.rt.clone();
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
         refused = runner.refused() => return refused,
+        idle = idle_exit(&idle_rt, config.exit_when_idle) => {
+            tracing::info!(idle = %humantime::format_duration(idle), "idle (--exit-when-idle): draining and exiting");
+        }
     }
     let sandboxes = runner.rt.sandboxes.clone();
     tokio::spawn(async move {

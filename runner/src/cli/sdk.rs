@@ -17,25 +17,8 @@ pub async fn list(mut args: RunArgs, env_secret: Option<Secret>) -> anyhow::Resu
         args.control_plane_url = Some(in_file.unwrap_or_else(|| "http://localhost".to_owned()));
     }
     let run = RunConfig::resolve(args, env_secret)?;
-    // The codex probe runs in a sandbox like any agent process: a throwaway
-    // one, under a temporary directory, with run's sandbox settings.
-    let scratch =
-        std::env::temp_dir().join(format!("agent-runner-sdk-list-{}", std::process::id()));
-    let workspaces = crate::workspace::Workspaces::new(scratch.join("workspaces"))?;
-    let mut config = launcher_config(
-        &run.sandbox,
-        format!("agent-runner-sdk-list-{}", std::process::id()),
-        protected_paths(&run),
-    );
-    config.cgroups = false;
-    let sandboxes = Arc::new(AgentSandboxes::with_probe(
-        config,
-        agent_launcher::probe_host(),
-    )?);
-    let mut options = run.sdk_options.clone();
-    options.codex.probe_sandbox = sandboxes.probe(&workspaces);
-    let all = sdks::Sdks::with_options(&run.sdks, &options).map_err(anyhow::Error::msg)?;
-    for d in all.describe_all().await {
+    let (descriptions, sandbox) = probe(&run).await?;
+    for d in descriptions {
         let status = format!("{:?}", d.status).to_lowercase();
         match &d.error_message {
             Some(why) => println!("{}  {status}  ({why})", d.name),
@@ -54,10 +37,41 @@ pub async fn list(mut args: RunArgs, env_secret: Option<Secret>) -> anyhow::Resu
         }
     }
     let mut text = String::new();
-    let _ = crate::status::write_sandbox(&mut text, sandboxes.status());
+    let _ = crate::status::write_sandbox(&mut text, &sandbox);
     print!("{text}");
+    Ok(())
+}
+
+/// What each enabled SDK would register with `run`'s settings, and the
+/// sandbox those settings give on this host (`sdk list`, `doctor`).
+pub(super) async fn probe(
+    run: &RunConfig,
+) -> anyhow::Result<(
+    Vec<sdk_adapter::SdkDescription>,
+    crate::sandbox::SandboxStatus,
+)> {
+    // The codex probe runs in a sandbox like any agent process: a throwaway
+    // one, under a temporary directory, with run's sandbox settings.
+    let scratch =
+        std::env::temp_dir().join(format!("agent-runner-sdk-list-{}", std::process::id()));
+    let workspaces = crate::workspace::Workspaces::new(scratch.join("workspaces"))?;
+    let mut config = launcher_config(
+        &run.sandbox,
+        format!("agent-runner-sdk-list-{}", std::process::id()),
+        protected_paths(run),
+    );
+    config.cgroups = false;
+    let sandboxes = Arc::new(AgentSandboxes::with_probe(
+        config,
+        agent_launcher::probe_host(),
+    )?);
+    let mut options = run.sdk_options.clone();
+    options.codex.probe_sandbox = sandboxes.probe(&workspaces);
+    let all = sdks::Sdks::with_options(&run.sdks, &options).map_err(anyhow::Error::msg)?;
+    let descriptions = all.describe_all().await;
+    let status = sandboxes.status().clone();
     sandboxes.close_everything();
     drop(all);
     let _ = std::fs::remove_dir_all(&scratch);
-    Ok(())
+    Ok((descriptions, status))
 }

@@ -75,6 +75,16 @@ pub struct RunArgs {
     /// set here that is taken is an error).
     #[arg(long, env = "AGENT_RUNNER_HEALTH_ADDR")]
     pub health_addr: Option<String>,
+    /// Outbound HTTP proxy for every destination (`http://[user:pass@]host:port`;
+    /// the ControlChannel tunnels through it with CONNECT). Unset: HTTPS_PROXY /
+    /// HTTP_PROXY by scheme; NO_PROXY lists hosts reached directly. Agents' git
+    /// and CLIs get the same proxy.
+    #[arg(long, env = "AGENT_RUNNER_PROXY")]
+    pub proxy: Option<String>,
+    /// With no turn running and no request (heartbeats aside) for this long,
+    /// drain and exit 0 (scale-to-zero deployments). `0s` or unset: never.
+    #[arg(long, env = "AGENT_RUNNER_EXIT_WHEN_IDLE", value_parser = parse_duration)]
+    pub exit_when_idle: Option<Duration>,
     /// Settings of the codex and claude-code adapters (see `ExternalSdkArgs`).
     #[command(flatten)]
     pub external_sdks: ExternalSdkArgs,

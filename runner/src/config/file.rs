@@ -26,6 +26,8 @@ pub(super) struct FileConfig {
     pub(super) log_format: Option<LogFormat>,
     pub(super) log_level: Option<String>,
     pub(super) health_addr: Option<String>,
+    pub(super) proxy: Option<String>,
+    pub(super) exit_when_idle: Option<String>,
     // The codex and claude-code adapters (see `ExternalSdkArgs`).
     pub(super) codex_bin: Option<PathBuf>,
     pub(super) codex_approval_policy: Option<String>,

@@ -54,6 +54,10 @@ pub struct RunConfig {
     pub github_app_key_file: Option<PathBuf>,
     /// The agent sandbox.
     pub sandbox: SandboxConfig,
+    /// The outbound HTTP proxy (`--proxy`, else HTTPS_PROXY/HTTP_PROXY/NO_PROXY).
+    pub proxy: crate::proxy::ProxyConfig,
+    /// `--exit-when-idle`: drain and exit after this long idle (`None`: never).
+    pub exit_when_idle: Option<Duration>,
 }
 
 /// How often SDKs are probed for changes unless the operator says otherwise.
@@ -159,6 +163,9 @@ impl RunConfig {
                     explicit: false,
                 }),
         };
+
+        let proxy = crate::proxy::ProxyConfig::resolve(args.proxy.or(file.proxy).as_deref())
+            .map_err(|m| key_err("proxy", m))?;
 
         let from_file = ExternalSdkArgs {
             codex_bin: file.codex_bin,
@@ -268,6 +275,14 @@ impl RunConfig {
             secret_file,
             github_app_key_file,
             sandbox,
+            proxy,
+            exit_when_idle: Some(duration(
+                "exit_when_idle",
+                args.exit_when_idle,
+                file.exit_when_idle,
+                Duration::ZERO,
+            )?)
+            .filter(|d| !d.is_zero()),
         };
         let mut config = config;
         default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);

@@ -14,6 +14,15 @@ pub struct ControlPlaneUrl {
 }
 
 impl ControlPlaneUrl {
+    /// The TCP port dialled: the URL's, else 443 (`https`) or 80.
+    pub fn port(&self) -> u16 {
+        self.origin
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.port_u16())
+            .unwrap_or(if self.tls { 443 } else { 80 })
+    }
+
     /// Parses `http(s)://host[:port][/prefix]`; the error says what is wrong.
     pub fn parse(text: &str) -> Result<Self, String> {
         let uri: http::Uri = text

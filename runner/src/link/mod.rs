@@ -13,7 +13,7 @@
 //! [`sending`]'s business. The read loop hands `acked_sequence` to it and
 //! answers nothing to a message that carries only an acknowledgement.
 
-mod problem;
+pub(crate) mod problem;
 mod sending;
 
 pub use sending::{ACKED_DELIVERY, Batch, Sending};

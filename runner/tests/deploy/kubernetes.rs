@@ -309,6 +309,25 @@ fn systemd_unit_sets_real_settings_and_verifies() {
         .expect("drain timeout");
     assert!(Duration::from_secs(stop) > drain + AFTER_DRAIN);
     assert!(unit.contains("KillSignal=SIGTERM"));
+    // Resource and /proc hardening (issue 15); per-thread cgroups need the
+    // delegated subtree writable, so no ProtectControlGroups.
+    for setting in [
+        "MemoryMax=",
+        "TasksMax=",
+        "LimitCORE=0",
+        "ProtectProc=invisible",
+        "Delegate=yes",
+        "NoNewPrivileges=yes",
+    ] {
+        assert!(
+            unit.lines().any(|l| l.starts_with(setting)),
+            "{setting} missing from the unit"
+        );
+    }
+    assert!(
+        !unit.contains("ProtectControlGroups=yes"),
+        "conflicts with Delegate=yes"
+    );
     if !have("systemd-analyze") {
         skip("systemd-analyze not found: unit syntax not verified");
         return;

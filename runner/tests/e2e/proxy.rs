@@ -1,0 +1,236 @@
+//! Outbound proxies (issue 15): the ControlChannel through a real HTTP
+//! proxy on loopback (Debian's `tinyproxy`, installed by the test with apt
+//! when root and missing; skipped with the reason otherwise), a `NO_PROXY`
+//! match going direct, and a proxy that refuses giving an error that names
+//! it (and not its credentials).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use crate::support::*;
+
+/// tinyproxy's path, installing the Debian package when root. `Err`: why
+/// it cannot run here.
+fn tinyproxy() -> Result<PathBuf, String> {
+    let installed = || {
+        ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+    };
+    if let Some(p) = installed() {
+        return Ok(p);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(
+            "tinyproxy is not installed and the test is not root (cannot apt-get it)".into(),
+        );
+    }
+    let apt = |args: &[&str]| {
+        std::process::Command::new("apt-get")
+            .args(["-o", "DPkg::Lock::Timeout=600", "-qq"])
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("apt-get: {e}"))
+    };
+    let update = apt(&["update"])?;
+    if !update.status.success() {
+        return Err(format!(
+            "apt-get update failed: {}",
+            String::from_utf8_lossy(&update.stderr)
+        ));
+    }
+    let install = apt(&["install", "-y", "--no-install-recommends", "tinyproxy"])?;
+    assert!(
+        install.status.success(),
+        "apt-get install tinyproxy failed: {}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    installed().ok_or_else(|| "tinyproxy installed but not found".into())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A tinyproxy in the foreground on a free loopback port; `extra` config
+/// lines. Killed when dropped.
+struct Tinyproxy {
+    child: tokio::process::Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tinyproxy {
+    async fn start(bin: &Path, extra: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("tinyproxy.log");
+        let port = free_port();
+        let conf = dir.path().join("tinyproxy.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "Port {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients 50\n\
+                 LogFile \"{}\"\nLogLevel Info\nAllow 127.0.0.1\n{extra}\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        let child = tokio::process::Command::new(bin)
+            .arg("-d")
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start tinyproxy");
+        let me = Self {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        // Listening?
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "tinyproxy did not listen on {port}:\n{}",
+                me.log_text()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        me
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("a port in the mock's URL")
+}
+
+#[tokio::test]
+async fn the_control_channel_and_agents_go_through_http_proxy() {
+    let bin = match tinyproxy() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("SKIPPED: proxy e2e: {why}");
+            return;
+        }
+    };
+    let proxy = Tinyproxy::start(&bin, "").await;
+    let proxy_url = format!("http://127.0.0.1:{}", proxy.port);
+    let (cp, runner) = agent_with(|o| {
+        o.env("HTTP_PROXY", &proxy_url)
+            .env("NO_PROXY", "")
+            .env("no_proxy", "")
+    })
+    .await;
+    // The proxy carried it: tinyproxy logged the CONNECT to the mock.
+    let mock_port = port_of(&cp.url());
+    let log = proxy.log_text();
+    assert!(
+        log.contains("CONNECT") && log.contains(&format!("127.0.0.1:{mock_port}")),
+        "no CONNECT to the mock in tinyproxy's log:\n{log}\nrunner:\n{}",
+        runner.logs()
+    );
+    // Agents' commands see the same proxy.
+    let thread = create_thread(&cp, "a", "t").await;
+    send(
+        &cp,
+        "m",
+        user_message("a", &thread, "run echo \"proxy=$HTTP_PROXY\"", false),
+    )
+    .await;
+    turn_completed(&cp, "m").await;
+    let outputs = command_outputs(&replies(&cp, "m"));
+    assert!(
+        outputs
+            .iter()
+            .any(|o| o.contains(&format!("proxy={proxy_url}"))),
+        "{outputs:?}"
+    );
+}
+
+#[tokio::test]
+async fn no_proxy_goes_direct() {
+    // A proxy address nothing listens on: only a direct connection works.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let (cp, runner) = connected_with(|o| {
+        o.env("HTTP_PROXY", &dead)
+            .env("HTTPS_PROXY", &dead)
+            .env("NO_PROXY", "localhost,127.0.0.1")
+    })
+    .await;
+    assert!(!cp.registrations().is_empty(), "{}", runner.logs());
+    // The same proxy without the NO_PROXY match is used, and fails.
+    let through = mock().await;
+    let refused = RunnerProc::start(
+        RunnerOpts::new(through.url())
+            .env("HTTP_PROXY", &dead)
+            .env("NO_PROXY", "")
+            .env("no_proxy", ""),
+    );
+    refused
+        .wait_log(&format!("proxy {dead}: cannot connect"))
+        .await;
+    assert!(through.registrations().is_empty(), "{}", refused.logs());
+}
+
+#[tokio::test]
+async fn a_refusing_proxy_is_named_in_the_error_without_its_credentials() {
+    let bin = match tinyproxy() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("SKIPPED: proxy e2e: {why}");
+            return;
+        }
+    };
+    // CONNECT only to 443: the mock's port is refused (403).
+    let proxy = Tinyproxy::start(&bin, "ConnectPort 443").await;
+    let cp = mock().await;
+    let runner = RunnerProc::start(
+        RunnerOpts::new(cp.url())
+            .arg("--proxy")
+            .arg(&format!("http://op:hunter2@127.0.0.1:{}", proxy.port))
+            .env("NO_PROXY", "")
+            .env("no_proxy", ""),
+    );
+    let expected = format!(
+        "proxy http://<credentials>@127.0.0.1:{} refused CONNECT 127.0.0.1:{}",
+        proxy.port,
+        port_of(&cp.url())
+    );
+    runner.wait_log(&expected).await;
+    let logs = runner.logs();
+    assert!(!logs.contains("hunter2"), "{logs}");
+    assert!(
+        cp.registrations().is_empty(),
+        "registered through a refusing proxy"
+    );
+}
