@@ -40,6 +40,10 @@ pub struct DeliveryRun {
     pub cpu_us_per_turn: f64,
     /// Turns measured for `cpu_us_per_turn`.
     pub turns: usize,
+    /// The state store thread's commits per turn over those turns (None: a
+    /// binary without that thread, whose per-turn writes were one commit
+    /// each, two per turn).
+    pub state_commits_per_turn: Option<f64>,
 }
 
 /// A free loopback port (bound, read, released).
@@ -62,9 +66,28 @@ async fn scrape(port: u16) -> Result<String> {
 
 /// The value of the sample `name{…thread="outbox-journal"…}`, if present.
 fn sample(text: &str, name: &str) -> Option<f64> {
+    sample_of(text, name, JOURNAL_THREAD)
+}
+
+/// The value of the sample `name{…thread="<thread>"…}`, if present.
+fn sample_of(text: &str, name: &str, thread: &str) -> Option<f64> {
     text.lines()
-        .filter(|l| l.starts_with(name) && l.contains(&format!("thread=\"{JOURNAL_THREAD}\"")))
+        .filter(|l| l.starts_with(name) && l.contains(&format!("thread=\"{thread}\"")))
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The state store's per-turn writes thread, as the runner names it.
+const STATE_THREAD: &str = "state-store";
+
+/// Group commits of the state store's thread so far (None: not exposed,
+/// e.g. a binary whose per-turn writes are on the async workers).
+async fn state_commits(port: u16) -> Result<Option<f64>> {
+    let text = scrape(port).await?;
+    Ok(sample_of(
+        &text,
+        "agent_runner_store_thread_commits_total",
+        STATE_THREAD,
+    ))
 }
 
 struct Journal {
@@ -112,7 +135,13 @@ pub async fn measure(
         runs.push(update_throughput(&rig, ids, lines).await?);
     }
     let after = journal(port).await?;
-    let cpu_us_per_turn = cpu_per_turn(&rig, &all[..TURN_THREADS], turns).await?;
+    let commits0 = state_commits(port).await?;
+    let (cpu_us_per_turn, done) = cpu_per_turn(&rig, &all[..TURN_THREADS], turns).await?;
+    let commits1 = state_commits(port).await?;
+    let state_commits_per_turn = match (commits0, commits1) {
+        (Some(a), Some(b)) => Some((b - a) / done as f64),
+        _ => None,
+    };
     let invalid = rig.cp().invalid_received().len();
     rig.runner.stop().await;
     if invalid > 0 {
@@ -134,6 +163,7 @@ pub async fn measure(
         journal_us_per_update: busy.map(|b| b * 1e6 / produced as f64),
         cpu_us_per_turn,
         turns,
+        state_commits_per_turn,
     })
 }
 
@@ -141,15 +171,15 @@ pub async fn measure(
 const TURN_THREADS: usize = 100;
 
 /// The runner's CPU time per `say x` turn over `turns` turns spread over
-/// `threads` (after a warm-up), in microseconds.
-async fn cpu_per_turn(rig: &Rig, threads: &[String], turns: usize) -> Result<f64> {
+/// `threads` (after a warm-up), in microseconds, and the turns run.
+async fn cpu_per_turn(rig: &Rig, threads: &[String], turns: usize) -> Result<(f64, usize)> {
     dispatch_latency(rig, threads, threads.len() * 2).await?;
     let pid = rig.runner.pid()?;
     let cpu0 = crate::stats::cpu_seconds(pid)?;
     dispatch_latency(rig, threads, turns).await?;
     let cpu = crate::stats::cpu_seconds(pid)? - cpu0;
     let done = turns.div_ceil(threads.len()) * threads.len();
-    Ok(cpu * 1e6 / done as f64)
+    Ok((cpu * 1e6 / done as f64, done))
 }
 
 #[cfg(test)]

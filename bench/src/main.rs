@@ -394,6 +394,14 @@ async fn main() -> Result<()> {
             "us",
             None,
         );
+        if let Some(c) = run.state_commits_per_turn {
+            t.row(
+                &format!("state store commits per turn ({})", run.mode),
+                format!("{c:.3}"),
+                "commits",
+                None,
+            );
+        }
     }
     if let Some(b) = &baseline {
         t.row(
