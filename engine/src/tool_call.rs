@@ -220,8 +220,7 @@ async fn run_internal(
             let output = tool.run(args, &ctx).await;
             // After write/edit, the file's fresh diagnostics when a server
             // handles it.
-            crate::lsp::with_diagnostics(&env.engine.lsp, tool.name(), env.workspace, output)
-                .await
+            crate::lsp::with_diagnostics(&env.engine.lsp, tool.name(), env.workspace, output).await
         }
         Target::Mcp => {
             let scope = Some(env.session.id.clone());

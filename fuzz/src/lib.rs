@@ -207,7 +207,12 @@ impl Live {
         let mut out = vec![];
         while !self.runner.outbox.is_empty() {
             let epoch = self.sending.epoch();
-            out.extend(self.tokio.block_on(self.sending.next_batch(epoch)));
+            out.extend(
+                self.tokio
+                    .block_on(self.sending.next_batch(epoch))
+                    .into_iter()
+                    .map(|m| *m),
+            );
         }
         if self.sending.unsettled() > ACK_ALL_ABOVE {
             self.acked = self.sending.last_sequence();
@@ -293,7 +298,7 @@ impl Harness {
                 .outbox
                 .try_pop_many(usize::MAX)
                 .into_iter()
-                .map(|t| t.message)
+                .map(|t| *t.message)
                 .collect();
             let answered = replies.iter().any(|m| {
                 m.request_id == rid && matches!(m.payload, Some(Payload::RequestError(_)))
