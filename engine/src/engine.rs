@@ -200,7 +200,7 @@ impl Engine {
             workspace_root,
             shutdown,
             memory: Arc::new(MemoryRegistry::new(config_state_dir.as_deref())),
-            plans: PlanRegistry::default(),
+            plans: PlanRegistry::new(config_state_dir.as_deref()),
             cron: cron.clone(),
         };
         tokio::spawn(cron.clone().schedule_loop());
@@ -386,7 +386,10 @@ impl EngineInner {
             session_id: session.id.clone(),
             file_backed: session.is_file_backed(),
         }));
-        extensions.insert(self.plans.for_session(&session.id));
+        extensions.insert(
+            self.plans
+                .for_session(&session.id, session.is_file_backed()),
+        );
         extensions.insert(self.cron.clone());
         ToolContext {
             extensions,
