@@ -207,6 +207,7 @@ impl Engine {
         let inner = Arc::new(inner);
         // Cron runs get `Initialize`'s env like `bash` does (looked up at
         // each run, never written to the jobs file).
+        cron.set_events(inner.events.clone());
         let weak = Arc::downgrade(&inner);
         cron.set_env_source(Box::new(move |workspace| {
             weak.upgrade()
