@@ -222,13 +222,14 @@ impl Engine {
             shutdown,
             mcp: crate::mcp::McpManager::default(),
             memory: Arc::new(MemoryRegistry::new(config_state_dir.as_deref())),
-            plans: PlanRegistry::default(),
+            plans: PlanRegistry::new(config_state_dir.as_deref()),
             cron: cron.clone(),
         };
         tokio::spawn(cron.clone().schedule_loop());
         let inner = Arc::new(inner);
         // Cron runs get `Initialize`'s env like `bash` does (looked up at
         // each run, never written to the jobs file).
+        cron.set_events(inner.events.clone());
         let weak = Arc::downgrade(&inner);
         cron.set_env_source(Box::new(move |workspace| {
             weak.upgrade()
@@ -443,7 +444,10 @@ impl EngineInner {
             session_id: session.id.clone(),
             file_backed: session.is_file_backed(),
         }));
-        extensions.insert(self.plans.for_session(&session.id));
+        extensions.insert(
+            self.plans
+                .for_session(&session.id, session.is_file_backed()),
+        );
         extensions.insert(self.cron.clone());
         ToolContext {
             extensions,

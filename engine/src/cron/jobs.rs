@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::run::{self, RunSpec};
 use super::schedule::{self, Schedule};
 use super::store::{ExecutionRecord, JobFile, JobRecord};
+use crate::events::EventBus;
 use crate::sandboxes::Sandboxes;
 use crate::session::message::now_ms;
 
@@ -117,6 +118,7 @@ pub struct CronJobs {
     cancel: CancellationToken,
     zone: FixedOffset,
     env_source: OnceLock<EnvSource>,
+    events: OnceLock<EventBus>,
 }
 
 /// The extra environment of a workspace's processes (`Initialize`'s env).
@@ -202,6 +204,7 @@ impl CronJobs {
             cancel,
             zone,
             env_source: OnceLock::new(),
+            events: OnceLock::new(),
         })
     }
 
@@ -209,6 +212,11 @@ impl CronJobs {
     /// the engine; without it runs get only the launcher's allowlist).
     pub fn set_env_source(&self, source: EnvSource) {
         let _ = self.env_source.set(source);
+    }
+
+    /// Where each run is announced (an `INFO` event, `kind = "cron_run"`).
+    pub fn set_events(&self, events: EventBus) {
+        let _ = self.events.set(events);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Job>> {
@@ -431,7 +439,7 @@ impl CronJobs {
                 ..Default::default()
             },
         };
-        let _ = self.with_job(id, |job| {
+        let name = self.with_job(id, |job| {
             job.running = false;
             job.record.last_run = Some(exec.started_at);
             if exec.status == CronExecutionStatus::Success as i32 {
@@ -443,7 +451,33 @@ impl CronJobs {
                 .history
                 .push_front(ExecutionRecord::from_proto(&exec));
             job.record.history.truncate(MAX_HISTORY);
+            job.record.name.clone()
         });
+        if let (Some(events), Ok(name)) = (self.events.get(), name) {
+            let status = CronExecutionStatus::try_from(exec.status)
+                .map(|s| {
+                    s.as_str_name()
+                        .trim_start_matches("CRON_EXECUTION_STATUS_")
+                        .to_ascii_lowercase()
+                })
+                .unwrap_or_default();
+            events.emit(
+                code_agent_proto::agent_event::EventType::Info,
+                None,
+                &format!("cron job {name}: {status}"),
+                [
+                    ("kind", "cron_run".to_string()),
+                    ("job_id", id.to_string()),
+                    ("job", name.clone()),
+                    ("status", status),
+                    ("execution_id", exec.id.clone()),
+                    (
+                        "exit_code",
+                        exec.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+                    ),
+                ],
+            );
+        }
         self.save().await;
         self.wake.notify_one();
         Ok(exec)

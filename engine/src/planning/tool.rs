@@ -37,7 +37,7 @@ impl Tool for PlanTool {
             Ok(execution) => {
                 let text = plan::render(&execution);
                 let steps = execution.steps.len();
-                let id = plans.add(execution);
+                let id = plans.add(execution, args.clone());
                 ToolOutput::ok(format!("recorded {id}\n{text}"))
                     .with("plan_id", id)
                     .with("steps", steps.to_string())

@@ -83,11 +83,12 @@ impl Service {
             .await?;
         let execution = plan::from_json(&doc)
             .map_err(|e| Status::internal(format!("the model's plan is unusable: {e}")))?;
+        let session = self.session(&request.session_id)?;
         let plan_id = self
             .engine
             .plans
-            .for_session(&request.session_id)
-            .add(execution.clone());
+            .for_session(&session.id, session.is_file_backed())
+            .add(execution.clone(), doc);
         self.engine.events.emit(
             EventType::Info,
             Some(&request.session_id),
@@ -111,7 +112,7 @@ impl Service {
         let (_, plan) = self
             .engine
             .plans
-            .for_session(&session.id)
+            .for_session(&session.id, session.is_file_backed())
             .get(&request.plan_id)
             .ok_or_else(|| {
                 Status::not_found(if request.plan_id.trim().is_empty() {

@@ -169,10 +169,13 @@ impl Service {
                 session.id.clone(),
                 session.is_file_backed(),
             );
-            tokio::task::spawn_blocking(move || engine.memory.storage_changed(&id, file))
-                .await
-                .map_err(|e| Status::internal(format!("moving the memories: {e}")))?
-                .map_err(|e| Status::internal(e.to_string()))?;
+            tokio::task::spawn_blocking(move || {
+                engine.plans.storage_changed(&id, file);
+                engine.memory.storage_changed(&id, file)
+            })
+            .await
+            .map_err(|e| Status::internal(format!("moving the memories: {e}")))?
+            .map_err(|e| Status::internal(e.to_string()))?;
         }
         self.engine.persist(&session).await?;
         Ok(ConfigureSessionResponse {

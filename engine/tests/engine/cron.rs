@@ -133,7 +133,21 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
         .unwrap_err();
     assert_eq!(dup.code(), tonic::Code::FailedPrecondition);
 
+    let mut events = h
+        .client
+        .subscribe_events(SubscribeEventsRequest {
+            session_id: None,
+            event_types: vec!["INFO".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let first = run(&mut h, &job.id).await;
+    let event = next_event(&mut events, agent_event::EventType::Info).await;
+    assert_eq!(event.data["kind"], "cron_run");
+    assert_eq!(event.data["job"], "report");
+    assert_eq!(event.data["status"], "success");
+    drop(events); // an open subscription would hold the server's graceful stop
     assert!(first.success, "{first:?}");
     let exec = first.execution.unwrap();
     assert_eq!(exec.status, CronExecutionStatus::Success as i32);

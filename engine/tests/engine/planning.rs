@@ -187,3 +187,36 @@ async fn the_model_records_a_plan_with_the_plan_tool() {
     assert_eq!(plan.goal, "add a --verbose flag");
     assert_eq!(plan.steps.len(), 3);
 }
+
+#[tokio::test]
+async fn a_file_sessions_plans_survive_a_restart() {
+    let mut h = Harness::start(vec![MockReply::text(&plan_answer())]).await;
+    let s = h.session_with(h.config(StorageType::File)).await;
+    let plan = h
+        .client
+        .create_plan(CreatePlanRequest {
+            session_id: s.clone(),
+            prompt: "add a verbose flag".into(),
+            context: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .plan
+        .unwrap();
+    let file = h.state.path().join(format!("plans/{s}.json"));
+    assert!(file.exists());
+    let (mock, workspace, state) = h.stop().await;
+    let mut h = Harness::start_on(mock, workspace, state).await;
+    assert_eq!(get_plan(&mut h, &s, "plan-1").await.unwrap(), plan);
+    // Moved to MEMORY, the session keeps its plans but not on disk.
+    h.client
+        .configure_session(ConfigureSessionRequest {
+            session_id: s.clone(),
+            config: Some(h.config(StorageType::Memory)),
+        })
+        .await
+        .unwrap();
+    assert!(!file.exists());
+    assert_eq!(get_plan(&mut h, &s, "").await.unwrap(), plan);
+}
