@@ -36,4 +36,6 @@ pub use probe::{HostProbe, probe_host};
 pub use report::{Applied, LauncherStatus};
 pub use rlimits::Rlimits;
 pub use sandbox::{Launcher, LauncherConfig, ThreadSandbox};
-pub use tracking::{KillReport, Leftovers, TAG_VAR, find_leftovers, kill_tagged, sweep_leftovers};
+pub use tracking::{
+    KillReport, Leftovers, TAG_VAR, find_leftovers, kill_tagged, sweep_leftovers, tagged_pids,
+};

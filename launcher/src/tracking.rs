@@ -68,6 +68,12 @@ pub struct KillReport {
     pub cgroups: Vec<PathBuf>,
 }
 
+/// The live processes carrying exactly `tag` (a thread's processes, those
+/// that left its process group included), for `agent-runner ps`.
+pub fn tagged_pids(tag: &str) -> Vec<i32> {
+    scan(|t| t == tag).into_iter().map(|(pid, _)| pid).collect()
+}
+
 /// SIGKILLs every process carrying exactly `tag`, scanning again until a
 /// scan finds none (a process may fork while we scan) or `wait` has passed.
 pub fn kill_tagged(tag: &str, wait: Duration) -> KillReport {

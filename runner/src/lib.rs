@@ -9,6 +9,7 @@
 //! from [`metrics`], `/status` from [`status`]).
 //! See `docs/architecture.md`.
 
+pub mod admin;
 pub mod agent;
 pub mod cli;
 pub mod client;

@@ -98,6 +98,58 @@ pub fn warn_if_pid1() {
     }
 }
 
+/// What `describe` needs to turn `/proc` clock ticks into seconds: the
+/// ticks per second and the system's uptime in seconds.
+pub fn boot_clock() -> Option<(u64, f64)> {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    (ticks > 0).then_some((ticks as u64, uptime))
+}
+
+/// One live (non-zombie) process for `agent-runner ps`: pid, parent,
+/// command line, CPU seconds, resident memory (KiB) and age (seconds).
+pub fn describe(pid: u32, clock: Option<(u64, f64)>) -> Option<serde_json::Value> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.rfind(')')?;
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    // Field n of proc(5)'s stat is fields[n - 3] here.
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    let command = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .replace('\0', " ")
+                .trim()
+                .to_owned()
+        })
+        .unwrap_or_default();
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let (cpu_s, age_s) = match clock {
+        Some((ticks, uptime)) => (
+            Some((field(14)? + field(15)?) as f64 / ticks as f64),
+            Some((uptime - field(22)? as f64 / ticks as f64).max(0.0)),
+        ),
+        None => (None, None),
+    };
+    Some(serde_json::json!({
+        "pid": pid,
+        "ppid": field(4),
+        "command": command,
+        "cpu_s": cpu_s,
+        "rss_kib": field(24).map(|p| p * page / 1024),
+        "age_s": age_s,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -371,6 +371,11 @@ impl AgentSandboxes {
         Ok(())
     }
 
+    /// The process tag of `thread_id`'s sandbox, if it has one now.
+    pub fn thread_tag(&self, thread_id: &str) -> Option<String> {
+        self.get(thread_id).map(|s| s.tag().to_owned())
+    }
+
     fn get(&self, thread_id: &str) -> Option<Arc<ThreadSandbox>> {
         self.threads
             .lock()

@@ -1,7 +1,8 @@
-//! The `agent-runner` command line: `run`, `status`, `doctor`, `logs`, `demo`, `github`, `sdk list`,
+//! The `agent-runner` command line: `run`, `status`, `doctor`, `logs`, `ps`, `threads`, `kill`, `demo`, `github`, `sdk list`,
 //! `code-agent serve`, and `git-credential` (what agents' git calls; not for
 //! people). Definitions and dispatch here; each subcommand in its own module.
 
+mod admin;
 mod code_agent;
 #[cfg(feature = "demo")]
 mod demo;
@@ -51,6 +52,15 @@ enum Command {
     /// Print a thread's transcript (every update sent for it), from the
     /// state dir; `--follow` keeps printing, `--json` prints the lines as stored.
     Logs(logs::LogsArgs),
+    /// List a running runner's threads with their running turn and every
+    /// live process of the thread as a tree (pid, CPU, RSS, age, command),
+    /// through its admin socket in the state dir.
+    Ps(admin::AdminArgs),
+    /// List a running runner's agents and threads with their state.
+    Threads(admin::AdminArgs),
+    /// Interrupt a thread's running turn as the control plane's interrupt
+    /// would; `--tree` also kills every process of the thread.
+    Kill(admin::KillArgs),
     /// Run a mock control plane and a runner in-process and print a live
     /// transcript of one scripted turn.
     #[cfg(feature = "demo")]
@@ -115,6 +125,9 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
             Command::Run(args) => run::run(*args, env_secret).await,
             Command::Status(args) => status::run(args).await,
             Command::Logs(args) => logs::run(args).await,
+            Command::Ps(args) => admin::ps(args).await,
+            Command::Threads(args) => admin::threads(args).await,
+            Command::Kill(args) => admin::kill(args).await,
             Command::Doctor(args) => {
                 use clap::CommandFactory as _;
                 // Where each value came from (flag, env, default): clap knows.

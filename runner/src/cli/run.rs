@@ -62,6 +62,9 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
         sdks = ?runner.rt.sdks.names(),
         "runner started"
     );
+    // `agent-runner ps/threads/kill`: the admin socket in the state dir
+    // (0600), removed when this returns.
+    let _admin = crate::admin::serve(runner.rt.clone(), &config.state_dir)?;
     let idle_rt = runner.rt.clone();
     tokio::select! {
         _ = term.recv() => {}

@@ -10,6 +10,7 @@ mod fakes;
 mod support;
 
 mod acked;
+mod admin;
 
 mod additions;
 mod code_agent;
