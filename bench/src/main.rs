@@ -22,8 +22,10 @@ mod code_agent;
 mod collector;
 mod delivery;
 mod floor;
+mod idle;
 mod only;
 mod proc;
+mod scale;
 mod scenarios;
 mod startup;
 mod stats;
@@ -256,6 +258,8 @@ async fn main() -> Result<()> {
 
     eprintln!("[3/6] footprint");
     let fp = scenarios::footprint(&bin, &sz.footprint_levels).await?;
+    let bare_rss = idle::bare_client_rss().await?;
+    let scale = scale::measure(&bin, if a.quick { 1_000 } else { 10_000 }).await?;
 
     eprintln!("[4/6] start and reconnect");
     let sr = scenarios::start_and_reconnect(&bin, sz.start_runs).await?;
@@ -421,6 +425,18 @@ async fn main() -> Result<()> {
         "MiB",
         None,
     );
+    t.row(
+        "RSS idle: bare tonic client holding one ControlChannel (floor)",
+        format!("{:.1}", mib(bare_rss)),
+        "MiB",
+        None,
+    );
+    t.row(
+        "RSS idle: runner (every built-in SDK) / bare client",
+        format!("{:.2}", fp.idle_rss_bytes as f64 / bare_rss as f64),
+        "ratio",
+        None,
+    );
     for (n, rss) in &fp.with_threads {
         t.row(
             &format!("RSS with {n} threads in a sleep turn"),
@@ -433,6 +449,19 @@ async fn main() -> Result<()> {
         "bytes per thread (running turn)",
         format!("{:.0}", fp.bytes_per_thread),
         "B",
+        None,
+    );
+    t.row(
+        &format!(
+            "scale: RSS with {} threads, each turn running at once (completed: {})",
+            scale.threads, scale.completed
+        ),
+        format!(
+            "{:.1} ({:.0} B/thread)",
+            mib(scale.peak_rss_bytes),
+            scale.bytes_per_thread
+        ),
+        "MiB",
         None,
     );
     let start_s = Summary::of(&ms_samples(&starts.start_ms));
@@ -550,6 +579,8 @@ async fn main() -> Result<()> {
         "outbox_drain_vs_floor": ob.messages_per_s / floor_tp,
         "outbox_overflow": ob_over,
         "footprint": fp,
+        "bare_client_idle_rss_bytes": bare_rss,
+        "scale": scale,
         "start_and_reconnect": {
             "start_ms": sr.start_ms,
             "reconnect_ms": sr.reconnect_ms,
