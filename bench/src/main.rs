@@ -258,7 +258,8 @@ async fn main() -> Result<()> {
 
     eprintln!("[3/6] footprint");
     let fp = scenarios::footprint(&bin, &sz.footprint_levels).await?;
-    let bare_rss = idle::bare_client_rss().await?;
+    let idle_runner = idle::runner(&bin).await?;
+    let bare = idle::bare_client().await?;
     let scale = scale::measure(&bin, if a.quick { 1_000 } else { 10_000 }).await?;
 
     eprintln!("[4/6] start and reconnect");
@@ -426,14 +427,28 @@ async fn main() -> Result<()> {
         None,
     );
     t.row(
-        "RSS idle: bare tonic client holding one ControlChannel (floor)",
-        format!("{:.1}", mib(bare_rss)),
+        "RSS idle: bare tonic client holding one ControlChannel (floor): RSS / anonymous",
+        format!("{:.1} / {:.1}", mib(bare.rss_bytes), mib(bare.anon_bytes)),
         "MiB",
         None,
     );
     t.row(
-        "RSS idle: runner (every built-in SDK) / bare client",
-        format!("{:.2}", fp.idle_rss_bytes as f64 / bare_rss as f64),
+        "RSS idle: runner (every built-in SDK): RSS / anonymous",
+        format!(
+            "{:.1} / {:.1}",
+            mib(idle_runner.rss_bytes),
+            mib(idle_runner.anon_bytes)
+        ),
+        "MiB",
+        None,
+    );
+    t.row(
+        "RSS idle: runner / bare client: RSS / anonymous",
+        format!(
+            "{:.2} / {:.2}",
+            idle_runner.rss_bytes as f64 / bare.rss_bytes as f64,
+            idle_runner.anon_bytes as f64 / bare.anon_bytes as f64
+        ),
         "ratio",
         None,
     );
@@ -579,7 +594,7 @@ async fn main() -> Result<()> {
         "outbox_drain_vs_floor": ob.messages_per_s / floor_tp,
         "outbox_overflow": ob_over,
         "footprint": fp,
-        "bare_client_idle_rss_bytes": bare_rss,
+        "idle_memory": { "runner": idle_runner, "bare_client": bare },
         "scale": scale,
         "start_and_reconnect": {
             "start_ms": sr.start_ms,

@@ -18,12 +18,13 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             serde_json::json!({ "starts": starts, "first_start_us": summary, "restart_us": restarts })
         }
         "idle" => {
-            let fp = crate::scenarios::footprint(bin, &[1]).await?;
-            let bare = crate::idle::bare_client_rss().await?;
+            let runner = crate::idle::runner(bin).await?;
+            let bare = crate::idle::bare_client().await?;
             serde_json::json!({
-                "runner_idle_rss_bytes": fp.idle_rss_bytes,
-                "bare_client_rss_bytes": bare,
-                "ratio": fp.idle_rss_bytes as f64 / bare as f64,
+                "runner": runner,
+                "bare_client": bare,
+                "rss_ratio": runner.rss_bytes as f64 / bare.rss_bytes as f64,
+                "anon_ratio": runner.anon_bytes as f64 / bare.anon_bytes as f64,
             })
         }
         "scale" => {
