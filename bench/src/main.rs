@@ -22,6 +22,7 @@ mod code_agent;
 mod collector;
 mod delivery;
 mod floor;
+mod heartbeat;
 mod idle;
 mod only;
 mod proc;
@@ -261,6 +262,12 @@ async fn main() -> Result<()> {
     let idle_runner = idle::runner(&bin).await?;
     let bare = idle::bare_client().await?;
     let scale = scale::measure(&bin, if a.quick { 1_000 } else { 10_000 }).await?;
+    let (hc, hs, hl) = if a.quick {
+        (200, 20, 200)
+    } else {
+        (1_000, 100, 1_000)
+    };
+    let hb = heartbeat::measure(&bin, hc, hs, hl).await?;
 
     eprintln!("[4/6] start and reconnect");
     let sr = scenarios::start_and_reconnect(&bin, sz.start_runs).await?;
@@ -479,6 +486,21 @@ async fn main() -> Result<()> {
         "MiB",
         None,
     );
+    t.row(
+        &format!(
+            "heartbeat round trip while {} threads are created and {} turns stream, p50 / p99 / max",
+            hb.threads_created, hb.streaming_turns
+        ),
+        pct(&hb.under_load),
+        "us",
+        None,
+    );
+    t.row(
+        "heartbeat p99 under that load / floor round trip p99",
+        format!("{:.1}", hb.under_load.p99_us / floor_rt_s.p99_us),
+        "ratio",
+        None,
+    );
     let start_s = Summary::of(&ms_samples(&starts.start_ms));
     t.row(
         &format!(
@@ -596,6 +618,7 @@ async fn main() -> Result<()> {
         "footprint": fp,
         "idle_memory": { "runner": idle_runner, "bare_client": bare },
         "scale": scale,
+        "heartbeat_under_load": hb,
         "start_and_reconnect": {
             "start_ms": sr.start_ms,
             "reconnect_ms": sr.reconnect_ms,

@@ -31,7 +31,21 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             let n = if quick { 1_000 } else { 10_000 };
             serde_json::to_value(crate::scale::measure(bin, n).await?)?
         }
-        other => bail!("unknown scenario {other:?} (startup, idle, scale)"),
+        "heartbeat" => {
+            let floor = Summary::of(&crate::floor::round_trip(2_000).await?);
+            let (create, stream, lines) = if quick {
+                (200, 20, 200)
+            } else {
+                (1_000, 100, 1_000)
+            };
+            let hb = crate::heartbeat::measure(bin, create, stream, lines).await?;
+            serde_json::json!({
+                "floor_round_trip": floor,
+                "heartbeat": hb,
+                "p99_vs_floor_p99": hb.under_load.p99_us / floor.p99_us,
+            })
+        }
+        other => bail!("unknown scenario {other:?} (startup, idle, scale, heartbeat)"),
     };
     println!("{}", serde_json::to_string_pretty(&value)?);
     Ok(())
