@@ -22,9 +22,12 @@ mod code_agent;
 mod collector;
 mod delivery;
 mod floor;
+mod heartbeat;
+mod idle;
 mod only;
 mod proc;
 mod profile;
+mod scale;
 mod scenarios;
 mod startup;
 mod stats;
@@ -260,6 +263,15 @@ async fn main() -> Result<()> {
 
     eprintln!("[3/6] footprint");
     let fp = scenarios::footprint(&bin, &sz.footprint_levels).await?;
+    let idle_runner = idle::runner(&bin).await?;
+    let bare = idle::bare_client().await?;
+    let scale = scale::measure(&bin, if a.quick { 1_000 } else { 10_000 }).await?;
+    let (hc, hs, hl) = if a.quick {
+        (200, 20, 200)
+    } else {
+        (1_000, 100, 1_000)
+    };
+    let hb = heartbeat::measure(&bin, hc, hs, hl).await?;
 
     eprintln!("[4/6] start and reconnect");
     let sr = scenarios::start_and_reconnect(&bin, sz.start_runs).await?;
@@ -447,6 +459,32 @@ async fn main() -> Result<()> {
         "MiB",
         None,
     );
+    t.row(
+        "RSS idle: bare tonic client holding one ControlChannel (floor): RSS / anonymous",
+        format!("{:.1} / {:.1}", mib(bare.rss_bytes), mib(bare.anon_bytes)),
+        "MiB",
+        None,
+    );
+    t.row(
+        "RSS idle: runner (every built-in SDK): RSS / anonymous",
+        format!(
+            "{:.1} / {:.1}",
+            mib(idle_runner.rss_bytes),
+            mib(idle_runner.anon_bytes)
+        ),
+        "MiB",
+        None,
+    );
+    t.row(
+        "RSS idle: runner / bare client: RSS / anonymous",
+        format!(
+            "{:.2} / {:.2}",
+            idle_runner.rss_bytes as f64 / bare.rss_bytes as f64,
+            idle_runner.anon_bytes as f64 / bare.anon_bytes as f64
+        ),
+        "ratio",
+        None,
+    );
     for (n, rss) in &fp.with_threads {
         t.row(
             &format!("RSS with {n} threads in a sleep turn"),
@@ -459,6 +497,34 @@ async fn main() -> Result<()> {
         "bytes per thread (running turn)",
         format!("{:.0}", fp.bytes_per_thread),
         "B",
+        None,
+    );
+    t.row(
+        &format!(
+            "scale: RSS with {} threads, each turn running at once (completed: {})",
+            scale.threads, scale.completed
+        ),
+        format!(
+            "{:.1} ({:.0} B/thread)",
+            mib(scale.peak_rss_bytes),
+            scale.bytes_per_thread
+        ),
+        "MiB",
+        None,
+    );
+    t.row(
+        &format!(
+            "heartbeat round trip while {} threads are created and {} turns stream, p50 / p99 / max",
+            hb.threads_created, hb.streaming_turns
+        ),
+        pct(&hb.under_load),
+        "us",
+        None,
+    );
+    t.row(
+        "heartbeat p99 under that load / floor round trip p99",
+        format!("{:.1}", hb.under_load.p99_us / floor_rt_s.p99_us),
+        "ratio",
         None,
     );
     let start_s = Summary::of(&ms_samples(&starts.start_ms));
@@ -587,6 +653,9 @@ async fn main() -> Result<()> {
         "outbox_drain_vs_floor": ob.messages_per_s / floor_tp,
         "outbox_overflow": ob_over,
         "footprint": fp,
+        "idle_memory": { "runner": idle_runner, "bare_client": bare },
+        "scale": scale,
+        "heartbeat_under_load": hb,
         "start_and_reconnect": {
             "start_ms": sr.start_ms,
             "reconnect_ms": sr.reconnect_ms,

@@ -17,7 +17,35 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             let restarts = Summary::of(&crate::ms_samples(&starts.restart_ms));
             serde_json::json!({ "starts": starts, "first_start_us": summary, "restart_us": restarts })
         }
-        other => bail!("unknown scenario {other:?} (startup)"),
+        "idle" => {
+            let runner = crate::idle::runner(bin).await?;
+            let bare = crate::idle::bare_client().await?;
+            serde_json::json!({
+                "runner": runner,
+                "bare_client": bare,
+                "rss_ratio": runner.rss_bytes as f64 / bare.rss_bytes as f64,
+                "anon_ratio": runner.anon_bytes as f64 / bare.anon_bytes as f64,
+            })
+        }
+        "scale" => {
+            let n = if quick { 1_000 } else { 10_000 };
+            serde_json::to_value(crate::scale::measure(bin, n).await?)?
+        }
+        "heartbeat" => {
+            let floor = Summary::of(&crate::floor::round_trip(2_000).await?);
+            let (create, stream, lines) = if quick {
+                (200, 20, 200)
+            } else {
+                (1_000, 100, 1_000)
+            };
+            let hb = crate::heartbeat::measure(bin, create, stream, lines).await?;
+            serde_json::json!({
+                "floor_round_trip": floor,
+                "heartbeat": hb,
+                "p99_vs_floor_p99": hb.under_load.p99_us / floor.p99_us,
+            })
+        }
+        other => bail!("unknown scenario {other:?} (startup, idle, scale, heartbeat)"),
     };
     println!("{}", serde_json::to_string_pretty(&value)?);
     Ok(())

@@ -165,6 +165,7 @@ async fn instructions_through(
     let cp = mock().await;
     let mut runner = RunnerProc::start(configure(RunnerOpts::new(cp.url())));
     cp.wait_connected(WAIT).await.expect("runner connects");
+    sdk_probed(&cp, sdk).await;
     create_sdk_agent(&cp, "a", sdk).await;
     let thread = thread_ready_for(
         &cp,
@@ -363,6 +364,7 @@ async fn named_by(
     model: &str,
     script: &str,
 ) -> (String, Vec<(String, Option<String>)>) {
+    sdk_probed(cp, sdk).await;
     create_sdk_agent(cp, "a", sdk).await;
     let thread = thread_ready_for(cp, "t1", create_thread_request("a", model, None, None)).await;
     turn_says(cp, "m1", &thread, script).await;

@@ -410,3 +410,28 @@ pub fn token_usages(msgs: &[ClientMessage]) -> Vec<ThreadTokenUsageUpdate> {
         })
         .collect()
 }
+
+/// Waits until the runner has told the control plane what `sdk` is: at
+/// registration, or — when registration said it was still being probed
+/// (registration does not wait for slow probes, such as codex's) — in the
+/// probe's `agent_sdk_update`.
+pub async fn sdk_probed(cp: &MockControlPlane, sdk: &str) {
+    let registered = cp
+        .registrations()
+        .first()
+        .and_then(|r| r.request.agent_sdks.iter().find(|s| s.name == sdk).cloned());
+    let probing = registered
+        .as_ref()
+        .and_then(|s| s.error_message.as_deref())
+        .is_some_and(|m| m.contains("being probed"));
+    if !probing {
+        return;
+    }
+    let name = sdk.to_owned();
+    cp.wait_for(
+        move |m| matches!(payload(m), Some(Payload::AgentSdkUpdate(s)) if s.name == name),
+        WAIT,
+    )
+    .await
+    .expect("the probe's agent_sdk_update");
+}
