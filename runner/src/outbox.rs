@@ -454,6 +454,25 @@ impl Outbox {
         }
     }
 
+    /// Waits until an update is queued, taking nothing (the caller takes it
+    /// with [`Outbox::try_pop_many`] under its own lock, so that what it
+    /// takes and what it records of it cannot be told apart by anyone).
+    /// Cancel-safe.
+    pub async fn wait_nonempty(&self) {
+        loop {
+            let filled = self.filled.notified();
+            tokio::pin!(filled);
+            filled.as_mut().enable();
+            if !self.is_empty() {
+                // Pass the wake-up on: another waiting consumer may take
+                // what this one does not.
+                self.filled.notify_one();
+                return;
+            }
+            filled.await;
+        }
+    }
+
     /// Takes up to `max` more updates without waiting (a batch to send).
     pub fn try_pop_many(&self, max: usize) -> Vec<Taken> {
         let mut queue = self.lock();

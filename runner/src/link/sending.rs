@@ -105,7 +105,7 @@ impl Sending {
         let now = Instant::now();
         let mut resend = VecDeque::new();
         let mut unreadable = Vec::new();
-        for entry in recovered.entries {
+        for entry in resend_order(recovered.entries) {
             match ClientMessage::decode(entry.message.as_slice()) {
                 Ok(message) => resend.push_back(Sent {
                     sequence: entry.sequence,
@@ -330,39 +330,36 @@ impl Sending {
                 return Batch::default();
             }
             self.reserve_numbers().await;
-            let resends: Vec<Sent> = {
-                let mut inner = self.lock();
-                let settled = inner.inflight.settle(Instant::now());
-                self.forget(settled.journal);
-                let n = inner.resend.len().min(BATCH);
-                inner.resend.drain(..n).collect()
-            };
-            let fresh = if resends.is_empty() {
-                let first = self.outbox.pop_entry().await;
-                let mut fresh = vec![first];
-                fresh.extend(self.outbox.try_pop_many(BATCH - 1));
-                fresh
-            } else {
-                Vec::new()
-            };
+            if self.lock().resend.is_empty() {
+                // Takes nothing: what is taken is taken below, under the
+                // same lock as the epoch check and the recording.
+                self.outbox.wait_nonempty().await;
+            }
             let (out, marks, forget, journaled) = {
                 let mut inner = self.lock();
                 if inner.epoch != epoch {
-                    // The connection ended while this waited: put back what
-                    // was taken (never sent), first in line.
-                    for taken in fresh.into_iter().rev() {
-                        inner.resend.push_front(Sent {
-                            sequence: None,
-                            journal: taken.journal,
-                            message: taken.message,
-                            at: Instant::now(),
-                        });
-                    }
-                    for sent in resends.into_iter().rev() {
-                        inner.resend.push_front(sent);
-                    }
-                    self.publish(&inner);
+                    // The connection ended while this waited; nothing taken.
                     return Batch::default();
+                }
+                // Re-sends and fresh updates are taken, numbered and
+                // recorded in one critical section. Taken in one and
+                // recorded in another, a connection's end in between put
+                // them back ahead of what that connection had sent before
+                // them; numbered after it, they went out first and the
+                // control plane dropped the earlier numbers as already
+                // processed (issue 18: updates lost across a drop).
+                let settled = inner.inflight.settle(Instant::now());
+                self.forget(settled.journal);
+                let n = inner.resend.len().min(BATCH);
+                let resends: Vec<Sent> = inner.resend.drain(..n).collect();
+                let fresh = if resends.is_empty() {
+                    self.outbox.try_pop_many(BATCH)
+                } else {
+                    Vec::new()
+                };
+                if resends.is_empty() && fresh.is_empty() {
+                    // Another consumer took it first.
+                    continue;
                 }
                 let mode = inner.inflight.mode();
                 let now = Instant::now();
@@ -650,6 +647,21 @@ impl Batch {
     }
 }
 
+/// The order recovered journal entries go out in: the ones already sent
+/// (marked with a sequence number) first, by that number — the order the
+/// control plane must see them in, or it drops a lower number arriving
+/// after a higher one as already processed — then the never-sent ones, in
+/// append order. Append order alone is not send order: a turn's
+/// `TurnUpdate COMPLETED` is journaled before the store records the turn's
+/// end and queued only after (`thread.rs` `end_turn`), so updates of other
+/// threads appended meanwhile can be sent, and numbered, before it.
+fn resend_order(
+    mut entries: Vec<crate::journal::JournalEntry>,
+) -> Vec<crate::journal::JournalEntry> {
+    entries.sort_by_key(|e| (e.sequence.is_none(), e.sequence, e.id));
+    entries
+}
+
 /// Drops from `resend` what an acknowledgement of `through` covers.
 fn settle_resends(resend: &mut VecDeque<Sent>, through: u64, settled: &mut Settled) {
     resend.retain(|s| {
@@ -666,5 +678,123 @@ fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Acked => "acked",
         Mode::Legacy { .. } => "legacy",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use agent_runner_proto::runner::TurnStatus;
+
+    use super::*;
+    use crate::journal::JournalEntry;
+
+    fn entry(id: u64, sequence: Option<u64>, turn: &str) -> JournalEntry {
+        JournalEntry {
+            id,
+            sequence,
+            message: updates::turn(None, "t", turn, TurnStatus::Completed).encode_to_vec(),
+        }
+    }
+
+    /// A turn's COMPLETED journaled (entry 1) before another update that was
+    /// sent first (entry 2, sequence 7), then a crash: after the restart the
+    /// sent one goes first with its number, the never-sent one after it
+    /// with a new, higher number. In append order the new number went first
+    /// and the control plane dropped 7 as already processed.
+    #[tokio::test]
+    async fn recovered_entries_go_out_in_sequence_order_before_unsent_ones() {
+        let recovered = Recovered {
+            entries: vec![
+                entry(1, None, "journaled-first-sent-never"),
+                entry(2, Some(7), "sent-with-7"),
+                entry(3, Some(6), "sent-with-6"),
+            ],
+            sequence_floor: 7,
+        };
+        let sending = Sending::new(
+            Arc::new(Outbox::new(16)),
+            None,
+            recovered,
+            Redactor::new(),
+            Duration::from_secs(10),
+        );
+        assert_eq!(sending.registered(true, 5), Mode::Acked);
+        let sent = sending.next_batch(sending.epoch()).await;
+        let got: Vec<(u64, String)> = sent
+            .iter()
+            .map(|m| match &m.payload {
+                Some(Payload::TurnUpdate(t)) => (m.sequence, t.sdk_turn_id.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (6, "sent-with-6".to_owned()),
+                (7, "sent-with-7".to_owned()),
+                (8, "journaled-first-sent-never".to_owned()),
+            ]
+        );
+    }
+
+    fn turn_ids(sent: &[Box<ClientMessage>]) -> Vec<(u64, String)> {
+        sent.iter()
+            .map(|m| match &m.payload {
+                Some(Payload::TurnUpdate(t)) => (m.sequence, t.sdk_turn_id.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// A taker of a connection that ended (the transport still polled its
+    /// outbound half) must not take an update and put it back ahead of
+    /// what that connection had sent: numbered first, it went out before
+    /// them and the control plane dropped their lower numbers.
+    #[tokio::test]
+    async fn a_finished_connections_taker_takes_nothing_and_order_holds() {
+        let outbox = Arc::new(Outbox::new(16));
+        let sending = Arc::new(Sending::new(
+            outbox.clone(),
+            None,
+            Recovered::default(),
+            Redactor::new(),
+            Duration::from_secs(10),
+        ));
+        let update = |turn: &str| updates::turn(Some("r".into()), "t", turn, TurnStatus::Completed);
+        sending.registered(true, 0);
+        let old = sending.epoch();
+        outbox.push(update("a")).await;
+        assert_eq!(
+            turn_ids(&sending.next_batch(old).await),
+            vec![(1, "a".to_owned())]
+        );
+        // The old connection's half waits for the next update...
+        let taker = {
+            let sending = sending.clone();
+            tokio::spawn(async move { sending.next_batch(old).await })
+        };
+        // (A current-thread runtime: yielding lets it run until it waits.)
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!taker.is_finished(), "it waits for an update");
+        // ...the connection ends ("a" unacknowledged), "b" is produced.
+        sending.connection_ended(false);
+        outbox.push(update("b")).await;
+        assert!(
+            taker.await.unwrap().is_empty(),
+            "nothing for an ended connection"
+        );
+        sending.registered(true, 0);
+        let epoch = sending.epoch();
+        // Re-sends make a batch of their own; what is new follows.
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            got.extend(turn_ids(&sending.next_batch(epoch).await));
+        }
+        assert_eq!(got, vec![(1, "a".to_owned()), (2, "b".to_owned())]);
     }
 }
