@@ -127,7 +127,12 @@ impl Runner {
         // complete → what the store knows → the link.
         let client = crate::client::client(config)?;
         let redactor = crate::redact::Redactor::process();
-        let github = crate::github::broker(&config.github, Some(client.clone()), redactor)
+        let github = crate::github::broker(
+            &config.github,
+            Some(client.clone()),
+            redactor,
+            &config.proxy,
+        )
             .context("github")?;
         tracing::info!(
             source = %github.describe_source(),
