@@ -345,3 +345,48 @@ async fn the_github_app_api_honours_no_proxy_and_names_a_dead_proxy() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_engines_model_calls_go_through_the_proxy_flag() {
+    use crate::code_agent::{coding_turn, model_env, script};
+    let bin = match tinyproxy() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("SKIPPED: proxy e2e: {why}");
+            return;
+        }
+    };
+    let proxy = Tinyproxy::start(&bin, "").await;
+    let llm = code_agent_engine::testing::MockLlm::start(script()).await;
+    let cp = mock().await;
+    let mut opts = RunnerOpts::new(cp.url())
+        .arg("--sdk")
+        .arg("code-agent")
+        .arg("--proxy")
+        .arg(&format!("http://127.0.0.1:{}", proxy.port));
+    for (k, v) in model_env(&llm) {
+        opts = opts.env(&k, &v);
+    }
+    // Only the flag: no proxy variables for reqwest to find by itself.
+    for name in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ] {
+        opts = opts.env(name, "");
+    }
+    let runner = RunnerProc::start(opts);
+    coding_turn(&cp, &runner, &llm).await;
+    // A plain-http model endpoint is forwarded by the proxy (absolute-URI
+    // request, not CONNECT): tinyproxy logs the request line.
+    let log = proxy.log_text();
+    let llm_port = port_of(&llm.base_url().trim_end_matches("/v1").to_owned());
+    assert!(
+        log.contains(&format!("127.0.0.1:{llm_port}")) && log.contains("chat/completions"),
+        "no model call in tinyproxy's log:\n{log}\nrunner:\n{}",
+        runner.logs()
+    );
+}
