@@ -133,7 +133,7 @@ impl Runner {
             redactor,
             &config.proxy,
         )
-            .context("github")?;
+        .context("github")?;
         tracing::info!(
             source = %github.describe_source(),
             git_host = github.git_host(),

@@ -43,7 +43,9 @@ enum Job {
         msg: Box<ClientMessage>,
         ts_ms: u64,
     },
-    Remove { thread: String },
+    Remove {
+        thread: String,
+    },
 }
 
 /// The queue to the writer thread.

@@ -123,10 +123,9 @@ impl AppSource {
             .https_or_http()
             .enable_http1()
             .wrap_connector(ProxyConnector::new(proxies, CONNECT_TIMEOUT));
-        let client = hyper_util::client::legacy::Client::builder(
-            hyper_util::rt::TokioExecutor::new(),
-        )
-        .build::<_, octocrab::OctoBody>(tls);
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build::<_, octocrab::OctoBody>(tls);
         // Infallible: this build only wraps the service.
         let Ok(api) = octocrab::OctocrabBuilder::new_empty()
             .with_service(client)

@@ -383,7 +383,7 @@ async fn the_embedded_engines_model_calls_go_through_the_proxy_flag() {
     // A plain-http model endpoint is forwarded by the proxy (absolute-URI
     // request, not CONNECT): tinyproxy logs the request line.
     let log = proxy.log_text();
-    let llm_port = port_of(&llm.base_url().trim_end_matches("/v1").to_owned());
+    let llm_port = port_of(llm.base_url().trim_end_matches("/v1"));
     assert!(
         log.contains(&format!("127.0.0.1:{llm_port}")) && log.contains("chat/completions"),
         "no model call in tinyproxy's log:\n{log}\nrunner:\n{}",

@@ -8,8 +8,8 @@ use agent_runner::config::{GithubAppConfig, GithubConfig};
 use agent_runner::github::app::AppSource;
 use agent_runner::github::jwt::AppKey;
 use agent_runner::github::{self, GithubError, TokenBroker};
-use agent_runner::redact::Redactor;
 use agent_runner::proxy::ProxyConfig;
+use agent_runner::redact::Redactor;
 use mock_control_plane::github_api::{
     GithubApiConfig, MockGithubApi, MockInstallation, Route, TestAppKey, other_test_app_key,
     test_app_key,

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use agent_runner::config::{GithubConfig, RunArgs, RunConfig, Secret};
 use agent_runner::github::{self, GithubError, TokenBroker};
-use agent_runner::redact::Redactor;
 use agent_runner::proxy::ProxyConfig;
+use agent_runner::redact::Redactor;
 use mock_control_plane::{GithubInstallation, MockConfig, MockControlPlane};
 
 const SECRET: &str = "cp-bearer-secret";
@@ -52,7 +52,8 @@ fn broker(cp: &MockControlPlane, secret: &str, redactor: &Redactor) -> TokenBrok
         Some(client),
         redactor.clone(),
         &ProxyConfig::default(),
-    ).unwrap()
+    )
+    .unwrap()
 }
 
 #[tokio::test]
