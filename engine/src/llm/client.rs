@@ -289,6 +289,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_explicit_proxy_is_checked_and_never_shown() {
+        let proxy = |url: &str| ClientOptions {
+            proxy: Some(ModelProxy {
+                url: url.into(),
+                no_proxy: "localhost".into(),
+            }),
+            ..ClientOptions::default()
+        };
+        let good = proxy("http://op:hunter2@127.0.0.1:3128");
+        assert!(http_client(&good).is_ok());
+        assert!(!format!("{good:?}").contains("hunter2"));
+        let err = http_client(&proxy("::not a url hunter2")).unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
     fn endpoint_is_joined_and_checked() {
         assert_eq!(
             endpoint("https://api.openai.com/v1/").map(|u| u.to_string()),
