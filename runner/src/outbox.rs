@@ -30,6 +30,11 @@
 //! at most what the control plane sends while connected.
 //! Coalesced and dropped updates are counted and logged.
 //!
+//! Every update naming a thread is also handed to the transcripts
+//! ([`crate::transcript`]) as it enters, whichever way it came (thread
+//! task, command reply, read-loop reply): a clone and a non-blocking push
+//! to the writer's bounded queue, which drops (and counts) when full.
+//!
 //! Making room costs O(log n), not a scan of the queue: a full outbox is
 //! exactly when the runner is behind, so that path must stay cheap (a scan of
 //! 10,000 entries per update made a full outbox ~6x slower to fill and drain;
@@ -51,6 +56,7 @@ use tokio::sync::Notify;
 
 use crate::journal::Journal;
 use crate::redact::Redactor;
+use crate::transcript::Transcripts;
 
 /// An update taken out of the outbox, with its journal entry if it has one.
 #[derive(Debug, Clone, PartialEq)]
@@ -207,6 +213,8 @@ pub struct Outbox {
     /// Where durable updates are journaled, with the redactor that masks
     /// secrets before anything reaches the disk (`None`: memory only).
     journal: Option<(Journal, Redactor)>,
+    /// Per-thread transcripts (set once by the runner at start).
+    transcripts: std::sync::OnceLock<Transcripts>,
 }
 
 /// Counters for status and metrics.
@@ -237,6 +245,23 @@ impl Outbox {
             unsettled: AtomicUsize::new(0),
             hold_taken: std::sync::atomic::AtomicBool::new(false),
             journal: None,
+            transcripts: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// From now on, every update naming a thread is also recorded in that
+    /// thread's transcript. Only the first call counts.
+    pub fn set_transcripts(&self, transcripts: Transcripts) {
+        let _ = self.transcripts.set(transcripts);
+    }
+
+    /// Hands `msg` to its thread's transcript, if it names one (never
+    /// blocks).
+    fn transcribe(&self, msg: &ClientMessage) {
+        if let Some(t) = self.transcripts.get()
+            && let Some(thread) = crate::transcript::thread_of(msg)
+        {
+            t.record(thread, msg);
         }
     }
 
@@ -299,6 +324,7 @@ impl Outbox {
     /// settle and forget) it before [`Outbox::queue`]: whatever must be
     /// recorded before its journal entry may be forgotten goes in between.
     pub async fn journal(&self, mut msg: ClientMessage) -> Journaled {
+        self.transcribe(&msg);
         let mut journal_id = None;
         if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
             let started = std::time::Instant::now();
@@ -342,6 +368,7 @@ impl Outbox {
     /// durable one is journaled without waiting for the disk (queued on
     /// the journal's thread ahead of anything that could send it).
     pub fn push_reply(&self, mut msg: ClientMessage) {
+        self.transcribe(&msg);
         let mut journal_id = None;
         if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
             if journal.append_detached(id, bytes) {
@@ -359,6 +386,7 @@ impl Outbox {
 
     /// Queue ahead of everything else (heartbeat answers).
     pub fn push_urgent(&self, msg: ClientMessage) {
+        self.transcribe(&msg);
         self.lock().push_front(msg);
         self.filled.notify_one();
     }

@@ -127,8 +127,13 @@ impl Runner {
         // complete → what the store knows → the link.
         let client = crate::client::client(config)?;
         let redactor = crate::redact::Redactor::process();
-        let github = crate::github::broker(&config.github, Some(client.clone()), redactor)
-            .context("github")?;
+        let github = crate::github::broker(
+            &config.github,
+            Some(client.clone()),
+            redactor,
+            &config.proxy,
+        )
+        .context("github")?;
         tracing::info!(
             source = %github.describe_source(),
             git_host = github.git_host(),
@@ -167,10 +172,15 @@ impl Runner {
             sandboxes,
         });
         // Per-thread transcripts (`agent-runner logs`), written off the hot path.
-        let _ = rt.transcripts.set(
-            crate::transcript::Transcripts::start(config.state_dir.join("transcripts"))
-                .context("starting the transcript writer")?,
-        );
+        // Recorded where updates enter the outbox (every reply and update
+        // naming a thread) and by threads (their request errors).
+        let transcripts = crate::transcript::Transcripts::start(
+            config.state_dir.join("transcripts"),
+            rt.redactor.clone(),
+        )
+        .context("starting the transcript writer")?;
+        rt.outbox.set_transcripts(transcripts.clone());
+        let _ = rt.transcripts.set(transcripts);
         crate::metrics::sdks_enabled(&rt.sdks.names());
         // Slow SDK probes start now, in the background: registration does
         // not wait for them.

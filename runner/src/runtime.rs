@@ -310,7 +310,7 @@ impl Runtime {
     /// transcripts are kept; never blocks).
     pub fn record_update(&self, thread_id: &str, msg: &agent_runner_proto::runner::ClientMessage) {
         if let Some(t) = self.transcripts.get() {
-            t.record(thread_id, msg, &self.redactor);
+            t.record(thread_id, msg);
         }
     }
 

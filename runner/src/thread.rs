@@ -124,8 +124,12 @@ impl ThreadTask {
 
     /// Every update of this thread leaves through here (secrets are masked
     /// at the outbound boundary, in the link, for every message alike).
+    /// The outbox records in the transcript what names this thread; what
+    /// does not (request errors) is recorded here.
     async fn send(&self, msg: agent_runner_proto::runner::ClientMessage) {
-        self.rt.record_update(&self.spec.thread_id, &msg);
+        if crate::transcript::thread_of(&msg).is_none() {
+            self.rt.record_update(&self.spec.thread_id, &msg);
+        }
         self.rt.outbox.push(msg).await;
     }
 

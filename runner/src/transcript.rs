@@ -3,12 +3,18 @@
 //! `<state dir>/transcripts/<thread id>.jsonl`, so an operator can replay
 //! what a thread did (`agent-runner logs THREAD`).
 //!
-//! Off the hot path: threads hand a summary to a bounded queue
-//! ([`QUEUE_CAPACITY`] lines) and one writer thread appends. When the queue
-//! is full the line is dropped, never waited for (a transcript must not slow
-//! a turn); the writer then appends a `{"dropped": N}` line to the next
-//! transcript it writes, so the gap is visible. Secrets are masked with the
-//! runner's redactor before a line is queued. A file over [`MAX_BYTES`] is
+//! Recorded where every update enters the outbox ([`crate::outbox`]), for
+//! each update whose payload names a thread (thread, turn, item, name and
+//! token-usage updates: replies from `commands.rs`/`dispatch.rs` included);
+//! a thread's request errors, which name none, are recorded by the thread
+//! itself ([`thread_of`] says which is which).
+//!
+//! Off the hot path: the sender clones the update into a bounded queue
+//! ([`QUEUE_CAPACITY`] updates, a non-blocking push) and one writer thread
+//! summarises, masks secrets (the runner's redactor) and appends. When the
+//! queue is full the update is dropped, never waited for (a transcript must
+//! not slow a turn or the link); the writer then appends a `{"dropped": N}`
+//! line to the next transcript it writes, so the gap is visible. A file over [`MAX_BYTES`] is
 //! rotated to `<thread>.jsonl.1` (one old file kept). A thread's
 //! transcripts are removed with the thread.
 
@@ -32,8 +38,14 @@ pub const MAX_BYTES: u64 = 4 * 1024 * 1024;
 const MAX_TEXT: usize = 16 * 1024;
 
 enum Job {
-    Line { thread: String, line: String },
-    Remove { thread: String },
+    Line {
+        thread: String,
+        msg: Box<ClientMessage>,
+        ts_ms: u64,
+    },
+    Remove {
+        thread: String,
+    },
 }
 
 /// The queue to the writer thread.
@@ -41,6 +53,20 @@ enum Job {
 pub struct Transcripts {
     tx: SyncSender<Job>,
     dropped: Arc<AtomicU64>,
+}
+
+/// The thread `msg` is about, when its payload names one (`None` for
+/// request errors, agent and SDK updates, heartbeats).
+pub fn thread_of(msg: &ClientMessage) -> Option<&str> {
+    let id = match msg.payload.as_ref()? {
+        Payload::ThreadUpdate(t) => &t.thread_id,
+        Payload::TurnUpdate(t) => &t.thread_id,
+        Payload::ItemUpdate(i) => &i.thread_id,
+        Payload::ThreadNameUpdate(n) => &n.thread_id,
+        Payload::ThreadTokenUsageUpdate(u) => &u.thread_id,
+        _ => return None,
+    };
+    (!id.is_empty()).then_some(id.as_str())
 }
 
 impl std::fmt::Debug for Job {
@@ -72,21 +98,23 @@ pub fn rotated(current: &Path) -> PathBuf {
 }
 
 impl Transcripts {
-    /// Start the writer thread, writing under `dir` (created).
-    pub fn start(dir: PathBuf) -> std::io::Result<Self> {
+    /// Start the writer thread, writing under `dir` (created), masking
+    /// what `redactor` knows.
+    pub fn start(dir: PathBuf, redactor: Redactor) -> std::io::Result<Self> {
         std::fs::create_dir_all(&dir)?;
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
         let counter = dropped.clone();
         std::thread::Builder::new()
             .name("transcripts".into())
-            .spawn(move || writer(dir, rx, counter))?;
+            .spawn(move || writer(dir, rx, counter, redactor))?;
         Ok(Self { tx, dropped })
     }
 
-    /// Queue `msg` (sent for `thread`) for its transcript; masked with
-    /// `redactor`. Never blocks: a full queue drops the line (counted).
-    pub fn record(&self, thread: &str, msg: &ClientMessage, redactor: &Redactor) {
+    /// Queue `msg` (sent for `thread`) for its transcript: a clone and a
+    /// non-blocking push; summarising and masking happen on the writer.
+    /// A full queue drops the update (counted).
+    pub fn record(&self, thread: &str, msg: &ClientMessage) {
         // A deleted thread's transcript went with it: its last update (the
         // deletion itself) must not make a new file.
         if let Some(Payload::ThreadUpdate(t)) = &msg.payload
@@ -94,12 +122,10 @@ impl Transcripts {
         {
             return;
         }
-        let mut line = summary(msg);
-        line["ts_ms"] = json!(unix_ms());
-        let text = redactor.redact(&line.to_string()).into_owned();
         let job = Job::Line {
             thread: thread.to_owned(),
-            line: text,
+            msg: Box::new(msg.clone()),
+            ts_ms: unix_ms(),
         };
         match self.tx.try_send(job) {
             Ok(()) => {}
@@ -126,7 +152,7 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>) {
+fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Redactor) {
     let mut sizes: HashMap<String, u64> = HashMap::new();
     while let Ok(job) = rx.recv() {
         match job {
@@ -137,10 +163,13 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>) {
                     let _ = std::fs::remove_file(&p);
                 }
             }
-            Job::Line { thread, mut line } => {
+            Job::Line { thread, msg, ts_ms } => {
                 let Some(p) = path(&dir, &thread) else {
                     continue;
                 };
+                let mut summary = summary(&msg);
+                summary["ts_ms"] = json!(ts_ms);
+                let mut line = redactor.redact(&summary.to_string()).into_owned();
                 let lost = dropped.swap(0, Ordering::Relaxed);
                 if lost > 0 {
                     line = format!("{}\n{line}", json!({"dropped": lost, "ts_ms": unix_ms()}));
@@ -237,11 +266,11 @@ mod tests {
     #[test]
     fn appends_masks_rotates_and_removes() {
         let dir = tempfile::tempdir().unwrap();
-        let t = Transcripts::start(dir.path().to_path_buf()).unwrap();
         let redactor = Redactor::default();
+        let t = Transcripts::start(dir.path().to_path_buf(), redactor.clone()).unwrap();
         redactor.add("ghs_topsecret");
         let msg = crate::updates::request_error(Some("r1".into()), "token ghs_topsecret refused");
-        t.record("thr-1", &msg, &redactor);
+        t.record("thr-1", &msg);
         let p = path(dir.path(), "thr-1").unwrap();
         let text = wait_for(&p, |t| t.contains("request_error"));
         assert!(!text.contains("ghs_topsecret"), "{text}");
@@ -250,9 +279,9 @@ mod tests {
         // Past MAX_BYTES it rotates: one old file, a fresh current one.
         let big = crate::updates::request_error(None, "x".repeat(MAX_TEXT));
         for _ in 0..(MAX_BYTES as usize / MAX_TEXT + 2) {
-            t.record("thr-1", &big, &redactor);
+            t.record("thr-1", &big);
         }
-        t.record("thr-1", &msg, &redactor);
+        t.record("thr-1", &msg);
         wait_for(&rotated(&p), |t| !t.is_empty());
         t.remove("thr-1");
         for _ in 0..200 {
@@ -262,6 +291,24 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         panic!("transcripts not removed");
+    }
+
+    #[test]
+    fn updates_naming_a_thread_are_told_apart() {
+        use agent_runner_proto::runner::ThreadUpdate;
+        let created = ClientMessage {
+            request_id: Some("c".into()),
+            payload: Some(Payload::ThreadUpdate(ThreadUpdate {
+                thread_id: "thr-9".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        assert_eq!(thread_of(&created), Some("thr-9"));
+        assert_eq!(
+            thread_of(&crate::updates::request_error(Some("r".into()), "x")),
+            None
+        );
     }
 
     #[test]

@@ -40,6 +40,31 @@ pub struct ClientOptions {
     /// The longest 429 `Retry-After` the client waits for; a longer one is
     /// returned at once as [`LlmError::RateLimited`].
     pub max_retry_after: Duration,
+    /// An explicit HTTP proxy for every model call (an embedder's
+    /// `--proxy`). `None`: reqwest's own handling of `HTTPS_PROXY`,
+    /// `HTTP_PROXY` and `NO_PROXY` from the environment.
+    pub proxy: Option<ModelProxy>,
+}
+
+/// An explicit proxy for model providers: `url` (may carry credentials,
+/// hence never shown) and the `NO_PROXY`-style list of hosts reached
+/// directly.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ModelProxy {
+    /// `http://[user:pass@]host:port`.
+    pub url: String,
+    /// Comma-separated hosts/domains reached directly (`NO_PROXY` syntax).
+    pub no_proxy: String,
+}
+
+/// The URL is left out: it may carry credentials.
+impl std::fmt::Debug for ModelProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelProxy")
+            .field("url", &"<redacted>")
+            .field("no_proxy", &self.no_proxy)
+            .finish()
+    }
 }
 
 impl Default for ClientOptions {
@@ -52,6 +77,7 @@ impl Default for ClientOptions {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             max_retry_after: Duration::from_secs(120),
+            proxy: None,
         }
     }
 }
@@ -201,11 +227,21 @@ impl ChatModel for OpenAiClient {
 }
 
 /// The HTTP client every model client uses: rustls (ring, platform trust
-/// store) and the connect timeout.
+/// store), the connect timeout and the explicit proxy, if any (else the
+/// environment's `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`, as reqwest reads
+/// them by default).
 pub(super) fn http_client(options: &ClientOptions) -> Result<reqwest::Client, LlmError> {
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .tls_backend_preconfigured(tls_config()?)
-        .connect_timeout(options.connect_timeout)
+        .connect_timeout(options.connect_timeout);
+    if let Some(proxy) = &options.proxy {
+        // The URL is not echoed: it may carry credentials.
+        let all = reqwest::Proxy::all(proxy.url.as_str())
+            .map_err(|_| LlmError::Config("proxy: not a valid proxy URL".into()))?
+            .no_proxy(reqwest::NoProxy::from_string(&proxy.no_proxy));
+        builder = builder.proxy(all);
+    }
+    builder
         .build()
         .map_err(|e| LlmError::Transport(format!("building the HTTP client: {}", error_chain(&e))))
 }
@@ -251,6 +287,22 @@ fn tls_config() -> Result<rustls::ClientConfig, LlmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_explicit_proxy_is_checked_and_never_shown() {
+        let proxy = |url: &str| ClientOptions {
+            proxy: Some(ModelProxy {
+                url: url.into(),
+                no_proxy: "localhost".into(),
+            }),
+            ..ClientOptions::default()
+        };
+        let good = proxy("http://op:hunter2@127.0.0.1:3128");
+        assert!(http_client(&good).is_ok());
+        assert!(!format!("{good:?}").contains("hunter2"));
+        let err = http_client(&proxy("::not a url hunter2")).unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
 
     #[test]
     fn endpoint_is_joined_and_checked() {

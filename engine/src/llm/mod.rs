@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicClient};
-pub use client::{ClientOptions, OpenAiClient};
+pub use client::{ClientOptions, ModelProxy, OpenAiClient};
 pub use error::LlmError;
 pub use types::{ChatMessage, ChatRequest, Role, StreamEvent, ToolCallRequest, ToolSpec, Usage};
 

@@ -14,6 +14,7 @@ use clap::{Args, Subcommand};
 
 use crate::config::{self, GithubArgs, LogFormat, RunArgs, RunConfig, Secret};
 use crate::github::{self, GithubError, TokenBroker};
+use crate::proxy::ProxyConfig;
 use crate::redact::Redactor;
 
 /// `agent-runner github …`
@@ -62,6 +63,10 @@ pub struct GithubSettings {
     /// Log level for what the command logs on stderr. Default: warn.
     #[arg(long, env = "AGENT_RUNNER_LOG_LEVEL")]
     pub log_level: Option<String>,
+    /// Outbound HTTP proxy, as for `run` (else HTTPS_PROXY/HTTP_PROXY,
+    /// with NO_PROXY exceptions).
+    #[arg(long, env = "AGENT_RUNNER_PROXY")]
+    pub proxy: Option<String>,
     /// Where tokens come from.
     #[command(flatten)]
     pub github: GithubArgs,
@@ -75,6 +80,7 @@ impl From<GithubSettings> for RunArgs {
             ca_cert: s.ca_cert,
             secret_file: s.secret_file,
             log_level: s.log_level,
+            proxy: s.proxy,
             github: s.github,
             ..Default::default()
         }
@@ -118,14 +124,21 @@ fn connect(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<TokenBro
     let level = args.log_level.clone().unwrap_or_else(|| "warn".to_owned());
     let format = args.log_format.unwrap_or_default();
     let github_config = config::resolve_github(&args)?;
-    let client = if github_config.app.is_some() {
-        None
+    let (client, proxies) = if github_config.app.is_some() {
+        let proxies = ProxyConfig::resolve(args.proxy.as_deref())
+            .map_err(|m| anyhow::anyhow!("proxy: {m}"))?;
+        (None, proxies)
     } else {
         let config = RunConfig::resolve(args, env_secret)?;
-        Some(crate::client::client(&config)?)
+        (Some(crate::client::client(&config)?), config.proxy)
     };
     init_logging(format, &level)?;
-    Ok(github::broker(&github_config, client, Redactor::process())?)
+    Ok(github::broker(
+        &github_config,
+        client,
+        Redactor::process(),
+        &proxies,
+    )?)
 }
 
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {

@@ -285,6 +285,8 @@ impl RunConfig {
             .filter(|d| !d.is_zero()),
         };
         let mut config = config;
+        // `--proxy` reaches the embedded engine's model providers too.
+        config.sdk_options.code_agent.model_proxy = config.proxy.model_proxy();
         default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);
         config.check()?;
         Ok(config)

@@ -8,8 +8,13 @@
 //! (`repositories` and `permissions` in the access-token request, the
 //! permissions the operator configured: `--github-token-permissions`).
 //!
-//! HTTP goes through `octocrab` (one client: base URL with a GitHub
-//! Enterprise path kept, rustls with ring and the system roots, timeouts);
+//! HTTP goes through `octocrab` (one client: absolute URLs under the API
+//! base, a GitHub Enterprise path kept, rustls with ring and the system
+//! roots, timeouts) over the runner's own connector,
+//! [`crate::proxy::connect::ProxyConnector`]: `--proxy`,
+//! `HTTPS_PROXY`/`HTTP_PROXY` and `NO_PROXY` apply to GitHub as to the
+//! ControlChannel (a CONNECT tunnel to the API host, TLS inside it, for
+//! `https://` and `http://` API URLs alike);
 //! the `Authorization` header is set per request (the JWT changes every few
 //! minutes, and the repository listing uses the installation token) and
 //! marked sensitive. Answers are read into the few fields used here, so
@@ -18,7 +23,7 @@
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use http::header::{ACCEPT, AUTHORIZATION, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, HeaderValue, USER_AGENT as USER_AGENT_HEADER};
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 use serde::Deserialize;
@@ -28,6 +33,8 @@ use super::jwt::{AppKey, app_jwt};
 use super::source::{ASSUMED_LIFETIME, ListedInstallation, MintedToken, TokenSource};
 use super::{GithubError, Secret};
 use crate::config::TokenPermissions;
+use crate::proxy::ProxyConfig;
+use crate::proxy::connect::ProxyConnector;
 
 /// GitHub's public API.
 pub use crate::config::DEFAULT_GITHUB_API_URL as DEFAULT_API_URL;
@@ -37,6 +44,10 @@ const PER_PAGE: usize = 100;
 const MAX_PAGES: usize = 100;
 /// How long one request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long reaching the API host (or the proxy's tunnel to it) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Sent with every request: GitHub refuses requests without one.
+const USER_AGENT: &str = concat!("agent-runner/", env!("CARGO_PKG_VERSION"));
 /// Longest error body quoted in a message.
 const MAX_QUOTED: usize = 300;
 
@@ -91,16 +102,35 @@ struct ApiMessage {
 impl AppSource {
     /// A source for App `app_id` at `api_url` (`https://api.github.com`, or
     /// `https://HOST/api/v3` for GitHub Enterprise Server).
-    pub fn new(app_id: u64, key: AppKey, api_url: &str) -> Result<Self, GithubError> {
-        let config_err =
-            |e: octocrab::Error| GithubError::Rejected(format!("github_api_url {api_url}: {e}"));
-        let api = octocrab::Octocrab::builder()
-            .base_uri(api_url)
-            .map_err(config_err)?
-            .set_connect_timeout(Some(Duration::from_secs(10)))
-            .set_read_timeout(Some(REQUEST_TIMEOUT))
-            .build()
-            .map_err(config_err)?;
+    /// Connections go through the proxy `proxies` picks for the API host.
+    pub fn new(
+        app_id: u64,
+        key: AppKey,
+        api_url: &str,
+        proxies: ProxyConfig,
+    ) -> Result<Self, GithubError> {
+        let uri: http::Uri = api_url
+            .parse()
+            .map_err(|e| GithubError::Rejected(format!("github_api_url {api_url}: {e}")))?;
+        if !matches!(uri.scheme_str(), Some("https" | "http")) || uri.host().is_none() {
+            return Err(GithubError::Rejected(format!(
+                "github_api_url {api_url}: expected an http:// or https:// URL with a host"
+            )));
+        }
+        let tls = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
+            .map_err(|e| GithubError::Rejected(format!("loading the system CA roots: {e}")))?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(ProxyConnector::new(proxies, CONNECT_TIMEOUT));
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build::<_, octocrab::OctoBody>(tls);
+        // Infallible: this build only wraps the service.
+        let Ok(api) = octocrab::OctocrabBuilder::new_empty()
+            .with_service(client)
+            .with_auth(octocrab::AuthState::None)
+            .build();
         Ok(Self {
             app_id,
             key,
@@ -171,8 +201,9 @@ impl AppSource {
         auth.set_sensitive(true);
         let builder = http::Request::builder()
             .method(method)
-            .uri(path)
+            .uri(format!("{}{path}", self.api_url))
             .header(AUTHORIZATION, auth)
+            .header(USER_AGENT_HEADER, USER_AGENT)
             .header(ACCEPT, "application/vnd.github+json")
             .header("x-github-api-version", "2022-11-28");
         let request = self
@@ -196,7 +227,12 @@ impl AppSource {
                 .into());
             }
             Ok(Err(e)) => {
-                return Err(GithubError::Source(format!("{what}: {}: {e}", self.api_url)).into());
+                return Err(GithubError::Source(format!(
+                    "{what}: {}: {}",
+                    self.api_url,
+                    error_chain(&e)
+                ))
+                .into());
             }
             Ok(Ok(answer)) => answer,
         };
@@ -256,6 +292,23 @@ impl From<Failure> for GithubError {
     fn from(f: Failure) -> Self {
         f.error
     }
+}
+
+/// `error: its cause: …`, without repeats: the connector's reason (a
+/// proxy that refused or is not there, named without its credentials) is
+/// several causes deep under hyper's "client error (Connect)".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let line = c.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The error for a non-2xx answer; 5xx and 429 are worth retrying.

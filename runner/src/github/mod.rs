@@ -58,15 +58,17 @@ pub struct Installation {
 
 /// The broker of a runner configured with `config`: its GitHub App when one
 /// is configured, else the control plane through `control_plane` (the
-/// runner's registration client).
+/// runner's registration client). The App's API calls go through the
+/// proxy `proxies` picks for the API host.
 pub fn broker(
     config: &GithubConfig,
     control_plane: Option<crate::client::Client>,
     redactor: Redactor,
+    proxies: &crate::proxy::ProxyConfig,
 ) -> Result<TokenBroker, GithubError> {
     let source: Arc<dyn source::TokenSource> = match (&config.app, control_plane) {
         (Some(app), _) => Arc::new(
-            app::AppSource::new(app.app_id, app.key.clone(), &app.api_url)?
+            app::AppSource::new(app.app_id, app.key.clone(), &app.api_url, proxies.clone())?
                 .with_permissions(app.token_permissions.clone()),
         ),
         (None, Some(client)) => Arc::new(control_plane::ControlPlaneSource::new(client)),

@@ -263,9 +263,36 @@ impl ProxyConfig {
     /// and `NO_PROXY` is passed on; otherwise nothing (the launcher's
     /// allowlist passes the runner's own proxy variables through).
     pub fn agent_env(&self) -> Vec<(String, String)> {
-        let Some(proxy) = &self.explicit else {
+        let Some(url) = self.explicit_url() else {
             return Vec::new();
         };
+        let mut env = Vec::new();
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+            env.push((name.to_owned(), url.clone()));
+        }
+        if !self.no_proxy.is_empty() {
+            let list = self.no_proxy.join(",");
+            env.push(("NO_PROXY".to_owned(), list.clone()));
+            env.push(("no_proxy".to_owned(), list));
+        }
+        env
+    }
+
+    /// The embedded engine's model-provider proxy: the `--proxy` one with
+    /// `NO_PROXY`; `None` without `--proxy` (the engine's HTTP client then
+    /// reads `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` itself).
+    pub fn model_proxy(&self) -> Option<code_agent_engine::llm::ModelProxy> {
+        Some(code_agent_engine::llm::ModelProxy {
+            url: self.explicit_url()?,
+            no_proxy: self.no_proxy.join(","),
+        })
+    }
+
+    /// `http://[user:pass@]host:port` of `--proxy`, credentials
+    /// percent-encoded: only for the child environment and the engine's
+    /// client, never for display.
+    fn explicit_url(&self) -> Option<String> {
+        let proxy = self.explicit.as_ref()?;
         let mut url = format!("http://{}", proxy.authority());
         if let Some(auth) = proxy.authorization()
             && let Some(b64) = auth.strip_prefix("Basic ")
@@ -280,16 +307,7 @@ impl ProxyConfig {
                 proxy.authority()
             );
         }
-        let mut env = Vec::new();
-        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
-            env.push((name.to_owned(), url.clone()));
-        }
-        if !self.no_proxy.is_empty() {
-            let list = self.no_proxy.join(",");
-            env.push(("NO_PROXY".to_owned(), list.clone()));
-            env.push(("no_proxy".to_owned(), list));
-        }
-        env
+        Some(url)
     }
 
     /// One line for logs and `doctor`, credentials left out.
@@ -429,6 +447,12 @@ mod tests {
         );
         assert!(env.contains(&("no_proxy".into(), "a.b".into())));
         assert!(!c.describe().contains("p%40w"));
+        let model = c.model_proxy().unwrap();
+        assert_eq!(
+            (model.url.as_str(), model.no_proxy.as_str()),
+            ("http://u:p%40w@px:8", "a.b")
+        );
+        assert!(!format!("{model:?}").contains("p%40w"));
         assert!(
             ProxyConfig::from_values(None, pair("HTTPS_PROXY", "px:1"), None, None)
                 .unwrap()

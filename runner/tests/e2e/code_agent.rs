@@ -26,7 +26,7 @@ const API_KEY: &str = "sk-e2e-never-logged";
 const COMMAND: &str =
     "echo from-code-agent > proof.txt && cat proof.txt && echo key=${OPENAI_API_KEY:-none}";
 
-fn script() -> Vec<MockReply> {
+pub(crate) fn script() -> Vec<MockReply> {
     vec![
         MockReply::tool_call("call_1", "bash", json!({ "command": COMMAND })).with_usage(40, 8),
         MockReply::text("All done.").with_usage(60, 3),
@@ -34,7 +34,7 @@ fn script() -> Vec<MockReply> {
 }
 
 /// The engine's model settings, as an operator would export them.
-fn model_env(mock: &MockLlm) -> Vec<(String, String)> {
+pub(crate) fn model_env(mock: &MockLlm) -> Vec<(String, String)> {
     vec![
         ("OPENAI_API_KEY".into(), API_KEY.into()),
         ("OPENAI_BASE_URL".into(), mock.base_url()),
@@ -137,7 +137,7 @@ async fn serve_engine(mock: &MockLlm, args: &[String]) -> (Child, String) {
 
 /// Register, create an agent and a thread on `code-agent`, run one coding
 /// turn, and check every update it produced.
-async fn coding_turn(
+pub(crate) async fn coding_turn(
     cp: &mock_control_plane::MockControlPlane,
     runner: &RunnerProc,
     mock: &MockLlm,

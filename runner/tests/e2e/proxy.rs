@@ -234,3 +234,159 @@ async fn a_refusing_proxy_is_named_in_the_error_without_its_credentials() {
         "registered through a refusing proxy"
     );
 }
+
+/// The GitHub App's own API calls (`agent-runner github installations`:
+/// App JWT → installations list → installation tokens) against the mock
+/// GitHub API on loopback, with `args` and `env` added.
+async fn github_installations(
+    api: &mock_control_plane::github_api::MockGithubApi,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let key = mock_control_plane::github_api::test_app_key()
+        .write_private_key(dir.path(), "app.pem")
+        .unwrap();
+    let mut cmd = tokio::process::Command::new(runner_bin());
+    cmd.args(["github", "installations", "--github-app-id", "777"])
+        .arg("--github-app-private-key-file")
+        .arg(&key)
+        .args(["--github-api-url", &api.url(), "--log-level", "debug"])
+        .args(args)
+        .env_remove("AGENT_RUNNER_SECRET")
+        .env_remove("AGENT_RUNNER_PROXY")
+        .env("AGENT_RUNNER_HEALTH_ADDR", "")
+        .kill_on_drop(true);
+    for name in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ] {
+        cmd.env_remove(name);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::time::timeout(WAIT, cmd.output())
+        .await
+        .expect("agent-runner github finishes")
+        .expect("agent-runner runs")
+}
+
+async fn mock_github() -> mock_control_plane::github_api::MockGithubApi {
+    use mock_control_plane::github_api::{
+        GithubApiConfig, MockGithubApi, MockInstallation, test_app_key,
+    };
+    MockGithubApi::start(
+        GithubApiConfig::new(777, &test_app_key().public_pem)
+            .with_installation(MockInstallation::new(11, "acme", &["acme/one"])),
+    )
+    .await
+    .unwrap()
+}
+
+fn text(out: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_github_app_api_goes_through_the_proxy() {
+    let bin = match tinyproxy() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("SKIPPED: proxy e2e: {why}");
+            return;
+        }
+    };
+    let proxy = Tinyproxy::start(&bin, "").await;
+    let api = mock_github().await;
+    let flag = format!("http://op:hunter2@127.0.0.1:{}", proxy.port);
+    let out = github_installations(&api, &["--proxy", &flag], &[]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("installation 11 (acme): 1 repositories"),
+        "{stdout}"
+    );
+    assert_eq!(api.mint_count(), 1);
+    let log = proxy.log_text();
+    assert!(
+        log.contains("CONNECT") && log.contains(&format!("127.0.0.1:{}", port_of(&api.url()))),
+        "no CONNECT to the mock GitHub in tinyproxy's log:\n{log}"
+    );
+    assert!(!format!("{stdout}{stderr}").contains("hunter2"));
+}
+
+#[tokio::test]
+async fn the_github_app_api_honours_no_proxy_and_names_a_dead_proxy() {
+    let api = mock_github().await;
+    // A proxy nothing listens on: only a direct connection works.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let direct = github_installations(
+        &api,
+        &[],
+        &[("HTTP_PROXY", &dead), ("NO_PROXY", "localhost,127.0.0.1")],
+    )
+    .await;
+    let (stdout, stderr) = text(&direct);
+    assert!(direct.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("installation 11 (acme)"), "{stdout}");
+    let through = github_installations(&api, &[], &[("HTTP_PROXY", &dead)]).await;
+    let (stdout, stderr) = text(&through);
+    assert!(!through.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("proxy {dead}: cannot connect")),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_engines_model_calls_go_through_the_proxy_flag() {
+    use crate::code_agent::{coding_turn, model_env, script};
+    let bin = match tinyproxy() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("SKIPPED: proxy e2e: {why}");
+            return;
+        }
+    };
+    let proxy = Tinyproxy::start(&bin, "").await;
+    let llm = code_agent_engine::testing::MockLlm::start(script()).await;
+    let cp = mock().await;
+    let mut opts = RunnerOpts::new(cp.url())
+        .arg("--sdk")
+        .arg("code-agent")
+        .arg("--proxy")
+        .arg(&format!("http://127.0.0.1:{}", proxy.port));
+    for (k, v) in model_env(&llm) {
+        opts = opts.env(&k, &v);
+    }
+    // Only the flag: no proxy variables for reqwest to find by itself.
+    for name in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ] {
+        opts = opts.env(name, "");
+    }
+    let runner = RunnerProc::start(opts);
+    coding_turn(&cp, &runner, &llm).await;
+    // A plain-http model endpoint is forwarded by the proxy (absolute-URI
+    // request, not CONNECT): tinyproxy logs the request line.
+    let log = proxy.log_text();
+    let llm_port = port_of(llm.base_url().trim_end_matches("/v1"));
+    assert!(
+        log.contains(&format!("127.0.0.1:{llm_port}")) && log.contains("chat/completions"),
+        "no model call in tinyproxy's log:\n{log}\nrunner:\n{}",
+        runner.logs()
+    );
+}

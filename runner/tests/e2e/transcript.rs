@@ -43,6 +43,9 @@ async fn logs_until(runner: &RunnerProc, thread: &str, args: &[&str], needle: &s
 async fn a_threads_updates_are_its_transcript_and_go_with_it() {
     let (cp, runner) = agent_with(|o| o).await;
     let thread = create_thread(&cp, "a", "t").await;
+    // The thread-created reply (sent by the command handler, not the
+    // thread's task) is in the transcript too.
+    logs_until(&runner, &thread, &[], "thread_update  [t]  status=Ready").await;
     send(
         &cp,
         "m",

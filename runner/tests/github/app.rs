@@ -8,6 +8,7 @@ use agent_runner::config::{GithubAppConfig, GithubConfig};
 use agent_runner::github::app::AppSource;
 use agent_runner::github::jwt::AppKey;
 use agent_runner::github::{self, GithubError, TokenBroker};
+use agent_runner::proxy::ProxyConfig;
 use agent_runner::redact::Redactor;
 use mock_control_plane::github_api::{
     GithubApiConfig, MockGithubApi, MockInstallation, Route, TestAppKey, other_test_app_key,
@@ -31,7 +32,7 @@ async fn mock(lifetime: Duration) -> MockGithubApi {
 
 fn broker_with(api: &MockGithubApi, key: &TestAppKey, redactor: &Redactor) -> TokenBroker {
     let key = AppKey::from_pem(key.private_pem.as_bytes()).unwrap();
-    let source = AppSource::new(APP_ID, key, &api.url()).unwrap();
+    let source = AppSource::new(APP_ID, key, &api.url(), ProxyConfig::default()).unwrap();
     TokenBroker::new(
         Arc::new(source),
         redactor.clone(),
@@ -54,7 +55,7 @@ async fn installations_repositories_and_tokens_through_octocrab() {
         }),
         host: "127.0.0.1:1".into(),
     };
-    let broker = github::broker(&config, None, redactor.clone()).unwrap();
+    let broker = github::broker(&config, None, redactor.clone(), &ProxyConfig::default()).unwrap();
     assert_eq!(broker.git_host(), "127.0.0.1:1");
     let minted_before = counter("agent_runner_token_refreshes_total");
 
@@ -194,7 +195,7 @@ async fn agents_get_tokens_for_one_repository_with_the_configured_permissions() 
     let api = mock(Duration::from_secs(3600)).await;
     let key = AppKey::from_pem(test_app_key().private_pem.as_bytes()).unwrap();
     let perms = TokenPermissions::parse("contents:read,metadata:read").unwrap();
-    let source = AppSource::new(APP_ID, key, &api.url())
+    let source = AppSource::new(APP_ID, key, &api.url(), ProxyConfig::default())
         .unwrap()
         .with_permissions(perms);
     let broker = TokenBroker::new(

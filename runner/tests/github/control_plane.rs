@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use agent_runner::config::{GithubConfig, RunArgs, RunConfig, Secret};
 use agent_runner::github::{self, GithubError, TokenBroker};
+use agent_runner::proxy::ProxyConfig;
 use agent_runner::redact::Redactor;
 use mock_control_plane::{GithubInstallation, MockConfig, MockControlPlane};
 
@@ -46,7 +47,13 @@ fn broker(cp: &MockControlPlane, secret: &str, redactor: &Redactor) -> TokenBrok
     )
     .unwrap();
     let client = agent_runner::client::client(&config).unwrap();
-    github::broker(&GithubConfig::default(), Some(client), redactor.clone()).unwrap()
+    github::broker(
+        &GithubConfig::default(),
+        Some(client),
+        redactor.clone(),
+        &ProxyConfig::default(),
+    )
+    .unwrap()
 }
 
 #[tokio::test]

@@ -53,6 +53,10 @@ pub struct CodeAgentConfig {
     pub interrupt_grace: Duration,
     /// At most one RUNNING update per streamed item per this interval.
     pub coalesce: Duration,
+    /// The embedded engine's model calls go through this proxy (the
+    /// runner's `--proxy`). `None`: the environment's `HTTPS_PROXY` /
+    /// `HTTP_PROXY` / `NO_PROXY`. Unused with `endpoint`.
+    pub model_proxy: Option<code_agent_engine::llm::ModelProxy>,
 }
 
 impl Default for CodeAgentConfig {
@@ -66,6 +70,7 @@ impl Default for CodeAgentConfig {
             describe_timeout: Duration::from_secs(10),
             interrupt_grace: Duration::from_secs(10),
             coalesce: Duration::from_millis(100),
+            model_proxy: None,
         }
     }
 }

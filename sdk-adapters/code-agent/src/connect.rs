@@ -12,7 +12,6 @@
 //!   server through a bounded queue. No port is opened, yet the adapter uses
 //!   exactly the same client code as for a remote engine.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use code_agent_proto::code_agent_service_client::CodeAgentServiceClient;
@@ -75,7 +74,7 @@ impl Backend {
     pub(crate) async fn open(config: &CodeAgentConfig) -> Result<Self, String> {
         match &config.endpoint {
             Some(url) => remote(url, config),
-            None => in_process(config.state_dir.clone()).await,
+            None => in_process(config).await,
         }
     }
 }
@@ -109,7 +108,8 @@ fn remote(url: &str, config: &CodeAgentConfig) -> Result<Backend, String> {
     })
 }
 
-async fn in_process(state_dir: Option<PathBuf>) -> Result<Backend, String> {
+async fn in_process(config: &CodeAgentConfig) -> Result<Backend, String> {
+    let state_dir = config.state_dir.clone();
     if let Some(dir) = &state_dir {
         tokio::fs::create_dir_all(dir)
             .await
@@ -120,6 +120,10 @@ async fn in_process(state_dir: Option<PathBuf>) -> Result<Backend, String> {
     let config = code_agent_engine::EngineConfig {
         state_dir,
         launcher: code_agent_engine::EngineLauncher::RegisteredOnly,
+        client_options: code_agent_engine::llm::ClientOptions {
+            proxy: config.model_proxy.clone(),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let engine = code_agent_engine::Engine::start(config)
