@@ -48,9 +48,21 @@ pub fn install_codex() -> Result<PathBuf, String> {
     }
     let parent = cache.parent().ok_or("bad cache dir")?;
     std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    // One installer at a time, across the tests of one binary (which share
+    // a process id) and across test binaries: two npm runs writing the same
+    // files leave a binary open for writing, and executing it then fails
+    // with ETXTBSY. The lock is released when `lock` is dropped.
+    let lock = std::fs::File::create(parent.join(format!("{VERSION}.lock")))
+        .map_err(|e| format!("creating the install lock: {e}"))?;
+    lock.lock()
+        .map_err(|e| format!("taking the install lock: {e}"))?;
+    if bin.exists() {
+        return Ok(bin);
+    }
     // Install beside the cache and rename, so a half-done install is never
     // mistaken for a complete one.
     let staging = parent.join(format!("{VERSION}.staging-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
     let output = std::process::Command::new("npm")
         .args(["install", "--no-audit", "--no-fund", "--prefix"])
         .arg(&staging)
