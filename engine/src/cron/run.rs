@@ -15,20 +15,15 @@ use std::time::{Duration, Instant};
 
 use agent_launcher::ThreadSandbox;
 use code_agent_proto::{CronExecution, CronExecutionStatus};
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::message::now_ms;
-use crate::tools::cap::HeadTail;
 use crate::tools::child_env;
-use crate::tools::process_group::{TERM_GRACE, group_alive, kill_group, signal_group};
+use crate::tools::process_group::{Ended, drain, read_capped, wait_group};
 
 /// Bytes kept of each of stdout and stderr per run.
 pub const OUTPUT_CAP: usize = 8 * 1024;
-/// How long to keep reading after the group is gone.
-const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// What a run needs.
 pub struct RunSpec<'a> {
@@ -98,20 +93,13 @@ pub async fn run(job_id: &str, spec: RunSpec<'_>) -> CronExecution {
         exec.error = Some("the command exited before it could be tracked".into());
         return finish(exec);
     };
-    let pgid = pid as i32;
-    let guard = GroupGuard(pgid);
-    let stdout = tokio::spawn(read_capped(out_r));
-    let stderr = tokio::spawn(read_capped(err_r));
-    let (mut timed_out, mut cancelled) = (false, false);
-    let status = tokio::select! {
-        status = child.wait() => status,
-        () = tokio::time::sleep(spec.timeout) => { timed_out = true; stop(&mut child, pgid).await }
-        () = spec.cancel.cancelled() => { cancelled = true; stop(&mut child, pgid).await }
-    };
-    if group_alive(pgid) {
-        kill_group(pgid, TERM_GRACE).await;
-    }
-    std::mem::forget(guard);
+    let stdout = tokio::spawn(read_capped(out_r, OUTPUT_CAP));
+    let stderr = tokio::spawn(read_capped(err_r, OUTPUT_CAP));
+    let Ended {
+        status,
+        timed_out,
+        cancelled,
+    } = wait_group(&mut child, pid as i32, spec.timeout, spec.cancel).await;
     exec.stdout = drain(stdout).await;
     exec.stderr = drain(stderr).await;
     let (code, signal) = match &status {
@@ -156,51 +144,4 @@ pub async fn run(job_id: &str, spec: RunSpec<'_>) -> CronExecution {
     exec.status = state as i32;
     exec.error = error;
     finish(exec)
-}
-
-/// SIGKILLs the group if the run is dropped before it cleaned up.
-struct GroupGuard(i32);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        signal_group(self.0, libc::SIGKILL);
-    }
-}
-
-async fn stop(
-    child: &mut tokio::process::Child,
-    pgid: i32,
-) -> std::io::Result<std::process::ExitStatus> {
-    kill_group(pgid, TERM_GRACE).await;
-    let _ = child.start_kill();
-    child.wait().await
-}
-
-async fn drain(task: tokio::task::JoinHandle<String>) -> String {
-    match tokio::time::timeout(DRAIN_WAIT, task).await {
-        Ok(Ok(text)) => text,
-        Ok(Err(e)) => format!("[output lost: {e}]"),
-        Err(_) => "[output unavailable: a process outside the group kept the pipe open]".into(),
-    }
-}
-
-async fn read_capped(reader: std::io::PipeReader) -> String {
-    let mut kept = HeadTail::new(OUTPUT_CAP);
-    let mut receiver = match pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader)) {
-        Ok(receiver) => receiver,
-        Err(e) => return format!("[cannot read output: {e}]"),
-    };
-    let mut buf = vec![0u8; 8 * 1024];
-    loop {
-        match receiver.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => kept.push(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                kept.push(format!("\n[output read failed: {e}]").as_bytes());
-                break;
-            }
-        }
-    }
-    kept.text()
 }

@@ -13,27 +13,21 @@
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use agent_launcher::ThreadSandbox;
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
 use super::args::{object, object_schema, optional_u64, required_str};
-use super::cap::HeadTail;
 use super::child_env::child_env;
-use super::process_group::{TERM_GRACE, group_alive, kill_group, signal_group};
+use super::process_group::{Ended, drain, read_capped, wait_group};
 use super::{Lane, Tool, ToolContext, ToolInfo, ToolOutput};
 
 /// Longest timeout a call may ask for.
 const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
-/// How long to keep reading after the group is gone (a process outside the
-/// group may still hold the pipe).
-const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// `bash`: runs a shell command in the workspace, in its own process group, with a timeout and a capped output.
 pub struct BashTool;
@@ -104,45 +98,24 @@ async fn run_command(command: &str, timeout: Duration, ctx: &ToolContext) -> Too
             "the shell exited before it could be tracked",
         ));
     };
-    let pgid = pid as i32;
-    let mut guard = GroupGuard(Some(pgid));
     let reading = tokio::spawn(read_capped(reader, ctx.output_cap));
-
-    let mut timed_out = false;
-    let mut cancelled = false;
-    let status = tokio::select! {
-        status = child.wait() => status,
-        () = tokio::time::sleep(timeout) => {
-            timed_out = true;
-            stop(&mut child, pgid).await
-        }
-        () = ctx.cancel.cancelled() => {
-            cancelled = true;
-            stop(&mut child, pgid).await
-        }
-    };
-    // Whatever the shell left running in its group goes with it.
-    if group_alive(pgid) {
-        kill_group(pgid, TERM_GRACE).await;
-    }
-    guard.0 = None;
-    let output = match tokio::time::timeout(DRAIN_WAIT, reading).await {
-        Ok(Ok(text)) => text,
-        Ok(Err(err)) => format!("[output lost: {err}]"),
-        Err(_) => "[output unavailable: a process outside the group kept the pipe open]".into(),
-    };
-    finish(base, output, pid, status, timeout, timed_out, cancelled)
+    let ended = wait_group(&mut child, pid as i32, timeout, &ctx.cancel).await;
+    let output = drain(reading).await;
+    finish(base, output, pid, ended, timeout)
 }
 
 fn finish(
     base: impl Fn(ToolOutput) -> ToolOutput,
     output: String,
     pid: u32,
-    status: std::io::Result<ExitStatus>,
+    ended: Ended,
     timeout: Duration,
-    timed_out: bool,
-    cancelled: bool,
 ) -> ToolOutput {
+    let Ended {
+        status,
+        timed_out,
+        cancelled,
+    } = ended;
     let (exit_code, signal) = match &status {
         Ok(status) => (status.code(), status.signal()),
         Err(_) => (None, None),
@@ -182,26 +155,6 @@ fn finish(
     result
 }
 
-/// SIGKILLs the group if the call is dropped before it cleaned up (the
-/// caller aborted the future instead of cancelling), so no process leaks.
-struct GroupGuard(Option<i32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            signal_group(pgid, libc::SIGKILL);
-        }
-    }
-}
-
-/// Kills the group and reaps the shell.
-async fn stop(child: &mut Child, pgid: i32) -> std::io::Result<ExitStatus> {
-    kill_group(pgid, TERM_GRACE).await;
-    // The shell is dead (or was SIGKILLed with its group); reap it.
-    let _ = child.start_kill();
-    child.wait().await
-}
-
 fn spawn(
     command: &str,
     workspace: &Path,
@@ -237,32 +190,10 @@ fn shell() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/bin/sh"))
 }
 
-/// Reads the pipe to EOF under the cap.
-async fn read_capped(reader: std::io::PipeReader, cap: usize) -> String {
-    let mut kept = HeadTail::new(cap);
-    let fd = std::os::fd::OwnedFd::from(reader);
-    let mut receiver = match pipe::Receiver::from_owned_fd(fd) {
-        Ok(receiver) => receiver,
-        Err(err) => return format!("[cannot read output: {err}]"),
-    };
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        match receiver.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => kept.push(&buf[..n]),
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(err) => {
-                kept.push(format!("\n[output read failed: {err}]").as_bytes());
-                break;
-            }
-        }
-    }
-    kept.text()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::process_group::group_alive;
     use std::sync::Arc;
     use std::time::Instant;
 

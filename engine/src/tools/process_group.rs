@@ -4,10 +4,22 @@
 //! `bash` runs each command as the leader of its own group, so `kill(-pgid)`
 //! reaches everything it started (`sleep 30 &` included) unless a process
 //! deliberately left the group with `setsid`.
+//!
+//! [`wait_group`] and [`read_capped`]/[`drain`] are the run of one shell
+//! command that `bash` and cron jobs share: wait for the leader under a
+//! timeout and a cancel, end the group, collect capped output.
 
+use std::process::ExitStatus;
 use std::time::Duration;
 
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::process::Child;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
+use tokio_util::sync::CancellationToken;
+
+use super::cap::HeadTail;
 
 /// How long members get to exit after SIGTERM before SIGKILL.
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(2);
@@ -96,5 +108,100 @@ async fn wait_gone(pgid: i32, limit: Duration) -> bool {
             return false;
         }
         sleep(POLL).await;
+    }
+}
+
+/// How the leader of a group ended under [`wait_group`].
+pub(crate) struct Ended {
+    /// Its exit status (after a kill, the kill's).
+    pub status: std::io::Result<ExitStatus>,
+    /// The timeout ran out; the group was killed.
+    pub timed_out: bool,
+    /// `cancel` fired; the group was killed.
+    pub cancelled: bool,
+}
+
+/// Waits for `child`, the leader of group `pgid`, to exit; on `timeout` or
+/// `cancel` kills the group first. Then ends whatever the leader left
+/// running in its group. If this future is dropped midway (the caller
+/// aborted instead of cancelling), the group is SIGKILLed, so no process
+/// leaks.
+pub(crate) async fn wait_group(
+    child: &mut Child,
+    pgid: i32,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Ended {
+    let mut guard = GroupGuard(Some(pgid));
+    let (mut timed_out, mut cancelled) = (false, false);
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = sleep(timeout) => { timed_out = true; stop(child, pgid).await }
+        () = cancel.cancelled() => { cancelled = true; stop(child, pgid).await }
+    };
+    if group_alive(pgid) {
+        kill_group(pgid, TERM_GRACE).await;
+    }
+    guard.0 = None;
+    Ended {
+        status,
+        timed_out,
+        cancelled,
+    }
+}
+
+/// SIGKILLs the group when dropped armed.
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Kills the group and reaps its leader.
+async fn stop(child: &mut Child, pgid: i32) -> std::io::Result<ExitStatus> {
+    kill_group(pgid, TERM_GRACE).await;
+    // The leader is dead (or was SIGKILLed with its group); reap it.
+    let _ = child.start_kill();
+    child.wait().await
+}
+
+/// How long to keep reading after the group is gone (a process outside the
+/// group may still hold the pipe).
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// Reads the pipe to EOF under `cap` (head and tail kept).
+pub(crate) async fn read_capped(reader: std::io::PipeReader, cap: usize) -> String {
+    let mut kept = HeadTail::new(cap);
+    let fd = std::os::fd::OwnedFd::from(reader);
+    let mut receiver = match pipe::Receiver::from_owned_fd(fd) {
+        Ok(receiver) => receiver,
+        Err(err) => return format!("[cannot read output: {err}]"),
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match receiver.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => kept.push(&buf[..n]),
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                kept.push(format!("\n[output read failed: {err}]").as_bytes());
+                break;
+            }
+        }
+    }
+    kept.text()
+}
+
+/// The text of a [`read_capped`] task, waiting at most [`DRAIN_WAIT`] once
+/// the group is gone.
+pub(crate) async fn drain(reading: JoinHandle<String>) -> String {
+    match tokio::time::timeout(DRAIN_WAIT, reading).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(err)) => format!("[output lost: {err}]"),
+        Err(_) => "[output unavailable: a process outside the group kept the pipe open]".into(),
     }
 }
