@@ -1,24 +1,22 @@
 //! [`OpenAiClient`]: an OpenAI-compatible Chat Completions client (OpenAI,
 //! vLLM, Ollama, OpenRouter, ...) that streams. `reqwest` over rustls with
-//! the `ring` provider and the platform's trust store; the API key travels as
-//! a sensitive `Authorization: Bearer` header and never appears in Debug
-//! output or logs.
+//! the `ring` provider and the platform's trust store (the shared plumbing is
+//! in `http.rs`); the API key travels as a sensitive `Authorization: Bearer`
+//! header and never appears in Debug output or logs.
 
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::header::{self, HeaderValue};
+use reqwest::header;
 use tokio_util::sync::CancellationToken;
 
-use super::error::{LlmError, parse_retry_after};
-use super::retry::{RetryPolicy, with_retries};
-use super::stream::{error_chain, json_events, read_capped, sse_events};
+use super::error::LlmError;
+use super::http::Endpoint;
+use super::retry::RetryPolicy;
+use super::stream::{json_events, sse_events};
 use super::types::ChatRequest;
 use super::{ChatModel, EventStream, wire};
 
-/// Largest error body read (the rest is not needed for the message).
-const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Largest non-streaming completion body accepted.
 const MAX_JSON_BODY: usize = 16 * 1024 * 1024;
 
@@ -96,22 +94,14 @@ impl ClientOptions {
 /// A streaming Chat Completions client for one endpoint and key.
 #[derive(Clone)]
 pub struct OpenAiClient {
-    http: reqwest::Client,
-    endpoint: reqwest::Url,
-    /// `Bearer <key>`, marked sensitive.
-    authorization: Option<HeaderValue>,
-    options: ClientOptions,
+    /// `{base_url}/chat/completions`, the key as `Authorization: Bearer`.
+    endpoint: Endpoint,
 }
 
 impl std::fmt::Debug for OpenAiClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiClient")
-            .field("endpoint", &self.endpoint.as_str())
-            .field(
-                "api_key",
-                &self.authorization.as_ref().map(|_| "<redacted>"),
-            )
-            .field("options", &self.options)
+            .field("endpoint", &self.endpoint)
             .finish()
     }
 }
@@ -124,76 +114,20 @@ impl OpenAiClient {
         api_key: Option<String>,
         options: ClientOptions,
     ) -> Result<Self, LlmError> {
-        let endpoint = endpoint(base_url)?;
-        let authorization = match api_key.filter(|k| !k.trim().is_empty()) {
-            None => None,
-            Some(key) => {
-                let mut value =
-                    HeaderValue::from_str(&format!("Bearer {}", key.trim())).map_err(|_| {
-                        LlmError::Config(
-                            "api_key contains characters an HTTP header cannot carry".into(),
-                        )
-                    })?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-        };
-        Ok(OpenAiClient {
-            http: http_client(&options)?,
-            endpoint,
-            authorization,
+        let endpoint = Endpoint::new(
+            &endpoint(base_url),
+            api_key,
+            header::AUTHORIZATION,
+            "Bearer ",
+            &[],
             options,
-        })
+        )?;
+        Ok(OpenAiClient { endpoint })
     }
 
     /// The URL completions are posted to.
     pub fn endpoint(&self) -> &str {
-        self.endpoint.as_str()
-    }
-
-    /// One attempt: the response once its headers say success, else the error.
-    async fn send_once(&self, body: Vec<u8>) -> Result<reqwest::Response, LlmError> {
-        let mut request = self
-            .http
-            .post(self.endpoint.clone())
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "text/event-stream")
-            .body(body);
-        if let Some(auth) = &self.authorization {
-            request = request.header(header::AUTHORIZATION, auth.clone());
-        }
-        let response =
-            match tokio::time::timeout(self.options.request_timeout, request.send()).await {
-                Err(_) => return Err(LlmError::Timeout),
-                Ok(Err(e)) if e.is_timeout() => return Err(LlmError::Timeout),
-                Ok(Err(e)) if e.is_builder() => return Err(LlmError::Config(error_chain(&e))),
-                Ok(Err(e)) => return Err(LlmError::Transport(error_chain(&e))),
-                Ok(Ok(response)) => response,
-            };
-        let status = response.status();
-        if status.is_success() {
-            return Ok(response);
-        }
-        let headers = response.headers();
-        let text_of = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let retry_after = parse_retry_after(
-            text_of("retry-after-ms"),
-            text_of("retry-after"),
-            SystemTime::now(),
-        );
-        let body = tokio::time::timeout(
-            self.options.request_timeout,
-            read_capped(response, MAX_ERROR_BODY),
-        )
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
-        Err(LlmError::from_status(
-            status.as_u16(),
-            retry_after,
-            &String::from_utf8_lossy(&body),
-        ))
+        self.endpoint.url.as_str()
     }
 }
 
@@ -206,82 +140,25 @@ impl ChatModel for OpenAiClient {
     ) -> Result<EventStream, LlmError> {
         let body = serde_json::to_vec(&wire::request_body(&request))
             .map_err(|e| LlmError::Protocol(format!("encoding the request: {e}")))?;
-        tracing::debug!(endpoint = %self.endpoint, model = %request.model, "chat completion request");
-        let attempts = with_retries(self.options.retry_policy(), || self.send_once(body.clone()));
-        // Dropping the retry future on cancel drops the in-flight request.
-        let response = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(LlmError::Cancelled),
-            response = attempts => response?,
-        };
+        tracing::debug!(endpoint = %self.endpoint.url, model = %request.model, "chat completion request");
+        let response = self.endpoint.post(body, &cancel).await?;
+        let idle_timeout = self.endpoint.options.idle_timeout;
         let is_json = response
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("application/json"));
         if is_json {
-            return json_events(response, cancel, self.options.idle_timeout, MAX_JSON_BODY).await;
+            return json_events(response, cancel, idle_timeout, MAX_JSON_BODY).await;
         }
-        Ok(sse_events(response, cancel, self.options.idle_timeout))
+        Ok(sse_events(response, cancel, idle_timeout))
     }
 }
 
-/// The HTTP client every model client uses: rustls (ring, platform trust
-/// store), the connect timeout and the explicit proxy, if any (else the
-/// environment's `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`, as reqwest reads
-/// them by default).
-pub(super) fn http_client(options: &ClientOptions) -> Result<reqwest::Client, LlmError> {
-    let mut builder = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls_config()?)
-        .connect_timeout(options.connect_timeout);
-    if let Some(proxy) = &options.proxy {
-        // The URL is not echoed: it may carry credentials.
-        let all = reqwest::Proxy::all(proxy.url.as_str())
-            .map_err(|_| LlmError::Config("proxy: not a valid proxy URL".into()))?
-            .no_proxy(reqwest::NoProxy::from_string(&proxy.no_proxy));
-        builder = builder.proxy(all);
-    }
-    builder
-        .build()
-        .map_err(|e| LlmError::Transport(format!("building the HTTP client: {}", error_chain(&e))))
-}
-
-/// `{base_url}/chat/completions`, checked to be an http(s) URL.
-fn endpoint(base_url: &str) -> Result<reqwest::Url, LlmError> {
-    // The value is not echoed: it may carry credentials.
-    let invalid = |why: String| LlmError::Config(format!("base_url {why}"));
+/// `{base_url}/chat/completions` (checked by [`Endpoint::new`]).
+fn endpoint(base_url: &str) -> String {
     let trimmed = base_url.trim().trim_end_matches('/');
-    let url = reqwest::Url::parse(&format!("{trimmed}/chat/completions"))
-        .map_err(|e| invalid(format!("is not a valid URL: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid("must be http:// or https://".into()));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(invalid("must not carry credentials; use api_key".into()));
-    }
-    Ok(url)
-}
-
-/// rustls with the `ring` provider and the platform verifier (system trust
-/// store), built once per process.
-fn tls_config() -> Result<rustls::ClientConfig, LlmError> {
-    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-                .map_err(|e| format!("loading the platform certificate verifier: {e}"))?;
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS protocol versions: {e}"))?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            Ok(config)
-        })
-        .clone()
-        .map_err(LlmError::Config)
+    format!("{trimmed}/chat/completions")
 }
 
 #[cfg(test)]
@@ -289,30 +166,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_explicit_proxy_is_checked_and_never_shown() {
-        let proxy = |url: &str| ClientOptions {
-            proxy: Some(ModelProxy {
-                url: url.into(),
-                no_proxy: "localhost".into(),
-            }),
-            ..ClientOptions::default()
-        };
-        let good = proxy("http://op:hunter2@127.0.0.1:3128");
-        assert!(http_client(&good).is_ok());
-        assert!(!format!("{good:?}").contains("hunter2"));
-        let err = http_client(&proxy("::not a url hunter2")).unwrap_err();
-        assert!(!err.to_string().contains("hunter2"), "{err}");
-    }
-
-    #[test]
     fn endpoint_is_joined_and_checked() {
+        let url = |base: &str| {
+            OpenAiClient::new(base, None, ClientOptions::default())
+                .map(|c| c.endpoint().to_string())
+        };
         assert_eq!(
-            endpoint("https://api.openai.com/v1/").map(|u| u.to_string()),
+            url("https://api.openai.com/v1/"),
             Ok("https://api.openai.com/v1/chat/completions".to_string())
         );
-        assert!(endpoint("ftp://x/v1").is_err());
-        assert!(endpoint("not a url").is_err());
-        assert!(endpoint("https://user:pw@host/v1").is_err());
+        assert!(url("ftp://x/v1").is_err());
+        assert!(url("not a url").is_err());
+        assert!(url("https://user:pw@host/v1").is_err());
     }
 
     #[test]
