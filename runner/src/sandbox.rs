@@ -143,13 +143,7 @@ impl AgentSandboxes {
         let host = probe.summary();
         let (launcher, status) = match Launcher::with_probe(config, probe) {
             Ok(launcher) => {
-                let status = launcher.status();
-                let status = SandboxStatus {
-                    mode: status.mode.to_string(),
-                    host: status.host,
-                    missing: status.missing,
-                    refused: None,
-                };
+                let status = SandboxStatus::from(launcher.status());
                 (Ok(Arc::new(launcher)), status)
             }
             Err(e @ agent_launcher::LaunchError::Unavailable { .. }) => {
@@ -178,15 +172,7 @@ impl AgentSandboxes {
         for what in &status.missing {
             crate::metrics::sandbox_missing(&feature_of(what));
         }
-        Ok(Self {
-            launcher,
-            status,
-            threads: Mutex::new(HashMap::new()),
-            owner,
-            sdk_homes: Vec::new(),
-            probe_homes: Vec::new(),
-            sweep: Mutex::new(None),
-        })
+        Ok(Self::new(launcher, status, owner))
     }
 
     /// A sandbox without isolation (mode `off`, no cgroups, no sweep): for
@@ -198,35 +184,34 @@ impl AgentSandboxes {
         };
         match Launcher::new(config) {
             Ok(launcher) => {
-                let s = launcher.status();
-                Self {
-                    status: SandboxStatus {
-                        mode: s.mode.to_string(),
-                        host: s.host,
-                        missing: s.missing,
-                        refused: None,
-                    },
-                    launcher: Ok(Arc::new(launcher)),
-                    threads: Mutex::new(HashMap::new()),
-                    owner: None,
-                    sdk_homes: Vec::new(),
-                    probe_homes: Vec::new(),
-                    sweep: Mutex::new(None),
-                }
+                let status = SandboxStatus::from(launcher.status());
+                Self::new(Ok(Arc::new(launcher)), status, None)
             }
-            Err(e) => Self {
-                status: SandboxStatus {
+            Err(e) => {
+                let status = SandboxStatus {
                     mode: Mode::Off.to_string(),
                     refused: Some(e.to_string()),
                     ..SandboxStatus::default()
-                },
-                launcher: Err(e.to_string()),
-                threads: Mutex::new(HashMap::new()),
-                owner: None,
-                sdk_homes: Vec::new(),
-                probe_homes: Vec::new(),
-                sweep: Mutex::new(None),
-            },
+                };
+                Self::new(Err(e.to_string()), status, None)
+            }
+        }
+    }
+
+    /// No thread sandbox yet, no SDK homes, no sweep running.
+    fn new(
+        launcher: Result<Arc<Launcher>, String>,
+        status: SandboxStatus,
+        owner: Option<(u32, u32)>,
+    ) -> Self {
+        Self {
+            launcher,
+            status,
+            threads: Mutex::new(HashMap::new()),
+            owner,
+            sdk_homes: Vec::new(),
+            probe_homes: Vec::new(),
+            sweep: Mutex::new(None),
         }
     }
 
@@ -278,75 +263,79 @@ impl AgentSandboxes {
     /// dir (0700, owned by the agent uid when one is set), the agent's
     /// skills read-only. Blocking (file system, cgroupfs).
     pub fn thread(&self, workspaces: &Workspaces, agent_id: &str, thread_id: &str) -> Sandbox {
-        self.swept();
-        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sandbox) = threads.get(thread_id) {
-            return Sandbox::ready(sandbox.clone());
-        }
-        let launcher = match &self.launcher {
-            Ok(launcher) => launcher,
-            Err(why) => return Sandbox::refused(why.clone()),
-        };
-        let workspace = workspaces.thread_dir(agent_id, thread_id);
-        let private = workspaces.thread_private(agent_id, thread_id);
-        if let Err(e) = self.own_dirs(&workspace, &private) {
-            return Sandbox::refused(format!("preparing the thread's directories: {e}"));
-        }
-        let mut skills = vec![workspaces.agent_skills(agent_id)];
-        skills.extend(thread_package_skills(workspaces, &workspace));
-        let spec = ThreadSpec {
-            workspace,
-            home_dir: workspaces.thread_home(agent_id, thread_id),
-            tmp_dir: workspaces.thread_tmp(agent_id, thread_id),
-            skills,
-            read_write: self.sdk_homes.clone(),
-            ..ThreadSpec::default()
-        };
-        match launcher.thread(spec) {
-            Ok(sandbox) => {
-                tracing::debug!(%thread_id, applied = %sandbox.applied(), "thread sandbox ready");
-                let sandbox = Arc::new(sandbox);
-                threads.insert(thread_id.to_owned(), sandbox.clone());
-                Sandbox::ready(sandbox)
-            }
-            Err(e) => {
-                tracing::error!(%thread_id, error = %e, "thread sandbox refused");
-                Sandbox::refused(e.to_string())
-            }
-        }
+        self.made_once(
+            thread_id,
+            "thread",
+            workspaces.thread_dir(agent_id, thread_id),
+            &workspaces.thread_private(agent_id, thread_id),
+            |workspace| {
+                let mut skills = vec![workspaces.agent_skills(agent_id)];
+                skills.extend(thread_package_skills(workspaces, &workspace));
+                ThreadSpec {
+                    workspace,
+                    home_dir: workspaces.thread_home(agent_id, thread_id),
+                    tmp_dir: workspaces.thread_tmp(agent_id, thread_id),
+                    skills,
+                    read_write: self.sdk_homes.clone(),
+                    ..ThreadSpec::default()
+                }
+            },
+        )
     }
 
     /// A sandbox for processes that belong to no thread (the codex
     /// `describe` probe), under `<workspace root>/.sdk-probe/`.
     pub fn probe(&self, workspaces: &Workspaces) -> Sandbox {
-        self.swept();
         let root = workspaces.root().join(PROBE);
+        self.made_once(
+            PROBE,
+            "probe",
+            root.join("workspace"),
+            &root.join("private"),
+            |workspace| ThreadSpec {
+                workspace,
+                home_dir: root.join("private/home"),
+                tmp_dir: root.join("private/tmp"),
+                read_write: self.probe_homes.clone(),
+                ..ThreadSpec::default()
+            },
+        )
+    }
+
+    /// The sandbox kept under `key`, made on first use (after the sweep):
+    /// `workspace` and `private` prepared ([`Self::own_dirs`]), then the
+    /// launcher's sandbox for `spec(workspace)`. `what` names it in errors.
+    fn made_once(
+        &self,
+        key: &str,
+        what: &str,
+        workspace: PathBuf,
+        private: &Path,
+        spec: impl FnOnce(PathBuf) -> ThreadSpec,
+    ) -> Sandbox {
+        self.swept();
         let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sandbox) = threads.get(PROBE) {
+        if let Some(sandbox) = threads.get(key) {
             return Sandbox::ready(sandbox.clone());
         }
         let launcher = match &self.launcher {
             Ok(launcher) => launcher,
             Err(why) => return Sandbox::refused(why.clone()),
         };
-        let workspace = root.join("workspace");
-        if let Err(e) = self.own_dirs(&workspace, &root.join("private")) {
-            return Sandbox::refused(format!("preparing the probe's directories: {e}"));
+        if let Err(e) = self.own_dirs(&workspace, private) {
+            return Sandbox::refused(format!("preparing the {what}'s directories: {e}"));
         }
-        let spec = ThreadSpec {
-            workspace,
-            home_dir: root.join("private/home"),
-            tmp_dir: root.join("private/tmp"),
-            read_write: self.probe_homes.clone(),
-            ..ThreadSpec::default()
-        };
-        match launcher.thread(spec) {
+        match launcher.thread(spec(workspace)) {
             Ok(sandbox) => {
+                tracing::debug!(thread_id = %key, applied = %sandbox.applied(), "{what} sandbox ready");
                 let sandbox = Arc::new(sandbox);
-                threads.insert(PROBE.to_owned(), sandbox.clone());
+                threads.insert(key.to_owned(), sandbox.clone());
                 Sandbox::ready(sandbox)
             }
-            Err(e) => Sandbox::refused(e.to_string()),
+            Err(e) => {
+                tracing::error!(thread_id = %key, error = %e, "{what} sandbox refused");
+                Sandbox::refused(e.to_string())
+            }
         }
     }
 
@@ -421,14 +410,7 @@ impl AgentSandboxes {
             .unwrap_or_else(PoisonError::into_inner)
             .drain()
             .collect();
-        let mut killed = 0;
-        for (thread_id, sandbox) in all {
-            let report = sandbox.close();
-            killed += report.killed;
-            if !report.survivors.is_empty() {
-                tracing::warn!(%thread_id, survivors = ?report.survivors, "agent processes survived the kill");
-            }
-        }
+        let killed = kill_each(all, ThreadSandbox::close);
         if let Ok(launcher) = &self.launcher {
             launcher.release();
         }
@@ -446,16 +428,35 @@ impl AgentSandboxes {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let mut killed = 0;
-        for (thread_id, sandbox) in all {
-            let report = sandbox.kill_all();
-            killed += report.killed;
-            if !report.survivors.is_empty() {
-                tracing::warn!(%thread_id, survivors = ?report.survivors, "agent processes survived the kill");
-            }
-        }
-        killed
+        kill_each(all, ThreadSandbox::kill_all)
     }
+}
+
+impl From<agent_launcher::LauncherStatus> for SandboxStatus {
+    fn from(status: agent_launcher::LauncherStatus) -> Self {
+        Self {
+            mode: status.mode.to_string(),
+            host: status.host,
+            missing: status.missing,
+            refused: None,
+        }
+    }
+}
+
+/// `kill` on each sandbox, survivors logged; how many processes died.
+fn kill_each(
+    all: Vec<(String, Arc<ThreadSandbox>)>,
+    kill: impl Fn(&ThreadSandbox) -> KillReport,
+) -> usize {
+    let mut killed = 0;
+    for (thread_id, sandbox) in all {
+        let report = kill(&sandbox);
+        killed += report.killed;
+        if !report.survivors.is_empty() {
+            tracing::warn!(%thread_id, survivors = ?report.survivors, "agent processes survived the kill");
+        }
+    }
+    killed
 }
 
 /// Kills what a previous run with `launcher`'s scope left behind.
