@@ -46,32 +46,18 @@ type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
 #[derive(Clone)]
 pub struct StoreThread {
     jobs: mpsc::Sender<Job>,
-    savepoints: bool,
 }
 
 impl StoreThread {
     /// Starts the thread `name` owning `conn`; each job runs in its own
     /// savepoint.
     pub fn start(name: &str, conn: Connection) -> std::io::Result<Self> {
-        Self::start_with(name, conn, true)
-    }
-
-    /// Starts the thread `name` owning `conn` for jobs that are single
-    /// statements (or idempotent): no savepoint per job. SQLite undoes a
-    /// failing statement by itself, so a failing job still fails alone;
-    /// the savepoint's two extra statements per job were most of the cost
-    /// of a small write.
-    pub fn start_single_statement(name: &str, conn: Connection) -> std::io::Result<Self> {
-        Self::start_with(name, conn, false)
-    }
-
-    fn start_with(name: &str, conn: Connection, savepoints: bool) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel(QUEUE_BOUND);
         let label = name.to_owned();
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || serve(conn, rx, &label))?;
-        Ok(Self { jobs, savepoints })
+        Ok(Self { jobs })
     }
 
     /// Runs `work` in the next batch and returns its result once the batch
@@ -103,7 +89,7 @@ impl StoreThread {
     where
         F: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
     {
-        self.jobs.try_send(job(work, None, self.savepoints)).is_ok()
+        self.jobs.try_send(job(work, None)).is_ok()
     }
 
     async fn enqueue<R, F>(
@@ -116,7 +102,7 @@ impl StoreThread {
         F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
     {
         self.jobs
-            .send(job(work, done, self.savepoints))
+            .send(job(work, done))
             .await
             .map_err(|_| StoreThreadError::Stopped)
     }
@@ -124,30 +110,22 @@ impl StoreThread {
 
 /// The job that runs `work` in its own savepoint and reports to `done`
 /// (or logs a failure when nobody waits).
-fn job<R, F>(
-    work: F,
-    done: Option<oneshot::Sender<Result<R, StoreThreadError>>>,
-    savepoints: bool,
-) -> Job
+fn job<R, F>(work: F, done: Option<oneshot::Sender<Result<R, StoreThreadError>>>) -> Job
 where
     R: Send + 'static,
     F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
 {
     Box::new(move |tx: &mut Transaction<'_>| {
-        let outcome = if !savepoints {
-            work(tx)
-        } else {
-            match tx.savepoint() {
-                Ok(mut sp) => match work(&sp) {
-                    Ok(value) => sp.commit().map(|()| value),
-                    Err(e) => {
-                        // Dropping the savepoint rolls it back.
-                        let _ = sp.rollback();
-                        Err(e)
-                    }
-                },
-                Err(e) => Err(e),
-            }
+        let outcome = match tx.savepoint() {
+            Ok(mut sp) => match work(&sp) {
+                Ok(value) => sp.commit().map(|()| value),
+                Err(e) => {
+                    // Dropping the savepoint rolls it back.
+                    let _ = sp.rollback();
+                    Err(e)
+                }
+            },
+            Err(e) => Err(e),
         };
         Box::new(move |committed: Result<(), String>| {
             let result = match (outcome, committed) {
