@@ -22,12 +22,16 @@ pub const VERSION: &str = "0.169.0";
 /// What the mock asks codex to run (in the thread's workspace).
 pub const PROOF_COMMAND: &str = "echo hello-from-codex >> proof.txt; echo done";
 
-/// `<target>/codex-npm/<version>`, from the running test binary's path
-/// (`<target>/<profile>/deps/<test>-…`).
+/// `<target>/codex-npm/<version>`, from the running binary's path: a test
+/// (`<target>/<profile>/deps/<test>-…`) or a binary of the workspace such
+/// as the benchmark (`<target>/<profile>/<name>`).
 fn cache_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let target = exe.parent()?.parent()?.parent()?;
-    Some(target.join("codex-npm").join(VERSION))
+    let mut profile = exe.parent()?;
+    if profile.file_name().is_some_and(|name| name == "deps") {
+        profile = profile.parent()?;
+    }
+    Some(profile.parent()?.join("codex-npm").join(VERSION))
 }
 
 /// The installed `codex` launcher, installing the pinned package with npm
