@@ -6,7 +6,6 @@
 //! what differs between providers (the URL, the key's header, extra
 //! headers, the body and the stream) stays in their clients.
 
-use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use reqwest::header::{self, HeaderName, HeaderValue};
@@ -181,25 +180,10 @@ fn http_client(options: &ClientOptions) -> Result<reqwest::Client, LlmError> {
 }
 
 /// rustls with the `ring` provider and the platform verifier (system trust
-/// store), built once per process.
+/// store), built once per process: the same configuration as the MCP
+/// clients', shared with them.
 fn tls_config() -> Result<rustls::ClientConfig, LlmError> {
-    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-                .map_err(|e| format!("loading the platform certificate verifier: {e}"))?;
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS protocol versions: {e}"))?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            Ok(config)
-        })
-        .clone()
-        .map_err(LlmError::Config)
+    mcp_client::tls::config().map_err(LlmError::Config)
 }
 
 #[cfg(test)]

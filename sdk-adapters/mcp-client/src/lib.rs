@@ -14,7 +14,7 @@ mod connect;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
-mod tls;
+pub mod tls;
 
 use std::time::Duration;
 

@@ -1,11 +1,11 @@
-//! The TLS configuration of MCP HTTP clients: rustls with the `ring`
-//! provider and the platform verifier (the system trust store), the same
-//! stack as the engine's LLM client, built once per process.
+//! The TLS configuration of MCP HTTP clients and of the engine's model
+//! clients: rustls with the `ring` provider and the platform verifier (the
+//! system trust store), built once per process and shared by both.
 
 use std::sync::{Arc, OnceLock};
 
-/// rustls for HTTPS MCP servers, or why it cannot be built.
-pub(crate) fn config() -> Result<rustls::ClientConfig, String> {
+/// rustls for HTTPS (MCP servers, model APIs), or why it cannot be built.
+pub fn config() -> Result<rustls::ClientConfig, String> {
     static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
