@@ -298,9 +298,13 @@ impl AgentTask {
                 ),
             ));
         };
-        let workspace = rt
-            .workspaces
-            .create_thread(&self.agent_id, &thread_id)
+        // Directories, cgroups and SQLite are blocking work: off the async
+        // workers, so a burst of creations cannot hold up the ControlChannel
+        // (heartbeats included).
+        let tid = thread_id.clone();
+        let workspace = self
+            .blocking(move |rt, agent_id| rt.workspaces.create_thread(agent_id, &tid))
+            .await
             .map_err(|e| (rid.clone(), format!("creating the thread's workspace: {e}")))?;
         if !skill_packages.is_empty()
             && let Err(text) = self.thread_skills(&skill_packages, &workspace).await
@@ -308,6 +312,11 @@ impl AgentTask {
             let _ = rt.workspaces.remove(&workspace);
             return Err((rid, text));
         }
+        let tid = thread_id.clone();
+        let sandbox = self
+            .blocking(move |rt, agent_id| Ok(rt.thread_sandbox(agent_id, &tid)))
+            .await
+            .map_err(|e| (rid.clone(), format!("preparing the thread's sandbox: {e}")))?;
         let mut spec = ThreadSpec {
             agent_id: self.agent_id.clone(),
             thread_id: thread_id.clone(),
@@ -316,7 +325,7 @@ impl AgentTask {
             reasoning_level: reasoning_level.clone(),
             sdk_thread_id: None,
             env: rt.thread_env(&self.agent_id, &thread_id),
-            sandbox: rt.thread_sandbox(&self.agent_id, &thread_id),
+            sandbox,
             instructions: instructions.clone(),
             mcp_servers: crate::mcp::shared(mcp_servers),
         };
@@ -338,7 +347,14 @@ impl AgentTask {
             last_turn_id: None,
             instructions,
         };
-        if let Err(e) = rt.store.insert_thread(&row) {
+        let inserted = self
+            .blocking(move |rt, _| {
+                rt.store
+                    .insert_thread(&row)
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            })
+            .await;
+        if let Err(e) = inserted {
             // The claim keeps other creations out, so this is the store
             // failing: undo.
             let _ = adapter.delete_thread(&spec).await;
@@ -354,7 +370,32 @@ impl AgentTask {
     }
 }
 
+/// Blocking steps of agents (thread creation) running at once. A burst of
+/// thousands of creations would otherwise grow tokio's blocking pool to
+/// hundreds of threads (each with its stack and malloc arena: tens of MiB
+/// at 10,000 threads); more than a few gain nothing on file system and
+/// SQLite work. Callers wait their turn (fairly, in arrival order).
+static BLOCKING_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
 impl AgentTask {
+    /// Runs blocking `work` (file system, cgroups, SQLite) on the blocking
+    /// pool with the runtime and this agent's id; a panic is an error.
+    async fn blocking<R, F>(&self, work: F) -> std::io::Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Runtime, &str) -> std::io::Result<R> + Send + 'static,
+    {
+        let (rt, agent_id) = (self.rt.clone(), self.agent_id.clone());
+        // Closed never: the semaphore is a static.
+        let _slot = BLOCKING_SLOTS
+            .acquire()
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        tokio::task::spawn_blocking(move || work(&rt, &agent_id))
+            .await
+            .map_err(|e| std::io::Error::other(format!("crashed: {e}")))?
+    }
+
     /// Whether thread `thread_id` exists already for this agent; a thread of
     /// another agent with that id is an error naming the field.
     fn thread_exists(&self, thread_id: &str, rid: &RequestId) -> Result<bool, (RequestId, String)> {
