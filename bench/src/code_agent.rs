@@ -4,15 +4,25 @@
 //! figures are what the engine and its adapter add to a turn (a reply, and
 //! a reply after one `bash` tool call), and what engine sessions cost in
 //! memory.
+//!
+//! Issue 14 asks for the engine's overhead net of the model: the same run
+//! times the mock model itself, through the engine's own HTTP client
+//! ([`OpenAiClient`], request sent → stream ended), for the same replies,
+//! and reports turn − model per percentile; and what one session save
+//! (once per agent-loop step) costs, timed on the session files the engine
+//! wrote ([`session_save_times`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::client_message::Payload;
-use anyhow::{Result, bail};
-use code_agent_engine::testing::{MockLlm, MockReply};
+use anyhow::{Context as _, Result, bail};
+use code_agent_engine::llm::{ChatMessage, ChatModel, ChatRequest, ClientOptions, OpenAiClient};
+use code_agent_engine::testing::{MockLlm, MockReply, session_save_times};
+use futures::StreamExt as _;
 use serde::Serialize;
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use crate::collector::Until;
 use crate::scenarios::{Rig, user_message};
@@ -26,6 +36,22 @@ pub struct CodeAgentFigures {
     pub text_turn: Summary,
     /// The same when the model first asks for `bash` (`true`), then answers.
     pub tool_turn: Summary,
+    /// The tool turn again with `--sandbox off`: what the thread sandbox
+    /// adds to starting the shell (landlock, capabilities, and moving it
+    /// into the thread's cgroup).
+    pub tool_turn_unsandboxed: Summary,
+    /// The mock model alone, through the engine's HTTP client: the text
+    /// reply (request sent → stream ended).
+    pub model_text: Summary,
+    /// The tool turn's two model calls (tool call, then text), summed.
+    pub model_tool: Summary,
+    /// One session save (JSON, temp file, fsync, rename) of a session after
+    /// one turn, and its file's size.
+    pub save_fresh: Summary,
+    pub save_fresh_bytes: u64,
+    /// The same for the measured thread's session after every timed turn.
+    pub save_long: Summary,
+    pub save_long_bytes: u64,
     /// RSS once registered (the engine starts at registration).
     pub idle_rss_bytes: u64,
     /// RSS with this many idle threads (engine FILE sessions), each after one turn.
@@ -37,12 +63,7 @@ pub struct CodeAgentFigures {
 pub async fn measure(bin: &Path, turns: usize, levels: &[usize]) -> Result<CodeAgentFigures> {
     let llm = MockLlm::start(Vec::new()).await;
     let base = llm.base_url();
-    let env = [
-        ("OPENAI_BASE_URL", base.as_str()),
-        ("OPENAI_API_KEY", "bench-key"),
-        ("CODE_AGENT_MODELS", MODEL),
-    ];
-    let rig = Rig::start_with_env(bin, &["--sdk", "code-agent"], &env).await?;
+    let rig = rig_with(bin, &llm, MODEL, &[]).await?;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let idle_rss_bytes = rig.runner.rss()?;
     rig.create_agent_with("bench", "code-agent").await?;
@@ -71,7 +92,33 @@ pub async fn measure(bin: &Path, turns: usize, levels: &[usize]) -> Result<CodeA
         tool.push(turn(&rig, &thread).await?);
     }
 
+    let client = OpenAiClient::new(&base, Some("bench-key".into()), ClientOptions::default())?;
+    let model_text = Summary::of(
+        &model_times(&client, turns, || {
+            llm.push(MockReply::text("ok").with_usage(10, 1));
+            1
+        })
+        .await?,
+    );
+    let model_tool = Summary::of(
+        &model_times(&client, turns, || {
+            llm.push(MockReply::tool_call(
+                "call-x",
+                "bash",
+                json!({"command": "true"}),
+            ));
+            llm.push(MockReply::text("done").with_usage(20, 1));
+            2
+        })
+        .await?,
+    );
+    let sessions = rig.runner.dirs.path().join("state/code-agent/sessions");
+    let long_file = sessions.join(format!("{thread}.json"));
+    let save_runs = turns.clamp(10, 100);
+    let (save_long, save_long_bytes) = save_cost(&long_file, save_runs)?;
+
     let mut with_sessions = Vec::new();
+    let mut fresh_file = None;
     let mut have = 1;
     for &level in levels {
         let new = rig
@@ -80,18 +127,45 @@ pub async fn measure(bin: &Path, turns: usize, levels: &[usize]) -> Result<CodeA
         for t in &new {
             llm.push(MockReply::text("ok").with_usage(10, 1));
             turn(&rig, t).await?;
+            fresh_file.get_or_insert_with(|| sessions.join(format!("{t}.json")));
         }
         have += new.len();
         tokio::time::sleep(Duration::from_millis(500)).await;
         with_sessions.push((have, rig.runner.rss()?));
     }
+    let (save_fresh, save_fresh_bytes) = match &fresh_file {
+        Some(file) => save_cost(file, save_runs)?,
+        None => (Summary::of(&[]), 0),
+    };
     rig.runner.stop().await;
+    let tool_turn_unsandboxed = Summary::of(&unsandboxed_tool_turns(bin, &llm, turns).await?);
     Ok(CodeAgentFigures {
         text_turn: Summary::of(&text),
         tool_turn: Summary::of(&tool),
+        tool_turn_unsandboxed,
+        model_text,
+        model_tool,
+        save_fresh,
+        save_fresh_bytes,
+        save_long,
+        save_long_bytes,
         idle_rss_bytes,
         with_sessions,
     })
+}
+
+/// A runner with the `code-agent` SDK (and `extra` flags) whose engine
+/// calls `llm` for `model`.
+pub async fn rig_with(bin: &Path, llm: &MockLlm, model: &str, extra: &[&str]) -> Result<Rig> {
+    let base = llm.base_url();
+    let env = [
+        ("OPENAI_BASE_URL", base.as_str()),
+        ("OPENAI_API_KEY", "bench-key"),
+        ("CODE_AGENT_MODELS", model),
+    ];
+    let mut args = vec!["--sdk", "code-agent"];
+    args.extend_from_slice(extra);
+    Rig::start_with_env(bin, &args, &env).await
 }
 
 /// One user message on `thread`; its time to `TurnUpdate COMPLETED`.
@@ -109,4 +183,70 @@ async fn turn(rig: &Rig, thread: &str) -> Result<Duration> {
         bail!("code-agent turn refused: {}", e.error_message);
     }
     Ok(done.duration_since(sent))
+}
+
+/// `turns` tool turns (after one warm-up) on a fresh thread of a runner
+/// with `--sandbox off`, against `llm`.
+async fn unsandboxed_tool_turns(bin: &Path, llm: &MockLlm, turns: usize) -> Result<Vec<Duration>> {
+    let rig = rig_with(bin, llm, MODEL, &["--sandbox", "off"]).await?;
+    rig.create_agent_with("bench", "code-agent").await?;
+    let Some(thread) = rig.create_threads_with("bench", 1, MODEL).await?.pop() else {
+        bail!("no thread created");
+    };
+    let mut samples = Vec::with_capacity(turns);
+    for i in 0..=turns {
+        llm.push(MockReply::tool_call(
+            &format!("call-{i}"),
+            "bash",
+            json!({"command": "true"}),
+        ));
+        llm.push(MockReply::text("done").with_usage(20, 1));
+        let took = turn(&rig, &thread).await?;
+        if i > 0 {
+            samples.push(took);
+        }
+    }
+    rig.runner.stop().await;
+    Ok(samples)
+}
+
+/// `runs` times: `queue` the replies of one turn (returning how many model
+/// calls they make), then make those calls through `client`, each streamed
+/// to its end; the total per turn.
+async fn model_times(
+    client: &OpenAiClient,
+    runs: usize,
+    queue: impl Fn() -> usize,
+) -> Result<Vec<Duration>> {
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let calls = queue();
+        let started = Instant::now();
+        for _ in 0..calls {
+            let request = ChatRequest {
+                model: MODEL.into(),
+                messages: vec![ChatMessage::user("go")],
+                tools: Vec::new(),
+                temperature: None,
+                max_tokens: None,
+                reasoning_effort: None,
+                json_schema: None,
+            };
+            let mut events = client.stream(request, CancellationToken::new()).await?;
+            while let Some(event) = events.next().await {
+                event?;
+            }
+        }
+        times.push(started.elapsed());
+    }
+    Ok(times)
+}
+
+/// One save's duration, `runs` times, of the session file `file`, and its size.
+fn save_cost(file: &Path, runs: usize) -> Result<(Summary, u64)> {
+    let bytes = std::fs::metadata(file)
+        .with_context(|| format!("the session file {}", file.display()))?
+        .len();
+    let times = session_save_times(file, runs).map_err(anyhow::Error::msg)?;
+    Ok((Summary::of(&times), bytes))
 }

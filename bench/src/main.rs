@@ -21,10 +21,12 @@ mod chart;
 mod code_agent;
 mod collector;
 mod delivery;
+mod engine_rows;
 mod floor;
 mod heartbeat;
 mod idle;
 mod only;
+mod peers;
 mod proc;
 mod profile;
 mod scale;
@@ -96,6 +98,9 @@ struct Sizes {
     startup_runs: usize,
     code_agent_turns: usize,
     code_agent_levels: Vec<usize>,
+    /// Timed turns and extra idle threads of each peer row.
+    peer_turns: usize,
+    peer_threads: usize,
 }
 
 impl Sizes {
@@ -115,6 +120,8 @@ impl Sizes {
                 startup_runs: 5,
                 code_agent_turns: 50,
                 code_agent_levels: vec![10],
+                peer_turns: 5,
+                peer_threads: 2,
             }
         } else {
             Sizes {
@@ -131,6 +138,8 @@ impl Sizes {
                 startup_runs: 20,
                 code_agent_turns: 300,
                 code_agent_levels: vec![10, 100],
+                peer_turns: 30,
+                peer_threads: 10,
             }
         }
     }
@@ -279,6 +288,8 @@ async fn main() -> Result<()> {
 
     eprintln!("[5/6] code-agent SDK (embedded engine, mock model)");
     let ca = code_agent::measure(&bin, sz.code_agent_turns, &sz.code_agent_levels).await?;
+    eprintln!("[5b/6] peers: codex app-server vs the code-agent engine, same script");
+    let peers = peers::measure(&bin, sz.peer_turns, sz.peer_threads).await?;
 
     eprintln!("[6/6] writing results");
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -576,32 +587,7 @@ async fn main() -> Result<()> {
         "ms",
         None,
     );
-    t.row(
-        "code-agent turn (mock model answers), p50 / p99 / max",
-        pct(&ca.text_turn),
-        "us",
-        None,
-    );
-    t.row(
-        "code-agent turn with one bash tool call, p50 / p99 / max",
-        pct(&ca.tool_turn),
-        "us",
-        None,
-    );
-    t.row(
-        "code-agent: RSS registered (engine started)",
-        format!("{:.1}", mib(ca.idle_rss_bytes)),
-        "MiB",
-        None,
-    );
-    for (n, rss) in &ca.with_sessions {
-        t.row(
-            &format!("code-agent: RSS with {n} idle threads (sessions)"),
-            format!("{:.1}", mib(*rss)),
-            "MiB",
-            None,
-        );
-    }
+    engine_rows::add(&mut t, &ca, &peers);
     println!();
     t.print();
     if let Some(p) = &prof {
@@ -667,6 +653,7 @@ async fn main() -> Result<()> {
             "restarts_summary": restart_s,
         },
         "code_agent": ca,
+        "peers": peers,
         "invalid_client_messages": invalid,
         "chart": png.display().to_string(),
     });

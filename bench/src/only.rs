@@ -45,7 +45,21 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
                 "p99_vs_floor_p99": hb.under_load.p99_us / floor.p99_us,
             })
         }
-        other => bail!("unknown scenario {other:?} (startup, idle, scale, heartbeat)"),
+        "code-agent" => {
+            let (turns, levels) = if quick {
+                (50, vec![10])
+            } else {
+                (300, vec![10, 100])
+            };
+            serde_json::to_value(crate::code_agent::measure(bin, turns, &levels).await?)?
+        }
+        "peers" => {
+            let (turns, threads) = if quick { (5, 2) } else { (30, 10) };
+            serde_json::to_value(crate::peers::measure(bin, turns, threads).await?)?
+        }
+        other => {
+            bail!("unknown scenario {other:?} (startup, idle, scale, heartbeat, code-agent, peers)")
+        }
     };
     println!("{}", serde_json::to_string_pretty(&value)?);
     Ok(())

@@ -90,6 +90,57 @@ pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))
 }
 
+/// Proportional set size of `pid` and every process below it, in bytes
+/// (the sum of `Pss:` in each one's /proc/PID/smaps_rollup): what a process
+/// tree costs the machine, shared pages split between their users rather
+/// than counted once per process as RSS would. Processes that exit while
+/// being read are skipped.
+pub fn tree_pss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(p) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // The parent pid is the second field after the parenthesised name.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((p, ppid));
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parent_of
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    let mut total = 0;
+    for p in tree {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")) {
+            total += kib_field(&text, "Pss:").unwrap_or(0) * 1024;
+        }
+    }
+    if total == 0 {
+        anyhow::bail!("no Pss readable for process {pid}");
+    }
+    Ok(total)
+}
+
 /// CPU time (user + system) a process used so far, in seconds, from
 /// /proc/PID/stat (clock ticks of USER_HZ, 100 on Linux).
 pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
@@ -131,6 +182,23 @@ mod tests {
         let text = "Name:\tx\nVmRSS:\t   1234 kB\n";
         assert_eq!(kib_field(text, "VmRSS:"), Some(1234));
         assert_eq!(kib_field(text, "VmHWM:"), None);
+    }
+
+    #[test]
+    fn a_tree_counts_its_children() {
+        let me = std::process::id();
+        let alone = tree_pss_bytes(me).expect("own smaps_rollup");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        // The child's pages are counted once it has exec'd.
+        std::thread::sleep(Duration::from_millis(200));
+        let with_child = tree_pss_bytes(me).expect("tree");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(with_child > alone, "{with_child} <= {alone}");
+        assert!(tree_pss_bytes(u32::MAX).is_err());
     }
 
     #[test]

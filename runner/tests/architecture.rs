@@ -81,6 +81,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "agent-runner-proto",
             "code-agent-engine",
             "mock-control-plane",
+            "sdk-codex",
         ],
     ),
 ];

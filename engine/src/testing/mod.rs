@@ -20,8 +20,10 @@
 
 mod mock_anthropic;
 mod mock_llm;
+mod save_cost;
 mod script;
 
 pub use mock_anthropic::{AnthropicReply, MOCK_ANTHROPIC_USAGE, MockAnthropic};
 pub use mock_llm::MockLlm;
+pub use save_cost::session_save_times;
 pub use script::{MockChunk, MockReply};

@@ -1,0 +1,148 @@
+//! The table rows of the `code-agent` engine and its peer (issue 14): turn
+//! latency, the model's own time and the engine's overhead net of it, the
+//! session save per step, memory, and the codex app-server row beside the
+//! engine's with their ratios.
+
+use crate::code_agent::CodeAgentFigures;
+use crate::peers::{PeerFigures, Peers};
+use crate::stats::Summary;
+use crate::{Table, mib, pct};
+
+/// Microseconds as milliseconds, two decimals.
+fn ms(us: f64) -> String {
+    format!("{:.2}", us / 1e3)
+}
+
+/// `turn − model` at p50 and p99, in ms (the difference of the two
+/// distributions' percentiles, both measured in this run).
+fn net(turn: &Summary, model: &Summary) -> String {
+    format!(
+        "{} / {}",
+        ms(turn.p50_us - model.p50_us),
+        ms(turn.p99_us - model.p99_us)
+    )
+}
+
+pub fn add(t: &mut Table, ca: &CodeAgentFigures, peers: &Peers) {
+    t.row(
+        "code-agent turn (mock model answers), p50 / p99 / max",
+        pct(&ca.text_turn),
+        "us",
+        None,
+    );
+    t.row(
+        "code-agent turn with one bash tool call, p50 / p99 / max",
+        pct(&ca.tool_turn),
+        "us",
+        None,
+    );
+    t.row(
+        "code-agent turn with one bash tool call, --sandbox off, p50 / p99 / max",
+        pct(&ca.tool_turn_unsandboxed),
+        "us",
+        None,
+    );
+    t.row(
+        "code-agent: the mock model alone (engine HTTP client), text / tool turn p50",
+        format!(
+            "{} / {}",
+            ms(ca.model_text.p50_us),
+            ms(ca.model_tool.p50_us)
+        ),
+        "ms",
+        None,
+    );
+    t.row(
+        "code-agent overhead net of the model, text turn p50 / p99 (target p50 <= 1 ms)",
+        net(&ca.text_turn, &ca.model_text),
+        "ms",
+        None,
+    );
+    t.row(
+        "code-agent overhead net of the model, one tool call p50 / p99 (target p50 <= 5 ms)",
+        net(&ca.tool_turn, &ca.model_tool),
+        "ms",
+        None,
+    );
+    t.row(
+        &format!(
+            "code-agent session save per step, p50 / p99: after 1 turn ({} B)",
+            ca.save_fresh_bytes
+        ),
+        format!(
+            "{} / {}",
+            ms(ca.save_fresh.p50_us),
+            ms(ca.save_fresh.p99_us)
+        ),
+        "ms",
+        None,
+    );
+    t.row(
+        &format!(
+            "code-agent session save per step, p50 / p99: after every timed turn ({} B)",
+            ca.save_long_bytes
+        ),
+        format!("{} / {}", ms(ca.save_long.p50_us), ms(ca.save_long.p99_us)),
+        "ms",
+        None,
+    );
+    t.row(
+        "code-agent: RSS registered (engine started)",
+        format!("{:.1}", mib(ca.idle_rss_bytes)),
+        "MiB",
+        None,
+    );
+    for (n, rss) in &ca.with_sessions {
+        t.row(
+            &format!("code-agent: RSS with {n} idle threads (sessions)"),
+            format!("{:.1}", mib(*rss)),
+            "MiB",
+            None,
+        );
+    }
+    peer_rows(t, peers);
+}
+
+/// The peer rows; the ratio column is codex ÷ code-agent.
+fn peer_rows(t: &mut Table, peers: &Peers) {
+    let ca = &peers.code_agent;
+    let turn_row = |t: &mut Table, who: &str, f: &PeerFigures, ratio: Option<f64>| {
+        t.row(
+            &format!("peer: {who} turn (one shell call, then an answer), p50 / p99"),
+            format!("{} / {}", ms(f.turn.p50_us), ms(f.turn.p99_us)),
+            "ms",
+            ratio,
+        );
+    };
+    let memory_row = |t: &mut Table, who: &str, f: &PeerFigures, ratio: Option<f64>| {
+        t.row(
+            &format!(
+                "peer: {who} memory per idle thread (PSS of the runner's process tree, {} threads)",
+                f.extra_threads
+            ),
+            format!("{:.0}", f.pss_per_idle_thread_bytes / 1024.0),
+            "KiB",
+            ratio,
+        );
+    };
+    turn_row(t, "code-agent", ca, Some(1.0));
+    match &peers.codex {
+        Ok(codex) => turn_row(
+            t,
+            "codex app-server",
+            codex,
+            Some(codex.turn.p50_us / ca.turn.p50_us),
+        ),
+        Err(why) => t.row(
+            "peer: codex app-server",
+            format!("not measured: {why}"),
+            "",
+            None,
+        ),
+    }
+    memory_row(t, "code-agent", ca, Some(1.0));
+    if let Ok(codex) = &peers.codex {
+        let ratio = codex.pss_per_idle_thread_bytes / ca.pss_per_idle_thread_bytes.max(1.0);
+        memory_row(t, "codex app-server", codex, Some(ratio));
+    }
+}
