@@ -98,6 +98,11 @@ async fn watch_turn(active: &mut Option<ActiveTurn>) -> TurnSignal {
 }
 
 impl ThreadTask {
+    /// The handlers are boxed: this task spends its life waiting in the
+    /// `select!`, and inline their futures (adapter calls, the store, the
+    /// outbox) would make every thread's task several KiB larger than that
+    /// wait needs (10,000 threads: tens of MiB). One allocation per command
+    /// or event is the price.
     async fn run(mut self) {
         let mut steer_tag = 0u64;
         loop {
@@ -105,13 +110,13 @@ impl ThreadTask {
                 cmd = self.rx.recv() => {
                     let Some(cmd) = cmd.map(Queued::take) else { break };
                     steer_tag += 1;
-                    if let Flow::Deleted = self.handle(cmd, steer_tag).await {
+                    if let Flow::Deleted = Box::pin(self.handle(cmd, steer_tag)).await {
                         break;
                     }
                 }
                 signal = watch_turn(&mut self.active) => match signal {
-                    TurnSignal::Event(event) => self.on_event(event).await,
-                    TurnSignal::GraceOver => self.abandon_turn().await,
+                    TurnSignal::Event(event) => Box::pin(self.on_event(event)).await,
+                    TurnSignal::GraceOver => Box::pin(self.abandon_turn()).await,
                 },
             }
         }

@@ -101,7 +101,7 @@ impl TurnTask {
     async fn run(mut self, text: String) {
         let outcome = self.drive(text).await;
         self.control.end();
-        self.mcp.close().await;
+        Box::pin(self.mcp.close()).await;
         if let Ok(outcome) = outcome {
             // Fails only if the receiver is gone, and then nobody cares.
             let _ = self.events.send(TurnEvent::Finished(outcome)).await;
@@ -167,12 +167,15 @@ impl TurnTask {
             }
             Step::Usage { input, output } => self.usage(input, output).await?,
             Step::Fail(text) => return Ok(Flow::Finish(TurnOutcome::Failed(text))),
-            Step::Run(command) => return self.run_command(command).await,
+            // Boxed: these two futures (a child process, an MCP session) are
+            // several KiB; inline, they would size every turn's task, and
+            // 10,000 turns waiting in `sleep` would each carry them.
+            Step::Run(command) => return Box::pin(self.run_command(command)).await,
             Step::Mcp {
                 server,
                 tool,
                 arguments,
-            } => self.mcp_call(server, tool, arguments).await?,
+            } => Box::pin(self.mcp_call(server, tool, arguments)).await?,
         }
         Ok(Flow::Continue)
     }
