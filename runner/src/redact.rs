@@ -4,11 +4,16 @@
 //!
 //! The token broker registers every token it mints; a token stays
 //! registered after it expires (an old token in a transcript is still worth
-//! hiding). The set is small (one live token per installation, plus the ones
-//! they replaced), so a linear scan per string is cheap.
+//! hiding). Every string of every update is scanned, so the scan is one
+//! pass of an Aho-Corasick automaton over all secrets (`aho-corasick`, the
+//! matcher `regex` is built on), rebuilt when a secret is added (rare);
+//! searching each secret separately set up a substring searcher per secret
+//! per string, a fifth of the runner's CPU in the throughput profile.
 
 use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
+
+use aho_corasick::{AhoCorasick, MatchKind};
 
 /// What a redacted secret is replaced with.
 pub const MASK: &str = "***";
@@ -33,6 +38,9 @@ pub struct Redactor {
 struct Secrets {
     list: Vec<(u64, String)>,
     next: u64,
+    /// All of `list` at once, leftmost-longest (a secret that contains
+    /// another is masked whole); `None` while `list` is empty.
+    matcher: Option<AhoCorasick>,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -76,19 +84,37 @@ impl Redactor {
             .list
             .partition_point(|(_, s)| s.len() >= secret.len());
         secrets.list.insert(at, (seq, secret.to_owned()));
+        let patterns: Vec<&str> = secrets.list.iter().map(|(_, s)| s.as_str()).collect();
+        let matcher = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(patterns);
+        match matcher {
+            Ok(matcher) => secrets.matcher = Some(matcher),
+            // Cannot happen for at most MAX_SECRETS short strings; should it,
+            // the new secret is not taken rather than masking nothing.
+            Err(e) => {
+                tracing::error!(error = %e, "a secret could not be added to the redactor");
+                secrets.list.remove(at);
+            }
+        }
     }
 
     /// `text` with every registered secret replaced by [`MASK`]; borrowed
     /// when nothing matched.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let secrets = self.secrets.read().unwrap_or_else(|e| e.into_inner());
-        let mut out = Cow::Borrowed(text);
-        for (_, secret) in secrets.list.iter() {
-            if out.contains(secret.as_str()) {
-                out = Cow::Owned(out.replace(secret.as_str(), MASK));
-            }
+        let Some(matcher) = &secrets.matcher else {
+            return Cow::Borrowed(text);
+        };
+        if !matcher.is_match(text) {
+            return Cow::Borrowed(text);
         }
-        out
+        let mut out = String::with_capacity(text.len());
+        matcher.replace_all_with(text, &mut out, |_, _, dst| {
+            dst.push_str(MASK);
+            true
+        });
+        Cow::Owned(out)
     }
 
     /// Redacts `text` in place.
