@@ -13,6 +13,7 @@ use code_agent_engine::EngineConfig;
 use code_agent_engine::lsp::{LspServerSpec, LspTable};
 use code_agent_engine::testing::{MockLlm, MockReply};
 use code_agent_proto::*;
+use sdk_adapter::testing::cached_install;
 use serde_json::json;
 use tonic::Code;
 
@@ -33,7 +34,7 @@ fn install_pylsp() -> Result<(PathBuf, PathBuf, PathBuf), String> {
 
 /// The real Python interpreter (not a pyenv shim, which needs the user's
 /// HOME), its prefix, and `<target>/pylsp/<version>` with pylsp installed
-/// (pip --target; staged and renamed, so a half-done install is never used).
+/// (pip --target, through the suites' shared `cached_install`).
 fn install() -> Result<(PathBuf, PathBuf, PathBuf), String> {
     let python = std::process::Command::new("python3")
         .args([
@@ -49,42 +50,35 @@ fn install() -> Result<(PathBuf, PathBuf, PathBuf), String> {
     let mut lines = text.lines();
     let python = PathBuf::from(lines.next().unwrap_or_default().trim());
     let prefix = PathBuf::from(lines.next().unwrap_or_default().trim());
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let target = exe
-        .ancestors()
-        .nth(3)
+    let dir = cached_install::target_cache("pylsp", PYLSP_VERSION)
         .ok_or("cannot locate the target directory")?;
-    let dir = target.join("pylsp").join(PYLSP_VERSION);
-    if dir.join("pylsp").is_dir() && dir.join("pyflakes").is_dir() {
-        return Ok((python, prefix, dir));
-    }
-    let staging = target
-        .join("pylsp")
-        .join(format!("staging-{}", std::process::id()));
-    let output = std::process::Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--target",
-        ])
-        .arg(&staging)
-        .arg(format!("python-lsp-server[pyflakes]=={PYLSP_VERSION}"))
-        .output()
-        .map_err(|e| format!("running pip: {e}"))?;
-    if !output.status.success() {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(format!(
-            "pip install python-lsp-server failed (PyPI unreachable?): {}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    if std::fs::rename(&staging, &dir).is_err() {
-        // Another test process finished first.
-        let _ = std::fs::remove_dir_all(&staging);
-    }
+    cached_install::install_once(
+        &dir,
+        |dir| dir.join("pylsp").is_dir() && dir.join("pyflakes").is_dir(),
+        |staging| {
+            let output = std::process::Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--target",
+                ])
+                .arg(staging)
+                .arg(format!("python-lsp-server[pyflakes]=={PYLSP_VERSION}"))
+                .output()
+                .map_err(|e| format!("running pip: {e}"))?;
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "pip install python-lsp-server failed (PyPI unreachable?): {}",
+                    String::from_utf8_lossy(&output.stderr)
+                ))
+            }
+        },
+    )?;
     Ok((python, prefix, dir))
 }
 

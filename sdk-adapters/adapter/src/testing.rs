@@ -11,6 +11,7 @@
 // Test support: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod cached_install;
 pub mod fake_cli;
 
 use std::path::Path;

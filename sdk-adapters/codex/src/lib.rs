@@ -37,6 +37,7 @@ mod rpc;
 mod server;
 
 pub use server::operator_codex_home;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
 mod turn;

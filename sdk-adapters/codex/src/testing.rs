@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use sdk_adapter::testing::cached_install;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -22,20 +23,10 @@ pub const VERSION: &str = "0.169.0";
 /// What the mock asks codex to run (in the thread's workspace).
 pub const PROOF_COMMAND: &str = "echo hello-from-codex >> proof.txt; echo done";
 
-/// `<target>/codex-npm/<version>`, from the running binary's path: a test
-/// (`<target>/<profile>/deps/<test>-…`) or a binary of the workspace such
-/// as the benchmark (`<target>/<profile>/<name>`).
-fn cache_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let mut profile = exe.parent()?;
-    if profile.file_name().is_some_and(|name| name == "deps") {
-        profile = profile.parent()?;
-    }
-    Some(profile.parent()?.join("codex-npm").join(VERSION))
-}
-
 /// The installed `codex` launcher, installing the pinned package with npm
-/// first if needed. `Err` says why it cannot be had (no npm, install failed).
+/// into `<target>/codex-npm/<version>` first if needed
+/// ([`cached_install`]). `Err` says why it cannot be had (no npm, install
+/// failed).
 pub fn install_codex() -> Result<PathBuf, String> {
     let npm_ok = std::process::Command::new("npm")
         .arg("--version")
@@ -45,50 +36,30 @@ pub fn install_codex() -> Result<PathBuf, String> {
     if !npm_ok {
         return Err("npm is not installed".into());
     }
-    let cache = cache_dir().ok_or("cannot locate the target directory")?;
-    let bin = cache.join("node_modules/.bin/codex");
-    if bin.exists() {
-        return Ok(bin);
-    }
-    let parent = cache.parent().ok_or("bad cache dir")?;
-    std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-    // One installer at a time, across the tests of one binary (which share
-    // a process id) and across test binaries: two npm runs writing the same
-    // files leave a binary open for writing, and executing it then fails
-    // with ETXTBSY. The lock is released when `lock` is dropped.
-    let lock = std::fs::File::create(parent.join(format!("{VERSION}.lock")))
-        .map_err(|e| format!("creating the install lock: {e}"))?;
-    lock.lock()
-        .map_err(|e| format!("taking the install lock: {e}"))?;
-    if bin.exists() {
-        return Ok(bin);
-    }
-    // Install beside the cache and rename, so a half-done install is never
-    // mistaken for a complete one.
-    let staging = parent.join(format!("{VERSION}.staging-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    let output = std::process::Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--prefix"])
-        .arg(&staging)
-        .arg(format!("@openai/codex@{VERSION}"))
-        .output()
-        .map_err(|e| format!("running npm: {e}"))?;
-    if !output.status.success() {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(format!(
-            "npm install @openai/codex@{VERSION} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    if std::fs::rename(&staging, &cache).is_err() {
-        // Someone else finished first.
-        let _ = std::fs::remove_dir_all(&staging);
-    }
-    if bin.exists() {
-        Ok(bin)
-    } else {
-        Err(format!("{} missing after npm install", bin.display()))
-    }
+    let cache = cached_install::target_cache("codex-npm", VERSION)
+        .ok_or("cannot locate the target directory")?;
+    let launcher = |dir: &Path| dir.join("node_modules/.bin/codex");
+    cached_install::install_once(
+        &cache,
+        |dir| launcher(dir).exists(),
+        |staging| {
+            let output = std::process::Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                .arg(staging)
+                .arg(format!("@openai/codex@{VERSION}"))
+                .output()
+                .map_err(|e| format!("running npm: {e}"))?;
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "npm install @openai/codex@{VERSION} failed: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                ))
+            }
+        },
+    )?;
+    Ok(launcher(&cache))
 }
 
 /// Write `config.toml` into `home` (a `CODEX_HOME`): model `mock-model` from

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use sdk_adapter::testing::cached_install;
 use sdk_adapter::{McpServer, McpTransport, Secret};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -19,53 +20,41 @@ pub fn server_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/server.py")
 }
 
-/// `<target>/mcp-py/<version>`, from the running test binary's path
-/// (`<target>/<profile>/deps/<test>-…`).
-fn cache_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let target = exe.parent()?.parent()?.parent()?;
-    Some(target.join("mcp-py").join(MCP_PY_VERSION))
-}
-
-/// The directory to put on `PYTHONPATH`, installing the pinned `mcp` with
-/// pip first if needed. `Err` says why it cannot be had (no python3/pip,
+/// The directory to put on `PYTHONPATH` (`<target>/mcp-py/<version>`),
+/// installing the pinned `mcp` with pip first if needed
+/// ([`cached_install`]). `Err` says why it cannot be had (no python3/pip,
 /// PyPI unreachable); callers skip with that reason.
 pub fn install_python_mcp() -> Result<PathBuf, String> {
-    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    let cache = cache_dir().ok_or("cannot locate the target directory")?;
-    if cache.join("mcp").join("__init__.py").exists() {
-        return Ok(cache);
-    }
-    let parent = cache.parent().ok_or("bad cache dir")?;
-    std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-    // Install beside the cache and rename, so a half-done install is never
-    // mistaken for a complete one (parallel tests race here harmlessly).
-    let staging = parent.join(format!("{MCP_PY_VERSION}.staging-{}", std::process::id()));
-    let output = std::process::Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-warn-conflicts",
-            "--target",
-        ])
-        .arg(&staging)
-        .arg(format!("mcp=={MCP_PY_VERSION}"))
-        .output()
-        .map_err(|e| format!("running python3 -m pip: {e}"))?;
-    if !output.status.success() {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(format!(
-            "pip install mcp=={MCP_PY_VERSION} failed (PyPI unreachable?): {}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    if std::fs::rename(&staging, &cache).is_err() {
-        let _ = std::fs::remove_dir_all(&staging);
-    }
+    let cache = cached_install::target_cache("mcp-py", MCP_PY_VERSION)
+        .ok_or("cannot locate the target directory")?;
+    cached_install::install_once(
+        &cache,
+        |dir| dir.join("mcp").join("__init__.py").exists(),
+        |staging| {
+            let output = std::process::Command::new("python3")
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-warn-conflicts",
+                    "--target",
+                ])
+                .arg(staging)
+                .arg(format!("mcp=={MCP_PY_VERSION}"))
+                .output()
+                .map_err(|e| format!("running python3 -m pip: {e}"))?;
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "pip install mcp=={MCP_PY_VERSION} failed (PyPI unreachable?): {}",
+                    String::from_utf8_lossy(&output.stderr)
+                ))
+            }
+        },
+    )?;
     Ok(cache)
 }
 
