@@ -454,13 +454,7 @@ impl CronJobs {
             job.record.name.clone()
         });
         if let (Some(events), Ok(name)) = (self.events.get(), name) {
-            let status = CronExecutionStatus::try_from(exec.status)
-                .map(|s| {
-                    s.as_str_name()
-                        .trim_start_matches("CRON_EXECUTION_STATUS_")
-                        .to_ascii_lowercase()
-                })
-                .unwrap_or_default();
+            let status = super::run::status_name(&exec);
             events.emit(
                 code_agent_proto::agent_event::EventType::Info,
                 None,

@@ -25,6 +25,19 @@ use crate::tools::process_group::{Ended, drain, read_capped, wait_group};
 /// Bytes kept of each of stdout and stderr per run.
 pub const OUTPUT_CAP: usize = 8 * 1024;
 
+/// A run's status as a short lowercase word (`success`, `failed`, …) for
+/// events and the model's tool output; empty for a status this build does
+/// not know.
+pub fn status_name(exec: &CronExecution) -> String {
+    CronExecutionStatus::try_from(exec.status)
+        .map(|s| {
+            s.as_str_name()
+                .trim_start_matches("CRON_EXECUTION_STATUS_")
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default()
+}
+
 /// What a run needs.
 pub struct RunSpec<'a> {
     /// The shell command.

@@ -98,13 +98,7 @@ async fn act(cron: &Arc<CronJobs>, args: &Value, ctx: &ToolContext) -> Result<To
         "run" => {
             let job = by_name(cron, args)?;
             let exec = cron.run_now(&job.id).await.map_err(|e| e.to_string())?;
-            let status = CronExecutionStatus::try_from(exec.status)
-                .map(|s| {
-                    s.as_str_name()
-                        .trim_start_matches("CRON_EXECUTION_STATUS_")
-                        .to_ascii_lowercase()
-                })
-                .unwrap_or_default();
+            let status = super::run::status_name(&exec);
             let text = format!(
                 "{status}{}\nstdout:\n{}\nstderr:\n{}",
                 exec.error
