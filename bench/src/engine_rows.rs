@@ -64,28 +64,17 @@ pub fn add(t: &mut Table, ca: &CodeAgentFigures, peers: &Peers) {
         "ms",
         None,
     );
-    t.row(
-        &format!(
-            "code-agent session save per step, p50 / p99: after 1 turn ({} B)",
-            ca.save_fresh_bytes
-        ),
-        format!(
-            "{} / {}",
-            ms(ca.save_fresh.p50_us),
-            ms(ca.save_fresh.p99_us)
-        ),
-        "ms",
-        None,
-    );
-    t.row(
-        &format!(
-            "code-agent session save per step, p50 / p99: after every timed turn ({} B)",
-            ca.save_long_bytes
-        ),
-        format!("{} / {}", ms(ca.save_long.p50_us), ms(ca.save_long.p99_us)),
-        "ms",
-        None,
-    );
+    for (when, save, bytes) in [
+        ("after 1 turn", &ca.save_fresh, ca.save_fresh_bytes),
+        ("after every timed turn", &ca.save_long, ca.save_long_bytes),
+    ] {
+        t.row(
+            &format!("code-agent session save per step, p50 / p99: {when} ({bytes} B)"),
+            format!("{} / {}", ms(save.p50_us), ms(save.p99_us)),
+            "ms",
+            None,
+        );
+    }
     t.row(
         "code-agent: RSS registered (engine started)",
         format!("{:.1}", mib(ca.idle_rss_bytes)),

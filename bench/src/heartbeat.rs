@@ -25,9 +25,10 @@ pub struct Heartbeat {
     pub idle: Summary,
 }
 
-async fn beats(rig: &Rig, until: &tokio::sync::watch::Receiver<bool>) -> Result<Vec<Duration>> {
+/// Heartbeat round trips, one every 5 ms, until `done()`.
+async fn beats(rig: &Rig, done: impl Fn() -> bool) -> Result<Vec<Duration>> {
     let mut out = Vec::new();
-    while !*until.borrow() {
+    while !done() {
         let rid = rig.rid("hb");
         let (_, sent, first, _) = rig
             .collector
@@ -64,24 +65,8 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
     let streamers = rig.create_threads("bench", stream).await?;
     // Idle heartbeats first.
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let idle_beats = {
-        let t0 = Instant::now();
-        let mut v = Vec::new();
-        while t0.elapsed() < Duration::from_secs(1) {
-            let rid = rig.rid("hb");
-            let (_, sent, first, _) = rig
-                .collector
-                .request(
-                    &rid,
-                    Request::HeartbeatRequest(HeartbeatRequest {}),
-                    Until::FirstReply,
-                )
-                .await?;
-            v.push(first.duration_since(sent));
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        v
-    };
+    let t0 = Instant::now();
+    let idle_beats = beats(&rig, || t0.elapsed() >= Duration::from_secs(1)).await?;
     let text: String = (0..lines)
         .map(|i| format!("say line {i}"))
         .collect::<Vec<_>>()
@@ -104,7 +89,7 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
         let _ = stop_tx.send(true);
         Ok::<_, anyhow::Error>(())
     };
-    let (loaded, beaten) = tokio::join!(load, beats(rig, &stop));
+    let (loaded, beaten) = tokio::join!(load, beats(rig, || *stop.borrow()));
     loaded?;
     let under = beaten?;
     Ok(Heartbeat {
