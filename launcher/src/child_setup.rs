@@ -64,8 +64,9 @@ fn check(ret: libc::c_long) -> io::Result<()> {
 impl ChildPlan {
     /// Runs in the forked child. Must stay async-signal-safe: no
     /// allocation, no locks, raw system calls only. `io::Error` from an OS
-    /// error code does not allocate.
-    pub(crate) fn run(&self) -> io::Result<()> {
+    /// error code does not allocate. `join_cgroup` is false when the child
+    /// was created inside its cgroup already (`clone3(CLONE_INTO_CGROUP)`).
+    pub(crate) fn run(&self, join_cgroup: bool) -> io::Result<()> {
         // SAFETY (whole function): each call is a plain system call on
         // memory this plan owns (C strings, fixed-size structs) or on no
         // memory at all; the child has a single thread, so the id-changing
@@ -79,7 +80,7 @@ impl ChildPlan {
                     return Err(e);
                 }
             }
-            if let Some(procs) = &self.cgroup_procs {
+            if let Some(procs) = self.cgroup_procs.as_ref().filter(|_| join_cgroup) {
                 let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
                 if fd < 0 {
                     return Err(io::Error::last_os_error());

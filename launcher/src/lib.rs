@@ -5,7 +5,9 @@
 //! one [`ThreadSandbox`] per thread (workspace, TMPDIR, HOME, skills, limits,
 //! optional agent uid). A spawn site builds its `tokio::process::Command` as
 //! usual and calls [`ThreadSandbox::spawn`] (or [`ThreadSandbox::apply`] on a
-//! `std::process::Command`), getting back the child and an [`Applied`] report.
+//! `std::process::Command`), getting back the child and an [`Applied`] report;
+//! a short-lived process started per tool call uses [`ThreadSandbox::launch`],
+//! which creates it inside the thread's cgroup instead of moving it there.
 //! [`ThreadSandbox::kill_all`] kills every process of the thread, including
 //! those that left the process group; [`find_leftovers`] finds what a previous
 //! run left behind. See README.md for the guarantees of each [`Mode`].
@@ -13,6 +15,7 @@
 mod caps;
 mod cgroup;
 mod child_setup;
+mod direct;
 mod env;
 mod error;
 mod hardening;
@@ -27,6 +30,7 @@ mod tracking;
 
 pub use caps::CapSets;
 pub use cgroup::{CgroupLimits, CgroupProbe, CgroupRoot, ThreadCgroup};
+pub use direct::{Launch, SandboxChild};
 pub use env::EnvPolicy;
 pub use error::LaunchError;
 pub use hardening::{Hardening, harden_runner};

@@ -444,13 +444,7 @@ impl ThreadSandbox {
             .get_envs()
             .map(|(k, v)| (k.to_os_string(), v.map(|v| v.to_os_string())))
             .collect();
-        let env = self.config.env.build(
-            |name| std::env::var_os(name),
-            &caller,
-            self.spec.home_dir.as_os_str(),
-            self.spec.tmp_dir.as_os_str(),
-            &self.tag,
-        );
+        let env = self.build_env(&caller);
         cmd.env_clear();
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         if cmd.get_current_dir().is_none() {
@@ -460,7 +454,7 @@ impl ThreadSandbox {
         // SAFETY: the closure only runs ChildPlan::run, which makes raw
         // system calls on data prepared here and allocates nothing.
         unsafe {
-            cmd.pre_exec(move || plan.run());
+            cmd.pre_exec(move || plan.run(true));
         }
         let mut applied = self.applied.clone();
         applied.env = env
@@ -468,6 +462,32 @@ impl ThreadSandbox {
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect();
         Ok(applied)
+    }
+
+    /// The child's whole environment: the policy's allowlist and extras,
+    /// then what the spawn site set (`None`: removed).
+    fn build_env(&self, caller: &[(OsString, Option<OsString>)]) -> Vec<(OsString, OsString)> {
+        self.config.env.build(
+            |name| std::env::var_os(name),
+            caller,
+            self.spec.home_dir.as_os_str(),
+            self.spec.tmp_dir.as_os_str(),
+            &self.tag,
+        )
+    }
+
+    /// [`Self::build_env`] for a [`crate::Launch`]'s variables.
+    pub(crate) fn child_env(&self, caller: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+        let caller: Vec<(OsString, Option<OsString>)> = caller
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        self.build_env(&caller)
+    }
+
+    /// The steps each child takes before exec.
+    pub(crate) fn plan(&self) -> &ChildPlan {
+        &self.plan
     }
 
     /// Applies the sandbox to a tokio command and spawns it.

@@ -11,7 +11,7 @@ mod support;
 use agent_launcher::{
     CgroupLimits, CgroupProbe, HostProbe, LaunchError, Launcher, Mode, find_leftovers, probe_host,
 };
-use support::{Tree, alive, escape, eventually, sh};
+use support::{CgroupCleanup, Tree, alive, escape, eventually, sh};
 
 #[tokio::test]
 async fn setsid_escapes_are_found_by_tag_and_killed() {
@@ -115,23 +115,6 @@ async fn a_delegated_cgroup_holds_and_kills_every_process() {
     assert!(report.cgroups.contains(&cg.dir().to_path_buf()));
     assert!(eventually(|| !alive(pid)).await, "cgroup.kill left {pid}");
     assert!(!cg.dir().exists());
-}
-
-/// Removes a test's cgroup subtree even when the test fails midway.
-struct CgroupCleanup(std::path::PathBuf);
-
-impl Drop for CgroupCleanup {
-    fn drop(&mut self) {
-        if let Ok(entries) = std::fs::read_dir(&self.0) {
-            for e in entries.flatten().filter(|e| e.path().is_dir()) {
-                if let Ok(cg) = agent_launcher::ThreadCgroup::at(&e.path()) {
-                    let _ = cg.kill(std::time::Duration::from_secs(2));
-                    let _ = cg.remove();
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
 }
 
 fn probe_without_landlock() -> HostProbe {

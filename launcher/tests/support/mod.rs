@@ -164,3 +164,20 @@ pub async fn escape(sb: &ThreadSandbox, prefix: &str) -> i32 {
     assert!(alive(pid));
     pid
 }
+
+/// Removes a test's cgroup subtree even when the test fails midway.
+pub struct CgroupCleanup(pub std::path::PathBuf);
+
+impl Drop for CgroupCleanup {
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(&self.0) {
+            for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                if let Ok(cg) = agent_launcher::ThreadCgroup::at(&e.path()) {
+                    let _ = cg.kill(std::time::Duration::from_secs(2));
+                    let _ = cg.remove();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
