@@ -44,8 +44,8 @@ pub struct Turn {
 }
 
 struct Running<'a> {
-    engine: &'a EngineInner,
-    session: &'a Session,
+    engine: &'a Arc<EngineInner>,
+    session: &'a Arc<Session>,
     workspace: PathBuf,
     model: TurnModel,
     cancel: CancellationToken,
@@ -104,7 +104,7 @@ pub async fn run(turn: Turn) {
     };
     session.update(|d| d.failed = false);
     session.append(input);
-    engine.persist_or_report(&session).await;
+    engine.persist_soon(&session);
     let mut running = Running {
         engine: &engine,
         session: &session,
@@ -122,10 +122,15 @@ pub async fn run(turn: Turn) {
             ("model", running.model.model.clone()),
         ],
     );
-    // Every step writes the session once it changed (see `steps`), so the
-    // file already holds the final history here.
+    // Steps save in the background (see `steps`); the turn's one awaited
+    // save is here, so the file holds the final history before the client
+    // hears that the generation ended.
     let outcome = steps(&mut running, &mut lease, reasoning_effort).await;
     drop(lease);
+    if outcome.is_err() {
+        session.update(|d| d.failed = true);
+    }
+    engine.persist_or_report(&session).await;
     let total = running.total;
     match outcome {
         Ok(finish_reason) => {
@@ -144,7 +149,6 @@ pub async fn run(turn: Turn) {
                 .await;
         }
         Err(status) => {
-            session.update(|d| d.failed = true);
             running.emit(
                 EventType::Error,
                 &format!("generation failed: {}", status.message()),
@@ -244,7 +248,6 @@ async fn steps(
             .append([StoredMessage::from_assistant(&completion.message)]);
 
         if completion.message.tool_calls.is_empty() {
-            run.engine.persist_or_report(run.session).await;
             if run.cancel.is_cancelled() {
                 return Ok(CANCELLED.into());
             }
@@ -297,8 +300,9 @@ async fn steps(
                 !output.success,
             )]);
         }
-        // One write per step: the reply and all its tool results together.
-        run.engine.persist_or_report(run.session).await;
+        // One write per step: the reply and all its tool results together,
+        // in the background while the next model call goes out.
+        run.engine.persist_soon(run.session);
         if run.cancel.is_cancelled() {
             return Ok(CANCELLED.into());
         }
@@ -311,7 +315,7 @@ async fn join_steering(run: &Running<'_>, steered: Vec<StoredMessage>) {
     }
     let count = steered.len();
     run.session.append(steered);
-    run.engine.persist_or_report(run.session).await;
+    run.engine.persist_soon(run.session);
     run.emit(
         EventType::Info,
         "steering messages joined the generation",

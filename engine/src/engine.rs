@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -370,6 +371,9 @@ impl EngineInner {
             return Ok(());
         };
         let _guard = session.persist_lock.lock().await;
+        // This snapshot covers whatever a queued background save would
+        // have written.
+        session.save_queued.store(false, Ordering::Release);
         if !session.is_file_backed() || session.is_destroyed() {
             return Ok(());
         }
@@ -379,6 +383,24 @@ impl EngineInner {
             .await
             .map_err(|e| Status::internal(format!("writing the session file: {e}")))?
             .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    /// Saves `session` in the background, for a step in the middle of a
+    /// turn: the turn goes on to the model while the file is written, and
+    /// its last step's [`persist`](Self::persist) (awaited) waits for this
+    /// one and writes the newest state. At most one background save is
+    /// queued per session; a change made before it takes its snapshot is
+    /// written by it. A failure is reported as by
+    /// [`persist_or_report`](Self::persist_or_report).
+    pub fn persist_soon(self: &Arc<Self>, session: &Arc<Session>) {
+        if self.store.is_none() || !session.is_file_backed() {
+            return;
+        }
+        if session.save_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (engine, session) = (self.clone(), session.clone());
+        tokio::spawn(async move { engine.persist_or_report(&session).await });
     }
 
     /// Like [`persist`](Self::persist), for places that can only report.

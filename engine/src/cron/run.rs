@@ -9,13 +9,11 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_launcher::ThreadSandbox;
+use agent_launcher::{Launch, ThreadSandbox};
 use code_agent_proto::{CronExecution, CronExecutionStatus};
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::message::now_ms;
@@ -84,28 +82,22 @@ pub async fn run(job_id: &str, spec: RunSpec<'_>) -> CronExecution {
             return finish(exec);
         }
     };
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
+    // Born in the workspace's cgroup (no migration per run), like `bash`.
+    let launch = Launch::new("/bin/sh")
+        .arg("-c")
         .arg(spec.command)
         .current_dir(spec.workspace)
         .envs(child_env(std::iter::empty(), spec.env))
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out_w))
-        .stderr(Stdio::from(err_w))
-        .kill_on_drop(true);
-    let spawned = sandbox.spawn(&mut cmd);
-    drop(cmd);
-    let mut child = match spawned {
+        .stdout(out_w)
+        .stderr(err_w);
+    let mut child = match sandbox.launch(launch) {
         Ok((child, _applied)) => child,
         Err(e) => {
             exec.error = Some(format!("cannot start the command: {e}"));
             return finish(exec);
         }
     };
-    let Some(pid) = child.id() else {
-        exec.error = Some("the command exited before it could be tracked".into());
-        return finish(exec);
-    };
+    let pid = child.id();
     let stdout = tokio::spawn(read_capped(out_r, OUTPUT_CAP));
     let stderr = tokio::spawn(read_capped(err_r, OUTPUT_CAP));
     let Ended {

@@ -115,6 +115,9 @@ pub struct Session {
     pub external: PendingTasks,
     /// Serialises writes of this session's file (newest snapshot wins).
     pub persist_lock: tokio::sync::Mutex<()>,
+    /// A background save is queued and has not taken its snapshot yet: a
+    /// later change is written by it, so no second one is queued.
+    pub save_queued: AtomicBool,
     /// Set once destroyed: a generation still winding down must not write
     /// the file back.
     destroyed: AtomicBool,
@@ -212,6 +215,7 @@ impl Session {
             confirmations: PendingConfirmations::default(),
             external: PendingTasks::default(),
             persist_lock: tokio::sync::Mutex::new(()),
+            save_queued: AtomicBool::new(false),
             destroyed: AtomicBool::new(false),
         }
     }

@@ -13,13 +13,11 @@
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use agent_launcher::ThreadSandbox;
+use agent_launcher::{Launch, SandboxChild, ThreadSandbox};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
 
 use super::args::{object, object_schema, optional_u64, required_str};
 use super::child_env::child_env;
@@ -93,11 +91,7 @@ async fn run_command(command: &str, timeout: Duration, ctx: &ToolContext) -> Too
         Ok(child) => child,
         Err(err) => return base(ToolOutput::err(format!("cannot start the shell: {err}"))),
     };
-    let Some(pid) = child.id() else {
-        return base(ToolOutput::err(
-            "the shell exited before it could be tracked",
-        ));
-    };
+    let pid = child.id();
     let reading = tokio::spawn(read_capped(reader, ctx.output_cap));
     let ended = wait_group(&mut child, pid as i32, timeout, &ctx.cancel).await;
     let output = drain(reading).await;
@@ -161,22 +155,22 @@ fn spawn(
     extra_env: &[(String, String)],
     sandbox: &ThreadSandbox,
     writer: std::io::PipeWriter,
-) -> std::io::Result<Child> {
+) -> std::io::Result<SandboxChild> {
     let stderr = writer.try_clone()?;
-    let mut cmd = Command::new(shell());
     // The sandbox starts from an empty environment plus its allowlist; the
-    // session's variables (minus secrets) are added on top.
-    cmd.arg("-c")
+    // session's variables (minus secrets) are added on top. `launch` starts
+    // the shell inside the thread's cgroup rather than moving it there: a
+    // cgroup migration per call would cost more than the call.
+    let launch = Launch::new(shell())
+        .arg("-c")
         .arg(command)
         .current_dir(workspace)
         .envs(child_env(std::iter::empty(), extra_env))
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(stderr))
-        .kill_on_drop(true);
-    // `cmd` (holding the write ends) is dropped on return, so the pipe
-    // reaches EOF once the group has closed its copies.
-    let (child, applied) = sandbox.spawn(&mut cmd).map_err(std::io::Error::other)?;
+        .stdout(writer)
+        .stderr(stderr);
+    // `launch` owns the write ends and closes them once the child has
+    // them, so the pipe reaches EOF once the group has closed its copies.
+    let (child, applied) = sandbox.launch(launch).map_err(std::io::Error::other)?;
     tracing::debug!(%applied, "bash launched");
     Ok(child)
 }

@@ -12,9 +12,9 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use agent_launcher::SandboxChild;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
-use tokio::process::Child;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
@@ -127,7 +127,7 @@ pub(crate) struct Ended {
 /// aborted instead of cancelling), the group is SIGKILLed, so no process
 /// leaks.
 pub(crate) async fn wait_group(
-    child: &mut Child,
+    child: &mut SandboxChild,
     pgid: i32,
     timeout: Duration,
     cancel: &CancellationToken,
@@ -162,7 +162,7 @@ impl Drop for GroupGuard {
 }
 
 /// Kills the group and reaps its leader.
-async fn stop(child: &mut Child, pgid: i32) -> std::io::Result<ExitStatus> {
+async fn stop(child: &mut SandboxChild, pgid: i32) -> std::io::Result<ExitStatus> {
     kill_group(pgid, TERM_GRACE).await;
     // The leader is dead (or was SIGKILLed with its group); reap it.
     let _ = child.start_kill();
