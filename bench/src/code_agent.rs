@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use agent_runner_proto::runner::client_message::Payload;
 use anyhow::{Context as _, Result, bail};
 use code_agent_engine::llm::{ChatMessage, ChatModel, ChatRequest, ClientOptions, OpenAiClient};
-use code_agent_engine::testing::{MockLlm, MockReply, session_save_times};
+use code_agent_engine::testing::{MockLlm, MockReply, session_save_times, session_step_times};
 use futures::StreamExt as _;
 use serde::Serialize;
 use serde_json::json;
@@ -45,13 +45,17 @@ pub struct CodeAgentFigures {
     pub model_text: Summary,
     /// The tool turn's two model calls (tool call, then text), summed.
     pub model_tool: Summary,
-    /// One session save (JSON, temp file, fsync, rename) of a session after
-    /// one turn, and its file's size.
+    /// One session snapshot (JSON, temp file, fsync, rename) of a session
+    /// after one turn, and its size.
     pub save_fresh: Summary,
     pub save_fresh_bytes: u64,
     /// The same for the measured thread's session after every timed turn.
     pub save_long: Summary,
     pub save_long_bytes: u64,
+    /// One step appended to that session's log (its last two messages, what
+    /// a text turn adds): what a save costs between snapshots.
+    pub step_long: Summary,
+    pub step_long_bytes: u64,
     /// RSS once registered (the engine starts at registration).
     pub idle_rss_bytes: u64,
     /// RSS with this many idle threads (engine FILE sessions), each after one turn.
@@ -116,6 +120,9 @@ pub async fn measure(bin: &Path, turns: usize, levels: &[usize]) -> Result<CodeA
     let long_file = sessions.join(format!("{thread}.json"));
     let save_runs = turns.clamp(10, 100);
     let (save_long, save_long_bytes) = save_cost(&long_file, save_runs)?;
+    let (step_times, step_long_bytes) =
+        session_step_times(&long_file, save_runs, 2).map_err(anyhow::Error::msg)?;
+    let step_long = Summary::of(&step_times);
 
     let mut with_sessions = Vec::new();
     let mut fresh_file = None;
@@ -149,6 +156,8 @@ pub async fn measure(bin: &Path, turns: usize, levels: &[usize]) -> Result<CodeA
         save_fresh_bytes,
         save_long,
         save_long_bytes,
+        step_long,
+        step_long_bytes,
         idle_rss_bytes,
         with_sessions,
     })
@@ -242,11 +251,10 @@ async fn model_times(
     Ok(times)
 }
 
-/// One save's duration, `runs` times, of the session file `file`, and its size.
+/// One snapshot's duration, `runs` times, of the session in `file`, and
+/// the snapshot's size.
 fn save_cost(file: &Path, runs: usize) -> Result<(Summary, u64)> {
-    let bytes = std::fs::metadata(file)
-        .with_context(|| format!("the session file {}", file.display()))?
-        .len();
-    let times = session_save_times(file, runs).map_err(anyhow::Error::msg)?;
+    std::fs::metadata(file).with_context(|| format!("the session file {}", file.display()))?;
+    let (times, bytes) = session_save_times(file, runs).map_err(anyhow::Error::msg)?;
     Ok((Summary::of(&times), bytes))
 }

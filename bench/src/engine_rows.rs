@@ -64,12 +64,21 @@ pub fn add(t: &mut Table, ca: &CodeAgentFigures, peers: &Peers) {
         "ms",
         None,
     );
-    for (when, save, bytes) in [
-        ("after 1 turn", &ca.save_fresh, ca.save_fresh_bytes),
-        ("after every timed turn", &ca.save_long, ca.save_long_bytes),
+    for (what, save, bytes) in [
+        ("snapshot after 1 turn", &ca.save_fresh, ca.save_fresh_bytes),
+        (
+            "snapshot after every timed turn",
+            &ca.save_long,
+            ca.save_long_bytes,
+        ),
+        (
+            "step appended to that session's log",
+            &ca.step_long,
+            ca.step_long_bytes,
+        ),
     ] {
         t.row(
-            &format!("code-agent session save per step, p50 / p99: {when} ({bytes} B)"),
+            &format!("code-agent session save, p50 / p99: {what} ({bytes} B)"),
             format!("{} / {}", ms(save.p50_us), ms(save.p99_us)),
             "ms",
             None,

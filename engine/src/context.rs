@@ -173,6 +173,7 @@ pub async fn compact(
     let estimate = u64::from(before.total_tokens) * after_chars / before_chars;
     let after = session.update(|d| {
         d.messages = new_messages;
+        d.history_epoch += 1;
         d.usage = UsageRecord {
             prompt_tokens: u32::try_from(estimate).unwrap_or(u32::MAX),
             completion_tokens: 0,
@@ -239,6 +240,7 @@ pub async fn auto_compact(
 pub fn clear(session: &Session) {
     session.update(|d| {
         d.messages.clear();
+        d.history_epoch += 1;
         d.usage = UsageRecord::default();
     });
 }

@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+
+use crate::session::persisted::Write;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -359,7 +361,8 @@ impl EngineInner {
         };
         let _guard = session.persist_lock.lock().await;
         let (store, id) = (store.clone(), session.id.clone());
-        tokio::task::spawn_blocking(move || store.delete(&id))
+        let generation = session.log_generation();
+        tokio::task::spawn_blocking(move || store.delete(&id, generation))
             .await
             .map_err(|e| Status::internal(format!("deleting the session file: {e}")))?
             .map_err(|e| Status::internal(e.to_string()))
@@ -377,12 +380,26 @@ impl EngineInner {
         if !session.is_file_backed() || session.is_destroyed() {
             return Ok(());
         }
-        let record = session.record();
+        let (write, mut written) = session.next_write();
         let store = store.clone();
-        tokio::task::spawn_blocking(move || store.save(&record))
-            .await
-            .map_err(|e| Status::internal(format!("writing the session file: {e}")))?
-            .map_err(|e| Status::internal(e.to_string()))
+        let result = tokio::task::spawn_blocking(move || match write {
+            Write::Snapshot { record, previous } => store.save(&record, previous),
+            Write::Append { generation, delta } => store.append(generation, &delta),
+        })
+        .await
+        .map_err(|e| Status::internal(format!("writing the session file: {e}")))
+        .and_then(|r| r.map_err(|e| Status::internal(e.to_string())));
+        match result {
+            Ok(bytes) => {
+                written.bytes = bytes;
+                session.wrote(Some(written));
+                Ok(())
+            }
+            Err(status) => {
+                session.wrote(None);
+                Err(status)
+            }
+        }
     }
 
     /// Saves `session` in the background, for a step in the middle of a

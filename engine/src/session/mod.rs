@@ -5,6 +5,7 @@
 
 pub mod generation;
 pub mod message;
+pub mod persisted;
 pub mod record;
 
 use std::collections::BTreeMap;
@@ -24,9 +25,10 @@ use crate::lanes::{self, PendingTasks};
 use crate::permissions::Permissions;
 use generation::GenerationSlot;
 use message::{StoredMessage, now_ms};
+use persisted::{Persisted, Write, Written};
 use record::{
-    ConfigRecord, ConfirmationRecord, LaneRecord, PolicyRecord, RECORD_VERSION, SessionRecord,
-    SkillRecord, TodoRecord, UsageRecord,
+    ConfigRecord, ConfirmationRecord, Delta, LaneRecord, PolicyRecord, RECORD_VERSION,
+    SessionRecord, SkillRecord, TodoRecord, UsageRecord,
 };
 
 /// A session's persisted state, behind one lock.
@@ -34,7 +36,11 @@ pub struct SessionData {
     pub config: SessionConfig,
     /// The canonical workspace (config, else the engine's default).
     pub workspace: Option<PathBuf>,
+    /// The history. Appending is the only change a save can write as a
+    /// step; whatever else changes it (compaction, clear) bumps
+    /// `history_epoch`, so the next save writes a whole snapshot.
     pub messages: Vec<StoredMessage>,
+    pub history_epoch: u64,
     pub usage: UsageRecord,
     pub permissions: Permissions,
     pub confirmation: ConfirmationPolicy,
@@ -118,6 +124,8 @@ pub struct Session {
     /// A background save is queued and has not taken its snapshot yet: a
     /// later change is written by it, so no second one is queued.
     pub save_queued: AtomicBool,
+    /// What the last save left on disk (`None`: nothing yet).
+    persisted: Mutex<Option<Persisted>>,
     /// Set once destroyed: a generation still winding down must not write
     /// the file back.
     destroyed: AtomicBool,
@@ -146,6 +154,7 @@ impl Session {
                 config,
                 workspace,
                 messages,
+                history_epoch: 0,
                 usage: UsageRecord::default(),
                 permissions,
                 confirmation: hitl::default_policy(),
@@ -155,6 +164,7 @@ impl Session {
                 failed: false,
             },
             Vec::new(),
+            None,
         ))
     }
 
@@ -163,6 +173,7 @@ impl Session {
         record: SessionRecord,
         default_workspace: Option<&Path>,
     ) -> Result<Self, String> {
+        let persisted = Persisted::loaded(&record);
         let config = record.config.to_proto();
         // A configured workspace that is gone stays configured (its tool
         // calls then fail) rather than silently becoming the default one.
@@ -176,6 +187,7 @@ impl Session {
             config,
             workspace,
             messages: record.messages,
+            history_epoch: 0,
             usage: record.usage,
             permissions,
             confirmation: record
@@ -201,10 +213,17 @@ impl Session {
             record.created_at,
             data,
             todos,
+            Some(persisted),
         ))
     }
 
-    fn assemble(id: String, created_at: i64, data: SessionData, todos: Vec<Todo>) -> Self {
+    fn assemble(
+        id: String,
+        created_at: i64,
+        data: SessionData,
+        todos: Vec<Todo>,
+        persisted: Option<Persisted>,
+    ) -> Self {
         Self {
             id,
             created_at,
@@ -216,6 +235,7 @@ impl Session {
             external: PendingTasks::default(),
             persist_lock: tokio::sync::Mutex::new(()),
             save_queued: AtomicBool::new(false),
+            persisted: Mutex::new(persisted),
             destroyed: AtomicBool::new(false),
         }
     }
@@ -287,27 +307,119 @@ impl Session {
         }
     }
 
-    /// The persisted form.
-    pub fn record(&self) -> SessionRecord {
+    /// The record with the messages from `from(len, epoch)` on (all when
+    /// `None`), decided under the same lock the record is read under, and
+    /// the history's length and epoch, and `from`'s answer.
+    fn record_from(
+        &self,
+        from: impl FnOnce(usize, u64) -> Option<usize>,
+    ) -> (SessionRecord, usize, u64, Option<usize>) {
         let todos = self.todo_list().iter().map(TodoRecord::from).collect();
-        self.read(|d| SessionRecord {
-            version: RECORD_VERSION,
-            session_id: self.id.clone(),
-            created_at: self.created_at,
-            updated_at: d.updated_at,
-            config: ConfigRecord::from(&d.config),
-            messages: d.messages.clone(),
-            todos,
-            usage: d.usage,
-            skills: d.skills.values().cloned().collect(),
-            permissions: Some(PolicyRecord::from(&d.permissions.to_policy())),
-            confirmation: Some(ConfirmationRecord::from(&d.confirmation)),
-            lanes: d
-                .lanes
-                .iter()
-                .map(|(l, c)| LaneRecord::new(*l, c))
-                .collect(),
+        let log_generation = self.persisted().map_or(0, |p| p.generation);
+        self.read(|d| {
+            let start = from(d.messages.len(), d.history_epoch);
+            let record = SessionRecord {
+                version: RECORD_VERSION,
+                session_id: self.id.clone(),
+                created_at: self.created_at,
+                updated_at: d.updated_at,
+                config: ConfigRecord::from(&d.config),
+                messages: d
+                    .messages
+                    .get(start.unwrap_or(0)..)
+                    .unwrap_or_default()
+                    .to_vec(),
+                todos,
+                usage: d.usage,
+                skills: d.skills.values().cloned().collect(),
+                permissions: Some(PolicyRecord::from(&d.permissions.to_policy())),
+                confirmation: Some(ConfirmationRecord::from(&d.confirmation)),
+                lanes: d
+                    .lanes
+                    .iter()
+                    .map(|(l, c)| LaneRecord::new(*l, c))
+                    .collect(),
+                log_generation,
+            };
+            (record, d.messages.len(), d.history_epoch, start)
         })
+    }
+
+    fn persisted(&self) -> Option<Persisted> {
+        *self.persisted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next save (take it under `persist_lock`): a step for the log
+    /// when only messages were added since the last save, else a snapshot.
+    /// Returns what to record with [`Self::wrote`] once it is written
+    /// (`bytes` filled in then).
+    pub fn next_write(&self) -> (Write, Written) {
+        let persisted = self.persisted();
+        let (mut record, len, epoch, start) = self.record_from(|len, epoch| {
+            persisted
+                .filter(|p| p.can_append(len, epoch))
+                .map(|p| p.len)
+        });
+        match (persisted, start) {
+            (Some(p), Some(base)) => {
+                let messages = std::mem::take(&mut record.messages);
+                let written = Written {
+                    snapshot: false,
+                    generation: p.generation,
+                    len,
+                    epoch,
+                    bytes: 0,
+                };
+                let delta = Delta {
+                    base,
+                    messages,
+                    rest: record,
+                };
+                (
+                    Write::Append {
+                        generation: p.generation,
+                        delta,
+                    },
+                    written,
+                )
+            }
+            _ => {
+                let generation = persisted.map_or(1, |p| p.generation + 1);
+                record.log_generation = generation;
+                let written = Written {
+                    snapshot: true,
+                    generation,
+                    len,
+                    epoch,
+                    bytes: 0,
+                };
+                (
+                    Write::Snapshot {
+                        record,
+                        previous: persisted.map(|p| p.generation),
+                    },
+                    written,
+                )
+            }
+        }
+    }
+
+    /// Records a save's outcome: `Some(written)` once it is on disk, `None`
+    /// when it failed (the next save then writes a whole snapshot).
+    pub fn wrote(&self, written: Option<Written>) {
+        let mut persisted = self.persisted.lock().unwrap_or_else(|e| e.into_inner());
+        *persisted = match written {
+            Some(written) => Some(Persisted::after(*persisted, written)),
+            None => persisted.map(|p| Persisted {
+                log_bytes: u64::MAX,
+                ..p
+            }),
+        };
+    }
+
+    /// The log generation on disk, if the session was ever saved.
+    pub fn log_generation(&self) -> Option<u64> {
+        self.persisted().map(|p| p.generation)
     }
 
     /// The wire's view. The config's `api_key` is never sent back.
@@ -336,5 +448,84 @@ impl Session {
                 updated_at: d.updated_at,
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message::MessageRole;
+    use super::persisted::{Write, Written};
+    use super::*;
+
+    fn session() -> Session {
+        Session::new("s".into(), SessionConfig::default(), None, Vec::new()).unwrap()
+    }
+
+    fn say(session: &Session, text: &str) {
+        session.append([StoredMessage::text(MessageRole::User, text)]);
+    }
+
+    /// Takes the next write and records it as written.
+    fn save(session: &Session) -> (Write, Written) {
+        let (write, mut written) = session.next_write();
+        written.bytes = 100;
+        session.wrote(Some(written));
+        (write, written)
+    }
+
+    #[test]
+    fn saves_append_what_was_added_and_snapshot_after_a_rewrite_or_failure() {
+        let s = session();
+        say(&s, "a");
+        // Nothing on disk yet: a snapshot, generation 1.
+        let (write, _) = save(&s);
+        assert!(
+            matches!(write, Write::Snapshot { ref record, previous: None } if record.log_generation == 1 && record.messages.len() == 1)
+        );
+        say(&s, "b");
+        say(&s, "c");
+        let (write, _) = save(&s);
+        match write {
+            Write::Append { generation, delta } => {
+                assert_eq!((generation, delta.base, delta.messages.len()), (1, 1, 2));
+                assert!(delta.rest.messages.is_empty());
+            }
+            other => panic!("expected a step, got {other:?}"),
+        }
+        // A rewrite of the history (compaction, clear) writes a snapshot.
+        crate::context::clear(&s);
+        say(&s, "d");
+        let (write, _) = save(&s);
+        assert!(
+            matches!(write, Write::Snapshot { ref record, previous: Some(1) } if record.log_generation == 2 && record.messages.len() == 1)
+        );
+        // A failed write: the next one is a whole snapshot again.
+        say(&s, "e");
+        let (_, _) = s.next_write();
+        s.wrote(None);
+        let (write, _) = save(&s);
+        assert!(
+            matches!(write, Write::Snapshot { ref record, previous: Some(2) } if record.log_generation == 3 && record.messages.len() == 2)
+        );
+    }
+
+    #[test]
+    fn a_log_that_outgrew_its_snapshot_is_folded_into_a_new_one() {
+        let s = session();
+        save(&s);
+        let mut appended = 0;
+        loop {
+            say(&s, "x");
+            let (write, mut written) = s.next_write();
+            if matches!(write, Write::Snapshot { .. }) {
+                break;
+            }
+            written.bytes = 10 * 1024;
+            s.wrote(Some(written));
+            appended += 1;
+            assert!(appended < 100, "never snapshotted");
+        }
+        // The snapshot was 100 bytes: the log may reach 64 KiB first.
+        assert_eq!(appended, 7);
     }
 }

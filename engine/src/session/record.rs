@@ -36,6 +36,52 @@ pub struct SessionRecord {
     pub confirmation: Option<ConfirmationRecord>,
     #[serde(default)]
     pub lanes: Vec<LaneRecord>,
+    /// The log of steps saved after this snapshot is
+    /// `<id>.<log_generation>.log` (see `crate::store`); 0 in files written
+    /// before there were logs.
+    #[serde(default)]
+    pub log_generation: u64,
+}
+
+/// One save after the snapshot, appended to the session's log: the
+/// messages from `base` on (the history is cut to `base` first), and
+/// everything else as it was then.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delta {
+    pub base: usize,
+    pub messages: Vec<StoredMessage>,
+    /// The record without its messages.
+    pub rest: SessionRecord,
+}
+
+impl SessionRecord {
+    /// Applies one logged step; refused (the record unchanged) when it
+    /// does not fit this record.
+    pub fn apply(&mut self, delta: Delta) -> Result<(), String> {
+        if delta.rest.session_id != self.session_id {
+            return Err(format!(
+                "a step of session {:?} in the log of {:?}",
+                delta.rest.session_id, self.session_id
+            ));
+        }
+        if delta.base > self.messages.len() {
+            return Err(format!(
+                "a step starts at message {} of {}",
+                delta.base,
+                self.messages.len()
+            ));
+        }
+        let mut messages = std::mem::take(&mut self.messages);
+        messages.truncate(delta.base);
+        messages.extend(delta.messages);
+        let log_generation = self.log_generation;
+        *self = SessionRecord {
+            messages,
+            log_generation,
+            ..delta.rest
+        };
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

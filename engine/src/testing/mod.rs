@@ -20,10 +20,12 @@
 
 mod mock_anthropic;
 mod mock_llm;
+mod on_disk;
 mod save_cost;
 mod script;
 
 pub use mock_anthropic::{AnthropicReply, MOCK_ANTHROPIC_USAGE, MockAnthropic};
 pub use mock_llm::MockLlm;
-pub use save_cost::session_save_times;
+pub use on_disk::session_on_disk;
+pub use save_cost::{session_save_times, session_step_times};
 pub use script::{MockChunk, MockReply};

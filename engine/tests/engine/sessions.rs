@@ -114,9 +114,7 @@ async fn a_finished_generation_is_on_disk_with_its_tool_results() {
     let s = h.session_with(h.config(StorageType::File)).await;
     assert_eq!(done(&h.turn(&s, "run it").await).finish_reason, "stop");
     // Read while the engine still runs (its shutdown writes every session).
-    let file = h.state.path().join(format!("sessions/{s}.json"));
-    let record: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let record = code_agent_engine::testing::session_on_disk(h.state.path(), &s).unwrap();
     let messages = record["messages"].as_array().unwrap();
     let roles: Vec<_> = messages.iter().map(|m| m["role"].as_str()).collect();
     let expected = ["user", "assistant", "tool", "assistant"].map(Some);
@@ -291,6 +289,13 @@ async fn destroying_a_busy_file_session_leaves_no_file_behind() {
     assert_eq!(done(&chunks).finish_reason, "cancelled");
     next_event(&mut events, agent_event::EventType::GenerationCompleted).await;
     assert!(!file.exists(), "the destroyed session was written back");
+    let left: Vec<_> = std::fs::read_dir(h.state.path().join("sessions"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&format!("{s}.")))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[tokio::test]
