@@ -6,14 +6,20 @@
 //! registered after it expires (an old token in a transcript is still worth
 //! hiding). Every string of every update is scanned, so the scan is one
 //! pass of an Aho-Corasick automaton over all secrets (`aho-corasick`, the
-//! matcher `regex` is built on), rebuilt when a secret is added (rare);
-//! searching each secret separately set up a substring searcher per secret
-//! per string, a fifth of the runner's CPU in the throughput profile.
+//! matcher `regex` is built on), rebuilt when a secret is added; searching
+//! each secret separately set up a substring searcher per secret per
+//! string, a fifth of the runner's CPU in the throughput profile.
+//!
+//! A secret is added per thread created (its credential capability), so
+//! with many threads the rebuild is not rare: it is built as a contiguous
+//! NFA (fast to build; a DFA over a thousand secrets took milliseconds),
+//! outside the lock that scans take, and swapped in — a scan never waits
+//! for a build.
 
 use std::borrow::Cow;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 
 /// What a redacted secret is replaced with.
 pub const MASK: &str = "***";
@@ -28,7 +34,12 @@ const MAX_SECRETS: usize = 1024;
 /// A shared, cheaply cloned set of secrets to mask.
 #[derive(Clone, Default)]
 pub struct Redactor {
-    secrets: Arc<RwLock<Secrets>>,
+    /// Taken by `add` only: adds are serialised, builds included.
+    secrets: Arc<Mutex<Secrets>>,
+    /// All of the secrets at once, leftmost-longest (a secret that contains
+    /// another is masked whole); `None` while there are none. Written only
+    /// to swap in a built automaton.
+    matcher: Arc<RwLock<Option<AhoCorasick>>>,
 }
 
 /// The secrets, longest first (so a secret that contains another is masked
@@ -38,14 +49,11 @@ pub struct Redactor {
 struct Secrets {
     list: Vec<(u64, String)>,
     next: u64,
-    /// All of `list` at once, leftmost-longest (a secret that contains
-    /// another is masked whole); `None` while `list` is empty.
-    matcher: Option<AhoCorasick>,
 }
 
 impl std::fmt::Debug for Redactor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.secrets.read().map(|s| s.list.len()).unwrap_or(0);
+        let n = self.secrets.lock().map(|s| s.list.len()).unwrap_or(0);
         f.debug_struct("Redactor").field("secrets", &n).finish()
     }
 }
@@ -69,7 +77,7 @@ impl Redactor {
         if secret.len() < MIN_SECRET_LEN {
             return;
         }
-        let mut secrets = self.secrets.write().unwrap_or_else(|e| e.into_inner());
+        let mut secrets = self.secrets.lock().unwrap_or_else(|e| e.into_inner());
         if secrets.list.iter().any(|(_, s)| s == secret) {
             return;
         }
@@ -87,9 +95,18 @@ impl Redactor {
         let patterns: Vec<&str> = secrets.list.iter().map(|(_, s)| s.as_str()).collect();
         let matcher = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
+            .kind(Some(AhoCorasickKind::ContiguousNFA))
             .build(patterns);
         match matcher {
-            Ok(matcher) => secrets.matcher = Some(matcher),
+            Ok(matcher) => {
+                // The old automaton is dropped after the lock is released.
+                let old = self
+                    .matcher
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .replace(matcher);
+                drop(old);
+            }
             // Cannot happen for at most MAX_SECRETS short strings; should it,
             // the new secret is not taken rather than masking nothing.
             Err(e) => {
@@ -102,8 +119,8 @@ impl Redactor {
     /// `text` with every registered secret replaced by [`MASK`]; borrowed
     /// when nothing matched.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        let secrets = self.secrets.read().unwrap_or_else(|e| e.into_inner());
-        let Some(matcher) = &secrets.matcher else {
+        let matcher = self.matcher.read().unwrap_or_else(|e| e.into_inner());
+        let Some(matcher) = &*matcher else {
             return Cow::Borrowed(text);
         };
         if !matcher.is_match(text) {
