@@ -6,23 +6,23 @@
 //! memory.
 //!
 //! Issue 14 asks for the engine's overhead net of the model: the same run
-//! times the mock model itself, through the engine's own HTTP client
-//! ([`OpenAiClient`], request sent → stream ended), for the same replies,
-//! and reports turn − model per percentile; and what one session save
-//! (once per agent-loop step) costs, timed on the session files the engine
-//! wrote ([`session_save_times`]).
+//! times the mock model itself on the very requests the engine sent during
+//! the timed turns ([`ModelReplay`]: each recorded body encoded before the
+//! clock starts, request sent → stream ended, the same replies), and
+//! reports turn − model per percentile; and what a session save costs,
+//! timed on the session files the engine wrote ([`session_save_times`],
+//! [`session_step_times`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::client_message::Payload;
 use anyhow::{Context as _, Result, bail};
-use code_agent_engine::llm::{ChatMessage, ChatModel, ChatRequest, ClientOptions, OpenAiClient};
-use code_agent_engine::testing::{MockLlm, MockReply, session_save_times, session_step_times};
-use futures::StreamExt as _;
+use code_agent_engine::testing::{
+    MockLlm, MockReply, ModelReplay, session_save_times, session_step_times,
+};
 use serde::Serialize;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::collector::Until;
 use crate::scenarios::{Rig, user_message};
@@ -40,10 +40,11 @@ pub struct CodeAgentFigures {
     /// adds to starting the shell (landlock, capabilities, and moving it
     /// into the thread's cgroup).
     pub tool_turn_unsandboxed: Summary,
-    /// The mock model alone, through the engine's HTTP client: the text
-    /// reply (request sent → stream ended).
+    /// The mock model alone on each text turn's recorded request (request
+    /// sent → stream ended).
     pub model_text: Summary,
-    /// The tool turn's two model calls (tool call, then text), summed.
+    /// The tool turn's two model calls (tool call, then text), each on its
+    /// recorded request, summed.
     pub model_tool: Summary,
     /// One session snapshot (JSON, temp file, fsync, rename) of a session
     /// after one turn, and its size.
@@ -80,11 +81,13 @@ pub async fn measure(bin: &Path, turns: usize, levels: &[usize]) -> Result<CodeA
     llm.push(MockReply::text("ok").with_usage(10, 1));
     turn(&rig, &thread).await?;
 
+    let first_text = llm.requests().len();
     let mut text = Vec::with_capacity(turns);
     for _ in 0..turns {
         llm.push(MockReply::text("ok").with_usage(10, 1));
         text.push(turn(&rig, &thread).await?);
     }
+    let first_tool = llm.requests().len();
     let mut tool = Vec::with_capacity(turns);
     for i in 0..turns {
         llm.push(MockReply::tool_call(
@@ -96,26 +99,31 @@ pub async fn measure(bin: &Path, turns: usize, levels: &[usize]) -> Result<CodeA
         tool.push(turn(&rig, &thread).await?);
     }
 
-    let client = OpenAiClient::new(&base, Some("bench-key".into()), ClientOptions::default())?;
-    let model_text = Summary::of(
-        &model_times(&client, turns, || {
-            llm.push(MockReply::text("ok").with_usage(10, 1));
-            1
-        })
-        .await?,
-    );
-    let model_tool = Summary::of(
-        &model_times(&client, turns, || {
-            llm.push(MockReply::tool_call(
-                "call-x",
-                "bash",
-                json!({"command": "true"}),
-            ));
-            llm.push(MockReply::text("done").with_usage(20, 1));
-            2
-        })
-        .await?,
-    );
+    // The mock model alone, on the requests the engine sent.
+    let mut sent = llm.requests();
+    let tool_bodies = sent.split_off(first_tool);
+    let text_bodies = sent.split_off(first_text);
+    let replay = ModelReplay::new(&base).map_err(anyhow::Error::msg)?;
+    let mut model_text = Vec::with_capacity(text_bodies.len());
+    for body in &text_bodies {
+        llm.push(MockReply::text("ok").with_usage(10, 1));
+        model_text.push(replay.time(body).await.map_err(anyhow::Error::msg)?);
+    }
+    let mut model_tool = Vec::with_capacity(turns);
+    for pair in tool_bodies.chunks(2) {
+        llm.push(MockReply::tool_call(
+            "call-x",
+            "bash",
+            json!({"command": "true"}),
+        ));
+        llm.push(MockReply::text("done").with_usage(20, 1));
+        let mut both = Duration::ZERO;
+        for body in pair {
+            both += replay.time(body).await.map_err(anyhow::Error::msg)?;
+        }
+        model_tool.push(both);
+    }
+    let (model_text, model_tool) = (Summary::of(&model_text), Summary::of(&model_tool));
     let sessions = rig.runner.dirs.path().join("state/code-agent/sessions");
     let long_file = sessions.join(format!("{thread}.json"));
     let save_runs = turns.clamp(10, 100);
@@ -217,38 +225,6 @@ async fn unsandboxed_tool_turns(bin: &Path, llm: &MockLlm, turns: usize) -> Resu
     }
     rig.runner.stop().await;
     Ok(samples)
-}
-
-/// `runs` times: `queue` the replies of one turn (returning how many model
-/// calls they make), then make those calls through `client`, each streamed
-/// to its end; the total per turn.
-async fn model_times(
-    client: &OpenAiClient,
-    runs: usize,
-    queue: impl Fn() -> usize,
-) -> Result<Vec<Duration>> {
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let calls = queue();
-        let started = Instant::now();
-        for _ in 0..calls {
-            let request = ChatRequest {
-                model: MODEL.into(),
-                messages: vec![ChatMessage::user("go")],
-                tools: Vec::new(),
-                temperature: None,
-                max_tokens: None,
-                reasoning_effort: None,
-                json_schema: None,
-            };
-            let mut events = client.stream(request, CancellationToken::new()).await?;
-            while let Some(event) = events.next().await {
-                event?;
-            }
-        }
-        times.push(started.elapsed());
-    }
-    Ok(times)
 }
 
 /// One snapshot's duration, `runs` times, of the session in `file`, and

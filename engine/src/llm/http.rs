@@ -163,7 +163,7 @@ fn checked_url(joined: &str) -> Result<reqwest::Url, LlmError> {
 /// store), the connect timeout and the explicit proxy, if any (else the
 /// environment's `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`, as reqwest reads
 /// them by default).
-fn http_client(options: &ClientOptions) -> Result<reqwest::Client, LlmError> {
+pub(crate) fn http_client(options: &ClientOptions) -> Result<reqwest::Client, LlmError> {
     let mut builder = reqwest::Client::builder()
         .tls_backend_preconfigured(tls_config()?)
         .connect_timeout(options.connect_timeout);

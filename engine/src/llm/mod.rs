@@ -11,7 +11,7 @@ mod anthropic_wire;
 mod assemble;
 mod client;
 mod error;
-mod http;
+pub(crate) mod http;
 mod retry;
 mod stream;
 pub mod types;

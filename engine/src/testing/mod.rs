@@ -21,11 +21,13 @@
 mod mock_anthropic;
 mod mock_llm;
 mod on_disk;
+mod replay;
 mod save_cost;
 mod script;
 
 pub use mock_anthropic::{AnthropicReply, MOCK_ANTHROPIC_USAGE, MockAnthropic};
 pub use mock_llm::MockLlm;
 pub use on_disk::session_on_disk;
+pub use replay::ModelReplay;
 pub use save_cost::{session_save_times, session_step_times};
 pub use script::{MockChunk, MockReply};
