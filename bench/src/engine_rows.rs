@@ -43,7 +43,7 @@ pub fn add(t: &mut Table, ca: &CodeAgentFigures, peers: &Peers) {
         None,
     );
     t.row(
-        "code-agent: the mock model alone (engine HTTP client), text / tool turn p50",
+        "code-agent: the mock model alone (the engine's recorded requests replayed), text / tool turn p50",
         format!(
             "{} / {}",
             ms(ca.model_text.p50_us),
