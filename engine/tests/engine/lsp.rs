@@ -36,48 +36,12 @@ fn install_pylsp() -> Result<(PathBuf, PathBuf, PathBuf), String> {
 /// HOME), its prefix, and `<target>/pylsp/<version>` with pylsp installed
 /// (pip --target, through the suites' shared `cached_install`).
 fn install() -> Result<(PathBuf, PathBuf, PathBuf), String> {
-    let python = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys; print(sys.executable); print(sys.base_prefix)",
-        ])
-        .output()
-        .map_err(|e| format!("python3 is not installed: {e}"))?;
-    if !python.status.success() {
-        return Err("python3 does not run".into());
-    }
-    let text = String::from_utf8_lossy(&python.stdout).into_owned();
-    let mut lines = text.lines();
-    let python = PathBuf::from(lines.next().unwrap_or_default().trim());
-    let prefix = PathBuf::from(lines.next().unwrap_or_default().trim());
-    let dir = cached_install::target_cache("pylsp", PYLSP_VERSION)
-        .ok_or("cannot locate the target directory")?;
-    cached_install::install_once(
-        &dir,
+    let (python, prefix) = cached_install::python()?;
+    let dir = cached_install::pip_install(
+        "pylsp",
+        PYLSP_VERSION,
+        &format!("python-lsp-server[pyflakes]=={PYLSP_VERSION}"),
         |dir| dir.join("pylsp").is_dir() && dir.join("pyflakes").is_dir(),
-        |staging| {
-            let output = std::process::Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--target",
-                ])
-                .arg(staging)
-                .arg(format!("python-lsp-server[pyflakes]=={PYLSP_VERSION}"))
-                .output()
-                .map_err(|e| format!("running pip: {e}"))?;
-            if output.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "pip install python-lsp-server failed (PyPI unreachable?): {}",
-                    String::from_utf8_lossy(&output.stderr)
-                ))
-            }
-        },
     )?;
     Ok((python, prefix, dir))
 }

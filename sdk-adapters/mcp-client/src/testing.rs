@@ -25,59 +25,19 @@ pub fn server_script() -> PathBuf {
 /// ([`cached_install`]). `Err` says why it cannot be had (no python3/pip,
 /// PyPI unreachable); callers skip with that reason.
 pub fn install_python_mcp() -> Result<PathBuf, String> {
-    let cache = cached_install::target_cache("mcp-py", MCP_PY_VERSION)
-        .ok_or("cannot locate the target directory")?;
-    cached_install::install_once(
-        &cache,
+    cached_install::pip_install(
+        "mcp-py",
+        MCP_PY_VERSION,
+        &format!("mcp=={MCP_PY_VERSION}"),
         |dir| dir.join("mcp").join("__init__.py").exists(),
-        |staging| {
-            let output = std::process::Command::new("python3")
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--no-warn-conflicts",
-                    "--target",
-                ])
-                .arg(staging)
-                .arg(format!("mcp=={MCP_PY_VERSION}"))
-                .output()
-                .map_err(|e| format!("running python3 -m pip: {e}"))?;
-            if output.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "pip install mcp=={MCP_PY_VERSION} failed (PyPI unreachable?): {}",
-                    String::from_utf8_lossy(&output.stderr)
-                ))
-            }
-        },
-    )?;
-    Ok(cache)
+    )
 }
 
 /// The real Python interpreter (not a version-manager shim, which would
 /// need more than a sandbox gives) and its installation prefix (for a
 /// sandbox's read-only list).
 pub fn python() -> (PathBuf, PathBuf) {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys; print(sys.executable); print(sys.base_prefix)",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success());
-    let text = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let mut lines = text.lines();
-    match (lines.next(), lines.next()) {
-        (Some(exe), Some(prefix)) => (PathBuf::from(exe), PathBuf::from(prefix)),
-        _ => (PathBuf::from("python3"), PathBuf::from("/usr")),
-    }
+    cached_install::python().unwrap_or_else(|_| (PathBuf::from("python3"), PathBuf::from("/usr")))
 }
 
 /// The test server over stdio, as thread MCP server `name`, with extra

@@ -68,6 +68,68 @@ pub fn install_once(
     }
 }
 
+/// The real Python interpreter (not a version-manager shim, which would
+/// need more than a sandbox gives) and its installation prefix (for a
+/// sandbox's read-only list). `Err` says why python3 cannot be used.
+pub fn python() -> Result<(PathBuf, PathBuf), String> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys; print(sys.executable); print(sys.base_prefix)",
+        ])
+        .output()
+        .map_err(|e| format!("python3 is not installed: {e}"))?;
+    if !out.status.success() {
+        return Err("python3 does not run".into());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(exe), Some(prefix)) => Ok((PathBuf::from(exe.trim()), PathBuf::from(prefix.trim()))),
+        _ => Err(format!(
+            "python3 printed no executable and prefix: {text:?}"
+        )),
+    }
+}
+
+/// `pip install --target` of `requirement` with the real python3 into
+/// `<target>/<kind>/<version>`, once ([`install_once`]); `ready` says when
+/// the cache holds it. Returns the cache directory (for `PYTHONPATH`).
+pub fn pip_install(
+    kind: &str,
+    version: &str,
+    requirement: &str,
+    ready: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
+    let cache = target_cache(kind, version).ok_or("cannot locate the target directory")?;
+    let (python, _) = python()?;
+    install_once(&cache, ready, |staging| {
+        let output = std::process::Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-warn-conflicts",
+                "--target",
+            ])
+            .arg(staging)
+            .arg(requirement)
+            .output()
+            .map_err(|e| format!("running pip: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pip install {requirement} failed (PyPI unreachable?): {}",
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    })?;
+    Ok(cache)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
