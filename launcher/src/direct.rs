@@ -208,29 +208,33 @@ impl Direct {
     }
 
     fn kill(&self) -> io::Result<()> {
-        let (Some(fd), None) = (&self.pidfd, self.status) else {
-            return Ok(());
-        };
-        // SAFETY: pidfd_send_signal on a pidfd this struct owns; the pidfd
-        // names exactly this process, even after its pid was reused.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                fd.get_ref().as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0u32,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            // ESRCH: it has exited already (a zombie waiting to be reaped).
-            if e.raw_os_error() != Some(libc::ESRCH) {
-                return Err(e);
-            }
+        match (&self.pidfd, self.status) {
+            (Some(fd), None) => kill_by_pidfd(fd.get_ref().as_raw_fd()),
+            _ => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// SIGKILL through a pidfd, which names exactly its process even after its
+/// pid was reused; one that has exited already (a zombie) is no error.
+fn kill_by_pidfd(pidfd: RawFd) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal with no siginfo on a descriptor the caller owns.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd,
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 impl Drop for Direct {
@@ -387,22 +391,9 @@ impl ThreadSandbox {
                 .map_err(|e| {
                     let (pidfd, e) = e.into_parts();
                     // Not waitable asynchronously: end it rather than leak it.
-                    let direct = Direct {
-                        pid,
-                        pidfd: None,
-                        status: None,
-                    };
-                    // SAFETY: pidfd_send_signal on the pidfd we own.
-                    unsafe {
-                        libc::syscall(
-                            libc::SYS_pidfd_send_signal,
-                            pidfd.as_raw_fd(),
-                            libc::SIGKILL,
-                            std::ptr::null::<libc::siginfo_t>(),
-                            0u32,
-                        );
-                    }
-                    drop(direct);
+                    let _ = kill_by_pidfd(pidfd.as_raw_fd());
+                    // SAFETY: reaping our own child, just SIGKILLed.
+                    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
                     Clone3::Failed(e)
                 })?;
         Ok(Direct {
