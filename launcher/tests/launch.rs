@@ -12,11 +12,8 @@ mod support;
 use std::io::Read as _;
 use std::os::unix::process::ExitStatusExt as _;
 
-use agent_launcher::{
-    CgroupProbe, Launch, LaunchError, Launcher, Mode, SandboxChild, TAG_VAR, ThreadSandbox,
-    probe_host,
-};
-use support::{CgroupCleanup, Tree, alive, eventually, landlock_abi, session_of};
+use agent_launcher::{Launch, LaunchError, Mode, SandboxChild, TAG_VAR, ThreadSandbox};
+use support::{Tree, alive, eventually, landlock_abi, session_of};
 
 /// Runs `sh -c script` through `launch`; (stdout + stderr, exit status).
 async fn launch_sh(sb: &ThreadSandbox, script: &str) -> (String, std::process::ExitStatus) {
@@ -144,17 +141,10 @@ async fn a_launch_is_confined_like_a_spawn() {
 
 #[tokio::test]
 async fn a_launched_process_is_born_in_the_thread_cgroup() {
-    let probe = probe_host();
-    if let CgroupProbe::Unavailable { reason } = &probe.cgroup {
-        eprintln!("SKIP: no delegated cgroup v2 subtree here: {reason}");
-        return;
-    }
     let tree = Tree::new();
-    let mut config = tree.config(Mode::BestEffort);
-    config.cgroups = true;
-    let launcher = Launcher::with_probe(config, probe).unwrap();
-    let root = launcher.cgroup_root().unwrap().dir().to_path_buf();
-    let _cleanup = CgroupCleanup(root.clone());
+    let Some((launcher, _cleanup)) = tree.cgroup_launcher(Default::default()) else {
+        return;
+    };
     let a = launcher.thread(tree.spec("a")).unwrap();
     let cg = a.cgroup().unwrap().clone();
     let (out, status) = launch_sh(&a, "cat /proc/self/cgroup").await;

@@ -9,9 +9,9 @@
 mod support;
 
 use agent_launcher::{
-    CgroupLimits, CgroupProbe, HostProbe, LaunchError, Launcher, Mode, find_leftovers, probe_host,
+    CgroupLimits, HostProbe, LaunchError, Launcher, Mode, find_leftovers, probe_host,
 };
-use support::{CgroupCleanup, Tree, alive, escape, eventually, sh};
+use support::{Tree, alive, escape, eventually, sh};
 
 #[tokio::test]
 async fn setsid_escapes_are_found_by_tag_and_killed() {
@@ -74,21 +74,15 @@ async fn leftovers_of_a_previous_run_are_found_and_swept() {
 
 #[tokio::test]
 async fn a_delegated_cgroup_holds_and_kills_every_process() {
-    let probe = probe_host();
-    if let CgroupProbe::Unavailable { reason } = &probe.cgroup {
-        eprintln!("SKIP: no delegated cgroup v2 subtree here: {reason}");
-        return;
-    }
     let tree = Tree::new();
-    let mut config = tree.config(Mode::BestEffort);
-    config.cgroups = true;
-    config.cgroup_limits = CgroupLimits {
+    let limits = CgroupLimits {
         pids_max: Some(64),
         ..CgroupLimits::default()
     };
-    let launcher = Launcher::with_probe(config, probe).unwrap();
-    let root = launcher.cgroup_root().unwrap().dir().to_path_buf();
-    let _cleanup = CgroupCleanup(root.clone());
+    let Some((launcher, cleanup)) = tree.cgroup_launcher(limits) else {
+        return;
+    };
+    let root = cleanup.0.clone();
     let a = launcher.thread(tree.spec("a")).unwrap();
     let cg = a.cgroup().unwrap().clone();
     let applied = a.applied().clone();

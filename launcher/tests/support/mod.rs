@@ -25,6 +25,26 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// A launcher with per-thread cgroups (and `limits`) and the guard that
+    /// removes its subtree; `None`, said on stderr, where the host
+    /// delegates no cgroup v2 subtree.
+    pub fn cgroup_launcher(
+        &self,
+        limits: agent_launcher::CgroupLimits,
+    ) -> Option<(Launcher, CgroupCleanup)> {
+        let probe = agent_launcher::probe_host();
+        if let agent_launcher::CgroupProbe::Unavailable { reason } = &probe.cgroup {
+            eprintln!("SKIP: no delegated cgroup v2 subtree here: {reason}");
+            return None;
+        }
+        let mut config = self.config(Mode::BestEffort);
+        config.cgroups = true;
+        config.cgroup_limits = limits;
+        let launcher = Launcher::with_probe(config, probe).unwrap();
+        let root = launcher.cgroup_root().unwrap().dir().to_path_buf();
+        Some((launcher, CgroupCleanup(root)))
+    }
+
     pub fn new() -> Self {
         let root = tempfile::tempdir().unwrap();
         for t in ["a", "b"] {
