@@ -266,22 +266,11 @@ mod tests {
 
     fn record(id: &str, texts: &[&str]) -> SessionRecord {
         SessionRecord {
-            version: 1,
-            session_id: id.into(),
-            created_at: 0,
-            updated_at: 0,
-            config: Default::default(),
             messages: texts
                 .iter()
                 .map(|t| StoredMessage::text(MessageRole::User, *t))
                 .collect(),
-            todos: Vec::new(),
-            usage: Default::default(),
-            skills: Vec::new(),
-            permissions: None,
-            confirmation: None,
-            lanes: Vec::new(),
-            log_generation: 1,
+            ..SessionRecord::empty(id)
         }
     }
 

@@ -55,6 +55,26 @@ pub struct Delta {
 }
 
 impl SessionRecord {
+    /// An empty session `id` whose log is generation 1 (tests).
+    #[cfg(test)]
+    pub(crate) fn empty(id: &str) -> Self {
+        SessionRecord {
+            version: RECORD_VERSION,
+            session_id: id.into(),
+            created_at: 0,
+            updated_at: 0,
+            config: ConfigRecord::default(),
+            messages: Vec::new(),
+            todos: Vec::new(),
+            usage: UsageRecord::default(),
+            skills: Vec::new(),
+            permissions: None,
+            confirmation: None,
+            lanes: Vec::new(),
+            log_generation: 1,
+        }
+    }
+
     /// Applies one logged step; refused (the record unchanged) when it
     /// does not fit this record.
     pub fn apply(&mut self, delta: Delta) -> Result<(), String> {

@@ -84,21 +84,7 @@ mod tests {
     fn a_saved_session_is_timed_and_bad_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileStore::open(dir.path()).unwrap();
-        let record = SessionRecord {
-            version: 1,
-            session_id: "s1".into(),
-            created_at: 0,
-            updated_at: 0,
-            config: Default::default(),
-            messages: Vec::new(),
-            todos: Vec::new(),
-            usage: Default::default(),
-            skills: Vec::new(),
-            permissions: None,
-            confirmation: None,
-            lanes: Vec::new(),
-            log_generation: 1,
-        };
+        let record = SessionRecord::empty("s1");
         store.save(&record, None).unwrap();
         let file = dir.path().join("sessions/s1.json");
         let (times, bytes) = session_save_times(&file, 3).unwrap();
