@@ -152,12 +152,18 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Transcript files kept open between lines (a turn writes many lines to
+/// one file in a row); when full, one is closed to make room.
+const OPEN_FILES: usize = 64;
+
 fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Redactor) {
     let mut sizes: HashMap<String, u64> = HashMap::new();
+    let mut open: HashMap<String, std::fs::File> = HashMap::new();
     while let Ok(job) = rx.recv() {
         match job {
             Job::Remove { thread } => {
                 sizes.remove(&thread);
+                open.remove(&thread);
                 if let Some(p) = path(&dir, &thread) {
                     let _ = std::fs::remove_file(rotated(&p));
                     let _ = std::fs::remove_file(&p);
@@ -176,24 +182,36 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Re
                 }
                 line.push('\n');
                 let size = sizes
-                    .entry(thread)
+                    .entry(thread.clone())
                     .or_insert_with(|| std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0));
                 if *size + line.len() as u64 > MAX_BYTES && *size > 0 {
+                    open.remove(&thread);
                     if let Err(e) = std::fs::rename(&p, rotated(&p)) {
                         tracing::warn!(error = %e, path = %p.display(), "rotating a transcript failed");
                     }
                     *size = 0;
                 }
-                let written = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&p)
-                    .and_then(|mut f| f.write_all(line.as_bytes()));
+                let file = match open.entry(thread.clone()) {
+                    std::collections::hash_map::Entry::Occupied(file) => Ok(file.into_mut()),
+                    std::collections::hash_map::Entry::Vacant(slot) => std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&p)
+                        .map(|file| slot.insert(file)),
+                };
+                let written = file.and_then(|f| f.write_all(line.as_bytes()));
                 match written {
                     Ok(()) => *size += line.len() as u64,
                     Err(e) => {
+                        // Opened afresh next time.
+                        open.remove(&thread);
                         tracing::warn!(error = %e, path = %p.display(), "writing a transcript failed")
                     }
+                }
+                if open.len() > OPEN_FILES
+                    && let Some(any) = open.keys().next().cloned()
+                {
+                    open.remove(&any);
                 }
             }
         }
