@@ -53,12 +53,42 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             };
             serde_json::to_value(crate::code_agent::measure(bin, turns, &levels).await?)?
         }
+        "throughput" => {
+            let (floor_n, threads, lines) = if quick {
+                (20_000, 2, 1_000)
+            } else {
+                (200_000, 8, 10_000)
+            };
+            let floor = crate::floor::throughput(floor_n).await?;
+            let ingest = crate::floor::mock_ingest(floor_n).await?;
+            let rig = crate::scenarios::Rig::start(bin, &[]).await?;
+            rig.create_agent("bench").await?;
+            let ids = rig.create_threads("bench", threads).await?;
+            // Warm-up, not counted; then three runs, the median reported.
+            crate::scenarios::update_throughput(&rig, &ids, lines / 10).await?;
+            let mut runs = Vec::new();
+            for _ in 0..3 {
+                runs.push(crate::scenarios::update_throughput(&rig, &ids, lines).await?);
+            }
+            rig.runner.stop().await;
+            runs.sort_by(|a, b| a.messages_per_s.total_cmp(&b.messages_per_s));
+            let median = runs[1].clone();
+            serde_json::json!({
+                "floor_msgs_per_s": floor,
+                "mock_ingest_msgs_per_s": ingest,
+                "update_throughput": median,
+                "vs_floor": median.messages_per_s / floor,
+                "runs_msgs_per_s": runs.iter().map(|r| r.messages_per_s).collect::<Vec<_>>(),
+            })
+        }
         "peers" => {
             let (turns, threads) = if quick { (5, 2) } else { (30, 10) };
             serde_json::to_value(crate::peers::measure(bin, turns, threads).await?)?
         }
         other => {
-            bail!("unknown scenario {other:?} (startup, idle, scale, heartbeat, code-agent, peers)")
+            bail!(
+                "unknown scenario {other:?} (startup, idle, scale, heartbeat, code-agent, peers, throughput)"
+            )
         }
     };
     println!("{}", serde_json::to_string_pretty(&value)?);
