@@ -11,13 +11,15 @@
 //!
 //! Off the hot path: the sender clones the update into a bounded queue
 //! ([`QUEUE_CAPACITY`] updates, a non-blocking push) and one writer thread
-//! summarises, masks secrets (the runner's redactor) and appends. When the
+//! summarises, masks secrets (the runner's redactor) and appends, buffered
+//! per file and written out whenever the queue runs empty. When the
 //! queue is full the update is dropped, never waited for (a transcript must
 //! not slow a turn or the link); the writer then appends a `{"dropped": N}`
 //! line to the next transcript it writes, so the gap is visible. A file over [`MAX_BYTES`] is
 //! rotated to `<thread>.jsonl.1` (one old file kept). A thread's
 //! transcripts are removed with the thread.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -25,8 +27,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 
-use agent_runner_proto::runner::{ClientMessage, client_message::Payload};
-use serde_json::{Value, json};
+use agent_runner_proto::runner::{
+    ClientMessage, ItemStatus, ItemType, ThreadStatus, TurnStatus, client_message::Payload,
+};
+use serde::Serialize;
+use serde_json::json;
 
 use crate::redact::Redactor;
 
@@ -38,14 +43,8 @@ pub const MAX_BYTES: u64 = 4 * 1024 * 1024;
 const MAX_TEXT: usize = 16 * 1024;
 
 enum Job {
-    Line {
-        thread: String,
-        msg: Box<ClientMessage>,
-        ts_ms: u64,
-    },
-    Remove {
-        thread: String,
-    },
+    Line(Box<Entry>),
+    Remove { thread: String },
 }
 
 /// The queue to the writer thread.
@@ -72,7 +71,7 @@ pub fn thread_of(msg: &ClientMessage) -> Option<&str> {
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Job::Line { thread, .. } => write!(f, "Line({thread})"),
+            Job::Line(entry) => write!(f, "Line({})", entry.thread),
             Job::Remove { thread } => write!(f, "Remove({thread})"),
         }
     }
@@ -81,13 +80,18 @@ impl std::fmt::Debug for Job {
 /// Where `thread`'s transcript is under `dir`; `None` for an id that is not
 /// a safe file name (ids are checked on arrival; this is a second guard).
 pub fn path(dir: &Path, thread: &str) -> Option<PathBuf> {
-    let safe = !thread.is_empty()
+    safe_id(thread).then(|| dir.join(format!("{thread}.jsonl")))
+}
+
+/// Whether `thread` may name a file: not empty, at most 200 bytes of
+/// `[A-Za-z0-9._-]`, not starting with a dot.
+fn safe_id(thread: &str) -> bool {
+    !thread.is_empty()
         && thread.len() <= 200
         && thread
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        && !thread.starts_with('.');
-    safe.then(|| dir.join(format!("{thread}.jsonl")))
+        && !thread.starts_with('.')
 }
 
 /// The rotated (older) file of `current`.
@@ -111,8 +115,9 @@ impl Transcripts {
         Ok(Self { tx, dropped })
     }
 
-    /// Queue `msg` (sent for `thread`) for its transcript: a clone and a
-    /// non-blocking push; summarising and masking happen on the writer.
+    /// Queue `msg` (sent for `thread`) for its transcript: a copy of what
+    /// the line says and a non-blocking push; masking and writing happen
+    /// on the writer.
     /// A full queue drops the update (counted).
     pub fn record(&self, thread: &str, msg: &ClientMessage) {
         // A deleted thread's transcript went with it: its last update (the
@@ -122,11 +127,7 @@ impl Transcripts {
         {
             return;
         }
-        let job = Job::Line {
-            thread: thread.to_owned(),
-            msg: Box::new(msg.clone()),
-            ts_ms: unix_ms(),
-        };
+        let job = Job::Line(Box::new(Entry::of(thread, msg, unix_ms())));
         match self.tx.try_send(job) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
@@ -155,120 +156,291 @@ fn unix_ms() -> u64 {
 /// Transcript files kept open between lines (a turn writes many lines to
 /// one file in a row); when full, one is closed to make room.
 const OPEN_FILES: usize = 64;
+/// Bytes buffered per open file before a write; everything buffered is
+/// written whenever the queue runs empty, so a reader (`agent-runner logs
+/// --follow`) sees a line as soon as the writer has caught up.
+const FILE_BUFFER: usize = 8 * 1024;
 
-fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Redactor) {
-    let mut sizes: HashMap<String, u64> = HashMap::new();
-    let mut open: HashMap<String, std::fs::File> = HashMap::new();
-    while let Ok(job) = rx.recv() {
-        match job {
-            Job::Remove { thread } => {
-                sizes.remove(&thread);
-                open.remove(&thread);
-                if let Some(p) = path(&dir, &thread) {
-                    let _ = std::fs::remove_file(rotated(&p));
-                    let _ = std::fs::remove_file(&p);
+/// The writer's open files and their sizes.
+struct Files {
+    dir: PathBuf,
+    sizes: HashMap<String, u64>,
+    open: HashMap<String, std::io::BufWriter<std::fs::File>>,
+}
+
+impl Files {
+    /// Writes out what `thread`'s file holds buffered and closes it.
+    fn close(&mut self, thread: &str) {
+        if let Some(mut file) = self.open.remove(thread)
+            && let Err(e) = file.flush()
+        {
+            tracing::warn!(error = %e, thread, "writing a transcript failed");
+        }
+    }
+
+    /// Writes out every file's buffered lines (the queue ran empty).
+    fn flush_all(&mut self) {
+        let mut failed = Vec::new();
+        for (thread, file) in &mut self.open {
+            if let Err(e) = file.flush() {
+                tracing::warn!(error = %e, thread, "writing a transcript failed");
+                failed.push(thread.clone());
+            }
+        }
+        for thread in failed {
+            // Opened afresh next time; what it held is lost, as said.
+            if let Some(file) = self.open.remove(&thread) {
+                let (_, _) = file.into_parts();
+            }
+        }
+    }
+
+    fn remove(&mut self, thread: &str) {
+        self.sizes.remove(thread);
+        if let Some(file) = self.open.remove(thread) {
+            // The thread is gone: what it had buffered goes with it.
+            let (_, _) = file.into_parts();
+        }
+        if let Some(p) = path(&self.dir, thread) {
+            let _ = std::fs::remove_file(rotated(&p));
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+
+    /// Appends `line` (whole lines, newline included) to `thread`'s
+    /// transcript (a safe id), rotating it first when it would outgrow
+    /// [`MAX_BYTES`]. The path is built only to open or rotate the file.
+    fn append(&mut self, thread: &str, line: &[u8]) {
+        let p = || self.dir.join(format!("{thread}.jsonl"));
+        let size = match self.sizes.get_mut(thread) {
+            Some(size) => size,
+            None => self
+                .sizes
+                .entry(thread.to_owned())
+                .or_insert_with(|| std::fs::metadata(p()).map(|m| m.len()).unwrap_or(0)),
+        };
+        if *size + line.len() as u64 > MAX_BYTES && *size > 0 {
+            *size = 0;
+            self.close(thread);
+            let p = self.dir.join(format!("{thread}.jsonl"));
+            if let Err(e) = std::fs::rename(&p, rotated(&p)) {
+                tracing::warn!(error = %e, path = %p.display(), "rotating a transcript failed");
+            }
+        }
+        if !self.open.contains_key(thread) {
+            let p = self.dir.join(format!("{thread}.jsonl"));
+            if self.open.len() >= OPEN_FILES
+                && let Some(any) = self.open.keys().next().cloned()
+            {
+                self.close(&any);
+            }
+            match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&p)
+            {
+                Ok(file) => {
+                    let file = std::io::BufWriter::with_capacity(FILE_BUFFER, file);
+                    self.open.insert(thread.to_owned(), file);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %p.display(), "opening a transcript failed");
+                    return;
                 }
             }
-            Job::Line { thread, msg, ts_ms } => {
-                let Some(p) = path(&dir, &thread) else {
-                    continue;
-                };
-                let mut summary = summary(&msg);
-                summary["ts_ms"] = json!(ts_ms);
-                let mut line = redactor.redact(&summary.to_string()).into_owned();
-                let lost = dropped.swap(0, Ordering::Relaxed);
-                if lost > 0 {
-                    line = format!("{}\n{line}", json!({"dropped": lost, "ts_ms": unix_ms()}));
+        }
+        let Some(file) = self.open.get_mut(thread) else {
+            return;
+        };
+        match file.write_all(line) {
+            Ok(()) => {
+                if let Some(size) = self.sizes.get_mut(thread) {
+                    *size += line.len() as u64;
                 }
-                line.push('\n');
-                let size = sizes
-                    .entry(thread.clone())
-                    .or_insert_with(|| std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0));
-                if *size + line.len() as u64 > MAX_BYTES && *size > 0 {
-                    open.remove(&thread);
-                    if let Err(e) = std::fs::rename(&p, rotated(&p)) {
-                        tracing::warn!(error = %e, path = %p.display(), "rotating a transcript failed");
-                    }
-                    *size = 0;
-                }
-                let file = match open.entry(thread.clone()) {
-                    std::collections::hash_map::Entry::Occupied(file) => Ok(file.into_mut()),
-                    std::collections::hash_map::Entry::Vacant(slot) => std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&p)
-                        .map(|file| slot.insert(file)),
-                };
-                let written = file.and_then(|f| f.write_all(line.as_bytes()));
-                match written {
-                    Ok(()) => *size += line.len() as u64,
-                    Err(e) => {
-                        // Opened afresh next time.
-                        open.remove(&thread);
-                        tracing::warn!(error = %e, path = %p.display(), "writing a transcript failed")
-                    }
-                }
-                if open.len() > OPEN_FILES
-                    && let Some(any) = open.keys().next().cloned()
-                {
-                    open.remove(&any);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, thread, "writing a transcript failed");
+                if let Some(file) = self.open.remove(thread) {
+                    let (_, _) = file.into_parts();
                 }
             }
         }
     }
 }
 
-fn clip(text: &str) -> String {
+fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Redactor) {
+    let mut files = Files {
+        dir,
+        sizes: HashMap::new(),
+        open: HashMap::new(),
+    };
+    let mut scratch = Vec::with_capacity(512);
+    loop {
+        let job = match rx.try_recv() {
+            Ok(job) => job,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                // Caught up: write out what is buffered, then wait.
+                files.flush_all();
+                match rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+        };
+        match job {
+            Job::Remove { thread } => files.remove(&thread),
+            Job::Line(mut entry) => {
+                if !safe_id(&entry.thread) {
+                    continue;
+                }
+                scratch.clear();
+                let lost = dropped.swap(0, Ordering::Relaxed);
+                if lost > 0 {
+                    let gap = json!({"dropped": lost, "ts_ms": unix_ms()});
+                    if serde_json::to_writer(&mut scratch, &gap).is_ok() {
+                        scratch.push(b'\n');
+                    }
+                }
+                entry.mask(&redactor);
+                if let Err(e) = serde_json::to_writer(&mut scratch, &entry) {
+                    tracing::warn!(error = %e, "a transcript line could not be encoded");
+                    continue;
+                }
+                scratch.push(b'\n');
+                files.append(&entry.thread, &scratch);
+            }
+        }
+    }
+    files.flush_all();
+}
+
+/// Text kept whole up to [`MAX_TEXT`] bytes, cut with its length after.
+fn clip(text: &str) -> Cow<'_, str> {
     if text.len() <= MAX_TEXT {
-        return text.to_owned();
+        return Cow::Borrowed(text);
     }
     let mut end = MAX_TEXT;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… ({} bytes)", &text[..end], text.len())
+    Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+}
+
+/// A value written as its `Debug` text (the enums' variant names), without
+/// an intermediate `String`.
+struct Named<T>(T);
+
+impl<T: std::fmt::Debug> Serialize for Named<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{:?}", self.0))
+    }
 }
 
 /// One transcript line: the update's kind, request id and what it says.
-pub fn summary(msg: &ClientMessage) -> Value {
-    let mut v = json!({"kind": crate::updates::kind(msg)});
-    if let Some(rid) = &msg.request_id {
-        v["request_id"] = json!(rid);
+/// A copy of just those fields is what the sender queues (not the whole
+/// update); it is written straight out (no `Value` tree), its fields in
+/// alphabetical order, as the lines have always been.
+#[derive(Serialize)]
+struct Entry {
+    #[serde(skip)]
+    thread: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    item_type: Option<Named<ItemType>>,
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<Named<Status>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    ts_ms: u64,
+}
+
+/// The status enums a line names; `Debug` is the variant's own name.
+enum Status {
+    Turn(TurnStatus),
+    Thread(ThreadStatus),
+    Item(ItemStatus),
+}
+
+impl std::fmt::Debug for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Status::Turn(s) => write!(f, "{s:?}"),
+            Status::Thread(s) => write!(f, "{s:?}"),
+            Status::Item(s) => write!(f, "{s:?}"),
+        }
     }
-    match &msg.payload {
-        Some(Payload::TurnUpdate(t)) => {
-            v["status"] = json!(format!("{:?}", t.status()));
-        }
-        Some(Payload::ThreadUpdate(t)) => {
-            v["status"] = json!(format!("{:?}", t.status()));
-        }
-        Some(Payload::ItemUpdate(i)) => {
-            v["item_type"] = json!(format!("{:?}", i.item_type()));
-            v["status"] = json!(format!("{:?}", i.status()));
-            if let Some(text) = &i.text {
-                v["text"] = json!(clip(text));
+}
+
+impl Entry {
+    /// The line for `msg`, sent for `thread` at `ts_ms`.
+    fn of(thread: &str, msg: &ClientMessage, ts_ms: u64) -> Self {
+        let clipped = |text: &str| clip(text).into_owned();
+        let mut entry = Entry {
+            thread: thread.to_owned(),
+            command: None,
+            error: None,
+            item_type: None,
+            kind: crate::updates::kind(msg),
+            name: None,
+            output: None,
+            request_id: msg.request_id.clone(),
+            status: None,
+            text: None,
+            ts_ms,
+        };
+        match &msg.payload {
+            Some(Payload::TurnUpdate(t)) => entry.status = Some(Named(Status::Turn(t.status()))),
+            Some(Payload::ThreadUpdate(t)) => {
+                entry.status = Some(Named(Status::Thread(t.status())));
             }
-            if let Some(c) = &i.command_execution_item {
-                v["command"] = json!(clip(&c.command));
-                if let Some(out) = &c.output {
-                    v["output"] = json!(clip(out));
+            Some(Payload::ItemUpdate(i)) => {
+                entry.item_type = Some(Named(i.item_type()));
+                entry.status = Some(Named(Status::Item(i.status())));
+                entry.text = i.text.as_deref().map(clipped);
+                if let Some(c) = &i.command_execution_item {
+                    entry.command = Some(clipped(&c.command));
+                    entry.output = c.output.as_deref().map(clipped);
                 }
             }
+            Some(Payload::RequestError(e)) => entry.error = Some(clipped(&e.error_message)),
+            Some(Payload::ThreadNameUpdate(n)) => entry.name = n.thread_name.clone(),
+            _ => {}
         }
-        Some(Payload::RequestError(e)) => {
-            v["error"] = json!(clip(&e.error_message));
-        }
-        Some(Payload::ThreadNameUpdate(n)) => {
-            v["name"] = json!(n.thread_name);
-        }
-        _ => {}
+        entry
     }
-    v
+
+    /// Masks `redactor`'s secrets in the free text (ids, enums and times
+    /// carry none).
+    fn mask(&mut self, redactor: &Redactor) {
+        let texts = [
+            &mut self.command,
+            &mut self.error,
+            &mut self.name,
+            &mut self.output,
+            &mut self.request_id,
+            &mut self.text,
+        ];
+        for text in texts.into_iter().flatten() {
+            redactor.redact_in_place(text);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn wait_for(path: &Path, pred: impl Fn(&str) -> bool) -> String {
         for _ in 0..200 {
@@ -309,6 +481,47 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         panic!("transcripts not removed");
+    }
+
+    #[test]
+    fn a_line_names_the_update_and_every_file_gets_its_lines() {
+        use agent_runner_proto::runner::ItemUpdate;
+        let dir = tempfile::tempdir().unwrap();
+        let t = Transcripts::start(dir.path().to_path_buf(), Redactor::default()).unwrap();
+        let item = |thread: &str, n: usize| ClientMessage {
+            request_id: Some("r7".into()),
+            payload: Some(Payload::ItemUpdate(ItemUpdate {
+                thread_id: thread.into(),
+                sdk_item_id: format!("i{n}"),
+                status: ItemStatus::Completed.into(),
+                item_type: ItemType::AgentMessage.into(),
+                text: Some(format!("line \"{n}\"")),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        // More threads than files kept open: the closed ones keep their
+        // buffered lines.
+        let threads: Vec<String> = (0..OPEN_FILES + 6).map(|i| format!("thr-{i}")).collect();
+        for n in 0..3 {
+            for thread in &threads {
+                t.record(thread, &item(thread, n));
+            }
+        }
+        for thread in &threads {
+            let p = path(dir.path(), thread).unwrap();
+            let text = wait_for(&p, |t| t.lines().count() == 3);
+            for (n, line) in text.lines().enumerate() {
+                let v: Value = serde_json::from_str(line).unwrap();
+                assert_eq!(v["kind"], "item_update");
+                assert_eq!(v["request_id"], "r7");
+                assert_eq!(v["item_type"], "AgentMessage");
+                assert_eq!(v["status"], "Completed");
+                assert_eq!(v["text"], format!("line \"{n}\""));
+                assert!(v["ts_ms"].as_u64().unwrap() > 0);
+                assert!(v.get("command").is_none(), "{line}");
+            }
+        }
     }
 
     #[test]
