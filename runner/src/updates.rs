@@ -236,8 +236,9 @@ pub fn token_usage(
 }
 
 /// Mask every registered secret in the free text of `msg`: item text,
-/// command line, cwd and output, and error messages (a failed turn's
-/// reason often quotes the agent's output). Ids and enums are left alone.
+/// command line, cwd and output, error messages (a failed turn's reason
+/// often quotes the agent's output) and thread names (an agent may title a
+/// thread with what it read). Ids and enums are left alone.
 pub fn redact(msg: &mut ClientMessage, redactor: &Redactor) {
     match &mut msg.payload {
         Some(Payload::ItemUpdate(item)) => {
@@ -253,6 +254,11 @@ pub fn redact(msg: &mut ClientMessage, redactor: &Redactor) {
             }
         }
         Some(Payload::RequestError(e)) => redactor.redact_in_place(&mut e.error_message),
+        Some(Payload::ThreadNameUpdate(n)) => {
+            if let Some(name) = &mut n.thread_name {
+                redactor.redact_in_place(name);
+            }
+        }
         _ => {}
     }
 }

@@ -482,6 +482,12 @@ mod tests {
             Some("r1".into()),
             format!("skill install failed: https://x-access-token:{token}@github.com/o/r"),
         ));
+        // A thread title an agent made from what it read.
+        outbox.push_reply(crate::updates::thread_name(
+            None,
+            "thr-1",
+            Some(format!("Rotate {token}")),
+        ));
         let sending = Arc::new(Sending::new(
             outbox,
             None,
@@ -495,5 +501,9 @@ mod tests {
         let text = format!("{msg:?}");
         assert!(!text.contains(token), "{text}");
         assert!(text.contains("x-access-token:***@"), "{text}");
+        let named = stream.next().await.expect("the thread name");
+        let text = format!("{named:?}");
+        assert!(!text.contains(token), "{text}");
+        assert!(text.contains("Rotate ***"), "{text}");
     }
 }
