@@ -2,86 +2,162 @@
 //! [`ChatRequest`], and the streamed chunk shape (tolerant of the extensions
 //! OpenAI-compatible servers add, such as `reasoning_content`).
 
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::types::{ChatMessage, ChatRequest, Role, Usage};
 
-/// The JSON body of a streaming `POST /chat/completions`.
-pub(crate) fn request_body(request: &ChatRequest) -> Value {
-    let mut obj = Map::new();
-    obj.insert("model".into(), json!(request.model));
-    obj.insert(
-        "messages".into(),
-        Value::Array(request.messages.iter().map(message_json).collect()),
-    );
-    obj.insert("stream".into(), Value::Bool(true));
-    obj.insert("stream_options".into(), json!({ "include_usage": true }));
-    if !request.tools.is_empty() {
-        let tools = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    }
-                })
-            })
-            .collect::<Vec<_>>();
-        obj.insert("tools".into(), Value::Array(tools));
-    }
-    if let Some(t) = request.temperature {
-        obj.insert("temperature".into(), json!(t));
-    }
-    if let Some(m) = request.max_tokens {
-        obj.insert("max_tokens".into(), json!(m));
-    }
-    if let Some(effort) = &request.reasoning_effort {
-        obj.insert("reasoning_effort".into(), json!(effort));
-    }
-    if let Some(schema) = &request.json_schema {
-        obj.insert(
-            "response_format".into(),
-            json!({
-                "type": "json_schema",
-                "json_schema": { "name": "response", "schema": schema },
-            }),
-        );
-    }
-    Value::Object(obj)
+/// The JSON body of a streaming `POST /chat/completions`, borrowed from
+/// the request and written straight out by serde: a request carries the
+/// whole history (hundreds of KB in a long session) and is built once per
+/// model call, so no intermediate `Value` tree is made of it.
+#[derive(Serialize)]
+pub(crate) struct Body<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormat<'a>>,
 }
 
-fn message_json(m: &ChatMessage) -> Value {
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: NamedSchema<'a>,
+}
+
+#[derive(Serialize)]
+struct NamedSchema<'a> {
+    name: &'static str,
+    schema: &'a Value,
+}
+
+/// One message as the API takes it: an assistant's tool calls with their
+/// content (`null` when empty), a tool result with the call it answers,
+/// anything else as role and content. Reasoning is never resent.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireMessage<'a> {
+    Calls {
+        role: &'static str,
+        content: Option<&'a str>,
+        tool_calls: Vec<WireCall<'a>>,
+    },
+    Tool {
+        role: &'static str,
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+    Plain {
+        role: &'static str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct CallFunction<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+/// The body of a streaming `POST /chat/completions` for `request`.
+pub(crate) fn request_body(request: &ChatRequest) -> Body<'_> {
+    Body {
+        model: &request.model,
+        messages: request.messages.iter().map(message_json).collect(),
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+        tools: request
+            .tools
+            .iter()
+            .map(|t| WireTool {
+                kind: "function",
+                function: WireFunction {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters: &t.parameters,
+                },
+            })
+            .collect(),
+        temperature: request.temperature,
+        max_tokens: request.max_tokens,
+        reasoning_effort: request.reasoning_effort.as_deref(),
+        response_format: request.json_schema.as_ref().map(|schema| ResponseFormat {
+            kind: "json_schema",
+            json_schema: NamedSchema {
+                name: "response",
+                schema,
+            },
+        }),
+    }
+}
+
+fn message_json(m: &ChatMessage) -> WireMessage<'_> {
     match m.role {
-        Role::Assistant if !m.tool_calls.is_empty() => {
-            let calls = m
+        Role::Assistant if !m.tool_calls.is_empty() => WireMessage::Calls {
+            role: "assistant",
+            content: (!m.content.is_empty()).then_some(m.content.as_str()),
+            tool_calls: m
                 .tool_calls
                 .iter()
-                .map(|c| {
-                    json!({
-                        "id": c.id,
-                        "type": "function",
-                        "function": { "name": c.name, "arguments": c.arguments },
-                    })
+                .map(|c| WireCall {
+                    id: &c.id,
+                    kind: "function",
+                    function: CallFunction {
+                        name: &c.name,
+                        arguments: &c.arguments,
+                    },
                 })
-                .collect::<Vec<_>>();
-            let content = if m.content.is_empty() {
-                Value::Null
-            } else {
-                json!(m.content)
-            };
-            json!({ "role": "assistant", "content": content, "tool_calls": calls })
-        }
-        Role::Tool => json!({
-            "role": "tool",
-            "tool_call_id": m.tool_call_id.as_deref().unwrap_or_default(),
-            "content": m.content,
-        }),
-        role => json!({ "role": role.as_str(), "content": m.content }),
+                .collect(),
+        },
+        Role::Tool => WireMessage::Tool {
+            role: "tool",
+            tool_call_id: m.tool_call_id.as_deref().unwrap_or_default(),
+            content: &m.content,
+        },
+        role => WireMessage::Plain {
+            role: role.as_str(),
+            content: &m.content,
+        },
     }
 }
 
@@ -195,6 +271,7 @@ impl Completion {
 mod tests {
     use super::*;
     use crate::llm::types::{ToolCallRequest, ToolSpec};
+    use serde_json::json;
 
     #[test]
     fn body_has_streaming_options_and_optional_fields() {
@@ -223,7 +300,7 @@ mod tests {
             reasoning_effort: Some("high".into()),
             json_schema: Some(json!({"type": "object"})),
         };
-        let body = request_body(&req);
+        let body = serde_json::to_value(request_body(&req)).unwrap();
         assert_eq!(body["stream"], true);
         assert_eq!(body["stream_options"]["include_usage"], true);
         assert_eq!(
@@ -250,11 +327,12 @@ mod tests {
 
     #[test]
     fn minimal_body_leaves_out_unset_fields() {
-        let body = request_body(&ChatRequest {
+        let body = serde_json::to_value(request_body(&ChatRequest {
             model: "m".into(),
             messages: vec![ChatMessage::user("hi")],
             ..Default::default()
-        });
+        }))
+        .unwrap();
         for key in [
             "tools",
             "temperature",
