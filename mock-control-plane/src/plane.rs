@@ -417,7 +417,7 @@ impl MockControlPlane {
 
     /// Everything that happened so far, in order (what `--stdio` prints).
     pub fn timeline(&self) -> Vec<TimelineEvent> {
-        self.state.lock().timeline.clone()
+        self.state.lock().timeline_from(0)
     }
 
     /// Timeline events from position `from` on, waiting (forever when
@@ -429,7 +429,7 @@ impl MockControlPlane {
     ) -> Vec<TimelineEvent> {
         self.state
             .wait_until(timeout, |inner| {
-                (inner.timeline.len() > from).then(|| inner.timeline[from..].to_vec())
+                (inner.timeline_len() > from).then(|| inner.timeline_from(from))
             })
             .await
             .unwrap_or_default()

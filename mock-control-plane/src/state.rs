@@ -84,12 +84,22 @@ impl LiveStream {
     }
 }
 
+/// One timeline entry as kept (see [`Inner::timeline`]).
+enum Logged {
+    Event(TimelineEvent),
+    Received(usize),
+}
+
 #[derive(Default)]
 pub(crate) struct Inner {
     pub(crate) received: Vec<(ClientMessage, Option<String>)>,
     pub(crate) sent: Vec<ServerMessage>,
     pub(crate) registrations: Vec<Registration>,
-    pub(crate) timeline: Vec<TimelineEvent>,
+    /// What happened, in order. A received message is kept once, in
+    /// `received`, and named here by its index: the log of a long run holds
+    /// millions of updates, and a second copy of each was a third of the
+    /// mock's cost per message.
+    timeline: Vec<Logged>,
     live: Option<LiveStream>,
     pub(crate) streams_opened: u64,
     pub(crate) fail_register: Option<Status>,
@@ -99,6 +109,36 @@ pub(crate) struct Inner {
     pub(crate) sequencing: Sequencing,
     /// Time spent on each received message (a slow control plane).
     pub(crate) read_delay: Duration,
+}
+
+impl Inner {
+    fn log(&mut self, event: TimelineEvent) {
+        self.timeline.push(Logged::Event(event));
+    }
+
+    /// How many timeline events there are.
+    pub(crate) fn timeline_len(&self) -> usize {
+        self.timeline.len()
+    }
+
+    /// The timeline events from position `from` on.
+    pub(crate) fn timeline_from(&self, from: usize) -> Vec<TimelineEvent> {
+        let logged = self.timeline.get(from..).unwrap_or_default();
+        logged
+            .iter()
+            .filter_map(|entry| match entry {
+                Logged::Event(event) => Some(event.clone()),
+                Logged::Received(index) => {
+                    let (message, violations) = self.received.get(*index)?;
+                    Some(TimelineEvent::Received {
+                        index: *index,
+                        message: message.clone(),
+                        violations: violations.clone(),
+                    })
+                }
+            })
+            .collect()
+    }
 }
 
 impl Inner {
@@ -177,7 +217,7 @@ impl State {
     pub(crate) fn record_registration(&self, registration: Registration) {
         self.update(|inner| {
             inner.registrations.push(registration.clone());
-            inner.timeline.push(TimelineEvent::Registered(registration));
+            inner.log(TimelineEvent::Registered(registration));
         });
     }
 
@@ -191,9 +231,7 @@ impl State {
             inner.streams_opened += 1;
             let id = inner.streams_opened;
             if let Some(old) = inner.live.take() {
-                inner
-                    .timeline
-                    .push(TimelineEvent::Disconnected { stream: old.id });
+                inner.log(TimelineEvent::Disconnected { stream: old.id });
                 old.end(Status::aborted("replaced by a newer ControlChannel stream"));
             }
             inner.live = Some(LiveStream {
@@ -202,7 +240,7 @@ impl State {
                 kill: kill_tx,
                 cancel: cancel.clone(),
             });
-            inner.timeline.push(TimelineEvent::Connected { stream: id });
+            inner.log(TimelineEvent::Connected { stream: id });
             id
         });
         OpenedStream {
@@ -220,9 +258,7 @@ impl State {
             if inner.live.as_ref().is_some_and(|l| l.id == id)
                 && let Some(live) = inner.live.take()
             {
-                inner
-                    .timeline
-                    .push(TimelineEvent::Disconnected { stream: id });
+                inner.log(TimelineEvent::Disconnected { stream: id });
                 // Dropping the sender ends the server→runner half cleanly.
                 live.cancel.cancel();
             }
@@ -233,9 +269,7 @@ impl State {
     pub(crate) fn kill_stream(&self, status: Status) -> bool {
         self.update(|inner| match inner.live.take() {
             Some(live) => {
-                inner
-                    .timeline
-                    .push(TimelineEvent::Disconnected { stream: live.id });
+                inner.log(TimelineEvent::Disconnected { stream: live.id });
                 live.end(status);
                 true
             }
@@ -262,12 +296,8 @@ impl State {
                 return None;
             }
             let index = inner.received.len();
-            inner.received.push((message.clone(), violations.clone()));
-            inner.timeline.push(TimelineEvent::Received {
-                index,
-                message,
-                violations,
-            });
+            inner.received.push((message, violations));
+            inner.timeline.push(Logged::Received(index));
             Some(inner.sequencing.report.processed)
         });
         if let Some(p) = processed {
@@ -290,7 +320,7 @@ impl State {
             match live.tx.try_send(message.clone()) {
                 Ok(()) => {
                     inner.sent.push(message.clone());
-                    inner.timeline.push(TimelineEvent::Sent(message));
+                    inner.log(TimelineEvent::Sent(message));
                     Pushed::Done
                 }
                 Err(mpsc::error::TrySendError::Full(message)) => {
@@ -304,7 +334,7 @@ impl State {
     pub(crate) fn record_sent(&self, message: ServerMessage) {
         self.update(|inner| {
             inner.sent.push(message.clone());
-            inner.timeline.push(TimelineEvent::Sent(message));
+            inner.log(TimelineEvent::Sent(message));
         });
     }
 
