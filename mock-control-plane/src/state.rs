@@ -86,7 +86,8 @@ impl LiveStream {
 
 /// One timeline entry as kept (see [`Inner::timeline`]).
 enum Logged {
-    Event(TimelineEvent),
+    /// Boxed: the other events are rare, received messages are not.
+    Event(Box<TimelineEvent>),
     Received(usize),
 }
 
@@ -113,7 +114,7 @@ pub(crate) struct Inner {
 
 impl Inner {
     fn log(&mut self, event: TimelineEvent) {
-        self.timeline.push(Logged::Event(event));
+        self.timeline.push(Logged::Event(Box::new(event)));
     }
 
     /// How many timeline events there are.
@@ -127,7 +128,7 @@ impl Inner {
         logged
             .iter()
             .filter_map(|entry| match entry {
-                Logged::Event(event) => Some(event.clone()),
+                Logged::Event(event) => Some((**event).clone()),
                 Logged::Received(index) => {
                     let (message, violations) = self.received.get(*index)?;
                     Some(TimelineEvent::Received {
