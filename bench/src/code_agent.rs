@@ -36,9 +36,10 @@ pub struct CodeAgentFigures {
     pub text_turn: Summary,
     /// The same when the model first asks for `bash` (`true`), then answers.
     pub tool_turn: Summary,
-    /// The tool turn again with `--sandbox off`: what the thread sandbox
-    /// adds to starting the shell (landlock, capabilities, and moving it
-    /// into the thread's cgroup).
+    /// The tool turn again with `--sandbox off`, on a thread with the same
+    /// history (as many text turns first): what the thread sandbox adds to
+    /// starting the shell (Landlock, capabilities). The shell is born in
+    /// the thread's cgroup either way.
     pub tool_turn_unsandboxed: Summary,
     /// The mock model alone on each text turn's recorded request (request
     /// sent → stream ended).
@@ -202,14 +203,20 @@ async fn turn(rig: &Rig, thread: &str) -> Result<Duration> {
     Ok(done.duration_since(sent))
 }
 
-/// `turns` tool turns (after one warm-up) on a fresh thread of a runner
-/// with `--sandbox off`, against `llm`.
+/// `turns` tool turns on a thread of a runner with `--sandbox off`,
+/// against `llm`, after the same history as the sandboxed ones had (one
+/// warm-up and `turns` text turns, not timed): a request carries the whole
+/// history, so a shorter one would be cheaper for that reason alone.
 async fn unsandboxed_tool_turns(bin: &Path, llm: &MockLlm, turns: usize) -> Result<Vec<Duration>> {
     let rig = rig_with(bin, llm, MODEL, &["--sandbox", "off"]).await?;
     rig.create_agent_with("bench", "code-agent").await?;
     let Some(thread) = rig.create_threads_with("bench", 1, MODEL).await?.pop() else {
         bail!("no thread created");
     };
+    for _ in 0..turns {
+        llm.push(MockReply::text("ok").with_usage(10, 1));
+        turn(&rig, &thread).await?;
+    }
     let mut samples = Vec::with_capacity(turns);
     for i in 0..=turns {
         llm.push(MockReply::tool_call(
