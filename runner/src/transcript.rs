@@ -9,15 +9,15 @@
 //! a thread's request errors, which name none, are recorded by the thread
 //! itself ([`thread_of`] says which is which).
 //!
-//! Off the hot path: the sender clones the update into a bounded queue
-//! ([`QUEUE_CAPACITY`] updates, a non-blocking push) and one writer thread
-//! summarises, masks secrets (the runner's redactor) and appends, buffered
-//! per file and written out whenever the queue runs empty. When the
-//! queue is full the update is dropped, never waited for (a transcript must
-//! not slow a turn or the link); the writer then appends a `{"dropped": N}`
-//! line to the next transcript it writes, so the gap is visible. A file over [`MAX_BYTES`] is
-//! rotated to `<thread>.jsonl.1` (one old file kept). A thread's
-//! transcripts are removed with the thread.
+//! Off the hot path: the sender copies what the line says into a bounded
+//! queue ([`QUEUE_CAPACITY`] lines, a non-blocking push) and one writer
+//! thread masks secrets (the runner's redactor) and appends, buffered per
+//! file and written out whenever the queue runs empty. When the queue is
+//! full the line is dropped, never waited for (a transcript must not slow a
+//! turn or the link); the writer then appends a `{"dropped": N}` line to
+//! the next transcript it writes, so the gap is visible. A file over
+//! [`MAX_BYTES`] is rotated to `<thread>.jsonl.1` (one old file kept). A
+//! thread's transcripts are removed with the thread.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -80,7 +80,12 @@ impl std::fmt::Debug for Job {
 /// Where `thread`'s transcript is under `dir`; `None` for an id that is not
 /// a safe file name (ids are checked on arrival; this is a second guard).
 pub fn path(dir: &Path, thread: &str) -> Option<PathBuf> {
-    safe_id(thread).then(|| dir.join(format!("{thread}.jsonl")))
+    safe_id(thread).then(|| file_in(dir, thread))
+}
+
+/// `<dir>/<thread>.jsonl`, for an id already known to be safe.
+fn file_in(dir: &Path, thread: &str) -> PathBuf {
+    dir.join(format!("{thread}.jsonl"))
 }
 
 /// Whether `thread` may name a file: not empty, at most 200 bytes of
@@ -173,6 +178,11 @@ struct Files {
 }
 
 impl Files {
+    /// The current transcript of `thread` (a safe id: checked on arrival).
+    fn file_of(&self, thread: &str) -> PathBuf {
+        file_in(&self.dir, thread)
+    }
+
     /// Writes out what `thread`'s file holds buffered and closes it.
     fn close(&mut self, thread: &str) {
         if let Some(mut file) = self.open.remove(thread)
@@ -215,24 +225,23 @@ impl Files {
     /// transcript (a safe id), rotating it first when it would outgrow
     /// [`MAX_BYTES`]. The path is built only to open or rotate the file.
     fn append(&mut self, thread: &str, line: &[u8]) {
-        let p = || self.dir.join(format!("{thread}.jsonl"));
         let size = match self.sizes.get_mut(thread) {
             Some(size) => size,
-            None => self
-                .sizes
-                .entry(thread.to_owned())
-                .or_insert_with(|| std::fs::metadata(p()).map(|m| m.len()).unwrap_or(0)),
+            None => {
+                let known = std::fs::metadata(self.file_of(thread)).map_or(0, |m| m.len());
+                self.sizes.entry(thread.to_owned()).or_insert(known)
+            }
         };
         if *size + line.len() as u64 > MAX_BYTES && *size > 0 {
             *size = 0;
             self.close(thread);
-            let p = self.dir.join(format!("{thread}.jsonl"));
+            let p = self.file_of(thread);
             if let Err(e) = std::fs::rename(&p, rotated(&p)) {
                 tracing::warn!(error = %e, path = %p.display(), "rotating a transcript failed");
             }
         }
         if !self.open.contains_key(thread) {
-            let p = self.dir.join(format!("{thread}.jsonl"));
+            let p = self.file_of(thread);
             if self.open.len() >= OPEN_FILES
                 && let Some(any) = self.open.keys().next().cloned()
             {
