@@ -58,13 +58,31 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// Run `cmd`, panic with its output unless it succeeds.
+/// Run `cmd`, panic with its output unless it succeeds. The message ends
+/// with the free space where this test writes, since a full disk is the
+/// likeliest cause of a failure that is nobody's bug.
 fn run_ok(cmd: &mut Command, what: &str) -> Output {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    assert!(out.status.success(), "{what} failed:\n{}", text(&out));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\nfree space:\n{}",
+        text(&out),
+        free_space()
+    );
     out
+}
+
+/// `df -h` of the target dir and the system's temporary directory.
+fn free_space() -> String {
+    Command::new("df")
+        .arg("-h")
+        .arg(target_dir())
+        .arg(std::env::temp_dir())
+        .output()
+        .map(|out| text(&out))
+        .unwrap_or_else(|e| format!("df: {e}"))
 }
 
 /// podman, runc and mmdebstrap, installed with apt when root and missing.
@@ -312,6 +330,9 @@ fn base_image(podman: &Podman, dir: &Path) {
         ])
         .arg(&partial)
         .args(&mirrors)
+        // Its chroot goes beside the tar, on the target dir's disk, not in
+        // the system's /tmp, which may be small.
+        .env("TMPDIR", dir.join("tmp"))
         .stdin(Stdio::null());
         run_ok(&mut cmd, "mmdebstrap of debian:bookworm-slim");
         std::fs::rename(&partial, &tar).unwrap();
