@@ -59,6 +59,9 @@ struct ActiveTurn {
     steers: VecDeque<(u64, RequestId)>,
     /// Set once interrupted: who gets the COMPLETED, and until when to wait.
     interrupted: Option<(RequestId, Instant)>,
+    /// Interrupts that came after the first: each is answered with the
+    /// same COMPLETED when the turn ends (interrupt is idempotent).
+    interrupted_again: Vec<String>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -283,18 +286,27 @@ impl ThreadTask {
             rid: msg.rid,
             steers: VecDeque::new(),
             interrupted: None,
+            interrupted_again: Vec::new(),
             _slot: slot,
         });
     }
 
     async fn interrupt(&mut self, rid: RequestId) {
         match &mut self.active {
-            Some(turn) => {
-                if turn.interrupted.is_none() {
+            Some(turn) => match &turn.interrupted {
+                None => {
                     turn.interrupted = Some((rid, Instant::now() + INTERRUPT_GRACE));
                     turn.control.interrupt();
                 }
-            }
+                Some((first, _)) => {
+                    if let Some(rid) = rid
+                        && first.as_ref() != Some(&rid)
+                        && !turn.interrupted_again.contains(&rid)
+                    {
+                        turn.interrupted_again.push(rid);
+                    }
+                }
+            },
             None => {
                 let update = match &self.last_turn {
                     Some(last) => {
@@ -385,6 +397,10 @@ impl ThreadTask {
             tracing::error!(%thread_id, error = %e, "recording the turn's end failed");
         }
         self.rt.outbox.queue(completed).await;
+        for rid in turn.interrupted_again {
+            let again = updates::turn(Some(rid), &thread_id, &turn.id, TurnStatus::Completed);
+            self.send(again).await;
+        }
         tracing::debug!(%thread_id, turn_id = %turn.id, ?outcome, "turn ended");
         self.last_turn = Some(turn.id);
         self.rt.turn_finished(&thread_id, &outcome);

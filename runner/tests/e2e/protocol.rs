@@ -267,7 +267,11 @@ async fn interrupt_stops_a_running_turn_and_is_idempotent() {
         "{m:?}"
     );
     let running = start_turn(&cp, "m", "a", &t, "say a\nsleep 60000\nsay never").await;
+    // Two interrupts back to back: the second reaches the thread while the
+    // first is still stopping the turn, and is answered all the same.
     let (rid, req) = interrupt("i1");
+    send(&cp, &rid, req).await;
+    let (rid, req) = interrupt("i1b");
     send(&cp, &rid, req).await;
     let done = turn_completed(&cp, "i1").await;
     let (Some(Payload::TurnUpdate(a)), Some(Payload::TurnUpdate(b))) =
@@ -276,6 +280,8 @@ async fn interrupt_stops_a_running_turn_and_is_idempotent() {
         unreachable!()
     };
     assert_eq!(a.sdk_turn_id, b.sdk_turn_id);
+    let also = turn_completed(&cp, "i1b").await;
+    assert_eq!(payload(&also), payload(&done));
     // Again, with nothing running: COMPLETED for the last turn.
     let (rid, req) = interrupt("i2");
     send(&cp, &rid, req).await;
