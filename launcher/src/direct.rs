@@ -30,6 +30,7 @@ use crate::child_setup::ChildPlan;
 use crate::error::LaunchError;
 use crate::report::Applied;
 use crate::sandbox::ThreadSandbox;
+use crate::vfork;
 
 /// `CLONE_INTO_CGROUP` (Linux 5.7).
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
@@ -38,6 +39,9 @@ const CLONE_PIDFD: u64 = 0x1000;
 
 /// Set once `clone3` was refused: every later launch forks.
 static CLONE3_REFUSED: AtomicBool = AtomicBool::new(false);
+/// Set once `clone3` refused `CLONE_VM`: every later launch copies the
+/// address space (still born in the cgroup).
+static VM_REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
 #[repr(C)]
@@ -353,23 +357,25 @@ impl ThreadSandbox {
             args.cgroup = dir.as_raw_fd() as u64;
         }
         let plan = self.plan();
-        // SAFETY: clone3 without CLONE_VM is a fork: the child gets a copy of
-        // this process with one thread. It runs `child_main`, which only
-        // makes raw system calls on memory prepared above, and never
-        // returns.
-        let pid = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &mut args as *mut CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
+        let pid = if vfork::available() && !VM_REFUSED.load(Ordering::Relaxed) {
+            match clone_vm(&mut args, p, plan, err_w.as_raw_fd()) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::debug!(error = %e, "clone3 with CLONE_VM refused; launches copy the address space from now on");
+                    VM_REFUSED.store(true, Ordering::Relaxed);
+                    args.stack = 0;
+                    args.stack_size = 0;
+                    // SAFETY: as below.
+                    unsafe { clone_copy(&mut args, p, plan, err_w.as_raw_fd()) }
+                }
+                Err(e) => -(e.raw_os_error().unwrap_or(libc::EINVAL) as i64),
+                Ok(pid) => pid,
+            }
+        } else {
+            // SAFETY: see `clone_copy`.
+            unsafe { clone_copy(&mut args, p, plan, err_w.as_raw_fd()) }
         };
-        if pid == 0 {
-            // SAFETY: see above; this is the child.
-            unsafe { child_main(p, plan, err_w.as_raw_fd()) }
-        }
         if pid < 0 {
-            let e = io::Error::last_os_error();
+            let e = io::Error::from_raw_os_error(-pid as i32);
             return Err(match e.raw_os_error() {
                 Some(libc::ENOSYS | libc::EPERM | libc::E2BIG) => Clone3::Refused(e),
                 _ => Clone3::Failed(e),
@@ -401,6 +407,89 @@ impl ThreadSandbox {
             pidfd: Some(pidfd),
             status: None,
         })
+    }
+}
+
+/// clone3 without `CLONE_VM`: a fork. Returns the pid or `-errno`.
+///
+/// # Safety
+/// The child gets a copy of this process with one thread. It runs
+/// `child_main`, which only makes raw system calls on memory prepared
+/// before, and never returns.
+unsafe fn clone_copy(args: &mut CloneArgs, p: &Prepared, plan: &ChildPlan, err: RawFd) -> i64 {
+    // SAFETY: see above.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if pid == 0 {
+        // SAFETY: see above; this is the child.
+        unsafe { child_main(p, plan, err) }
+    }
+    if pid < 0 {
+        return -(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL) as i64);
+    }
+    pid
+}
+
+/// What the `CLONE_VM` child reads, on the parent's memory.
+struct VmChild<'a> {
+    prepared: &'a Prepared,
+    plan: &'a ChildPlan,
+    err: RawFd,
+}
+
+/// clone3 with `CLONE_VM | CLONE_VFORK` (see [`vfork`]): returns once the
+/// child has exec'd or exited, with its pid or `-errno`; `Err` when the
+/// stack or the signal mask could not be set up, or the kernel refused
+/// the flags (`EINVAL`).
+fn clone_vm(args: &mut CloneArgs, p: &Prepared, plan: &ChildPlan, err: RawFd) -> io::Result<i64> {
+    let stack = vfork::Stack::new()?;
+    let (base, size) = stack.region();
+    args.flags |= vfork::CLONE_VM | vfork::CLONE_VFORK;
+    args.stack = base;
+    args.stack_size = size;
+    let mut child = VmChild {
+        prepared: p,
+        plan,
+        err,
+    };
+    let blocked = vfork::SignalsBlocked::new()?;
+    // SAFETY: `args` is a whole clone_args with a stack of ours; the child
+    // runs `vm_child_main` on `child`, which outlives the call because the
+    // parent is suspended until the child has exec'd or exited.
+    let pid = unsafe {
+        vfork::clone3_vm(
+            (args as *mut CloneArgs).cast(),
+            std::mem::size_of::<CloneArgs>(),
+            vm_child_main,
+            (&mut child as *mut VmChild<'_>).cast(),
+        )
+    };
+    drop(blocked);
+    args.flags &= !(vfork::CLONE_VM | vfork::CLONE_VFORK);
+    if pid == -(libc::EINVAL as i64) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(pid)
+}
+
+/// The `CLONE_VM` child's entry: the runner's handlers off, then the same
+/// steps as the forked child.
+///
+/// # Safety
+/// Only as the entry of [`vfork::clone3_vm`], with a `VmChild`.
+unsafe extern "C" fn vm_child_main(ctx: *mut std::ffi::c_void) -> ! {
+    // SAFETY: the parent passed a live VmChild and is suspended.
+    unsafe {
+        let child = &*(ctx as *const VmChild<'_>);
+        vfork::reset_caught_signals();
+        child_main(child.prepared, child.plan, child.err)
     }
 }
 

@@ -27,6 +27,7 @@ mod report;
 mod rlimits;
 mod sandbox;
 mod tracking;
+mod vfork;
 
 pub use caps::CapSets;
 pub use cgroup::{CgroupLimits, CgroupProbe, CgroupRoot, ThreadCgroup};
