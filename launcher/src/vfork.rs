@@ -110,9 +110,8 @@ impl SignalsBlocked {
 
 impl Drop for SignalsBlocked {
     fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `new` on the same thread (the
-        // guard is not Send: it holds a raw sigset only by value, and is
-        // created and dropped within one synchronous call).
+        // SAFETY: restores the mask saved in `new`. The guard lives within
+        // one synchronous call (`direct::clone_vm`), so on the same thread.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
     }
 }
