@@ -11,6 +11,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RunConfig;
+
+/// When the SDKs still to be probed are probed although the runner has not
+/// registered yet (see `sdk_probe::probe_pending`).
+const PROBE_UNREGISTERED_AFTER: Duration = Duration::from_secs(2);
 use crate::credentials::{Capabilities, CredentialServer, GitEnv, ServerOptions, ThreadCheck};
 use crate::health::{self, HealthServer};
 use crate::journal::Journal;
@@ -182,9 +186,6 @@ impl Runner {
         rt.outbox.set_transcripts(transcripts.clone());
         let _ = rt.transcripts.set(transcripts);
         crate::metrics::sdks_enabled(&rt.sdks.names());
-        // Slow SDK probes start now, in the background: registration does
-        // not wait for them.
-        crate::sdk_probe::for_registration(&rt);
         crate::restore::restore(&rt, &sending.pending_turn_ends())
             .await
             .context("restoring state")?;
@@ -195,6 +196,18 @@ impl Runner {
         let token = close.clone();
         let link = tokio::spawn(async move { link.run(token).await });
         crate::sdk_probe::spawn(rt.clone(), config.sdk_probe_interval, close.clone());
+        // Slow SDK probes start once the registration is sent (the link
+        // does it), or after a while if the control plane cannot be
+        // reached, so that `/status` does not say "being probed" forever.
+        let (probe_rt, probe_close) = (rt.clone(), close.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(PROBE_UNREGISTERED_AFTER) => {
+                    crate::sdk_probe::probe_pending(&probe_rt);
+                }
+                () = probe_close.cancelled() => {}
+            }
+        });
         let health = match listener {
             Some(l) => Some(
                 HealthServer::start(l, rt.clone(), link_state.clone(), link_report)

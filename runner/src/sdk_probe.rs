@@ -41,15 +41,22 @@ pub async fn announce_changes(rt: &Runtime, request_id: RequestId) -> usize {
     count
 }
 
-/// What a registration advertises, at once (see [`crate::sdks::Sdks::known`]);
-/// each SDK whose description takes a probe is probed in the background
-/// (one probe per SDK at a time) and announced when its answer differs.
+/// What a registration advertises, at once (see [`crate::sdks::Sdks::known`]).
+/// The SDKs whose description takes a probe are probed by
+/// [`probe_pending`], once the registration is sent: a probe starts a CLI
+/// (codex's is node), which would compete for the CPU with the runner's
+/// own start on a small machine.
 pub fn for_registration(rt: &Arc<Runtime>) -> Vec<SdkDescription> {
-    let (known, pending) = rt.sdks.known();
-    for adapter in pending {
+    rt.sdks.known().0
+}
+
+/// Probes, in the background, each SDK whose full description is still
+/// unknown (one probe per SDK at a time); each is announced with an
+/// `agent_sdk_update` when its answer differs from what was advertised.
+pub fn probe_pending(rt: &Arc<Runtime>) {
+    for adapter in rt.sdks.pending() {
         probe_in_background(rt, adapter);
     }
-    known
 }
 
 fn probe_in_background(rt: &Arc<Runtime>, adapter: Arc<dyn SdkAdapter>) {

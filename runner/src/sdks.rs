@@ -159,6 +159,15 @@ impl Sdks {
         (out, pending)
     }
 
+    /// The adapters whose full description is still to be probed.
+    pub fn pending(&self) -> Vec<Arc<dyn SdkAdapter>> {
+        self.adapters
+            .values()
+            .filter(|adapter| adapter.known().is_none())
+            .cloned()
+            .collect()
+    }
+
     /// Marks `name` as being probed; false if a probe is under way already.
     pub fn begin_probe(&self, name: &str) -> bool {
         self.probing

@@ -210,6 +210,7 @@ impl Link {
         self.set_state(LinkState::Registered);
         self.ever_registered
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        crate::sdk_probe::probe_pending(&self.rt);
         let accepted = registered.features.iter().any(|f| f == ACKED_DELIVERY);
         let mode = self.sending.registered(accepted, registered.acked_sequence);
         tracing::info!(
