@@ -68,18 +68,10 @@ pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
         cp.wait_for_registrations(1, PATIENCE).await?;
         out.start_ms.push(ms(spawned.elapsed()));
         // The codex probe (when codex is there) answers after registration.
-        if codex.is_some() {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                let update = cp.received().iter().any(
-                    |m| matches!(&m.payload, Some(Payload::AgentSdkUpdate(s)) if s.name == "codex"),
-                );
-                if update {
-                    out.probed_ms.push(ms(spawned.elapsed()));
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+        if codex.is_some()
+            && let Some(probed) = codex_announced(&cp, 0).await
+        {
+            out.probed_ms.push(ms(probed - spawned));
         }
         runner.stop().await;
         cp.stop().await?;
@@ -97,8 +89,32 @@ pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
         if i > 0 {
             out.restart_ms.push(ms(spawned.elapsed()));
         }
+        // As above: the runner is stopped once its probe has answered, not
+        // while node is starting (the next start would compete with the
+        // one being killed, which no real restart 10 ms later does).
+        if codex.is_some() {
+            codex_announced(&cp, i).await;
+        }
         dirs = runner.stop_keeping_dirs().await;
     }
     cp.stop().await?;
     Ok(out)
+}
+
+/// When the `agent_sdk_update` for codex arrived, once `before` of them had
+/// (20 s at most).
+async fn codex_announced(cp: &MockControlPlane, before: usize) -> Option<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let updates = cp
+            .received()
+            .iter()
+            .filter(|m| matches!(&m.payload, Some(Payload::AgentSdkUpdate(s)) if s.name == "codex"))
+            .count();
+        if updates > before {
+            return Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
 }
