@@ -11,10 +11,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RunConfig;
-
-/// When the SDKs still to be probed are probed although the runner has not
-/// registered yet (see `sdk_probe::probe_pending`).
-const PROBE_UNREGISTERED_AFTER: Duration = Duration::from_secs(2);
 use crate::credentials::{Capabilities, CredentialServer, GitEnv, ServerOptions, ThreadCheck};
 use crate::health::{self, HealthServer};
 use crate::journal::Journal;
@@ -26,6 +22,10 @@ use crate::sandbox::AgentSandboxes;
 use crate::sdks::Sdks;
 use crate::state::Store;
 use crate::workspace::Workspaces;
+
+/// When the SDKs still to be probed are probed although the runner has not
+/// registered yet (see `sdk_probe::probe_pending`).
+const PROBE_UNREGISTERED_AFTER: Duration = Duration::from_secs(2);
 
 /// How long shutdown waits for queued updates to reach the control plane.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
