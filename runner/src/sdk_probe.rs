@@ -47,7 +47,7 @@ pub async fn announce_changes(rt: &Runtime, request_id: RequestId) -> usize {
 /// (codex's is node), which would compete for the CPU with the runner's
 /// own start on a small machine.
 pub fn for_registration(rt: &Arc<Runtime>) -> Vec<SdkDescription> {
-    rt.sdks.known().0
+    rt.sdks.known()
 }
 
 /// Probes, in the background, each SDK whose full description is still

@@ -136,27 +136,22 @@ impl Sdks {
 
     /// What a registration advertises, at once: each SDK's
     /// [`SdkAdapter::known`] description, else what it said last, else
-    /// [`being_probed`]; remembered as advertised. Also the adapters whose
-    /// full description is still to be probed (see `sdk_probe`).
-    pub fn known(&self) -> (Vec<SdkDescription>, Vec<Arc<dyn SdkAdapter>>) {
+    /// [`being_probed`]; remembered as advertised. The SDKs still to be
+    /// probed are [`Sdks::pending`].
+    pub fn known(&self) -> Vec<SdkDescription> {
         let mut advertised = self.advertised.write().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::with_capacity(self.adapters.len());
-        let mut pending = Vec::new();
         for (name, adapter) in &self.adapters {
-            let d = match adapter.known() {
-                Some(d) => d,
-                None => {
-                    pending.push(adapter.clone());
-                    advertised
-                        .get(name)
-                        .cloned()
-                        .unwrap_or_else(|| being_probed(name))
-                }
-            };
+            let d = adapter.known().unwrap_or_else(|| {
+                advertised
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| being_probed(name))
+            });
             advertised.insert(name.clone(), d.clone());
             out.push(d);
         }
-        (out, pending)
+        out
     }
 
     /// The adapters whose full description is still to be probed.
@@ -321,7 +316,7 @@ mod tests {
             Arc::new(Slow),
             Arc::new(sdk_scripted::ScriptedAdapter::new()),
         ]);
-        let (known, pending) = sdks.known();
+        let (known, pending) = (sdks.known(), sdks.pending());
         // In name order: scripted, slow.
         assert_eq!(known.len(), 2);
         assert_eq!(
@@ -343,7 +338,7 @@ mod tests {
         assert_eq!(sdks.settle(first, ready("slow")), None, "nothing changed");
         sdks.check_model("slow", "m", None).unwrap();
         // The next registration advertises the probed answer.
-        let (known, _) = sdks.known();
+        let known = sdks.known();
         assert_eq!(known[1], ready("slow"));
     }
 
