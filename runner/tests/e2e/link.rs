@@ -278,3 +278,44 @@ async fn an_unreachable_control_plane_is_named_with_its_cause() {
     assert!(text.contains(&format!("control     {url}")), "{text}");
     assert!(text.contains("last error  cannot reach"), "{text}");
 }
+
+/// A runner that cannot register still probes its slow SDKs (after a
+/// short wait, not for ever "being probed"): /status shows codex's answer.
+#[tokio::test]
+async fn slow_sdks_are_probed_even_before_a_registration() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let health = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = health.local_addr().unwrap().to_string();
+    drop(health);
+    let codex_home = tempfile::tempdir().unwrap();
+    let r = RunnerProc::start(crate::fakes::with_fake_codex(
+        RunnerOpts::new(&url).arg("--health-addr").arg(&addr),
+        codex_home.path(),
+    ));
+    r.wait_log(&format!("cannot reach {url} (RegisterRunner)"))
+        .await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let out = tokio::process::Command::new(runner_bin())
+            .args(["status", "--health-addr", &addr, "--json"])
+            .output()
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let codex = json["sdks"]
+            .as_array()
+            .and_then(|sdks| sdks.iter().find(|s| s["name"] == "codex"))
+            .cloned();
+        if codex.as_ref().is_some_and(|c| c["status"] == "ready") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "codex still not probed: {codex:?}\n{}",
+            r.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
