@@ -163,3 +163,42 @@ async fn a_launched_process_is_born_in_the_thread_cgroup() {
     assert!(report.cgroups.contains(&cg.dir().to_path_buf()));
     assert_eq!(child.wait().await.unwrap().signal(), Some(libc::SIGKILL));
 }
+
+/// The launch blocks every signal on the calling thread while the child
+/// borrows the runner's memory: the child starts with none blocked, and the
+/// caller's own mask is exactly as it was afterwards.
+#[tokio::test]
+async fn a_launch_leaves_the_signal_masks_as_they_were() {
+    let tree = Tree::new();
+    let launcher = tree.launcher(Mode::BestEffort);
+    let a = launcher.thread(tree.spec("a")).unwrap();
+    // SAFETY: plain sigset manipulation on this (the test's) thread.
+    let mask = || unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut set);
+        set
+    };
+    let mut before = mask();
+    // SAFETY: as above.
+    unsafe {
+        libc::sigaddset(&mut before, libc::SIGUSR2);
+        libc::sigdelset(&mut before, libc::SIGUSR1);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+    }
+    let (out, status) = launch_sh(&a, "grep SigBlk /proc/self/status").await;
+    assert!(status.success(), "{out}");
+    let blocked = out
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:\t"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap();
+    assert_eq!(blocked, 0, "{out}");
+    let after = mask();
+    // SAFETY: reading the sets made above.
+    unsafe {
+        assert_eq!(libc::sigismember(&after, libc::SIGUSR2), 1);
+        assert_eq!(libc::sigismember(&after, libc::SIGUSR1), 0);
+        libc::sigdelset(&mut before, libc::SIGUSR2);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+    }
+}
