@@ -238,17 +238,24 @@ async fn small_outbox_during_disconnect_keeps_every_terminal_update() {
     );
 }
 
-/// Before it ever registered, a runner that cannot reach its control plane
-/// says where and why (not tonic's bare "transport error"), and /status and
-/// `agent-runner status` show the URL, the last error and the next attempt.
-#[tokio::test]
-async fn an_unreachable_control_plane_is_named_with_its_cause() {
+/// A control plane URL nothing listens on, and a free address for the
+/// runner's health endpoints.
+fn unreachable_and_health_addr() -> (String, String) {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
     drop(closed);
     let health = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = health.local_addr().unwrap().to_string();
     drop(health);
+    (url, addr)
+}
+
+/// Before it ever registered, a runner that cannot reach its control plane
+/// says where and why (not tonic's bare "transport error"), and /status and
+/// `agent-runner status` show the URL, the last error and the next attempt.
+#[tokio::test]
+async fn an_unreachable_control_plane_is_named_with_its_cause() {
+    let (url, addr) = unreachable_and_health_addr();
     let r = RunnerProc::start(RunnerOpts::new(&url).arg("--health-addr").arg(&addr));
     r.wait_log(&format!("cannot reach {url} (RegisterRunner)"))
         .await;
@@ -283,12 +290,7 @@ async fn an_unreachable_control_plane_is_named_with_its_cause() {
 /// short wait, not for ever "being probed"): /status shows codex's answer.
 #[tokio::test]
 async fn slow_sdks_are_probed_even_before_a_registration() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
-    drop(closed);
-    let health = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = health.local_addr().unwrap().to_string();
-    drop(health);
+    let (url, addr) = unreachable_and_health_addr();
     let codex_home = tempfile::tempdir().unwrap();
     let r = RunnerProc::start(crate::fakes::with_fake_codex(
         RunnerOpts::new(&url).arg("--health-addr").arg(&addr),
