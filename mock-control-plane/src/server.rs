@@ -17,7 +17,7 @@ use agent_runner_proto::runner::{
     ListGithubInstallationsResponse, RegisterRunnerRequest, RegisterRunnerResponse, ServerMessage,
 };
 use agent_runner_proto::{Validate, violations};
-use futures::Stream;
+use futures::{FutureExt as _, Stream};
 use tokio::sync::{mpsc, oneshot};
 use tonic::metadata::{KeyAndValueRef, MetadataMap};
 use tonic::{Request, Response, Status, Streaming};
@@ -170,6 +170,19 @@ fn outbound_stream(
     }))
 }
 
+/// The most messages [`read_inbound`] logs under one lock.
+const READ_BATCH: usize = 256;
+
+/// A received message with what validation found wrong in it.
+fn checked(message: ClientMessage) -> (ClientMessage, Option<String>) {
+    let violations = check(&message);
+    if let Some(v) = &violations {
+        tracing::warn!(violations = %v, "runner sent an invalid ClientMessage");
+    }
+    tracing::debug!(?message, "received");
+    (message, violations)
+}
+
 /// The runner→server half: every message goes into the log until the
 /// runner closes its side, the call breaks, or the mock ends the stream.
 async fn read_inbound(
@@ -189,27 +202,41 @@ async fn read_inbound(
                 () = tokio::time::sleep(owed) => owed = std::time::Duration::ZERO,
             }
         }
-        tokio::select! {
+        let first = tokio::select! {
             _ = cancel.cancelled() => break,
-            next = inbound.message() => match next {
+            next = inbound.message() => next,
+        };
+        // What else the stream already holds comes in the same batch (one
+        // lock, one wake of the timeline's followers), unless each message
+        // is to take its read delay.
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        let mut ended = false;
+        while let Some(read) = next.take() {
+            match read {
                 Ok(Some(message)) => {
                     owed += read_delay;
-                    let violations = check(&message);
-                    if let Some(v) = &violations {
-                        tracing::warn!(violations = %v, "runner sent an invalid ClientMessage");
+                    batch.push(checked(message));
+                    if read_delay.is_zero() && batch.len() < READ_BATCH {
+                        next = inbound.message().now_or_never();
                     }
-                    tracing::debug!(?message, "received");
-                    state.record_received(message, violations);
                 }
                 Ok(None) => {
-                    tracing::debug!(stream = opened_id, "runner closed its half of ControlChannel");
-                    break;
+                    tracing::debug!(
+                        stream = opened_id,
+                        "runner closed its half of ControlChannel"
+                    );
+                    ended = true;
                 }
                 Err(status) => {
                     tracing::debug!(stream = opened_id, %status, "ControlChannel read failed");
-                    break;
+                    ended = true;
                 }
-            },
+            }
+        }
+        state.record_received(batch);
+        if ended {
+            break;
         }
     }
     state.close_stream(opened_id);

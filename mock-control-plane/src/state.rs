@@ -289,17 +289,26 @@ impl State {
         self.processed.send_replace(processed);
     }
 
-    /// Logs a message the runner sent, unless the sequence check drops it
-    /// as a duplicate; then acknowledgers learn the new high mark.
-    pub(crate) fn record_received(&self, message: ClientMessage, violations: Option<String>) {
+    /// Logs messages the runner sent, in order, unless the sequence check
+    /// drops one as a duplicate; then acknowledgers learn the new high mark.
+    /// A batch (what the stream had ready at once) takes the lock and wakes
+    /// the timeline's followers once, not once per message.
+    pub(crate) fn record_received(
+        &self,
+        messages: impl IntoIterator<Item = (ClientMessage, Option<String>)>,
+    ) {
         let processed = self.update(|inner| {
-            if !inner.sequencing.arrived(message.sequence) {
-                return None;
+            let mut any = false;
+            for (message, violations) in messages {
+                if !inner.sequencing.arrived(message.sequence) {
+                    continue;
+                }
+                let index = inner.received.len();
+                inner.received.push((message, violations));
+                inner.timeline.push(Logged::Received(index));
+                any = true;
             }
-            let index = inner.received.len();
-            inner.received.push((message, violations));
-            inner.timeline.push(Logged::Received(index));
-            Some(inner.sequencing.report.processed)
+            any.then_some(inner.sequencing.report.processed)
         });
         if let Some(p) = processed {
             self.processed.send_if_modified(|old| {
