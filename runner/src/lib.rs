@@ -40,6 +40,7 @@ pub mod sdk_probe;
 pub mod sdks;
 pub mod secret;
 pub mod skills;
+pub mod startup_pages;
 pub mod state;
 pub mod status;
 pub mod store_thread;

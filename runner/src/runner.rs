@@ -27,6 +27,14 @@ use crate::workspace::Workspaces;
 /// registered yet (see `sdk_probe::probe_pending`).
 const PROBE_UNREGISTERED_AFTER: Duration = Duration::from_secs(2);
 
+/// How often the end of start-up is checked for while an SDK probe runs.
+const STARTUP_POLL: Duration = Duration::from_millis(100);
+
+/// How long after start-up (connected, no probe running) its pages are
+/// released: what follows at once (the first updates, the first timers)
+/// is start-up's tail.
+const STARTUP_SETTLE: Duration = Duration::from_secs(1);
+
 /// How long shutdown waits for queued updates to reach the control plane.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -200,14 +208,24 @@ impl Runner {
         // does it), or after a while if the control plane cannot be
         // reached, so that `/status` does not say "being probed" forever.
         let (probe_rt, probe_close) = (rt.clone(), close.clone());
+        let mut probe_link = link_state.clone();
         tokio::spawn(async move {
+            let registered =
+                probe_link.wait_for(|s| matches!(s, LinkState::Registered | LinkState::Connected));
             tokio::select! {
                 () = tokio::time::sleep(PROBE_UNREGISTERED_AFTER) => {
                     crate::sdk_probe::probe_pending(&probe_rt);
                 }
+                // The link probed them itself.
+                _ = registered => {}
                 () = probe_close.cancelled() => {}
             }
         });
+        tokio::spawn(release_startup_pages(
+            rt.clone(),
+            link_state.clone(),
+            close.clone(),
+        ));
         let health = match listener {
             Some(l) => Some(
                 HealthServer::start(l, rt.clone(), link_state.clone(), link_report)
@@ -289,5 +307,30 @@ impl Runner {
         let _ = tokio::task::spawn_blocking(move || sandboxes.close_everything()).await;
         tracing::info!("runner stopped");
         Ok(())
+    }
+}
+
+/// Start-up is over once the ControlChannel is open and no SDK probe runs:
+/// then the executable's pages that only start-up used go back (see
+/// `startup_pages`). A runner that never connects keeps them.
+async fn release_startup_pages(
+    rt: Arc<Runtime>,
+    mut link: watch::Receiver<LinkState>,
+    close: CancellationToken,
+) {
+    let over = async {
+        link.wait_for(|s| *s == LinkState::Connected).await.is_ok() && {
+            while rt.sdks.any_probe_running() {
+                tokio::time::sleep(STARTUP_POLL).await;
+            }
+            tokio::time::sleep(STARTUP_SETTLE).await;
+            true
+        }
+    };
+    tokio::select! {
+        over = over => if over {
+            crate::startup_pages::release();
+        },
+        () = close.cancelled() => {}
     }
 }

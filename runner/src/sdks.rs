@@ -171,6 +171,15 @@ impl Sdks {
             .insert(name.to_owned())
     }
 
+    /// Whether a probe is under way.
+    pub fn any_probe_running(&self) -> bool {
+        !self
+            .probing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// The probe of `name` is over.
     pub fn end_probe(&self, name: &str) {
         self.probing
