@@ -42,6 +42,8 @@ struct Inner {
     item_updates: u64,
     last_received: Option<Instant>,
     connected: Vec<Instant>,
+    /// For each entry of `connected`, when the first message after it came.
+    first_after_connect: Vec<Instant>,
 }
 
 /// Handles to one registered request.
@@ -127,6 +129,11 @@ impl Collector {
         lock(&self.inner).connected.clone()
     }
 
+    /// When the first message came after the `n`th (re)connection.
+    pub fn first_after_connect(&self, n: usize) -> Option<Instant> {
+        lock(&self.inner).first_after_connect.get(n).copied()
+    }
+
     /// Wait until `n` messages were received in all.
     pub async fn wait_received(&self, n: u64) -> Result<Instant> {
         let mut count = self.count.clone();
@@ -168,6 +175,11 @@ async fn follow(cp: Arc<MockControlPlane>, inner: Arc<Mutex<Inner>>, count: watc
 
 fn on_message(g: &mut Inner, now: Instant, message: ClientMessage) {
     g.received += 1;
+    if g.first_after_connect.len() < g.connected.len() {
+        let missed = g.connected.len() - g.first_after_connect.len();
+        g.first_after_connect
+            .extend(std::iter::repeat_n(now, missed));
+    }
     g.last_received = Some(now);
     if matches!(message.payload, Some(Payload::ItemUpdate(_))) {
         g.item_updates += 1;

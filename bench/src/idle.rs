@@ -1,9 +1,13 @@
 //! The floor for idle memory (issue 14): `bare-client`, a bare tonic client
 //! holding one `ControlChannel` to a mock control plane, measured the same
-//! way as the idle runner (from /proc after the same settling time). Both
-//! RSS and its anonymous part: most of an idle runner's RSS is clean pages
-//! of its own executable (shared with the page cache, dropped first under
-//! memory pressure), which a small client does not have.
+//! way as the idle runner (from /proc at the same moments). Both RSS and its
+//! anonymous part: much of an idle runner's RSS is clean pages of its own
+//! executable (shared with the page cache, dropped first under memory
+//! pressure), which a small client has far fewer of.
+//!
+//! Two moments: 1 s after connecting, and [`SETTLED`] after it, once the
+//! runner has given back its start-up pages (`startup_pages`) and the first
+//! HTTP/2 keepalive ping (every 20 s) has run on both sides.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -36,17 +40,44 @@ fn memory(pid: u32) -> Result<Memory> {
     })
 }
 
-/// The idle runner (every built-in SDK), registered, after 1 s.
-pub async fn runner(bin: &std::path::Path) -> Result<Memory> {
-    let rig = crate::scenarios::Rig::start(bin, &[]).await?;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let m = memory(rig.runner.pid()?)?;
-    rig.runner.stop().await;
-    Ok(m)
+/// When the settled sample is taken, after connecting.
+pub const SETTLED: Duration = Duration::from_secs(25);
+
+/// Memory at the two moments.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Idle {
+    /// 1 s after connecting.
+    pub connected_1s: Memory,
+    /// [`SETTLED`] after connecting.
+    pub settled: Memory,
 }
 
-/// `bare-client` (built beside this binary) once connected, after 1 s.
-pub async fn bare_client() -> Result<Memory> {
+async fn samples(pid: u32) -> Result<Idle> {
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let connected_1s = memory(pid)?;
+    tokio::time::sleep(SETTLED.saturating_sub(Duration::from_millis(1000))).await;
+    Ok(Idle {
+        connected_1s,
+        settled: memory(pid)?,
+    })
+}
+
+/// The idle runner (every built-in SDK) and the bare client, side by side
+/// (each with its own mock control plane).
+pub async fn both(bin: &std::path::Path) -> Result<(Idle, Idle)> {
+    tokio::try_join!(runner(bin), bare_client())
+}
+
+/// The idle runner (every built-in SDK), registered.
+pub async fn runner(bin: &std::path::Path) -> Result<Idle> {
+    let rig = crate::scenarios::Rig::start(bin, &[]).await?;
+    let m = samples(rig.runner.pid()?).await;
+    rig.runner.stop().await;
+    m
+}
+
+/// `bare-client` (built beside this binary), connected.
+pub async fn bare_client() -> Result<Idle> {
     let me = std::env::current_exe().context("locating runner-bench")?;
     let bin = me.with_file_name("bare-client");
     let cp = MockControlPlane::start(MockConfig::default()).await?;
@@ -63,10 +94,8 @@ pub async fn bare_client() -> Result<Memory> {
             )
         })?;
     cp.wait_connected(PATIENCE).await?;
-    // As long as the idle runner is given to settle (scenarios::footprint).
-    tokio::time::sleep(Duration::from_millis(1000)).await;
     let pid = child.id().context("bare-client exited")?;
-    let m = memory(pid)?;
+    let m = samples(pid).await?;
     let _ = child.kill().await;
     cp.stop().await?;
     Ok(m)

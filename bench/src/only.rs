@@ -18,13 +18,15 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             serde_json::json!({ "starts": starts, "first_start_us": summary, "restart_us": restarts })
         }
         "idle" => {
-            let runner = crate::idle::runner(bin).await?;
-            let bare = crate::idle::bare_client().await?;
+            let (runner, bare) = crate::idle::both(bin).await?;
+            let (r, b) = (runner.settled, bare.settled);
             serde_json::json!({
                 "runner": runner,
                 "bare_client": bare,
-                "rss_ratio": runner.rss_bytes as f64 / bare.rss_bytes as f64,
-                "anon_ratio": runner.anon_bytes as f64 / bare.anon_bytes as f64,
+                "rss_ratio": r.rss_bytes as f64 / b.rss_bytes as f64,
+                "anon_ratio": r.anon_bytes as f64 / b.anon_bytes as f64,
+                "rss_ratio_connected_1s": runner.connected_1s.rss_bytes as f64
+                    / bare.connected_1s.rss_bytes as f64,
             })
         }
         "scale" => {
@@ -81,13 +83,40 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
                 "runs_msgs_per_s": runs.iter().map(|r| r.messages_per_s).collect::<Vec<_>>(),
             })
         }
+        "drain" => {
+            let (floor_n, threads, lines) = if quick {
+                (20_000, 2, 1_000)
+            } else {
+                (200_000, 4, 1_200)
+            };
+            let floor = crate::floor::throughput(floor_n).await?;
+            let ingest = crate::floor::mock_ingest(floor_n).await?;
+            let rig = crate::scenarios::Rig::start(bin, &["--reconnect-max-delay", "1s"]).await?;
+            rig.create_agent("bench").await?;
+            let ids = rig.create_threads("bench", threads).await?;
+            // Warm-up, not counted; then the drains (each a few tens of
+            // milliseconds, so several).
+            crate::scenarios::update_throughput(&rig, &ids, lines).await?;
+            let mut runs = Vec::new();
+            for _ in 0..if quick { 3 } else { 9 } {
+                runs.push(crate::scenarios::outbox_drain(&rig, &ids, lines).await?);
+            }
+            rig.runner.stop().await;
+            serde_json::json!({
+                "floor_msgs_per_s": floor,
+                "mock_ingest_msgs_per_s": ingest,
+                "vs_floor": runs.iter().map(|r| r.messages_per_s / floor).collect::<Vec<_>>(),
+                "median_vs_floor": crate::stats::median(runs.iter().map(|r| r.messages_per_s)) / floor,
+                "drains": runs,
+            })
+        }
         "peers" => {
             let (turns, threads) = if quick { (5, 2) } else { (30, 10) };
             serde_json::to_value(crate::peers::measure(bin, turns, threads).await?)?
         }
         other => {
             bail!(
-                "unknown scenario {other:?} (startup, idle, scale, heartbeat, code-agent, peers, throughput)"
+                "unknown scenario {other:?} (startup, idle, scale, heartbeat, code-agent, peers, throughput, drain)"
             )
         }
     };

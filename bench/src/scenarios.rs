@@ -237,6 +237,8 @@ pub struct OutboxDrain {
     pub expected_messages: u64,
     /// From the new stream going live to the last turn's COMPLETED.
     pub drain_seconds: f64,
+    /// From the new stream going live to its first message.
+    pub first_message_seconds: f64,
     pub messages_per_s: f64,
     /// From stopping the control plane to the runner's next registration
     /// (includes the downtime and the backoff).
@@ -298,6 +300,12 @@ pub async fn outbox_drain(rig: &Rig, threads: &[String], lines: usize) -> Result
         .copied()
         .context("no reconnect seen")?;
     let drain = end.duration_since(connected).as_secs_f64();
+    let first = rig
+        .collector
+        .first_after_connect(streams0)
+        .context("no message after the reconnect")?
+        .duration_since(connected)
+        .as_secs_f64();
     let messages = rig.collector.received() - msgs0;
     Ok(OutboxDrain {
         threads: threads.len(),
@@ -306,6 +314,7 @@ pub async fn outbox_drain(rig: &Rig, threads: &[String], lines: usize) -> Result
         item_updates_after_reconnect: rig.collector.item_updates() - items0,
         expected_messages: (threads.len() * (2 * lines + 1)) as u64,
         drain_seconds: drain,
+        first_message_seconds: first,
         messages_per_s: messages as f64 / drain,
         outage_seconds: outage.as_secs_f64(),
         cpu_seconds_disconnected: cpu,

@@ -162,6 +162,14 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok(tick(11)? + tick(12)?)
 }
 
+/// The median of `values` (the lower middle one of an even count; 0 when
+/// there are none).
+pub fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
