@@ -61,11 +61,7 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             } else {
                 (200_000, 8, 10_000)
             };
-            let floor = crate::floor::throughput(floor_n).await?;
-            let ingest = crate::floor::mock_ingest(floor_n).await?;
-            let rig = crate::scenarios::Rig::start(bin, &[]).await?;
-            rig.create_agent("bench").await?;
-            let ids = rig.create_threads("bench", threads).await?;
+            let (floor, ingest, rig, ids) = floor_and_rig(bin, floor_n, threads, &[]).await?;
             // Warm-up, not counted; then three runs, the median reported.
             crate::scenarios::update_throughput(&rig, &ids, lines / 10).await?;
             let mut runs = Vec::new();
@@ -89,11 +85,9 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             } else {
                 (200_000, 4, 1_200)
             };
-            let floor = crate::floor::throughput(floor_n).await?;
-            let ingest = crate::floor::mock_ingest(floor_n).await?;
-            let rig = crate::scenarios::Rig::start(bin, &["--reconnect-max-delay", "1s"]).await?;
-            rig.create_agent("bench").await?;
-            let ids = rig.create_threads("bench", threads).await?;
+            let reconnect = ["--reconnect-max-delay", "1s"];
+            let (floor, ingest, rig, ids) =
+                floor_and_rig(bin, floor_n, threads, &reconnect).await?;
             // Warm-up, not counted; then the drains (each a few tens of
             // milliseconds, so several).
             crate::scenarios::update_throughput(&rig, &ids, lines).await?;
@@ -122,4 +116,20 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
     };
     println!("{}", serde_json::to_string_pretty(&value)?);
     Ok(())
+}
+
+/// The floor and the mock's ingest (`floor_n` messages each), then a runner
+/// (with `extra` arguments) with one agent and `threads` threads.
+async fn floor_and_rig(
+    bin: &Path,
+    floor_n: usize,
+    threads: usize,
+    extra: &[&str],
+) -> Result<(f64, f64, crate::scenarios::Rig, Vec<String>)> {
+    let floor = crate::floor::throughput(floor_n).await?;
+    let ingest = crate::floor::mock_ingest(floor_n).await?;
+    let rig = crate::scenarios::Rig::start(bin, extra).await?;
+    rig.create_agent("bench").await?;
+    let ids = rig.create_threads("bench", threads).await?;
+    Ok((floor, ingest, rig, ids))
 }
