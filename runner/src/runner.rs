@@ -30,10 +30,15 @@ const PROBE_UNREGISTERED_AFTER: Duration = Duration::from_secs(2);
 /// How often the end of start-up is checked for while an SDK probe runs.
 const STARTUP_POLL: Duration = Duration::from_millis(100);
 
+/// How long an idle thread of the async runtime's blocking pool lives
+/// (tokio's default, named here because [`STARTUP_SETTLE`] depends on it).
+pub const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(10);
+
 /// How long after start-up (connected, no probe running) its pages are
-/// released: what follows at once (the first updates, the first timers)
-/// is start-up's tail.
-const STARTUP_SETTLE: Duration = Duration::from_secs(1);
+/// released: past start-up's tail (the first updates and timers) and past
+/// the exit of the blocking threads start-up used (name resolution, SDK
+/// probes), whose exit runs code of its own.
+const STARTUP_SETTLE: Duration = BLOCKING_THREAD_KEEP_ALIVE.saturating_add(Duration::from_secs(1));
 
 /// How long shutdown waits for queued updates to reach the control plane.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -310,22 +315,24 @@ impl Runner {
     }
 }
 
-/// Start-up is over once the ControlChannel is open and no SDK probe runs:
-/// then the executable's pages that only start-up used go back (see
-/// `startup_pages`). A runner that never connects keeps them.
+/// Start-up is over once the ControlChannel is open, no SDK probe runs and
+/// [`STARTUP_SETTLE`] has passed: then the code pages that only start-up
+/// used go back (see `startup_pages`). A runner that never connects keeps
+/// them.
 async fn release_startup_pages(
     rt: Arc<Runtime>,
     mut link: watch::Receiver<LinkState>,
     close: CancellationToken,
 ) {
     let over = async {
-        link.wait_for(|s| *s == LinkState::Connected).await.is_ok() && {
-            while rt.sdks.any_probe_running() {
-                tokio::time::sleep(STARTUP_POLL).await;
-            }
-            tokio::time::sleep(STARTUP_SETTLE).await;
-            true
+        if link.wait_for(|s| *s == LinkState::Connected).await.is_err() {
+            return false;
         }
+        while rt.sdks.any_probe_running() {
+            tokio::time::sleep(STARTUP_POLL).await;
+        }
+        tokio::time::sleep(STARTUP_SETTLE).await;
+        true
     };
     tokio::select! {
         over = over => if over {

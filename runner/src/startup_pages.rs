@@ -1,4 +1,4 @@
-//! Gives back the executable's pages that only start-up used (issue 14).
+//! Gives back the code pages that only start-up used (issue 14).
 //!
 //! Most of an idle runner's resident set was its own executable: every page
 //! of code and read-only data that start-up ran through (arguments and
@@ -7,7 +7,8 @@
 //! fault-around maps up to 16 pages around each one touched.
 //!
 //! Those pages are clean copies of the file. Once start-up is over,
-//! `MADV_DONTNEED` on the executable's never-written segments unmaps them;
+//! `MADV_DONTNEED` on the never-written segments of the executable and of
+//! the libraries it loaded (libc, libm, the dynamic loader) unmaps them;
 //! what the runner goes on running faults back in from the page cache (a
 //! minor fault, no I/O). The pages stay in the page cache: this shrinks the
 //! runner's RSS, not the machine's cache, which the kernel reclaims when it
@@ -15,8 +16,9 @@
 //!
 //! Only segments the process never writes are touched: loaded, not
 //! writable, outside the RELRO range (relocated at load, so its pages are
-//! private copies that must stay), and only when the executable has no text
-//! relocations. Anything else keeps its pages.
+//! private copies that must stay), and only of an object without text
+//! relocations, loaded from a file (not the vDSO). Anything else keeps its
+//! pages.
 
 use std::ffi::{c_int, c_void};
 
@@ -33,28 +35,36 @@ struct Dyn {
     val: u64,
 }
 
-/// A range of the executable's never-written pages, `[start, end)`.
+/// A range of never-written pages, `[start, end)`.
 type Range = (usize, usize);
 
-/// Unmaps the executable's never-written pages; they fault back in from
+/// What the walk over the loaded objects collects.
+#[derive(Default)]
+struct Walk {
+    /// Objects seen so far; the first is the executable.
+    objects: usize,
+    ranges: Vec<Range>,
+}
+
+/// Unmaps the loaded objects' never-written pages; they fault back in from
 /// the page cache as they are used. Returns the bytes unmapped (whether
 /// resident or not).
 pub fn release() -> usize {
-    let mut ranges: Vec<Range> = Vec::new();
+    let mut walk = Walk::default();
     // SAFETY: `collect` is called synchronously, only during this call, with
-    // the pointer to `ranges`, which outlives it.
+    // the pointer to `walk`, which outlives it.
     unsafe {
-        libc::dl_iterate_phdr(Some(collect), (&raw mut ranges).cast());
+        libc::dl_iterate_phdr(Some(collect), (&raw mut walk).cast());
     }
     let page = page_size();
     let mut released = 0;
-    for (start, end) in ranges {
+    for (start, end) in walk.ranges {
         let (start, end) = (start.next_multiple_of(page), end / page * page);
         if end <= start {
             continue;
         }
-        // SAFETY: the range lies in a loaded, never-written segment of the
-        // executable (see `collect`), whose pages equal the file's; dropping
+        // SAFETY: the range lies in a loaded, never-written segment of an
+        // object loaded from a file (see `collect`), whose pages equal the file's; dropping
         // them changes no byte the process reads.
         if unsafe { libc::madvise(start as *mut c_void, end - start, libc::MADV_DONTNEED) } == 0 {
             released += end - start;
@@ -62,7 +72,7 @@ pub fn release() -> usize {
     }
     tracing::debug!(
         kib = released / 1024,
-        "start-up over: released the executable's pages"
+        "start-up over: released the pages of its code"
     );
     released
 }
@@ -73,19 +83,21 @@ fn page_size() -> usize {
     usize::try_from(size).unwrap_or(4096).max(4096)
 }
 
-/// `dl_iterate_phdr`'s callback: the first object is the executable. Its
-/// loaded, non-writable segments go into `data` (a `Vec<Range>`), unless it
-/// has text relocations; then it stops the walk.
+/// `dl_iterate_phdr`'s callback, once per loaded object (the first is the
+/// executable, then the libraries). An object's loaded, non-writable
+/// segments go into `data` (the [`Walk`]), unless it has text relocations.
 unsafe extern "C" fn collect(
     info: *mut libc::dl_phdr_info,
     _size: usize,
     data: *mut c_void,
 ) -> c_int {
     // SAFETY: glibc passes a valid `dl_phdr_info` whose program headers
-    // are mapped, and `data` is the `Vec<Range>` given in `release`.
-    let (info, ranges) = unsafe { (&*info, &mut *data.cast::<Vec<Range>>()) };
-    if info.dlpi_phdr.is_null() {
-        return 1;
+    // are mapped, and `data` is the `Walk` given in `release`.
+    let (info, walk) = unsafe { (&*info, &mut *data.cast::<Walk>()) };
+    let first = walk.objects == 0;
+    walk.objects += 1;
+    if info.dlpi_phdr.is_null() || !(first || loaded_by_path(info)) {
+        return 0;
     }
     // SAFETY: as above: `dlpi_phnum` headers at `dlpi_phdr`.
     let headers =
@@ -97,7 +109,7 @@ unsafe extern "C" fn collect(
         .iter()
         .any(|h| h.p_type == libc::PT_DYNAMIC && unsafe { text_relocations(at(h.p_vaddr)) })
     {
-        return 1;
+        return 0;
     }
     let relro = headers
         .iter()
@@ -110,10 +122,20 @@ unsafe extern "C" fn collect(
         let range = (at(h.p_vaddr), at(h.p_vaddr + h.p_filesz));
         let overlaps_relro = relro.is_some_and(|(s, e)| range.0 < e && s < range.1);
         if !overlaps_relro {
-            ranges.push(range);
+            walk.ranges.push(range);
         }
     }
-    1
+    0
+}
+
+/// Whether a library was loaded from a file by path (libc, libm, the
+/// dynamic loader), unlike the vDSO, whose pages the kernel provides.
+fn loaded_by_path(info: &libc::dl_phdr_info) -> bool {
+    // SAFETY: a non-null `dlpi_name` is a NUL-terminated string.
+    !info.dlpi_name.is_null()
+        && unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
+            .to_bytes()
+            .starts_with(b"/")
 }
 
 /// Whether the dynamic section at `addr` asks for text relocations (then
@@ -145,10 +167,9 @@ mod tests {
     /// must keep its pages (unrelocated file bytes would be garbage).
     static NAMES: &[&str] = &["alpha", "beta", "gamma"];
 
-    /// Resident KiB of this executable's mappings that are not writable.
-    fn resident_readonly_kib() -> u64 {
-        let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let exe = exe.to_string_lossy().into_owned();
+    /// Resident KiB of the mappings that are not writable, of the files
+    /// whose path `of` accepts.
+    fn resident_readonly_kib(of: impl Fn(&str) -> bool) -> u64 {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut total = 0;
         let mut counting = false;
@@ -158,7 +179,7 @@ mod tests {
                 .first()
                 .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
             {
-                counting = fields.get(5) == Some(&exe.as_str())
+                counting = fields.get(5).is_some_and(|path| of(path))
                     && fields.get(1).is_some_and(|p| !p.contains('w'));
             } else if counting && fields.first() == Some(&"Rss:") {
                 total += fields[1].parse::<u64>().unwrap();
@@ -169,13 +190,31 @@ mod tests {
 
     #[test]
     fn release_drops_read_only_pages_and_keeps_relocated_data() {
-        let before = resident_readonly_kib();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let exe = exe.to_string_lossy().into_owned();
+        let of_exe = |path: &str| path == exe;
+        let of_libc = |path: &str| path.contains("/libc.so");
+        let before = (
+            resident_readonly_kib(of_exe),
+            resident_readonly_kib(of_libc),
+        );
         let released = release();
-        let after = resident_readonly_kib();
+        let after = (
+            resident_readonly_kib(of_exe),
+            resident_readonly_kib(of_libc),
+        );
         assert!(released > 0, "nothing released");
         assert!(
-            after < before,
-            "resident read-only pages {before} KiB before, {after} KiB after"
+            after.0 < before.0,
+            "the executable's resident read-only pages: {} KiB before, {} KiB after",
+            before.0,
+            after.0
+        );
+        assert!(
+            after.1 < before.1,
+            "libc's resident read-only pages: {} KiB before, {} KiB after",
+            before.1,
+            after.1
         );
         // Relocated pointers still point at their strings, and code still runs.
         assert_eq!(NAMES.iter().map(|n| n.len()).sum::<usize>(), 14);

@@ -112,6 +112,7 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_keep_alive(crate::runner::BLOCKING_THREAD_KEEP_ALIVE)
         .build()
     {
         Ok(rt) => rt,
