@@ -17,7 +17,14 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use crate::config::RunConfig;
 
 /// The authenticated control-plane client (path prefix and bearer secret applied to every call).
-pub type Client = AgentRunnerControlServiceClient<InterceptedService<PathPrefix<Channel>, Auth>>;
+pub type Client = AgentRunnerControlServiceClient<Service>;
+
+/// The channel under [`Client`], for calls made with a codec of their own
+/// (`link::wire`'s ControlChannel): same connection, prefix and secret.
+pub type Service = InterceptedService<PathPrefix<Channel>, Auth>;
+
+/// The largest message accepted from the control plane.
+pub const MAX_DECODING_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 
 /// Why a client could not be built from the settings.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +43,18 @@ pub enum TransportError {
 /// Build a client; the connection itself is made lazily, on first use, and
 /// re-made by the channel after it breaks.
 pub fn client(config: &RunConfig) -> Result<Client, TransportError> {
+    service(config).map(rpc)
+}
+
+/// The generated client over `service` (a clone shares its connection).
+pub fn rpc(service: Service) -> Client {
+    AgentRunnerControlServiceClient::new(service)
+        .max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE)
+}
+
+/// Build the client's channel; it connects lazily, on first use, and
+/// reconnects after it breaks.
+pub fn service(config: &RunConfig) -> Result<Service, TransportError> {
     let url = &config.control_plane;
     let mut endpoint = Endpoint::from_shared(url.origin.clone())
         .map_err(|e| TransportError::Url(e.to_string()))?
@@ -83,8 +102,7 @@ pub fn client(config: &RunConfig) -> Result<Client, TransportError> {
         inner: channel,
         prefix: url.path_prefix.clone(),
     };
-    Ok(AgentRunnerControlServiceClient::with_interceptor(svc, auth)
-        .max_decoding_message_size(64 * 1024 * 1024))
+    Ok(InterceptedService::new(svc, auth))
 }
 
 /// Adds the bearer secret to every call.

@@ -22,6 +22,7 @@
 //! dropped on their word.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::ClientMessage;
@@ -46,8 +47,9 @@ pub struct Sent {
     /// Its journal entry, if it is journaled (terminal and structural
     /// updates): forgotten once delivery is settled.
     pub journal: Option<u64>,
-    /// The update itself, as sent (boxed: see [`crate::outbox::Taken`]).
-    pub message: Box<ClientMessage>,
+    /// The update itself, as sent: shared with the wire while it is kept
+    /// for a re-send (see `link::wire`), not copied.
+    pub message: Arc<ClientMessage>,
     /// When it was handed to the connection.
     pub at: Instant,
 }
@@ -277,7 +279,7 @@ mod tests {
         Sent {
             sequence: seq,
             journal,
-            message: Box::new(ClientMessage {
+            message: Arc::new(ClientMessage {
                 request_id: Some(format!("r{}", seq.unwrap_or(0))),
                 payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
                 sequence: 0,

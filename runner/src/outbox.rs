@@ -44,8 +44,8 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::BuildHasher as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use std::sync::atomic::AtomicUsize;
 
@@ -60,10 +60,11 @@ use crate::transcript::Transcripts;
 /// An update taken out of the outbox, with its journal entry if it has one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Taken {
-    /// The update (boxed: it moves through the link by pointer; a
-    /// `ClientMessage` is a few hundred bytes, and moving those was the
-    /// largest item in the link's profile).
-    pub message: Box<ClientMessage>,
+    /// The update, by pointer: a `ClientMessage` is a few hundred bytes,
+    /// and moving those was the largest item in the link's profile. Shared
+    /// (`Arc`) because, kept for a re-send, it is also what the wire
+    /// encodes (`link::wire`); in the outbox nothing else holds it.
+    pub message: Arc<ClientMessage>,
     /// Its journal entry (durable updates of a journaled outbox).
     pub journal: Option<u64>,
 }
@@ -79,10 +80,11 @@ pub struct Journaled {
 /// The queued updates and the indexes of the intermediate ones.
 struct Queue {
     /// (sequence number, update), sequence numbers increasing front to back.
-    /// Boxed: making room removes from the middle, which shifts entries;
-    /// a shift of pointers, not of whole messages (shifting ~300-byte
-    /// messages was a third of the runner's CPU with a full outbox).
-    items: VecDeque<(u64, Box<ClientMessage>)>,
+    /// By pointer: making room removes from the middle, which shifts
+    /// entries; a shift of pointers, not of whole messages (shifting
+    /// ~300-byte messages was a third of the runner's CPU with a full
+    /// outbox).
+    items: VecDeque<(u64, Arc<ClientMessage>)>,
     /// The sequence number of the next update queued at the back.
     next: u64,
     /// Sequence numbers of the queued intermediate updates, oldest first.
@@ -130,7 +132,7 @@ impl Queue {
         if let Some(id) = journal {
             self.journaled.insert(seq, id);
         }
-        self.items.push_back((seq, Box::new(msg)));
+        self.items.push_back((seq, Arc::new(msg)));
     }
 
     fn push_front(&mut self, msg: ClientMessage) {
@@ -142,7 +144,7 @@ impl Queue {
             }
         };
         self.index(seq, &msg);
-        self.items.push_front((seq, Box::new(msg)));
+        self.items.push_front((seq, Arc::new(msg)));
     }
 
     fn pop_front(&mut self) -> Option<Taken> {
@@ -423,7 +425,8 @@ impl Outbox {
         }
         if let Some(pos) = queue.superseded(&msg) {
             // Same key, same sequence number: the indexes stay as they are.
-            *queue.items[pos].1 = msg;
+            // Queued updates are not shared: replaced in place.
+            *Arc::make_mut(&mut queue.items[pos].1) = msg;
             drop(queue);
             self.count(&self.coalesced, "coalesced");
             crate::metrics::outbox_coalesced();
@@ -462,7 +465,7 @@ impl Outbox {
     /// Take the oldest update, waiting for one. Cancel-safe: an update is
     /// removed only when this returns it.
     pub async fn pop(&self) -> ClientMessage {
-        *self.pop_entry().await.message
+        Arc::unwrap_or_clone(self.pop_entry().await.message)
     }
 
     /// [`Outbox::pop`] with the update's journal entry.

@@ -142,11 +142,11 @@ impl Runner {
         // connects lazily) → the token broker (control-plane tokens go
         // through that client) → the git credential socket → the runtime,
         // complete → what the store knows → the link.
-        let client = crate::client::client(config)?;
+        let service = crate::client::service(config)?;
         let redactor = crate::redact::Redactor::process();
         let github = crate::github::broker(
             &config.github,
-            Some(client.clone()),
+            Some(crate::client::rpc(service.clone())),
             redactor,
             &config.proxy,
         )
@@ -202,7 +202,7 @@ impl Runner {
         crate::restore::restore(&rt, &sending.pending_turn_ends())
             .await
             .context("restoring state")?;
-        let link = Link::new(rt.clone(), client, config, sending.clone());
+        let link = Link::new(rt.clone(), service, config, sending.clone());
         let link_state = link.state();
         let link_report = link.report();
         let close = CancellationToken::new();

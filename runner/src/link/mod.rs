@@ -15,6 +15,7 @@
 
 pub(crate) mod problem;
 mod sending;
+pub(crate) mod wire;
 
 pub use sending::{ACKED_DELIVERY, Batch, Sending};
 
@@ -30,7 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::client::Client;
+use crate::client::Service;
 use crate::config::RunConfig;
 use crate::delivery::Mode;
 use crate::runtime::Runtime;
@@ -63,7 +64,7 @@ enum SessionEnd {
 /// The control-plane link (see the module doc).
 pub struct Link {
     rt: Arc<Runtime>,
-    client: Client,
+    service: Service,
     min_delay: Duration,
     max_delay: Duration,
     state: watch::Sender<LinkState>,
@@ -76,17 +77,17 @@ pub struct Link {
 }
 
 impl Link {
-    /// A link over `client` (its channel connects lazily, on first use),
+    /// A link over `service` (its channel connects lazily, on first use),
     /// sending through `sending` (which reads `rt`'s outbox).
     pub fn new(
         rt: Arc<Runtime>,
-        client: Client,
+        service: Service,
         config: &RunConfig,
         sending: Arc<Sending>,
     ) -> Self {
         Self {
             rt,
-            client,
+            service,
             min_delay: config.reconnect_min_delay,
             max_delay: config.reconnect_max_delay,
             state: watch::Sender::new(LinkState::Connecting),
@@ -186,7 +187,7 @@ impl Link {
     }
 
     async fn session(&self, close: &CancellationToken) -> SessionEnd {
-        let mut client = self.client.clone();
+        let mut client = crate::client::rpc(self.service.clone());
         // What is known now; slow probes answer later (`agent_sdk_update`).
         let descriptions = crate::sdk_probe::for_registration(&self.rt);
         let request = RegisterRunnerRequest {
@@ -228,10 +229,13 @@ impl Link {
         // with their first message, which an idle control plane may never
         // send.
         let (accepted_tx, mut accepted) = oneshot::channel();
-        let opening = client.control_channel(Announced {
-            inner: Box::pin(outbound),
-            first_poll: Some(accepted_tx),
-        });
+        let opening = wire::control_channel(
+            self.service.clone(),
+            Announced {
+                inner: Box::pin(outbound),
+                first_poll: Some(accepted_tx),
+            },
+        );
         tokio::pin!(opening);
         let mut opened = None;
         let response = loop {
@@ -358,7 +362,7 @@ fn outbound(
     sending: Arc<Sending>,
     session_over: CancellationToken,
     close: CancellationToken,
-) -> impl Stream<Item = ClientMessage> + Send + Sync + 'static {
+) -> impl Stream<Item = Arc<ClientMessage>> + Send + Sync + 'static {
     let state = Outbound {
         epoch: sending.epoch(),
         sending,
@@ -372,12 +376,13 @@ fn outbound(
     futures::stream::unfold(state, |s| Box::pin(next_outbound(s)) as NextOutbound)
 }
 
-type NextOutbound =
-    Pin<Box<dyn std::future::Future<Output = Option<(ClientMessage, Outbound)>> + Send + Sync>>;
+type NextOutbound = Pin<
+    Box<dyn std::future::Future<Output = Option<(Arc<ClientMessage>, Outbound)>> + Send + Sync>,
+>;
 
 /// A batch being taken (and its journal write awaited) for the wire.
 type PendingBatch =
-    Pin<Box<dyn std::future::Future<Output = Vec<Box<ClientMessage>>> + Send + Sync>>;
+    Pin<Box<dyn std::future::Future<Output = Vec<Arc<ClientMessage>>> + Send + Sync>>;
 
 struct Outbound {
     sending: Arc<Sending>,
@@ -386,7 +391,7 @@ struct Outbound {
     /// Taken and recorded, not yet handed to the transport (lost with the
     /// session only as far as the transport would have lost them: kept
     /// updates are re-sent).
-    ready: std::collections::VecDeque<Box<ClientMessage>>,
+    ready: std::collections::VecDeque<Arc<ClientMessage>>,
     /// The next batch, taken while `ready` goes out (its journal write
     /// overlaps the sending of the one before).
     pending: Option<PendingBatch>,
@@ -394,7 +399,7 @@ struct Outbound {
     close: CancellationToken,
 }
 
-async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
+async fn next_outbound(mut s: Outbound) -> Option<(Arc<ClientMessage>, Outbound)> {
     loop {
         if s.session_over.is_cancelled() {
             // The transport may poll a finished session's half: give it
@@ -423,8 +428,7 @@ async fn next_outbound(mut s: Outbound) -> Option<(ClientMessage, Outbound)> {
                 "update sent"
             );
             crate::metrics::update_sent(&msg);
-            // Unboxed once, here, for the transport.
-            return Some((*msg, s));
+            return Some((msg, s));
         }
         let out = match s.pending.as_mut() {
             Some(pending) => tokio::select! {

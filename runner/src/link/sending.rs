@@ -110,7 +110,7 @@ impl Sending {
                 Ok(message) => resend.push_back(Sent {
                     sequence: entry.sequence,
                     journal: Some(entry.id),
-                    message: Box::new(message),
+                    message: Arc::new(message),
                     at: now,
                 }),
                 Err(e) => {
@@ -306,7 +306,7 @@ impl Sending {
     /// The next updates to send, waiting for at least one: re-sends first,
     /// then the outbox (see [`Sending::take_batch`]); returns once the
     /// batch's journal commit is done.
-    pub async fn next_batch(&self, epoch: u64) -> Vec<Box<ClientMessage>> {
+    pub async fn next_batch(&self, epoch: u64) -> Vec<Arc<ClientMessage>> {
         let batch = self.take_batch(epoch).await;
         batch.committed().await
     }
@@ -389,7 +389,8 @@ impl Sending {
                     // disk (`Outbox::journal`, the same process redactor):
                     // scanning it again would find nothing.
                     if taken.journal.is_none() {
-                        updates::redact(&mut message, &self.redactor);
+                        // Not shared: no copy is made.
+                        updates::redact(Arc::make_mut(&mut message), &self.redactor);
                     }
                     if let Err(err) = message.validate() {
                         crate::metrics::invalid_update(&message);
@@ -455,17 +456,13 @@ impl Sending {
     /// to `out`. An update the control plane already acknowledged is
     /// settled instead.
     #[allow(clippy::too_many_arguments)]
-    #[expect(
-        clippy::vec_box,
-        reason = "updates move by pointer (see outbox::Taken)"
-    )]
     fn take(
         &self,
         inner: &mut Inner,
         mode: Mode,
         mut sent: Sent,
         now: Instant,
-        out: &mut Vec<Box<ClientMessage>>,
+        out: &mut Vec<Arc<ClientMessage>>,
         marks: &mut Vec<(u64, u64)>,
         forget: &mut Vec<u64>,
         unnumbered: &mut Vec<Sent>,
@@ -494,16 +491,21 @@ impl Sending {
             },
             Mode::Legacy { .. } => None,
         };
-        sent.message.sequence = sequence.unwrap_or(0);
+        let number = sequence.unwrap_or(0);
+        if sent.message.sequence != number {
+            // Unshared here (a fresh update, or a re-send whose earlier
+            // copy the wire has dropped): no copy is made.
+            Arc::make_mut(&mut sent.message).sequence = number;
+        }
         sent.sequence = sequence.or(sent.sequence);
         sent.at = now;
         if let (Some(id), Some(seq)) = (sent.journal, sequence) {
             marks.push((id, seq));
         }
-        // Kept for a re-send: a copy goes out. Not kept (legacy mode, an
-        // intermediate update): the update itself goes out.
+        // Kept for a re-send: the wire shares it. Not kept (legacy mode,
+        // an intermediate update): the update itself goes out.
         if inner.inflight.keeps(&sent) {
-            out.push(sent.message.clone());
+            out.push(Arc::clone(&sent.message));
             inner.inflight.record(sent);
         } else {
             inner.inflight.record_unkept(&sent);
@@ -617,12 +619,8 @@ impl Sending {
 
 /// Updates taken for the wire, and the journal write they wait for.
 #[derive(Default)]
-#[expect(
-    clippy::vec_box,
-    reason = "updates move by pointer (see outbox::Taken)"
-)]
 pub struct Batch {
-    out: Vec<Box<ClientMessage>>,
+    out: Vec<Arc<ClientMessage>>,
     commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
 }
 
@@ -630,7 +628,7 @@ impl Batch {
     /// Waits for the batch's journal write; then its updates may be sent.
     /// A failed write is logged (the updates go anyway: after a crash they
     /// may be lost or sent again with new numbers).
-    pub async fn committed(self) -> Vec<Box<ClientMessage>> {
+    pub async fn committed(self) -> Vec<Arc<ClientMessage>> {
         if let Some(commit) = self.commit {
             let done = commit
                 .await
@@ -740,7 +738,7 @@ mod tests {
         );
     }
 
-    fn turn_ids(sent: &[Box<ClientMessage>]) -> Vec<(u64, String)> {
+    fn turn_ids(sent: &[Arc<ClientMessage>]) -> Vec<(u64, String)> {
         sent.iter()
             .map(|m| match &m.payload {
                 Some(Payload::TurnUpdate(t)) => (m.sequence, t.sdk_turn_id.clone()),
