@@ -211,7 +211,7 @@ impl Live {
                 self.tokio
                     .block_on(self.sending.next_batch(epoch))
                     .into_iter()
-                    .map(|m| *m),
+                    .map(std::sync::Arc::unwrap_or_clone),
             );
         }
         if self.sending.unsettled() > ACK_ALL_ABOVE {
@@ -298,7 +298,7 @@ impl Harness {
                 .outbox
                 .try_pop_many(usize::MAX)
                 .into_iter()
-                .map(|t| *t.message)
+                .map(|t| std::sync::Arc::unwrap_or_clone(t.message))
                 .collect();
             let answered = replies.iter().any(|m| {
                 m.request_id == rid && matches!(m.payload, Some(Payload::RequestError(_)))
