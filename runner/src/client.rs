@@ -47,6 +47,8 @@ pub fn client(config: &RunConfig) -> Result<Client, TransportError> {
 }
 
 /// The generated client over `service` (a clone shares its connection).
+/// A setting added here (compression, limits) belongs in `link::wire`'s
+/// ControlChannel call too.
 pub fn rpc(service: Service) -> Client {
     AgentRunnerControlServiceClient::new(service)
         .max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE)

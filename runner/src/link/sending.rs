@@ -493,8 +493,10 @@ impl Sending {
         };
         let number = sequence.unwrap_or(0);
         if sent.message.sequence != number {
-            // Unshared here (a fresh update, or a re-send whose earlier
-            // copy the wire has dropped): no copy is made.
+            // A fresh or recovered update, or a re-send after the mode
+            // changed: unshared, so no copy is made, unless a finished
+            // session still holds the update (a mode change between two
+            // connections); then the copy is what is kept and sent.
             Arc::make_mut(&mut sent.message).sequence = number;
         }
         sent.sequence = sequence.or(sent.sequence);

@@ -18,19 +18,22 @@ use tonic_prost::ProstDecoder;
 
 use crate::client::{MAX_DECODING_MESSAGE_SIZE, Service};
 
+/// The service and the method's path, as the generated client names them
+/// (a test checks them against the generated service).
 const SERVICE: &str = "companyhelm.runner.v1.AgentRunnerControlService";
 const PATH: &str = "/companyhelm.runner.v1.AgentRunnerControlService/ControlChannel";
 
-/// What updates are encoded into. Each chunk handed to HTTP/2 is split off
-/// it; the next is written into the rest. tonic's default (8 KiB, chunks
-/// of 32 KiB) grew it by doubling, copying, for every chunk of a burst,
-/// and each grown buffer came and went with its pages (a fifth of a
-/// drain's time). Four chunks fit in this one, and a 64 KiB block is one
-/// of the allocator's reused medium sizes.
+/// What updates are encoded into (reserved once per call). Each chunk
+/// handed to HTTP/2 is split off it; the next is written into the rest.
+/// tonic's default (8 KiB, chunks of 32 KiB) grew it by doubling, copying,
+/// for every chunk of a burst, and each grown buffer came and went with
+/// its pages (a tenth of a drain's time). About three chunks fit in this
+/// one, and a 64 KiB block is one of the allocator's reused medium sizes.
 const ENCODE_BUFFER: usize = 64 * 1024;
 
-/// A chunk is handed to HTTP/2 once it holds this much: one DATA frame
-/// at HTTP/2's default frame size.
+/// A chunk is handed to HTTP/2 once it holds at least this much (checked
+/// after each whole update): HTTP/2's default frame size, so a chunk is
+/// about one DATA frame.
 const YIELD_THRESHOLD: usize = 16 * 1024;
 
 /// Opens the ControlChannel over `service`, sending `updates`.
@@ -82,12 +85,26 @@ impl Encoder for SharedEncoder {
     type Error = Status;
 
     fn encode(&mut self, item: Arc<ClientMessage>, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        // The buffer grows as needed: encoding into it cannot run short.
+        // The buffer grows as needed: encoding into it cannot run short
+        // (tonic adds "Error encoding" to anything returned here).
         item.encode(buf)
-            .map_err(|e| Status::internal(format!("encoding an update: {e}")))
+            .map_err(|e| Status::internal(e.to_string()))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::new(ENCODE_BUFFER, YIELD_THRESHOLD)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_runner_proto::runner::agent_runner_control_service_server::SERVICE_NAME;
+
+    use super::*;
+
+    #[test]
+    fn names_the_generated_service_and_method() {
+        assert_eq!(SERVICE, SERVICE_NAME);
+        assert_eq!(PATH, format!("/{SERVICE_NAME}/ControlChannel"));
     }
 }
