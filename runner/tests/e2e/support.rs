@@ -19,6 +19,8 @@ pub struct RunnerProc {
     pub child: Child,
     pub dirs: Arc<tempfile::TempDir>,
     pub logs: Arc<Mutex<String>>,
+    /// Copies stderr into `logs` until it closes.
+    reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 pub struct RunnerOpts {
@@ -92,7 +94,7 @@ impl RunnerProc {
         let logs = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().expect("stderr piped");
         let sink = logs.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 let mut l = sink.lock().unwrap();
@@ -100,7 +102,12 @@ impl RunnerProc {
                 l.push('\n');
             }
         });
-        Self { child, dirs, logs }
+        Self {
+            child,
+            dirs,
+            logs,
+            reader: Some(reader),
+        }
     }
 
     pub fn logs(&self) -> String {
@@ -138,12 +145,19 @@ impl RunnerProc {
         unsafe { libc::kill(pid, sig) };
     }
 
-    /// Wait for the process to exit; its exit code.
+    /// Waits for the process to exit: its exit code once it exited (-1: by a signal), with everything it
+    /// wrote to stderr in [`RunnerProc::logs`]; `None` if it did not exit.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
-        match tokio::time::timeout(timeout, self.child.wait()).await {
+        let code = match tokio::time::timeout(timeout, self.child.wait()).await {
             Ok(Ok(status)) => status.code().or(Some(-1)),
-            _ => None,
+            _ => return None,
+        };
+        // Its last lines may still be in the pipe: read to the end (a
+        // process it started may hold the pipe open; not for ever).
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(WAIT, reader).await;
         }
+        code
     }
 }
 
