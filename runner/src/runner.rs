@@ -27,9 +27,6 @@ use crate::workspace::Workspaces;
 /// registered yet (see `sdk_probe::probe_pending`).
 const PROBE_UNREGISTERED_AFTER: Duration = Duration::from_secs(2);
 
-/// How often the end of start-up is checked for while an SDK probe runs.
-const STARTUP_POLL: Duration = Duration::from_millis(100);
-
 /// How long an idle thread of the async runtime's blocking pool lives
 /// (tokio's default, named here because [`STARTUP_SETTLE`] depends on it).
 pub const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -328,9 +325,7 @@ async fn release_startup_pages(
         if link.wait_for(|s| *s == LinkState::Connected).await.is_err() {
             return false;
         }
-        while rt.sdks.any_probe_running() {
-            tokio::time::sleep(STARTUP_POLL).await;
-        }
+        rt.sdks.no_probe_running().await;
         tokio::time::sleep(STARTUP_SETTLE).await;
         true
     };

@@ -49,6 +49,8 @@ pub struct Sdks {
     advertised: RwLock<BTreeMap<String, SdkDescription>>,
     /// Slow descriptions under way (one per SDK at a time).
     probing: Mutex<BTreeSet<String>>,
+    /// Woken when the last probe under way ends.
+    probes_over: tokio::sync::Notify,
     /// Probe tickets: an answer older than the last one applied for its
     /// SDK is dropped (a slow first probe must not undo a re-probe after
     /// a login).
@@ -107,6 +109,7 @@ impl Sdks {
             adapters: list.into_iter().map(|a| (a.name().to_owned(), a)).collect(),
             advertised: RwLock::new(BTreeMap::new()),
             probing: Mutex::new(BTreeSet::new()),
+            probes_over: tokio::sync::Notify::new(),
             tickets: AtomicU64::new(0),
             applied: Mutex::new(BTreeMap::new()),
         }
@@ -171,21 +174,32 @@ impl Sdks {
             .insert(name.to_owned())
     }
 
-    /// Whether a probe is under way.
-    pub fn any_probe_running(&self) -> bool {
-        !self
-            .probing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
+    /// Returns once no probe is under way (at once if none is).
+    pub async fn no_probe_running(&self) {
+        loop {
+            let over = self.probes_over.notified();
+            tokio::pin!(over);
+            // Registered before the check, so an end in between wakes it.
+            over.as_mut().enable();
+            if self
+                .probing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+            {
+                return;
+            }
+            over.await;
+        }
     }
 
     /// The probe of `name` is over.
     pub fn end_probe(&self, name: &str) {
-        self.probing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name);
+        let mut probing = self.probing.lock().unwrap_or_else(PoisonError::into_inner);
+        probing.remove(name);
+        if probing.is_empty() {
+            self.probes_over.notify_waiters();
+        }
     }
 
     /// A ticket to take before probing; [`Sdks::settle`] drops answers
@@ -317,6 +331,28 @@ mod tests {
             error_message: None,
             models: vec![sdk_adapter::ModelInfo::new("m", &[])],
         }
+    }
+
+    /// Start-up's end waits for the probes under way, and only for them.
+    #[tokio::test]
+    async fn no_probe_running_waits_for_the_last_probe_to_end() {
+        let sdks = Arc::new(Sdks::from_adapters(vec![Arc::new(Slow)]));
+        // None under way: at once.
+        sdks.no_probe_running().await;
+        assert!(sdks.begin_probe("slow"));
+        assert!(sdks.begin_probe("other"));
+        let waiter = tokio::spawn({
+            let sdks = sdks.clone();
+            async move { sdks.no_probe_running().await }
+        });
+        sdks.end_probe("slow");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "one probe is still under way");
+        sdks.end_probe("other");
+        tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+            .await
+            .expect("woken when the last probe ended")
+            .unwrap();
     }
 
     #[test]
