@@ -481,13 +481,16 @@ async fn main() -> Result<()> {
         None,
     );
     t.row(
-        "RSS idle, settled (25 s): bare tonic client holding one ControlChannel (floor): RSS / anonymous",
+        &format!("RSS idle, settled ({} s): bare tonic client holding one ControlChannel (floor): RSS / anonymous", idle::SETTLED.as_secs()),
         format!("{:.1} / {:.1}", mib(bare.rss_bytes), mib(bare.anon_bytes)),
         "MiB",
         None,
     );
     t.row(
-        "RSS idle, settled (25 s): runner (every built-in SDK): RSS / anonymous",
+        &format!(
+            "RSS idle, settled ({} s): runner (every built-in SDK): RSS / anonymous",
+            idle::SETTLED.as_secs()
+        ),
         format!(
             "{:.1} / {:.1}",
             mib(idle_runner.rss_bytes),
@@ -497,7 +500,10 @@ async fn main() -> Result<()> {
         None,
     );
     t.row(
-        "RSS idle, settled (25 s): runner / bare client: RSS / anonymous",
+        &format!(
+            "RSS idle, settled ({} s): runner / bare client: RSS / anonymous",
+            idle::SETTLED.as_secs()
+        ),
         format!(
             "{:.2} / {:.2}",
             idle_runner.rss_bytes as f64 / bare.rss_bytes as f64,

@@ -234,7 +234,9 @@ async fn read_inbound(
                 }
             }
         }
-        state.record_received(batch);
+        if !batch.is_empty() {
+            state.record_received(batch);
+        }
         if ended {
             break;
         }
