@@ -9,6 +9,10 @@
 //!   dispatch latency could be.
 //! - `mock_ingest`: the same client stream into the mock control plane, to
 //!   show what the measuring side itself can take.
+//! - [`Flood`]: a bare client streaming item updates into the mock control
+//!   plane as fast as it takes them, answering each request ahead of its
+//!   own queue: what a heartbeat's round trip is on one stream carrying a
+//!   flood, with nothing behind the client.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -22,8 +26,8 @@ use agent_runner_proto::runner::agent_runner_control_service_server::{
 };
 use agent_runner_proto::runner::{
     ClientMessage, CreateUserMessageRequest, GetGithubInstallationAccessTokenForRunnerRequest,
-    GetGithubInstallationAccessTokenForRunnerResponse, ItemStatus, ItemType, ItemUpdate,
-    ListGithubInstallationsForRunnerRequest, ListGithubInstallationsForRunnerResponse,
+    GetGithubInstallationAccessTokenForRunnerResponse, HeartbeatResponse, ItemStatus, ItemType,
+    ItemUpdate, ListGithubInstallationsForRunnerRequest, ListGithubInstallationsForRunnerResponse,
     RegisterRunnerRequest, RegisterRunnerResponse, ServerMessage, TurnStatus, TurnUpdate,
     client_message::Payload, server_message::Request as Req,
 };
@@ -41,30 +45,31 @@ use crate::collector::Collector;
 /// `n` item updates shaped like a `say` turn's: RUNNING then COMPLETED per
 /// item, with realistic ids.
 pub fn item_updates(n: usize) -> Vec<ClientMessage> {
+    (0..n).map(item_update).collect()
+}
+
+/// The `i`th of [`item_updates`].
+fn item_update(i: usize) -> ClientMessage {
     let turn = "turn-0b9e4c1e-5d1f-4c55-9d2a-3f1f7f0e8a11";
     let thread = "thr-4f1d2c3b4a5968778695a4b3c2d1e0f1";
-    (0..n)
-        .map(|i| {
-            let status = if i % 2 == 0 {
-                ItemStatus::Running
-            } else {
-                ItemStatus::Completed
-            };
-            ClientMessage {
-                request_id: Some(format!("m{}", i / 64)),
-                payload: Some(Payload::ItemUpdate(ItemUpdate {
-                    sdk_item_id: format!("{turn}-item-{}", i / 2 + 1),
-                    status: status.into(),
-                    item_type: ItemType::AgentMessage.into(),
-                    text: Some(format!("{}", i / 2)),
-                    command_execution_item: None,
-                    thread_id: thread.to_owned(),
-                    sdk_turn_id: turn.to_owned(),
-                })),
-                sequence: 0,
-            }
-        })
-        .collect()
+    let status = if i.is_multiple_of(2) {
+        ItemStatus::Running
+    } else {
+        ItemStatus::Completed
+    };
+    ClientMessage {
+        request_id: Some(format!("m{}", i / 64)),
+        payload: Some(Payload::ItemUpdate(ItemUpdate {
+            sdk_item_id: format!("{turn}-item-{}", i / 2 + 1),
+            status: status.into(),
+            item_type: ItemType::AgentMessage.into(),
+            text: Some(format!("{}", i / 2)),
+            command_execution_item: None,
+            thread_id: thread.to_owned(),
+            sdk_turn_id: turn.to_owned(),
+        })),
+        sequence: 0,
+    }
 }
 
 /// The server→client half of a live floor stream.
@@ -289,4 +294,65 @@ pub async fn round_trip(n: usize) -> Result<Vec<Duration>> {
     }
     answering.abort();
     Ok(samples)
+}
+
+/// A bare client flooding the mock control plane with item updates until
+/// dropped, answering every request with a `HeartbeatResponse` ahead of the
+/// updates it has not yet handed to the transport (the runner's outbox
+/// does the same). The round trips its `collector` measures are the least
+/// one HTTP/2 stream allows while it carries a flood: the answer still
+/// waits behind what the transport, the socket and the mock already hold.
+pub struct Flood {
+    pub collector: Collector,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    answering: tokio::task::JoinHandle<()>,
+}
+
+impl Flood {
+    pub async fn start() -> Result<Self> {
+        let cp = Arc::new(mock_control_plane::MockControlPlane::start(Default::default()).await?);
+        let collector = Collector::start(cp.clone());
+        let mut client = client(&cp.url()).await?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (answer_tx, answer_rx) = mpsc::channel::<ClientMessage>(64);
+        let flooding = {
+            let stop = stop.clone();
+            tokio_stream::iter(
+                (0..)
+                    .map(item_update)
+                    .take_while(move |_| !stop.load(Ordering::Relaxed)),
+            )
+        };
+        // Answers first whenever one is waiting, then the flood.
+        let outbound = futures::stream::select_with_strategy(
+            ReceiverStream::new(answer_rx),
+            flooding,
+            |_: &mut ()| futures::stream::PollNext::Left,
+        );
+        let mut inbound = client.control_channel(outbound).await?.into_inner();
+        let answering = tokio::spawn(async move {
+            while let Ok(Some(msg)) = inbound.message().await {
+                let answer = ClientMessage {
+                    request_id: Some(msg.request_id),
+                    payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
+                    sequence: 0,
+                };
+                if answer_tx.send(answer).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Flood {
+            collector,
+            stop,
+            answering,
+        })
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.answering.abort();
+    }
 }

@@ -1,7 +1,10 @@
 //! Heartbeat under load (issue 14): the control plane's `HeartbeatRequest`
 //! round trip (sent → `HeartbeatResponse`) while 1,000 threads are being
 //! created and 100 turns stream at once — the read loop must not starve.
-//! Compared with the bare tonic round trip of the same run (`floor`).
+//! Compared with the bare tonic round trip of the same run (`floor`), and
+//! with the round trip through one stream a bare client floods
+//! ([`crate::floor::Flood`]): an answer cannot overtake what its stream
+//! already carries, whoever sends it.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -11,7 +14,7 @@ use agent_runner_proto::runner::server_message::Request;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::collector::Until;
+use crate::collector::{Collector, Until};
 use crate::scenarios::{Rig, user_message};
 use crate::stats::Summary;
 
@@ -23,15 +26,28 @@ pub struct Heartbeat {
     pub under_load: Summary,
     /// The same with the runner idle, before the load.
     pub idle: Summary,
+    /// Messages the runner sent while the load ran.
+    pub messages_under_load: u64,
+    /// Round trips through the mock while a bare client floods it with
+    /// item updates at full speed, answering first ([`crate::floor::Flood`]).
+    pub floor_under_flood: Summary,
+    /// Messages the bare client's flood delivered meanwhile.
+    pub floor_flood_messages: u64,
 }
 
-/// Heartbeat round trips, one every 5 ms, until `done()`.
-async fn beats(rig: &Rig, done: impl Fn() -> bool) -> Result<Vec<Duration>> {
+/// Round trips measured against the flooding bare client.
+const FLOOD_BEATS: usize = 200;
+
+/// Heartbeat round trips, one every 5 ms, until `done(beats so far)`.
+async fn beats(
+    collector: &Collector,
+    prefix: &str,
+    done: impl Fn(usize) -> bool,
+) -> Result<Vec<Duration>> {
     let mut out = Vec::new();
-    while !done() {
-        let rid = rig.rid("hb");
-        let (_, sent, first, _) = rig
-            .collector
+    while !done(out.len()) {
+        let rid = format!("{prefix}-{}", out.len());
+        let (_, sent, first, _) = collector
             .request(
                 &rid,
                 Request::HeartbeatRequest(HeartbeatRequest {}),
@@ -66,12 +82,16 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
     // Idle heartbeats first.
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let t0 = Instant::now();
-    let idle_beats = beats(&rig, || t0.elapsed() >= Duration::from_secs(1)).await?;
+    let idle_beats = beats(&rig.collector, "hbi", |_| {
+        t0.elapsed() >= Duration::from_secs(1)
+    })
+    .await?;
     let text: String = (0..lines)
         .map(|i| format!("say line {i}"))
         .collect::<Vec<_>>()
         .join("\n");
     let rig = &rig;
+    let before = rig.collector.received();
     let load = async {
         let streaming = futures::future::try_join_all(streamers.iter().map(|t| {
             let text = &text;
@@ -89,13 +109,22 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
         let _ = stop_tx.send(true);
         Ok::<_, anyhow::Error>(())
     };
-    let (loaded, beaten) = tokio::join!(load, beats(rig, || *stop.borrow()));
+    let (loaded, beaten) = tokio::join!(load, beats(&rig.collector, "hbl", |_| *stop.borrow()));
     loaded?;
     let under = beaten?;
+    let messages_under_load = rig.collector.received() - before;
+
+    let flood = crate::floor::Flood::start().await?;
+    let flooded = beats(&flood.collector, "hbf", |n| n >= FLOOD_BEATS).await?;
+    let floor_flood_messages = flood.collector.received();
+    drop(flood);
     Ok(Heartbeat {
         threads_created: create,
         streaming_turns: stream,
         under_load: Summary::of(&under),
         idle: Summary::of(&idle_beats),
+        messages_under_load,
+        floor_under_flood: Summary::of(&flooded),
+        floor_flood_messages,
     })
 }

@@ -554,6 +554,21 @@ async fn main() -> Result<()> {
         "ratio",
         None,
     );
+    t.row(
+        &format!(
+            "floor: heartbeat round trip while a bare client floods the mock ({} updates), p50 / p99 / max",
+            hb.floor_flood_messages
+        ),
+        pct(&hb.floor_under_flood),
+        "us",
+        None,
+    );
+    t.row(
+        "heartbeat p99 under load / p99 of the flooded bare stream",
+        format!("{:.2}", hb.under_load.p99_us / hb.floor_under_flood.p99_us),
+        "ratio",
+        None,
+    );
     let start_s = Summary::of(&ms_samples(&starts.start_ms));
     t.row(
         &format!(

@@ -45,6 +45,7 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
                 "floor_round_trip": floor,
                 "heartbeat": hb,
                 "p99_vs_floor_p99": hb.under_load.p99_us / floor.p99_us,
+                "p99_vs_flooded_floor_p99": hb.under_load.p99_us / hb.floor_under_flood.p99_us,
             })
         }
         "code-agent" => {
