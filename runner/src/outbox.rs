@@ -97,6 +97,12 @@ struct Queue {
     journaled: HashMap<u64, u64, Hashing>,
     /// Hashes [`supersede_key`]s (seeded per process).
     keys: Hashing,
+    /// How many of the front entries were queued urgently
+    /// ([`Queue::push_front`]): they are taken alone (see
+    /// [`Outbox::try_pop_many`]). Urgent replies are never intermediate,
+    /// so nothing removes them from the middle; were one removed, the count
+    /// would only make one later batch smaller.
+    urgent: usize,
 }
 
 /// The outbox's hashing: foldhash, seeded per process. SipHash (std's
@@ -114,6 +120,7 @@ impl Queue {
             newest: HashMap::default(),
             journaled: HashMap::default(),
             keys: Hashing::default(),
+            urgent: 0,
         }
     }
 
@@ -145,10 +152,12 @@ impl Queue {
         };
         self.index(seq, &msg);
         self.items.push_front((seq, Arc::new(msg)));
+        self.urgent += 1;
     }
 
     fn pop_front(&mut self) -> Option<Taken> {
         let (seq, msg) = self.items.pop_front()?;
+        self.urgent = self.urgent.saturating_sub(1);
         self.unindex(seq, &msg);
         Some(Taken {
             message: msg,
@@ -514,6 +523,13 @@ impl Outbox {
     /// Takes up to `max` more updates without waiting (a batch to send).
     pub fn try_pop_many(&self, max: usize) -> Vec<Taken> {
         let mut queue = self.lock();
+        // Urgent replies are taken alone: a batch with a journaled update
+        // goes on the wire only after a journal commit, which an answer
+        // to a heartbeat has no reason to wait for.
+        let max = match queue.urgent {
+            0 => max,
+            urgent => max.min(urgent),
+        };
         let mut out = Vec::new();
         while out.len() < max {
             match queue.pop_front() {
@@ -806,5 +822,23 @@ mod tests {
         o.push_urgent(updates::heartbeat(Some("hb".into())));
         assert_eq!(o.pop().await, updates::heartbeat(Some("hb".into())));
         assert_eq!(o.stats().depth, 17);
+    }
+
+    #[tokio::test]
+    async fn urgent_replies_are_taken_alone() {
+        let o = Outbox::new(16);
+        for i in 0..4 {
+            o.push(completed(&i.to_string())).await;
+        }
+        o.push_urgent(updates::heartbeat(Some("a".into())));
+        o.push_urgent(updates::heartbeat(Some("b".into())));
+        let ids = |taken: Vec<Taken>| -> Vec<String> {
+            taken
+                .into_iter()
+                .map(|t| t.message.request_id.clone().unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(ids(o.try_pop_many(8)), ["b", "a"]);
+        assert_eq!(o.try_pop_many(8).len(), 4);
     }
 }
