@@ -23,6 +23,14 @@ use crate::runtime::{INTERRUPT_GRACE, RunningTurn, Runtime};
 use crate::state::RunningTurnRow;
 use crate::updates::{self, RequestId};
 
+/// A thread's task yields to the others after this many commands and
+/// events in a row. An event's work (the outbox, the journal, the
+/// transcript) is a few µs; without this, the task ran until tokio's
+/// budget of 128 channel reads was spent, and with 100 threads streaming
+/// the ControlChannel's read loop, queued behind them, waited tens of ms
+/// to read a heartbeat.
+const EVENTS_PER_POLL: usize = 16;
+
 /// Starts `spec`'s task and registers its mailbox.
 pub fn start(rt: &Arc<Runtime>, sdk: String, spec: ThreadSpec, last_turn: Option<String>) {
     let (agent_id, thread_id) = (spec.agent_id.clone(), spec.thread_id.clone());
@@ -108,7 +116,12 @@ impl ThreadTask {
     /// or event is the price.
     async fn run(mut self) {
         let mut steer_tag = 0u64;
+        let mut handled = 0usize;
         loop {
+            handled += 1;
+            if handled.is_multiple_of(EVENTS_PER_POLL) {
+                tokio::task::yield_now().await;
+            }
             tokio::select! {
                 cmd = self.rx.recv() => {
                     let Some(cmd) = cmd.map(Queued::take) else { break };
