@@ -147,6 +147,15 @@ impl Collector {
     }
 }
 
+impl Collector {
+    /// Stops following the timeline and waits until the task has let go of
+    /// the mock control plane.
+    pub async fn close(&mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
 impl Drop for Collector {
     fn drop(&mut self) {
         self.task.abort();

@@ -350,6 +350,22 @@ impl Flood {
     }
 }
 
+impl Flood {
+    /// Stops the flood and the mock, waits until neither holds what the
+    /// mock received (freed when `self` is dropped), and returns how many
+    /// messages arrived.
+    pub async fn finish(&mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.answering.abort();
+        if let Err(e) = self.collector.cp.stop().await {
+            eprintln!("flood: stopping its mock control plane: {e}");
+        }
+        let received = self.collector.received();
+        self.collector.close().await;
+        received
+    }
+}
+
 impl Drop for Flood {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

@@ -26,13 +26,17 @@ pub struct Heartbeat {
     pub under_load: Summary,
     /// The same with the runner idle, before the load.
     pub idle: Summary,
-    /// Messages the runner sent while the load ran.
+    /// Messages the runner sent while the load ran, and in how long.
     pub messages_under_load: u64,
-    /// Round trips through the mock while a bare client floods it with
-    /// item updates at full speed, answering first ([`crate::floor::Flood`]).
+    pub load_seconds: f64,
+    /// Round trips through a separate mock while a bare client floods it
+    /// with item updates at full speed, answering first
+    /// ([`crate::floor::Flood`]). Its stream is saturated; the runner's,
+    /// sending at its own pace, need not be.
     pub floor_under_flood: Summary,
-    /// Messages the bare client's flood delivered meanwhile.
+    /// Messages the bare client's flood delivered meanwhile, and in how long.
     pub floor_flood_messages: u64,
+    pub floor_flood_seconds: f64,
 }
 
 /// Round trips measured against the flooding bare client.
@@ -92,6 +96,7 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
         .join("\n");
     let rig = &rig;
     let before = rig.collector.received();
+    let load_start = Instant::now();
     let load = async {
         let streaming = futures::future::try_join_all(streamers.iter().map(|t| {
             let text = &text;
@@ -113,18 +118,26 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
     loaded?;
     let under = beaten?;
     let messages_under_load = rig.collector.received() - before;
+    let load_seconds = load_start.elapsed().as_secs_f64();
 
-    let flood = crate::floor::Flood::start().await?;
-    let flooded = beats(&flood.collector, "hbf", |n| n >= FLOOD_BEATS).await?;
-    let floor_flood_messages = flood.collector.received();
+    let mut flood = crate::floor::Flood::start().await?;
+    let flood_start = Instant::now();
+    let flooded = beats(&flood.collector, "hbf", |n| n >= FLOOD_BEATS).await;
+    let floor_flood_seconds = flood_start.elapsed().as_secs_f64();
+    // Stopped and freed here, not behind the next scenario's back: the
+    // mock keeps every message it received (millions).
+    let floor_flood_messages = flood.finish().await;
     drop(flood);
+    let flooded = flooded?;
     Ok(Heartbeat {
         threads_created: create,
         streaming_turns: stream,
         under_load: Summary::of(&under),
         idle: Summary::of(&idle_beats),
         messages_under_load,
+        load_seconds,
         floor_under_flood: Summary::of(&flooded),
         floor_flood_messages,
+        floor_flood_seconds,
     })
 }

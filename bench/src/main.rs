@@ -541,8 +541,8 @@ async fn main() -> Result<()> {
     );
     t.row(
         &format!(
-            "heartbeat round trip while {} threads are created and {} turns stream, p50 / p99 / max",
-            hb.threads_created, hb.streaming_turns
+            "heartbeat round trip while {} threads are created and {} turns stream ({} msgs in {:.1} s), p50 / p99 / max",
+            hb.threads_created, hb.streaming_turns, hb.messages_under_load, hb.load_seconds
         ),
         pct(&hb.under_load),
         "us",
@@ -556,15 +556,15 @@ async fn main() -> Result<()> {
     );
     t.row(
         &format!(
-            "floor: heartbeat round trip while a bare client floods the mock ({} updates), p50 / p99 / max",
-            hb.floor_flood_messages
+            "floor: heartbeat round trip while a bare client floods a mock ({} msgs in {:.1} s), p50 / p99 / max",
+            hb.floor_flood_messages, hb.floor_flood_seconds
         ),
         pct(&hb.floor_under_flood),
         "us",
         None,
     );
     t.row(
-        "heartbeat p99 under load / p99 of the flooded bare stream",
+        "heartbeat p99 under load / p99 of the flooded (saturated) bare stream",
         format!("{:.2}", hb.under_load.p99_us / hb.floor_under_flood.p99_us),
         "ratio",
         None,
