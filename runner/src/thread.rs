@@ -23,8 +23,8 @@ use crate::runtime::{INTERRUPT_GRACE, RunningTurn, Runtime};
 use crate::state::RunningTurnRow;
 use crate::updates::{self, RequestId};
 
-/// A thread's task yields to the others after this many commands and
-/// events in a row. An event's work (the outbox, the journal, the
+/// A thread's task yields to the others at every this-many-th command or
+/// event it handles. An event's work (the outbox, the journal, the
 /// transcript) is a few µs; without this, the task ran until tokio's
 /// budget of 128 channel reads was spent, and with 100 threads streaming
 /// the ControlChannel's read loop, queued behind them, waited tens of ms
