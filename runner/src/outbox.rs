@@ -733,7 +733,7 @@ mod tests {
 
     /// The indexed queue against the plain scan it replaced, on random
     /// sequences of pushes (running/completed items, usage, terminal
-    /// updates, urgent replies) and pops through a small bound.
+    /// updates, urgent replies), pops and batches through a small bound.
     #[tokio::test]
     async fn indexed_queue_matches_a_plain_scan() {
         fn reference_push(q: &mut VecDeque<ClientMessage>, cap: usize, msg: ClientMessage) -> bool {
@@ -792,13 +792,36 @@ mod tests {
                         reference.push_front(hb);
                         continue;
                     }
-                    _ => {
+                    _ if rand(2) == 0 => {
                         let got = if o.is_empty() {
                             None
                         } else {
                             Some(o.pop().await)
                         };
                         assert_eq!(got, reference.pop_front(), "round {round} step {step}");
+                        continue;
+                    }
+                    _ => {
+                        // A batch: the urgent replies at the front alone
+                        // (here every heartbeat is one), else up to `max`.
+                        let max = 1 + rand(8) as usize;
+                        let urgent = reference
+                            .iter()
+                            .take_while(|m| {
+                                matches!(m.payload, Some(Payload::HeartbeatResponse(_)))
+                            })
+                            .count();
+                        let n = match urgent {
+                            0 => max.min(reference.len()),
+                            urgent => max.min(urgent),
+                        };
+                        let got: Vec<ClientMessage> = o
+                            .try_pop_many(max)
+                            .into_iter()
+                            .map(|t| Arc::unwrap_or_clone(t.message))
+                            .collect();
+                        let want: Vec<ClientMessage> = reference.drain(..n).collect();
+                        assert_eq!(got, want, "round {round} step {step}");
                         continue;
                     }
                 };
