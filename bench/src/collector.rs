@@ -145,9 +145,7 @@ impl Collector {
             .last_received
             .context("no message was received")
     }
-}
 
-impl Collector {
     /// Stops following the timeline and waits until the task has let go of
     /// the mock control plane.
     pub async fn close(&mut self) {

@@ -348,15 +348,18 @@ impl Flood {
             answering,
         })
     }
-}
 
-impl Flood {
+    /// Ends the flood and the answering task (idempotent).
+    fn halt(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.answering.abort();
+    }
+
     /// Stops the flood and the mock, waits until neither holds what the
     /// mock received (freed when `self` is dropped), and returns how many
     /// messages arrived.
     pub async fn finish(&mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.answering.abort();
+        self.halt();
         if let Err(e) = self.collector.cp.stop().await {
             eprintln!("flood: stopping its mock control plane: {e}");
         }
@@ -368,7 +371,6 @@ impl Flood {
 
 impl Drop for Flood {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.answering.abort();
+        self.halt();
     }
 }
