@@ -18,6 +18,13 @@
 //! The queue is bounded ([`QUEUE_BOUND`] records): when it is full, callers
 //! that may wait wait for room (backpressure), the ones that may not are
 //! told (`false`) and decide.
+//!
+//! A writer parked on an empty queue costs the next caller a wake-up (a
+//! futex call and a context switch: 3.5 % of the runner's CPU in the
+//! throughput profile, where nearly every append found the writer parked).
+//! So after a busy group commit (at least [`BUSY_BATCH`] records) the
+//! writer lets the next ones gather for [`GATHER`] instead of parking; a
+//! quiet runner's commits (single records) are not delayed.
 
 use std::fs::File;
 use std::io::Write as _;
@@ -35,6 +42,13 @@ const MAX_BATCH: usize = 2_048;
 pub const COMPACT_AT: u64 = 4 << 20;
 /// ... and only when it is this many times what the live entries need.
 pub const COMPACT_RATIO: u64 = 4;
+
+/// A group commit this large means records are streaming in: gather the
+/// next ones before waiting.
+const BUSY_BATCH: usize = 8;
+/// How long records gather after a busy group commit (what it adds to a
+/// commit's wait, under load only).
+const GATHER: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// The thread's name, as metrics label it (the bench reads it).
 pub const THREAD_NAME: &str = "outbox-journal";
@@ -82,8 +96,9 @@ impl Writer {
     fn serve(mut self, mut rx: mpsc::Receiver<Job>) {
         let mut batch: Vec<Job> = Vec::with_capacity(256);
         let mut buf: Vec<u8> = Vec::with_capacity(64 << 10);
-        while let Some(first) = rx.blocking_recv() {
-            let busy = std::time::Instant::now();
+        let mut busy = false;
+        while let Some(first) = next_job(&mut rx, busy) {
+            let started = std::time::Instant::now();
             batch.push(first);
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
@@ -119,7 +134,8 @@ impl Writer {
             if self.len > COMPACT_AT && self.len > COMPACT_RATIO * self.live_len() {
                 self.compact();
             }
-            crate::metrics::store_batch(THREAD_NAME, jobs, busy.elapsed());
+            crate::metrics::store_batch(THREAD_NAME, jobs, started.elapsed());
+            busy = jobs >= BUSY_BATCH;
         }
     }
 
@@ -162,6 +178,20 @@ impl Writer {
             }
         }
     }
+}
+
+/// The next job: after a busy commit, what gathered in [`GATHER`] (or the
+/// first to come); else the first to come. `None` once every sender is gone.
+fn next_job(rx: &mut mpsc::Receiver<Job>, busy: bool) -> Option<Job> {
+    if busy {
+        std::thread::sleep(GATHER);
+        match rx.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+    }
+    rx.blocking_recv()
 }
 
 /// Writes `state` to `<path>.new`, syncs it, renames it over `path` and
