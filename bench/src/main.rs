@@ -7,7 +7,8 @@
 //! ```
 //!
 //! `--only` runs one of the issue-14 scenarios alone and prints its rows
-//! (see `only.rs`).
+//! (see `only.rs`); `--only a,b` runs several one after the other in this
+//! one process (to see whether one slows the next, as in the full run).
 //!
 //! `--baseline-runner` measures update throughput with a second binary too
 //! (e.g. one built before a change) and prints the ratio.
@@ -49,7 +50,7 @@ struct Args {
     runner: Option<PathBuf>,
     baseline: Option<PathBuf>,
     out: PathBuf,
-    /// Run one scenario alone (see `only.rs`).
+    /// Run these scenarios alone, in order (see `only.rs`).
     only: Option<String>,
 }
 
@@ -215,7 +216,10 @@ async fn main() -> Result<()> {
     let a = args()?;
     let bin = proc::locate(a.runner.clone())?;
     if let Some(name) = &a.only {
-        return only::run(name, &bin, a.quick).await;
+        for name in name.split(',') {
+            only::run(name, &bin, a.quick).await?;
+        }
+        return Ok(());
     }
     let sz = Sizes::new(a.quick);
     let machine = Machine::read();
