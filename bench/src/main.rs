@@ -593,6 +593,14 @@ async fn main() -> Result<()> {
         "ms",
         None,
     );
+    if let Some(cold) = starts.cold_ms {
+        t.row(
+            "start with the binary dropped from the page cache first (cold), spawn -> RegisterRunner",
+            format!("{cold:.1}"),
+            "ms",
+            None,
+        );
+    }
     let restart_s = Summary::of(&ms_samples(&starts.restart_ms));
     t.row(
         &format!(
