@@ -172,6 +172,10 @@ const FILE_BUFFER: usize = 32 * 1024;
 /// 200,000 a second, a few hundred lines of the queue's 4,096).
 const GATHER: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// The writer's maps are looked up for every line: foldhash, seeded per
+/// process (SipHash, std's default, was a sixth of the writer's time).
+type Hashing = foldhash::fast::RandomState;
+
 /// The writer's open files and their sizes.
 struct Files {
     dir: PathBuf,
@@ -190,10 +194,6 @@ fn close(open: &mut OpenFiles, thread: &str) {
         tracing::warn!(error = %e, thread, "writing a transcript failed");
     }
 }
-
-/// The writer's maps are looked up for every line: foldhash, seeded per
-/// process (SipHash, std's default, was a sixth of the writer's time).
-type Hashing = foldhash::fast::RandomState;
 
 impl Files {
     /// Writes out every file's buffered lines (the queue ran empty).
