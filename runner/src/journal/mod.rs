@@ -34,9 +34,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{mpsc, oneshot};
 
 use self::log::Record;
-use self::writer::{Job, Writer};
+use self::writer::{Job, Records, Writer};
 
 pub use self::writer::THREAD_NAME;
+
+/// Most appends one [`Journal::append_queued_many`] job carries.
+pub const BURST: usize = 16;
 
 /// Sequence numbers reserved per disk write.
 pub const SEQUENCE_BLOCK: u64 = 4_096;
@@ -168,7 +171,7 @@ impl Journal {
         let (done, result) = oneshot::channel();
         self.jobs
             .send(Job {
-                record,
+                records: record.map_or(Records::None, Records::One),
                 done: Some(done),
             })
             .await
@@ -185,7 +188,7 @@ impl Journal {
     fn try_queue(&self, record: Record) -> bool {
         self.jobs
             .try_send(Job {
-                record: Some(record),
+                records: Records::One(record),
                 done: None,
             })
             .is_ok()
@@ -205,7 +208,29 @@ impl Journal {
     pub async fn append_queued(&self, id: u64, message: Vec<u8>) -> Result<(), JournalError> {
         self.jobs
             .send(Job {
-                record: Some(Record::Append { id, message }),
+                records: Records::One(Record::Append { id, message }),
+                done: None,
+            })
+            .await
+            .map_err(|_| JournalError::Stopped)
+    }
+
+    /// [`Journal::append_queued`] for several entries, in order, as one job:
+    /// one slot of the writer's queue and at most one wake of the writer.
+    /// At most [`BURST`] of them (a thread's updates that were ready
+    /// together), so the queue's bound still bounds the records waiting.
+    pub async fn append_queued_many(
+        &self,
+        entries: Vec<(u64, Vec<u8>)>,
+    ) -> Result<(), JournalError> {
+        debug_assert!(entries.len() <= BURST);
+        let records = entries
+            .into_iter()
+            .map(|(id, message)| Record::Append { id, message })
+            .collect();
+        self.jobs
+            .send(Job {
+                records: Records::Many(records),
                 done: None,
             })
             .await

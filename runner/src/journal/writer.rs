@@ -15,7 +15,8 @@
 //! thread rewrites the live state into a new file, `fsync`s it and renames
 //! it over the old one: the file stays proportional to what is unsettled.
 //!
-//! The queue is bounded ([`QUEUE_BOUND`] records): when it is full, callers
+//! The queue is bounded ([`QUEUE_BOUND`] jobs, each one record or a
+//! thread's burst of at most [`super::BURST`] appends): when it is full, callers
 //! that may wait wait for room (backpressure), the ones that may not are
 //! told (`false`) and decide.
 //!
@@ -34,7 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::log::{Record, State};
 
-/// Records waiting for the writer before callers wait for room.
+/// Jobs waiting for the writer before callers wait for room.
 pub const QUEUE_BOUND: usize = 16_384;
 /// At most this many records share one write.
 const MAX_BATCH: usize = 2_048;
@@ -53,12 +54,23 @@ const GATHER: std::time::Duration = std::time::Duration::from_micros(100);
 /// The thread's name, as metrics label it (the bench reads it).
 pub const THREAD_NAME: &str = "outbox-journal";
 
-/// One queued change and who waits for it.
+/// One queued job (its changes) and who waits for it.
 pub struct Job {
-    /// The change (`None`: nothing to write, a flush).
-    pub record: Option<Record>,
+    /// What it writes.
+    pub records: Records,
     /// Told when the write is done (`Err`: it failed).
     pub done: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// What one job writes, in order.
+pub enum Records {
+    /// Nothing: a flush (its caller waits for what was queued before).
+    None,
+    /// One change.
+    One(Record),
+    /// Several, from one caller: a thread's updates that were ready
+    /// together take one slot of the queue and one wake of the writer.
+    Many(Vec<Record>),
 }
 
 /// The open file and what it holds.
@@ -107,18 +119,20 @@ impl Writer {
                 }
             }
             buf.clear();
+            let mut records = 0;
             for job in &mut batch {
-                match job.record.take() {
-                    // The common case: encoded, then moved (not copied)
-                    // into the live state.
-                    Some(Record::Append { id, message }) => {
-                        super::log::append_record(id, &message, &mut buf);
-                        self.state.insert(id, message);
+                match std::mem::replace(&mut job.records, Records::None) {
+                    Records::None => {}
+                    Records::One(record) => {
+                        records += 1;
+                        self.take(record, &mut buf);
                     }
-                    Some(record) if self.state.apply(&record) => {
-                        super::log::encode(&record, &mut buf);
+                    Records::Many(many) => {
+                        records += many.len();
+                        for record in many {
+                            self.take(record, &mut buf);
+                        }
                     }
-                    Some(_) | None => {}
                 }
             }
             let written = self.append(&buf);
@@ -135,7 +149,21 @@ impl Writer {
                 self.compact();
             }
             crate::metrics::store_batch(THREAD_NAME, jobs, started.elapsed());
-            busy = jobs >= BUSY_BATCH;
+            busy = records >= BUSY_BATCH;
+        }
+    }
+
+    /// Encodes `record` into `buf` and applies it to the live state.
+    fn take(&mut self, record: Record, buf: &mut Vec<u8>) {
+        match record {
+            // The common case: encoded, then moved (not copied) into the
+            // live state.
+            Record::Append { id, message } => {
+                super::log::append_record(id, &message, buf);
+                self.state.insert(id, message);
+            }
+            record if self.state.apply(&record) => super::log::encode(&record, buf),
+            _ => {}
         }
     }
 
