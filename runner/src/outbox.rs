@@ -382,6 +382,63 @@ impl Outbox {
         }
     }
 
+    /// [`Outbox::push`] for updates that were ready together (a thread's
+    /// burst of at most [`crate::journal::BURST`]), in order: the durable
+    /// ones journaled in one journal job, and as many as fit queued under
+    /// one lock with one wake of the link; the rest go one by one, making
+    /// room or waiting as [`Outbox::push`] does. A turn's end must be
+    /// written before it is queued: a burst holding one is pushed one by
+    /// one.
+    pub async fn push_burst(&self, mut msgs: Vec<ClientMessage>) {
+        if msgs.iter().any(is_turn_end) {
+            for msg in msgs {
+                self.push(msg).await;
+            }
+            return;
+        }
+        let mut ids = Vec::with_capacity(msgs.len());
+        let mut appends = Vec::new();
+        for msg in &mut msgs {
+            self.transcribe(msg);
+            let id = self.for_journal(msg).map(|(_, id, bytes)| {
+                appends.push((id, bytes));
+                id
+            });
+            ids.push(id);
+        }
+        if !appends.is_empty()
+            && let Some((journal, _)) = &self.journal
+        {
+            let started = std::time::Instant::now();
+            if let Err(e) = journal.append_queued_many(appends).await {
+                tracing::error!(
+                    updates = msgs.len(),
+                    error = %e,
+                    "journaling updates failed; they are kept in memory only"
+                );
+                ids.iter_mut().for_each(|id| *id = None);
+            }
+            crate::metrics::journal_append(started.elapsed());
+        }
+        let mut rest = msgs.into_iter().zip(ids);
+        let mut queued = false;
+        {
+            let mut queue = self.lock();
+            let held = self.held.load(Ordering::Relaxed);
+            while queue.len() + held < self.capacity {
+                let Some((msg, id)) = rest.next() else { break };
+                queue.push_back_journaled(msg, id);
+                queued = true;
+            }
+        }
+        if queued {
+            self.filled.notify_one();
+        }
+        for (message, journal) in rest {
+            self.queue(Journaled { message, journal }).await;
+        }
+    }
+
     /// Queue at once, even past the bound (replies from the read loop). A
     /// durable one is journaled without waiting for the disk (queued on
     /// the journal's thread ahead of anything that could send it).
@@ -863,5 +920,78 @@ mod tests {
         };
         assert_eq!(ids(o.try_pop_many(8)), ["b", "a"]);
         assert_eq!(o.try_pop_many(8).len(), 4);
+    }
+
+    fn item_done(item: &str, text: &str) -> ClientMessage {
+        updates::item(
+            None,
+            "t",
+            "u",
+            ItemEvent {
+                item_id: item.into(),
+                kind: ItemKind::AgentMessage,
+                status: sdk_adapter::ItemStatus::Completed,
+                text: Some(text.into()),
+                command: None,
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_burst_is_queued_in_order_its_completed_items_journaled() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path()).unwrap();
+        let o = Outbox::journaled(64, journal, Redactor::new());
+        o.push(running("a", "0")).await;
+        let burst = vec![
+            running("a", "1"),
+            item_done("a", "2"),
+            running("b", "3"),
+            item_done("b", "4"),
+        ];
+        o.push_burst(burst.clone()).await;
+        let taken = o.try_pop_many(16);
+        let got: Vec<ClientMessage> = taken.iter().map(|t| (*t.message).clone()).collect();
+        let mut want = vec![running("a", "0")];
+        want.extend(burst);
+        assert_eq!(got, want, "in order, nothing coalesced below the bound");
+        let journaled: Vec<bool> = taken.iter().map(|t| t.journal.is_some()).collect();
+        assert_eq!(journaled, [false, false, true, false, true]);
+        // Both completed items are in the journal, in order, once.
+        let want_ids: Vec<u64> = taken.iter().filter_map(|t| t.journal).collect();
+        if let Some((journal, _)) = &o.journal {
+            journal.flush().await.unwrap();
+        }
+        drop(o);
+        let (_, recovered) = Journal::open(dir.path()).unwrap();
+        let ids: Vec<u64> = recovered.entries.iter().map(|e| e.id).collect();
+        assert_eq!(ids, want_ids);
+    }
+
+    #[tokio::test]
+    async fn a_burst_past_the_bound_makes_room_as_single_pushes_do() {
+        let o = Outbox::new(3);
+        o.push(running("a", "0")).await;
+        o.push(completed("1")).await;
+        // Room for one: "b" queued under the lock; then "a" supersedes the
+        // queued RUNNING "a", and "c" replaces the oldest RUNNING update.
+        o.push_burst(vec![
+            running("b", "2"),
+            running("a", "3"),
+            running("c", "4"),
+        ])
+        .await;
+        let got = drain(&o).await;
+        assert_eq!(got, [completed("1"), running("b", "2"), running("c", "4")]);
+        assert_eq!(o.coalesced.load(Ordering::Relaxed), 1);
+        assert_eq!(o.dropped.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_burst_holding_a_turn_end_is_pushed_one_by_one() {
+        let o = Outbox::new(8);
+        let burst = vec![running("a", "1"), completed("u"), running("b", "2")];
+        o.push_burst(burst.clone()).await;
+        assert_eq!(drain(&o).await, burst);
     }
 }
