@@ -31,6 +31,10 @@ use crate::updates::{self, RequestId};
 /// to read a heartbeat.
 const EVENTS_PER_POLL: usize = 16;
 
+/// Most events a turn's burst takes at once ([`ThreadTask::on_event`]):
+/// the journal's bound on one job, and a poll's worth.
+const BURST: usize = crate::journal::BURST;
+
 /// Starts `spec`'s task and registers its mailbox.
 pub fn start(rt: &Arc<Runtime>, sdk: String, spec: ThreadSpec, last_turn: Option<String>) {
     let (agent_id, thread_id) = (spec.agent_id.clone(), spec.thread_id.clone());
@@ -118,12 +122,13 @@ impl ThreadTask {
         let mut steer_tag = 0u64;
         let mut handled = 0usize;
         loop {
-            handled += 1;
-            if handled.is_multiple_of(EVENTS_PER_POLL) {
+            if handled >= EVENTS_PER_POLL {
+                handled = 0;
                 tokio::task::yield_now().await;
             }
             tokio::select! {
                 cmd = self.rx.recv() => {
+                    handled += 1;
                     let Some(cmd) = cmd.map(Queued::take) else { break };
                     steer_tag += 1;
                     if let Flow::Deleted = Box::pin(self.handle(cmd, steer_tag)).await {
@@ -131,8 +136,13 @@ impl ThreadTask {
                     }
                 }
                 signal = watch_turn(&mut self.active) => match signal {
-                    TurnSignal::Event(event) => Box::pin(self.on_event(event)).await,
-                    TurnSignal::GraceOver => Box::pin(self.abandon_turn()).await,
+                    TurnSignal::Event(event) => {
+                        handled += Box::pin(self.on_event(event)).await;
+                    }
+                    TurnSignal::GraceOver => {
+                        handled += 1;
+                        Box::pin(self.abandon_turn()).await;
+                    }
                 },
             }
         }
@@ -152,6 +162,16 @@ impl ThreadTask {
             self.rt.record_update(&self.spec.thread_id, &msg);
         }
         self.rt.outbox.push(msg).await;
+    }
+
+    /// [`ThreadTask::send`] for a turn's updates that were ready together
+    /// (they name this thread: the outbox records their transcript).
+    async fn send_burst(&self, mut burst: Vec<agent_runner_proto::runner::ClientMessage>) {
+        match burst.len() {
+            0 => {}
+            1 => self.send(burst.remove(0)).await,
+            _ => self.rt.outbox.push_burst(burst).await,
+        }
     }
 
     async fn error(&self, rid: RequestId, text: impl Into<String>) {
@@ -332,37 +352,68 @@ impl ThreadTask {
         }
     }
 
-    async fn on_event(&mut self, event: Option<TurnEvent>) {
+    /// Handles the turn's `event` and returns how many events it handled:
+    /// an update, with the ones already waiting behind it (up to
+    /// [`BURST`]), is pushed as one burst (one journal job, one outbox
+    /// lock); the event that ends a burst (the turn's end, a steer) is
+    /// handled after it, in order.
+    async fn on_event(&mut self, event: Option<TurnEvent>) -> usize {
         let Some(turn) = self.active.as_mut() else {
-            return;
+            return 1;
         };
         let thread_id = &self.spec.thread_id;
-        let msg = match event {
-            None => {
-                let text = "the agent stopped without finishing the turn".to_owned();
-                return self.end_turn(TurnOutcome::Failed(text)).await;
-            }
-            Some(TurnEvent::Finished(outcome)) => return self.end_turn(outcome).await,
-            Some(TurnEvent::Steered { tag }) => {
-                while let Some((t, rid)) = turn.steers.pop_front() {
-                    if t == tag {
-                        turn.rid = rid;
-                        break;
-                    }
+        let mut burst = Vec::new();
+        let mut next = event;
+        let after = loop {
+            match next {
+                Some(TurnEvent::Item(item)) => {
+                    burst.push(updates::item(turn.rid.clone(), thread_id, &turn.id, item));
                 }
-                return;
+                Some(TurnEvent::Usage(usage)) => burst.push(updates::token_usage(
+                    turn.rid.clone(),
+                    thread_id,
+                    &turn.id,
+                    usage,
+                )),
+                Some(TurnEvent::ThreadNamed(name)) => {
+                    burst.push(updates::thread_name(turn.rid.clone(), thread_id, name));
+                }
+                Some(TurnEvent::Steered { tag }) if burst.is_empty() => {
+                    while let Some((t, rid)) = turn.steers.pop_front() {
+                        if t == tag {
+                            turn.rid = rid;
+                            break;
+                        }
+                    }
+                    return 1;
+                }
+                other => break Some(other),
             }
-            Some(TurnEvent::Item(item)) => {
-                updates::item(turn.rid.clone(), thread_id, &turn.id, item)
+            if burst.len() == BURST {
+                break None;
             }
-            Some(TurnEvent::Usage(usage)) => {
-                updates::token_usage(turn.rid.clone(), thread_id, &turn.id, usage)
-            }
-            Some(TurnEvent::ThreadNamed(name)) => {
-                updates::thread_name(turn.rid.clone(), thread_id, name)
-            }
+            next = match turn.events.try_recv() {
+                Ok(event) => Some(event),
+                Err(mpsc::error::TryRecvError::Empty) => break None,
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+            };
         };
-        self.send(msg).await;
+        let handled = burst.len();
+        self.send_burst(burst).await;
+        match after {
+            None => handled,
+            Some(None) => {
+                let text = "the agent stopped without finishing the turn".to_owned();
+                self.end_turn(TurnOutcome::Failed(text)).await;
+                handled + 1
+            }
+            Some(Some(TurnEvent::Finished(outcome))) => {
+                self.end_turn(outcome).await;
+                handled + 1
+            }
+            // A steer after updates: handled on its own, after them.
+            Some(event) => handled + Box::pin(self.on_event(event)).await,
+        }
     }
 
     async fn end_turn(&mut self, outcome: TurnOutcome) {
@@ -433,7 +484,9 @@ impl ThreadTask {
         let deadline = Instant::now() + INTERRUPT_GRACE;
         while let Some(turn) = &mut self.active {
             match tokio::time::timeout_at(deadline, turn.events.recv()).await {
-                Ok(event) => self.on_event(event).await,
+                Ok(event) => {
+                    self.on_event(event).await;
+                }
                 Err(_) => self.abandon_turn().await,
             }
         }
