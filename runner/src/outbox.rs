@@ -698,7 +698,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    fn running(item: &str, text: &str) -> ClientMessage {
+    fn item_update(item: &str, text: &str, status: sdk_adapter::ItemStatus) -> ClientMessage {
         updates::item(
             None,
             "t",
@@ -706,11 +706,19 @@ mod tests {
             ItemEvent {
                 item_id: item.into(),
                 kind: ItemKind::AgentMessage,
-                status: sdk_adapter::ItemStatus::Running,
+                status,
                 text: Some(text.into()),
                 command: None,
             },
         )
+    }
+
+    fn running(item: &str, text: &str) -> ClientMessage {
+        item_update(item, text, sdk_adapter::ItemStatus::Running)
+    }
+
+    fn item_done(item: &str, text: &str) -> ClientMessage {
+        item_update(item, text, sdk_adapter::ItemStatus::Completed)
     }
 
     fn completed(turn: &str) -> ClientMessage {
@@ -824,18 +832,7 @@ mod tests {
                 let item = format!("i{}", rand(6));
                 let msg = match rand(7) {
                     0 | 1 => running(&item, &format!("{round}-{step}")),
-                    2 => updates::item(
-                        None,
-                        "t",
-                        "u",
-                        ItemEvent {
-                            item_id: item,
-                            kind: ItemKind::AgentMessage,
-                            status: sdk_adapter::ItemStatus::Completed,
-                            text: Some(step.to_string()),
-                            command: None,
-                        },
-                    ),
+                    2 => item_done(&item, &step.to_string()),
                     3 => updates::token_usage(
                         None,
                         &format!("t{}", rand(2)),
@@ -920,21 +917,6 @@ mod tests {
         };
         assert_eq!(ids(o.try_pop_many(8)), ["b", "a"]);
         assert_eq!(o.try_pop_many(8).len(), 4);
-    }
-
-    fn item_done(item: &str, text: &str) -> ClientMessage {
-        updates::item(
-            None,
-            "t",
-            "u",
-            ItemEvent {
-                item_id: item.into(),
-                kind: ItemKind::AgentMessage,
-                status: sdk_adapter::ItemStatus::Completed,
-                text: Some(text.into()),
-                command: None,
-            },
-        )
     }
 
     #[tokio::test]
