@@ -424,8 +424,7 @@ impl Outbox {
         let mut queued = false;
         {
             let mut queue = self.lock();
-            let held = self.held.load(Ordering::Relaxed);
-            while queue.len() + held < self.capacity {
+            while self.has_room(&queue) {
                 let Some((msg, id)) = rest.next() else { break };
                 queue.push_back_journaled(msg, id);
                 queued = true;
@@ -482,8 +481,7 @@ impl Outbox {
             return true;
         };
         let mut queue = self.lock();
-        let held = self.held.load(Ordering::Relaxed);
-        if queue.len() + held < self.capacity {
+        if self.has_room(&queue) {
             queue.push_back_journaled(msg, journal_id);
             drop(queue);
             self.filled.notify_one();
@@ -514,6 +512,11 @@ impl Outbox {
         }
         *slot = Some((msg, journal_id));
         false
+    }
+
+    /// Whether one more update fits under the bound (queued plus held).
+    fn has_room(&self, queue: &Queue) -> bool {
+        queue.len() + self.held.load(Ordering::Relaxed) < self.capacity
     }
 
     fn count(&self, counter: &AtomicU64, what: &str) {
