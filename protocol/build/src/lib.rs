@@ -67,7 +67,21 @@ pub fn compile(job: &Job<'_>) -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .fold(validate, |b, (proto, rust)| b.extern_path(*proto, *rust));
     validate.fail_on_runtime_only(true).compile()?;
+    let generated = out_dir.join("validate_impl.rs");
+    let code = std::fs::read_to_string(&generated)?;
+    std::fs::write(&generated, cheaper_min_len(&code))?;
     Ok(())
+}
+
+/// The generator writes `min_len: 1` as `s.chars().count() < 1usize`,
+/// which walks every byte of the string; the runner validates each update
+/// it sends, and counting the characters of its ids was 2 % of the
+/// runner's CPU while updates stream (issue 14). A string has fewer than
+/// one character exactly when it is empty, so that check becomes
+/// `s.is_empty()`: the same rule, the same violation, no walk. Other
+/// lengths are left as generated.
+fn cheaper_min_len(code: &str) -> String {
+    code.replace(".chars().count() < 1usize", ".is_empty()")
 }
 
 /// `buf/validate/validate.proto`, as a descriptor set from the crate that
@@ -82,4 +96,24 @@ fn write_validate_descriptors(out_dir: &Path) -> Result<PathBuf, Box<dyn std::er
     let path = out_dir.join("buf_validate_descriptor_set.bin");
     std::fs::write(&path, set.encode_to_vec())?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_min_len_one_becomes_an_emptiness_check() {
+        let generated = "if self.thread_id.chars().count() < 1usize {}\n\
+                         if (*_item).chars().count() < 1usize {}\n\
+                         if self.name.chars().count() < 10usize {}\n\
+                         if self.name.chars().count() > 1usize {}";
+        assert_eq!(
+            cheaper_min_len(generated),
+            "if self.thread_id.is_empty() {}\n\
+             if (*_item).is_empty() {}\n\
+             if self.name.chars().count() < 10usize {}\n\
+             if self.name.chars().count() > 1usize {}"
+        );
+    }
 }
