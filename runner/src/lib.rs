@@ -11,6 +11,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod allocator;
 pub mod cli;
 pub mod client;
 pub mod codex_login;

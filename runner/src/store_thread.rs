@@ -151,7 +151,11 @@ where
 /// [`MAX_BATCH`]), run them in one transaction, commit, complete them.
 fn serve(mut conn: Connection, mut rx: mpsc::Receiver<Job>, name: &str) {
     let mut batch = Vec::with_capacity(64);
-    while let Some(first) = rx.blocking_recv() {
+    loop {
+        crate::allocator::before_wait();
+        let Some(first) = rx.blocking_recv() else {
+            break;
+        };
         let busy = std::time::Instant::now();
         batch.push(first);
         while batch.len() < MAX_BATCH {

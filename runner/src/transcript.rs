@@ -301,10 +301,13 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Re
                 std::thread::sleep(GATHER);
                 match rx.try_recv() {
                     Ok(job) => job,
-                    Err(std::sync::mpsc::TryRecvError::Empty) => match rx.recv() {
-                        Ok(job) => job,
-                        Err(_) => break,
-                    },
+                    Err(std::sync::mpsc::TryRecvError::Empty) => {
+                        crate::allocator::before_wait();
+                        match rx.recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        }
+                    }
                     Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
                 }
             }

@@ -66,6 +66,9 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
     // (0600), removed when this returns.
     let _admin = crate::admin::serve(runner.rt.clone(), &config.state_dir)?;
     let idle_rt = runner.rt.clone();
+    // This future runs on the main thread, which waits from here on: what
+    // it allocated starting the runner and freed goes back now.
+    crate::allocator::before_wait();
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

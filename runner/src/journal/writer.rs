@@ -220,6 +220,7 @@ fn next_job(rx: &mut mpsc::Receiver<Job>, busy: bool) -> Option<Job> {
             Err(mpsc::error::TryRecvError::Empty) => {}
         }
     }
+    crate::allocator::before_wait();
     rx.blocking_recv()
 }
 
