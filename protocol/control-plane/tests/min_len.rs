@@ -50,3 +50,16 @@ fn any_one_character_is_enough() {
     let long = "x".repeat(100);
     assert_eq!(violated(&item(&long, &long, &long)), []);
 }
+
+/// The rewrite took: were the generator to lay its output out differently,
+/// the rewrite would silently match nothing and the character count would
+/// be back on every update sent.
+#[test]
+fn the_generated_code_counts_no_characters_for_min_len_one() {
+    let generated = include_str!(concat!(env!("OUT_DIR"), "/validate_impl.rs"));
+    assert!(generated.contains("self.thread_id.is_empty()"));
+    assert!(
+        !generated.contains("chars().count() < 1usize"),
+        "a min_len 1 check still counts characters"
+    );
+}
