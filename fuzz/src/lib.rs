@@ -188,7 +188,6 @@ impl Live {
             runner.outbox.clone(),
             None,
             agent_runner::journal::Recovered::default(),
-            agent_runner::redact::Redactor::new(),
             Duration::from_secs(30),
         ));
         sending.registered(true, 0);

@@ -258,7 +258,10 @@ mod tests {
             sdks,
             store,
             workspaces: ws,
-            outbox: Arc::new(crate::outbox::Outbox::new(16)),
+            outbox: Arc::new(crate::outbox::Outbox::new(
+                16,
+                crate::redact::Redactor::new(),
+            )),
             mailboxes: Arc::new(crate::mailboxes::Mailboxes::new(BOUND)),
             max_turns: 8,
             skill_max_bytes: 1024,

@@ -30,10 +30,18 @@
 //! at most what the control plane sends while connected.
 //! Coalesced and dropped updates are counted and logged.
 //!
-//! Every update naming a thread is also handed to the transcripts
-//! ([`crate::transcript`]) as it enters, whichever way it came (thread
-//! task, command reply, read-loop reply): a clone and a non-blocking push
-//! to the writer's bounded queue, which drops (and counts) when full.
+//! Every update is masked as it enters, whichever way it came (thread
+//! task, command reply, read-loop reply): its free text scanned once for
+//! the secrets of the runner's redactor ([`crate::updates::redact`]). The
+//! journal, the transcripts and the wire all get that masked update; only
+//! one that waited here while a secret was added is scanned again, as it
+//! is taken out ([`Redactor::generation`]). Scanning it on the way out and
+//! again for its transcript was 5 % of the throughput profile.
+//!
+//! Every update naming a thread (or pushed for one:
+//! [`Outbox::push_for_thread`]) is then handed to the transcripts
+//! ([`crate::transcript`]): a copy and a non-blocking push to the writer's
+//! bounded queue, which drops (and counts) when full.
 //!
 //! Making room costs O(log n), not a scan of the queue: a full outbox is
 //! exactly when the runner is behind, so that path must stay cheap (a scan of
@@ -75,16 +83,27 @@ pub struct Taken {
 pub struct Journaled {
     message: ClientMessage,
     journal: Option<u64>,
+    /// The redactor's generation `message` was masked at.
+    masked: u64,
 }
 
-/// The queued updates and the indexes of the intermediate ones.
-struct Queue {
-    /// (sequence number, update), sequence numbers increasing front to back.
+/// A queued update.
+struct Slot {
+    /// Its place: increasing front to back.
+    seq: u64,
+    /// The redactor's generation it was masked at.
+    masked: u64,
     /// By pointer: making room removes from the middle, which shifts
     /// entries; a shift of pointers, not of whole messages (shifting
     /// ~300-byte messages was a third of the runner's CPU with a full
     /// outbox).
-    items: VecDeque<(u64, Arc<ClientMessage>)>,
+    msg: Arc<ClientMessage>,
+}
+
+/// The queued updates and the indexes of the intermediate ones.
+struct Queue {
+    /// The updates, sequence numbers increasing front to back.
+    items: VecDeque<Slot>,
     /// The sequence number of the next update queued at the back.
     next: u64,
     /// Sequence numbers of the queued intermediate updates, oldest first.
@@ -132,37 +151,47 @@ impl Queue {
         self.items.is_empty()
     }
 
-    fn push_back_journaled(&mut self, msg: ClientMessage, journal: Option<u64>) {
+    fn push_back_journaled(&mut self, msg: ClientMessage, journal: Option<u64>, masked: u64) {
         let seq = self.next;
         self.next += 1;
         self.index(seq, &msg);
         if let Some(id) = journal {
             self.journaled.insert(seq, id);
         }
-        self.items.push_back((seq, Arc::new(msg)));
+        self.items.push_back(Slot {
+            seq,
+            masked,
+            msg: Arc::new(msg),
+        });
     }
 
-    fn push_front(&mut self, msg: ClientMessage) {
+    fn push_front(&mut self, msg: ClientMessage, masked: u64) {
         let seq = match self.items.front() {
-            Some((front, _)) => front - 1,
+            Some(front) => front.seq - 1,
             None => {
                 self.next += 1;
                 self.next - 1
             }
         };
         self.index(seq, &msg);
-        self.items.push_front((seq, Arc::new(msg)));
+        self.items.push_front(Slot {
+            seq,
+            masked,
+            msg: Arc::new(msg),
+        });
         self.urgent += 1;
     }
 
-    fn pop_front(&mut self) -> Option<Taken> {
-        let (seq, msg) = self.items.pop_front()?;
+    /// The front update, with the generation it was masked at.
+    fn pop_front(&mut self) -> Option<(Taken, u64)> {
+        let Slot { seq, masked, msg } = self.items.pop_front()?;
         self.urgent = self.urgent.saturating_sub(1);
         self.unindex(seq, &msg);
-        Some(Taken {
+        let taken = Taken {
             message: msg,
             journal: self.journaled.remove(&seq),
-        })
+        };
+        Some((taken, masked))
     }
 
     fn index(&mut self, seq: u64, msg: &ClientMessage) {
@@ -183,14 +212,14 @@ impl Queue {
     }
 
     fn position(&self, seq: u64) -> Option<usize> {
-        self.items.binary_search_by_key(&seq, |(s, _)| *s).ok()
+        self.items.binary_search_by_key(&seq, |slot| slot.seq).ok()
     }
 
     /// Where the newest queued update that `msg` supersedes is, if any.
     fn superseded(&self, msg: &ClientMessage) -> Option<usize> {
         let key = supersede_key(&self.keys, msg)?;
         let pos = self.position(*self.newest.get(&key)?)?;
-        supersedes(msg, &self.items[pos].1).then_some(pos)
+        supersedes(msg, &self.items[pos].msg).then_some(pos)
     }
 
     /// Drop the oldest queued intermediate update; false if there is none.
@@ -202,8 +231,8 @@ impl Queue {
         else {
             return false;
         };
-        if let Some((seq, msg)) = self.items.remove(pos) {
-            self.unindex(seq, &msg);
+        if let Some(slot) = self.items.remove(pos) {
+            self.unindex(slot.seq, &slot.msg);
         }
         true
     }
@@ -228,9 +257,10 @@ pub struct Outbox {
     /// taken (acked mode): the bound then never sees a batch between the
     /// queue and the link's records.
     hold_taken: std::sync::atomic::AtomicBool,
-    /// Where durable updates are journaled, with the redactor that masks
-    /// secrets before anything reaches the disk (`None`: memory only).
-    journal: Option<(Journal, Redactor)>,
+    /// Where durable updates are journaled (`None`: memory only).
+    journal: Option<Journal>,
+    /// Masks every update as it enters (see the module doc).
+    redactor: Redactor,
     /// Per-thread transcripts (set once by the runner at start).
     transcripts: std::sync::OnceLock<Transcripts>,
 }
@@ -250,8 +280,9 @@ pub struct OutboxStats {
 }
 
 impl Outbox {
-    /// An outbox holding `capacity` updates, in memory only.
-    pub fn new(capacity: usize) -> Self {
+    /// An outbox holding `capacity` updates, in memory only, masking
+    /// `redactor`'s secrets.
+    pub fn new(capacity: usize, redactor: Redactor) -> Self {
         Self {
             queue: Mutex::new(Queue::new(capacity)),
             capacity,
@@ -263,6 +294,7 @@ impl Outbox {
             unsettled: AtomicUsize::new(0),
             hold_taken: std::sync::atomic::AtomicBool::new(false),
             journal: None,
+            redactor,
             transcripts: std::sync::OnceLock::new(),
         }
     }
@@ -273,22 +305,37 @@ impl Outbox {
         let _ = self.transcripts.set(transcripts);
     }
 
-    /// Hands `msg` to its thread's transcript, if it names one (never
-    /// blocks).
-    fn transcribe(&self, msg: &ClientMessage) {
+    /// What every update goes through as it enters: `msg` masked, then
+    /// handed to the transcript of the thread it names (else `thread`'s),
+    /// if any (never blocks). Returns the redactor's generation it was
+    /// masked at.
+    fn admit(&self, msg: &mut ClientMessage, thread: Option<&str>) -> u64 {
+        let masked = self.redactor.generation();
+        crate::updates::redact(msg, &self.redactor);
         if let Some(t) = self.transcripts.get()
-            && let Some(thread) = crate::transcript::thread_of(msg)
+            && let Some(thread) = crate::transcript::thread_of(msg).or(thread)
         {
             t.record(thread, msg);
         }
+        masked
+    }
+
+    /// `taken`, masked again if a secret was added since it was masked
+    /// (at generation `masked`; the redactor is at `now`).
+    fn remasked(&self, mut taken: Taken, masked: u64, now: u64) -> Taken {
+        if masked != now {
+            // Queued updates are not shared: no copy is made.
+            crate::updates::redact(Arc::make_mut(&mut taken.message), &self.redactor);
+        }
+        taken
     }
 
     /// An outbox that journals durable updates before queueing them, each
     /// with `redactor`'s secrets masked first.
     pub fn journaled(capacity: usize, journal: Journal, redactor: Redactor) -> Self {
         Self {
-            journal: Some((journal, redactor)),
-            ..Self::new(capacity)
+            journal: Some(journal),
+            ..Self::new(capacity, redactor)
         }
     }
 
@@ -310,14 +357,13 @@ impl Outbox {
         }
     }
 
-    /// Masks secrets and encodes `msg` for the journal; `None` when the
-    /// outbox has no journal or `msg` is not durable.
-    fn for_journal(&self, msg: &mut ClientMessage) -> Option<(&Journal, u64, Vec<u8>)> {
-        let (journal, redactor) = self.journal.as_ref()?;
+    /// Encodes `msg` (masked: [`Outbox::admit`]) for the journal; `None`
+    /// when the outbox has no journal or `msg` is not durable.
+    fn for_journal(&self, msg: &ClientMessage) -> Option<(&Journal, u64, Vec<u8>)> {
+        let journal = self.journal.as_ref()?;
         if !is_durable(msg) {
             return None;
         }
-        crate::updates::redact(msg, redactor);
         Some((journal, journal.next_id(), msg.encode_to_vec()))
     }
 
@@ -337,14 +383,28 @@ impl Outbox {
         self.queue(journaled).await;
     }
 
+    /// [`Outbox::push`] of an update sent for `thread`: recorded in its
+    /// transcript even if the update does not name it (a thread's request
+    /// errors).
+    pub async fn push_for_thread(&self, thread: &str, mut msg: ClientMessage) {
+        let masked = self.admit(&mut msg, Some(thread));
+        let journaled = self.journal_admitted(msg, masked).await;
+        self.queue(journaled).await;
+    }
+
     /// The first half of [`Outbox::push`]: journals `msg` if it is durable
     /// (a turn's end: written when this returns). Nothing can send (and so
     /// settle and forget) it before [`Outbox::queue`]: whatever must be
     /// recorded before its journal entry may be forgotten goes in between.
     pub async fn journal(&self, mut msg: ClientMessage) -> Journaled {
-        self.transcribe(&msg);
+        let masked = self.admit(&mut msg, None);
+        self.journal_admitted(msg, masked).await
+    }
+
+    /// [`Outbox::journal`] of an update already admitted.
+    async fn journal_admitted(&self, msg: ClientMessage, masked: u64) -> Journaled {
         let mut journal_id = None;
-        if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
+        if let Some((journal, id, bytes)) = self.for_journal(&msg) {
             let started = std::time::Instant::now();
             let written = if is_turn_end(&msg) {
                 journal.append(id, bytes).await
@@ -364,13 +424,14 @@ impl Outbox {
         Journaled {
             message: msg,
             journal: journal_id,
+            masked,
         }
     }
 
     /// The second half of [`Outbox::push`]: queues what
     /// [`Outbox::journal`] returned.
     pub async fn queue(&self, journaled: Journaled) {
-        let mut slot = Some((journaled.message, journaled.journal));
+        let mut slot = Some(journaled);
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
@@ -398,8 +459,10 @@ impl Outbox {
         }
         let mut ids = Vec::with_capacity(msgs.len());
         let mut appends = Vec::new();
+        let mut masked = u64::MAX;
         for msg in &mut msgs {
-            self.transcribe(msg);
+            // The oldest generation of the burst stands for all of it.
+            masked = masked.min(self.admit(msg, None));
             let id = self.for_journal(msg).map(|(_, id, bytes)| {
                 appends.push((id, bytes));
                 id
@@ -407,7 +470,7 @@ impl Outbox {
             ids.push(id);
         }
         if !appends.is_empty()
-            && let Some((journal, _)) = &self.journal
+            && let Some(journal) = &self.journal
         {
             let started = std::time::Instant::now();
             if let Err(e) = journal.append_queued_many(appends).await {
@@ -426,7 +489,7 @@ impl Outbox {
             let mut queue = self.lock();
             while self.has_room(&queue) {
                 let Some((msg, id)) = rest.next() else { break };
-                queue.push_back_journaled(msg, id);
+                queue.push_back_journaled(msg, id, masked);
                 queued = true;
             }
         }
@@ -434,7 +497,12 @@ impl Outbox {
             self.filled.notify_one();
         }
         for (message, journal) in rest {
-            self.queue(Journaled { message, journal }).await;
+            let journaled = Journaled {
+                message,
+                journal,
+                masked,
+            };
+            self.queue(journaled).await;
         }
     }
 
@@ -442,9 +510,9 @@ impl Outbox {
     /// durable one is journaled without waiting for the disk (queued on
     /// the journal's thread ahead of anything that could send it).
     pub fn push_reply(&self, mut msg: ClientMessage) {
-        self.transcribe(&msg);
+        let masked = self.admit(&mut msg, None);
         let mut journal_id = None;
-        if let Some((journal, id, bytes)) = self.for_journal(&mut msg) {
+        if let Some((journal, id, bytes)) = self.for_journal(&msg) {
             if journal.append_detached(id, bytes) {
                 journal_id = Some(id);
             } else {
@@ -454,14 +522,14 @@ impl Outbox {
                 );
             }
         }
-        self.lock().push_back_journaled(msg, journal_id);
+        self.lock().push_back_journaled(msg, journal_id, masked);
         self.filled.notify_one();
     }
 
     /// Queue ahead of everything else (heartbeat answers).
-    pub fn push_urgent(&self, msg: ClientMessage) {
-        self.transcribe(&msg);
-        self.lock().push_front(msg);
+    pub fn push_urgent(&self, mut msg: ClientMessage) {
+        let masked = self.admit(&mut msg, None);
+        self.lock().push_front(msg, masked);
         self.filled.notify_one();
     }
 
@@ -469,20 +537,29 @@ impl Outbox {
     /// it there and returns false when the producer must wait.
     #[cfg(test)]
     fn try_push(&self, slot: &mut Option<ClientMessage>) -> bool {
-        let mut entry = slot.take().map(|m| (m, None));
+        let mut entry = slot.take().map(|mut message| Journaled {
+            masked: self.admit(&mut message, None),
+            message,
+            journal: None,
+        });
         let pushed = self.try_push_entry(&mut entry);
-        *slot = entry.map(|(m, _)| m);
+        *slot = entry.map(|j| j.message);
         pushed
     }
 
     /// [`Outbox::try_push`] of an update with its journal entry.
-    fn try_push_entry(&self, slot: &mut Option<(ClientMessage, Option<u64>)>) -> bool {
-        let Some((msg, journal_id)) = slot.take() else {
+    fn try_push_entry(&self, slot: &mut Option<Journaled>) -> bool {
+        let Some(Journaled {
+            message: msg,
+            journal: journal_id,
+            masked,
+        }) = slot.take()
+        else {
             return true;
         };
         let mut queue = self.lock();
         if self.has_room(&queue) {
-            queue.push_back_journaled(msg, journal_id);
+            queue.push_back_journaled(msg, journal_id, masked);
             drop(queue);
             self.filled.notify_one();
             return true;
@@ -490,14 +567,16 @@ impl Outbox {
         if let Some(pos) = queue.superseded(&msg) {
             // Same key, same sequence number: the indexes stay as they are.
             // Queued updates are not shared: replaced in place.
-            *Arc::make_mut(&mut queue.items[pos].1) = msg;
+            let slot = &mut queue.items[pos];
+            *Arc::make_mut(&mut slot.msg) = msg;
+            slot.masked = masked;
             drop(queue);
             self.count(&self.coalesced, "coalesced");
             crate::metrics::outbox_coalesced();
             return true;
         }
         if queue.drop_oldest_intermediate() {
-            queue.push_back_journaled(msg, journal_id);
+            queue.push_back_journaled(msg, journal_id, masked);
             drop(queue);
             self.count(&self.dropped, "dropped");
             crate::metrics::outbox_dropped();
@@ -510,7 +589,11 @@ impl Outbox {
             crate::metrics::outbox_dropped();
             return true;
         }
-        *slot = Some((msg, journal_id));
+        *slot = Some(Journaled {
+            message: msg,
+            journal: journal_id,
+            masked,
+        });
         false
     }
 
@@ -551,11 +634,11 @@ impl Outbox {
                 }
                 next
             };
-            if let Some(taken) = next {
+            if let Some((taken, masked)) = next {
                 self.drained.notify_waiters();
                 // Let another waiting consumer see what is left.
                 self.filled.notify_one();
-                return taken;
+                return self.remasked(taken, masked, self.redactor.generation());
             }
             filled.await;
         }
@@ -604,7 +687,10 @@ impl Outbox {
         if !out.is_empty() {
             self.drained.notify_waiters();
         }
-        out
+        let now = self.redactor.generation();
+        out.into_iter()
+            .map(|(taken, masked)| self.remasked(taken, masked, now))
+            .collect()
     }
 
     /// Depth and counters.
@@ -738,7 +824,7 @@ mod tests {
 
     #[tokio::test]
     async fn order_kept_below_capacity() {
-        let o = Outbox::new(16);
+        let o = Outbox::new(16, Redactor::new());
         for i in 0..10 {
             o.push(completed(&i.to_string())).await;
         }
@@ -755,7 +841,7 @@ mod tests {
     async fn full_outbox_coalesces_then_drops_intermediate_never_terminal() {
         // Process-wide counters: other tests may add to them, never take away.
         let (dropped_before, coalesced_before) = crate::metrics::outbox_totals();
-        let o = Outbox::new(16);
+        let o = Outbox::new(16, Redactor::new());
         o.push(running("i1", "a")).await;
         for i in 0..15 {
             o.push(completed(&i.to_string())).await;
@@ -780,7 +866,7 @@ mod tests {
 
     #[tokio::test]
     async fn terminal_updates_wait_for_room_instead_of_dropping() {
-        let o = Arc::new(Outbox::new(16));
+        let o = Arc::new(Outbox::new(16, Redactor::new()));
         for i in 0..16 {
             o.push(completed(&i.to_string())).await;
         }
@@ -829,7 +915,7 @@ mod tests {
         };
         for round in 0..200 {
             let cap = 1 + rand(12) as usize;
-            let o = Outbox::new(cap);
+            let o = Outbox::new(cap, Redactor::new());
             let mut reference = VecDeque::new();
             for step in 0..300 {
                 let item = format!("i{}", rand(6));
@@ -894,7 +980,7 @@ mod tests {
 
     #[tokio::test]
     async fn urgent_goes_first_and_replies_never_wait() {
-        let o = Outbox::new(16);
+        let o = Outbox::new(16, Redactor::new());
         for i in 0..16 {
             o.push(completed(&i.to_string())).await;
         }
@@ -906,7 +992,7 @@ mod tests {
 
     #[tokio::test]
     async fn urgent_replies_are_taken_alone() {
-        let o = Outbox::new(16);
+        let o = Outbox::new(16, Redactor::new());
         for i in 0..4 {
             o.push(completed(&i.to_string())).await;
         }
@@ -920,6 +1006,84 @@ mod tests {
         };
         assert_eq!(ids(o.try_pop_many(8)), ["b", "a"]);
         assert_eq!(o.try_pop_many(8).len(), 4);
+    }
+
+    fn text_of(msg: &ClientMessage) -> String {
+        format!("{msg:?}")
+    }
+
+    /// An update is masked once, as it enters: what the journal, the
+    /// transcript and the link get is the masked update, whichever way it
+    /// came in (one push, a burst, a read-loop reply, a thread's request
+    /// error recorded for that thread).
+    #[tokio::test]
+    async fn every_update_is_masked_as_it_enters_for_journal_transcript_and_wire() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(&dir.path().join("journal")).unwrap();
+        let redactor = Redactor::new();
+        let secret = "ghs_masked_on_entry_1234";
+        redactor.add(secret);
+        let o = Outbox::journaled(64, journal, redactor);
+        let transcripts = dir.path().join("transcripts");
+        o.set_transcripts(Transcripts::start(transcripts.clone()).unwrap());
+        let says = |n: u32| format!("line {n} quotes {secret}");
+        o.push(item_done("a", &says(0))).await;
+        o.push_burst(vec![running("b", &says(1)), item_done("b", &says(2))])
+            .await;
+        o.push_reply(updates::thread_name(None, "t", Some(says(3))));
+        o.push_for_thread("t", updates::request_error(Some("r".into()), says(4)))
+            .await;
+        let taken = o.try_pop_many(16);
+        assert_eq!(taken.len(), 5);
+        for t in &taken {
+            let text = text_of(&t.message);
+            assert!(
+                !text.contains(secret) && text.contains("quotes ***"),
+                "{text}"
+            );
+        }
+        let journaled = taken.iter().filter(|t| t.journal.is_some()).count();
+        assert_eq!(journaled, 4, "all but the RUNNING snapshot");
+        if let Some(journal) = &o.journal {
+            journal.flush().await.unwrap();
+        }
+        drop(o);
+        let (_, recovered) = Journal::open(&dir.path().join("journal")).unwrap();
+        assert_eq!(recovered.entries.len(), 4);
+        for e in &recovered.entries {
+            let msg = ClientMessage::decode(e.message.as_slice()).unwrap();
+            assert!(text_of(&msg).contains("quotes ***"), "{msg:?}");
+        }
+        let file = crate::transcript::path(&transcripts, "t").unwrap();
+        let mut lines = String::new();
+        for _ in 0..200 {
+            lines = std::fs::read_to_string(&file).unwrap_or_default();
+            if lines.lines().count() == 5 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(lines.lines().count(), 5, "{lines}");
+        assert!(!lines.contains(secret), "{lines}");
+        assert!(lines.contains("request_error"), "{lines}");
+    }
+
+    /// An update that waited while a secret was added is masked again as
+    /// it is taken, whichever way it is taken.
+    #[tokio::test]
+    async fn a_secret_added_while_an_update_waits_is_masked_as_it_is_taken() {
+        let redactor = Redactor::new();
+        let o = Outbox::new(16, redactor.clone());
+        let late = "ghs_added_while_queued_5678";
+        o.push(running("a", &format!("saw {late}"))).await;
+        o.push(item_done("a", &format!("saw {late} again"))).await;
+        redactor.add(late);
+        let first = o.pop().await;
+        let rest = o.try_pop_many(8);
+        assert_eq!(rest.len(), 1);
+        for text in [text_of(&first), text_of(&rest[0].message)] {
+            assert!(!text.contains(late) && text.contains("saw ***"), "{text}");
+        }
     }
 
     #[tokio::test]
@@ -944,7 +1108,7 @@ mod tests {
         assert_eq!(journaled, [false, false, true, false, true]);
         // Both completed items are in the journal, in order, once.
         let want_ids: Vec<u64> = taken.iter().filter_map(|t| t.journal).collect();
-        if let Some((journal, _)) = &o.journal {
+        if let Some(journal) = &o.journal {
             journal.flush().await.unwrap();
         }
         drop(o);
@@ -955,7 +1119,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_burst_past_the_bound_makes_room_as_single_pushes_do() {
-        let o = Outbox::new(3);
+        let o = Outbox::new(3, Redactor::new());
         o.push(running("a", "0")).await;
         o.push(completed("1")).await;
         // Room for one: "b" queued under the lock; then "a" supersedes the
@@ -974,7 +1138,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_burst_holding_a_turn_end_is_pushed_one_by_one() {
-        let o = Outbox::new(8);
+        let o = Outbox::new(8, Redactor::new());
         let burst = vec![running("a", "1"), completed("u"), running("b", "2")];
         o.push_burst(burst.clone()).await;
         assert_eq!(drain(&o).await, burst);

@@ -15,8 +15,14 @@
 //! NFA (fast to build; a DFA over a thousand secrets took milliseconds),
 //! outside the lock that scans take, and swapped in — a scan never waits
 //! for a build.
+//!
+//! Each swap bumps a generation ([`Redactor::generation`]): text masked at
+//! one generation need not be scanned again while it holds (the outbox
+//! masks an update once, as it enters, and again only if a secret came in
+//! while it waited).
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
@@ -40,6 +46,8 @@ pub struct Redactor {
     /// another is masked whole); `None` while there are none. Written only
     /// to swap in a built automaton.
     matcher: Arc<RwLock<Option<AhoCorasick>>>,
+    /// Bumped after each swap of `matcher`.
+    generation: Arc<AtomicU64>,
 }
 
 /// The secrets, longest first (so a secret that contains another is masked
@@ -106,6 +114,7 @@ impl Redactor {
                     .unwrap_or_else(|e| e.into_inner())
                     .replace(matcher);
                 drop(old);
+                self.generation.fetch_add(1, Ordering::Release);
             }
             // Cannot happen for at most MAX_SECRETS short strings; should it,
             // the new secret is not taken rather than masking nothing.
@@ -114,6 +123,13 @@ impl Redactor {
                 secrets.list.remove(at);
             }
         }
+    }
+
+    /// The generation of the set of secrets. Read it before masking: text
+    /// masked after reading `g` hides every secret for as long as this
+    /// still returns `g`.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// `text` with every registered secret replaced by [`MASK`]; borrowed
@@ -158,6 +174,22 @@ mod tests {
             "url https://x-access-token:***@github.com and ***, short"
         );
         assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+    }
+
+    /// The generation moves exactly when the set of secrets does: a clone
+    /// shares it, a duplicate or a too-short secret leaves it.
+    #[test]
+    fn the_generation_moves_when_a_secret_is_added() {
+        let r = Redactor::new();
+        let g0 = r.generation();
+        r.add("ghs_generation_one");
+        let g1 = r.clone().generation();
+        assert!(g1 > g0);
+        r.add("ghs_generation_one");
+        r.add("short");
+        assert_eq!(r.generation(), g1);
+        r.clone().add("ghs_generation_two");
+        assert!(r.generation() > g1);
     }
 
     /// A secret that contains another is masked whole, whichever came first.

@@ -170,7 +170,6 @@ impl Runner {
             outbox.clone(),
             Some(journal),
             recovered,
-            crate::redact::Redactor::process(),
             legacy_settle(config),
         ));
         let rt = Runtime::new(RuntimeParts {
@@ -186,13 +185,11 @@ impl Runner {
             sandboxes,
         });
         // Per-thread transcripts (`agent-runner logs`), written off the hot path.
-        // Recorded where updates enter the outbox (every reply and update
-        // naming a thread) and by threads (their request errors).
-        let transcripts = crate::transcript::Transcripts::start(
-            config.state_dir.join("transcripts"),
-            rt.redactor.clone(),
-        )
-        .context("starting the transcript writer")?;
+        // Recorded, masked, where updates enter the outbox (every reply and
+        // update naming a thread, and a thread's request errors).
+        let transcripts =
+            crate::transcript::Transcripts::start(config.state_dir.join("transcripts"))
+                .context("starting the transcript writer")?;
         rt.outbox.set_transcripts(transcripts.clone());
         let _ = rt.transcripts.set(transcripts);
         crate::metrics::sdks_enabled(&rt.sdks.names());

@@ -165,7 +165,7 @@ impl Runtime {
             sdks,
             store,
             workspaces,
-            outbox: Arc::new(Outbox::new(outbox_capacity)),
+            outbox: Arc::new(Outbox::new(outbox_capacity, Redactor::process())),
             mailboxes: Arc::new(Mailboxes::new(DEFAULT_MAX_QUEUED)),
             max_turns,
             skill_max_bytes,
@@ -304,14 +304,6 @@ impl Runtime {
                 .unwrap_or_else(|p| p.into_inner())
                 .elapsed(),
         )
-    }
-
-    /// Appends `msg`, sent for `thread_id`, to the thread's transcript (if
-    /// transcripts are kept; never blocks).
-    pub fn record_update(&self, thread_id: &str, msg: &agent_runner_proto::runner::ClientMessage) {
-        if let Some(t) = self.transcripts.get() {
-            t.record(thread_id, msg);
-        }
     }
 
     /// Records a turn as running.

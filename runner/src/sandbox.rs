@@ -699,7 +699,10 @@ mod tests {
             sdks,
             store: crate::state::Store::open(&dir.path().join("state")).unwrap(),
             workspaces: Workspaces::new(dir.path().join("ws")).unwrap(),
-            outbox: Arc::new(crate::outbox::Outbox::new(64)),
+            outbox: Arc::new(crate::outbox::Outbox::new(
+                64,
+                crate::redact::Redactor::new(),
+            )),
             mailboxes: Arc::new(crate::mailboxes::Mailboxes::new(64)),
             max_turns: 4,
             skill_max_bytes: 1024,

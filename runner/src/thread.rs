@@ -153,15 +153,14 @@ impl ThreadTask {
         }
     }
 
-    /// Every update of this thread leaves through here (secrets are masked
-    /// at the outbound boundary, in the link, for every message alike).
-    /// The outbox records in the transcript what names this thread; what
-    /// does not (request errors) is recorded here.
+    /// Every update of this thread leaves through here (the outbox masks
+    /// secrets, for every message alike, and records it in this thread's
+    /// transcript, request errors included).
     async fn send(&self, msg: agent_runner_proto::runner::ClientMessage) {
-        if crate::transcript::thread_of(&msg).is_none() {
-            self.rt.record_update(&self.spec.thread_id, &msg);
-        }
-        self.rt.outbox.push(msg).await;
+        self.rt
+            .outbox
+            .push_for_thread(&self.spec.thread_id, msg)
+            .await;
     }
 
     /// [`ThreadTask::send`] for a turn's updates that were ready together

@@ -9,10 +9,12 @@
 //! a thread's request errors, which name none, are recorded by the thread
 //! itself ([`thread_of`] says which is which).
 //!
-//! Off the hot path: the sender copies what the line says into a bounded
-//! queue ([`QUEUE_CAPACITY`] lines, a non-blocking push) and one writer
-//! thread masks secrets (the runner's redactor) and appends, buffered per
-//! file and written out whenever the queue runs empty. When the queue is
+//! Updates come masked: the outbox masks every update as it enters, before
+//! it records it here (the same masked text goes on the wire). Off the hot
+//! path: the sender copies what the line says into a bounded queue
+//! ([`QUEUE_CAPACITY`] lines, a non-blocking push) and one writer thread
+//! appends, buffered per file and written out whenever the queue runs
+//! empty. When the queue is
 //! full the line is dropped, never waited for (a transcript must not slow a
 //! turn or the link); the writer then appends a `{"dropped": N}` line to
 //! the next transcript it writes, so the gap is visible. A file over
@@ -32,8 +34,6 @@ use agent_runner_proto::runner::{
 };
 use serde::Serialize;
 use serde_json::json;
-
-use crate::redact::Redactor;
 
 /// Lines waiting for the writer at most.
 pub const QUEUE_CAPACITY: usize = 4096;
@@ -107,23 +107,21 @@ pub fn rotated(current: &Path) -> PathBuf {
 }
 
 impl Transcripts {
-    /// Start the writer thread, writing under `dir` (created), masking
-    /// what `redactor` knows.
-    pub fn start(dir: PathBuf, redactor: Redactor) -> std::io::Result<Self> {
+    /// Start the writer thread, writing under `dir` (created).
+    pub fn start(dir: PathBuf) -> std::io::Result<Self> {
         std::fs::create_dir_all(&dir)?;
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
         let counter = dropped.clone();
         std::thread::Builder::new()
             .name("transcripts".into())
-            .spawn(move || writer(dir, rx, counter, redactor))?;
+            .spawn(move || writer(dir, rx, counter))?;
         Ok(Self { tx, dropped })
     }
 
-    /// Queue `msg` (sent for `thread`) for its transcript: a copy of what
-    /// the line says and a non-blocking push; masking and writing happen
-    /// on the writer.
-    /// A full queue drops the update (counted).
+    /// Queue `msg` (sent for `thread`, masked already) for its transcript:
+    /// a copy of what the line says and a non-blocking push; writing
+    /// happens on the writer. A full queue drops the update (counted).
     pub fn record(&self, thread: &str, msg: &ClientMessage) {
         // A deleted thread's transcript went with it: its last update (the
         // deletion itself) must not make a new file.
@@ -282,7 +280,7 @@ impl Files {
     }
 }
 
-fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Redactor) {
+fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>) {
     let mut files = Files {
         dir,
         sizes: HashMap::default(),
@@ -315,7 +313,7 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Re
         };
         match job {
             Job::Remove { thread } => files.remove(&thread),
-            Job::Line(mut entry) => {
+            Job::Line(entry) => {
                 if !safe_id(&entry.thread) {
                     continue;
                 }
@@ -327,7 +325,6 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>, redactor: Re
                         scratch.push(b'\n');
                     }
                 }
-                entry.mask(&redactor);
                 if let Err(e) = serde_json::to_writer(&mut scratch, &entry) {
                     tracing::warn!(error = %e, "a transcript line could not be encoded");
                     continue;
@@ -444,22 +441,6 @@ impl Entry {
         }
         entry
     }
-
-    /// Masks `redactor`'s secrets in the free text (ids, enums and times
-    /// carry none).
-    fn mask(&mut self, redactor: &Redactor) {
-        let texts = [
-            &mut self.command,
-            &mut self.error,
-            &mut self.name,
-            &mut self.output,
-            &mut self.request_id,
-            &mut self.text,
-        ];
-        for text in texts.into_iter().flatten() {
-            redactor.redact_in_place(text);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -479,16 +460,14 @@ mod tests {
     }
 
     #[test]
-    fn appends_masks_rotates_and_removes() {
+    fn appends_rotates_and_removes() {
         let dir = tempfile::tempdir().unwrap();
-        let redactor = Redactor::default();
-        let t = Transcripts::start(dir.path().to_path_buf(), redactor.clone()).unwrap();
-        redactor.add("ghs_topsecret");
-        let msg = crate::updates::request_error(Some("r1".into()), "token ghs_topsecret refused");
+        let t = Transcripts::start(dir.path().to_path_buf()).unwrap();
+        let msg = crate::updates::request_error(Some("r1".into()), "token refused");
         t.record("thr-1", &msg);
         let p = path(dir.path(), "thr-1").unwrap();
         let text = wait_for(&p, |t| t.contains("request_error"));
-        assert!(!text.contains("ghs_topsecret"), "{text}");
+        assert!(text.contains("token refused"), "{text}");
         let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         assert_eq!(line["request_id"], "r1");
         // Past MAX_BYTES it rotates: one old file, a fresh current one.
@@ -512,7 +491,7 @@ mod tests {
     fn a_line_names_the_update_and_every_file_gets_its_lines() {
         use agent_runner_proto::runner::ItemUpdate;
         let dir = tempfile::tempdir().unwrap();
-        let t = Transcripts::start(dir.path().to_path_buf(), Redactor::default()).unwrap();
+        let t = Transcripts::start(dir.path().to_path_buf()).unwrap();
         let item = |thread: &str, n: usize| ClientMessage {
             request_id: Some("r7".into()),
             payload: Some(Payload::ItemUpdate(ItemUpdate {

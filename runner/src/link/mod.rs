@@ -354,9 +354,9 @@ impl<S: Stream> Stream for Announced<S> {
 }
 
 /// The runner → control plane half of one session: batches from
-/// [`Sending`] (re-sends first, then the outbox; each update redacted —
-/// the one place outbound text is masked, whoever produced it — validated,
-/// numbered and recorded there). Ends when the session ends, or when
+/// [`Sending`] (re-sends first, then the outbox; each update validated,
+/// numbered and recorded there, masked already by the outbox — the one
+/// place outbound text is masked, whoever produced it). Ends when the session ends, or when
 /// shutdown asked to close and nothing waits (a clean half-close).
 fn outbound(
     sending: Arc<Sending>,
@@ -478,8 +478,8 @@ mod tests {
 
     #[tokio::test]
     async fn every_outbound_message_is_redacted_whoever_made_it() {
-        let outbox = Arc::new(crate::outbox::Outbox::new(16));
         let redactor = crate::redact::Redactor::new();
+        let outbox = Arc::new(crate::outbox::Outbox::new(16, redactor.clone()));
         let token = "ghs_outbound_boundary_test_token";
         redactor.add(token);
         // An agent-level error (not a thread's update) quoting the token.
@@ -497,7 +497,6 @@ mod tests {
             outbox,
             None,
             crate::journal::Recovered::default(),
-            redactor,
             Duration::from_secs(30),
         ));
         let stream = outbound(sending, CancellationToken::new(), CancellationToken::new());

@@ -52,7 +52,6 @@ use prost::Message as _;
 use crate::delivery::{InFlight, Mode, Sent, Settled};
 use crate::journal::{Journal, Recovered, Sequencer};
 use crate::outbox::Outbox;
-use crate::redact::Redactor;
 use crate::updates;
 
 pub use agent_runner_proto::ACKED_DELIVERY;
@@ -66,7 +65,6 @@ const BATCH: usize = 512;
 pub struct Sending {
     outbox: Arc<Outbox>,
     journal: Option<Journal>,
-    redactor: Redactor,
     legacy_settle: Duration,
     inner: Mutex<Inner>,
 }
@@ -99,7 +97,6 @@ impl Sending {
         outbox: Arc<Outbox>,
         journal: Option<Journal>,
         recovered: Recovered,
-        redactor: Redactor,
         legacy_settle: Duration,
     ) -> Self {
         let now = Instant::now();
@@ -132,7 +129,6 @@ impl Sending {
         let sending = Self {
             outbox,
             journal,
-            redactor,
             legacy_settle,
             inner: Mutex::new(Inner {
                 inflight,
@@ -312,9 +308,9 @@ impl Sending {
     }
 
     /// The next updates to send, waiting for at least one: re-sends first,
-    /// then the outbox. Each is redacted, validated (an invalid one is a
-    /// runner bug: logged, not sent), numbered in acked mode and recorded as
-    /// sent before this returns, so a session that ends before it goes out
+    /// then the outbox. Each is validated (an invalid one is a runner bug:
+    /// logged, not sent; each was masked by the outbox already), numbered
+    /// in acked mode and recorded as sent before this returns, so a session that ends before it goes out
     /// still sends it again. Cancel-safe: nothing is taken before the last
     /// await. The batch may go on the wire once [`Batch::committed`] says
     /// its journal write (sequence marks, or the appends it depends on) is
@@ -384,14 +380,9 @@ impl Sending {
                     );
                 }
                 for taken in fresh {
-                    let mut message = taken.message;
-                    // A journaled update was redacted before it reached the
-                    // disk (`Outbox::journal`, the same process redactor):
-                    // scanning it again would find nothing.
-                    if taken.journal.is_none() {
-                        // Not shared: no copy is made.
-                        updates::redact(Arc::make_mut(&mut message), &self.redactor);
-                    }
+                    // Masked by the outbox (as it entered, and again as it
+                    // was taken if a secret came in meanwhile).
+                    let message = taken.message;
                     if let Err(err) = message.validate() {
                         crate::metrics::invalid_update(&message);
                         tracing::error!(
@@ -690,6 +681,7 @@ mod tests {
 
     use super::*;
     use crate::journal::JournalEntry;
+    use crate::redact::Redactor;
 
     fn entry(id: u64, sequence: Option<u64>, turn: &str) -> JournalEntry {
         JournalEntry {
@@ -715,10 +707,9 @@ mod tests {
             sequence_floor: 7,
         };
         let sending = Sending::new(
-            Arc::new(Outbox::new(16)),
+            Arc::new(Outbox::new(16, Redactor::new())),
             None,
             recovered,
-            Redactor::new(),
             Duration::from_secs(10),
         );
         assert_eq!(sending.registered(true, 5), Mode::Acked);
@@ -755,12 +746,11 @@ mod tests {
     /// them and the control plane dropped their lower numbers.
     #[tokio::test]
     async fn a_finished_connections_taker_takes_nothing_and_order_holds() {
-        let outbox = Arc::new(Outbox::new(16));
+        let outbox = Arc::new(Outbox::new(16, Redactor::new()));
         let sending = Arc::new(Sending::new(
             outbox.clone(),
             None,
             Recovered::default(),
-            Redactor::new(),
             Duration::from_secs(10),
         ));
         let update = |turn: &str| updates::turn(Some("r".into()), "t", turn, TurnStatus::Completed);
