@@ -310,13 +310,19 @@ impl Outbox {
     /// if any (never blocks). Returns the redactor's generation it was
     /// masked at.
     fn admit(&self, msg: &mut ClientMessage, thread: Option<&str>) -> u64 {
-        let masked = self.redactor.generation();
-        crate::updates::redact(msg, &self.redactor);
+        let masked = self.mask(msg);
         if let Some(t) = self.transcripts.get()
             && let Some(thread) = crate::transcript::thread_of(msg).or(thread)
         {
             t.record(thread, msg);
         }
+        masked
+    }
+
+    /// Masks `msg`; returns the redactor's generation it was masked at.
+    fn mask(&self, msg: &mut ClientMessage) -> u64 {
+        let masked = self.redactor.generation();
+        crate::updates::redact(msg, &self.redactor);
         masked
     }
 
@@ -445,8 +451,9 @@ impl Outbox {
 
     /// [`Outbox::push`] for updates that were ready together (a thread's
     /// burst of at most [`crate::journal::BURST`]), in order: the durable
-    /// ones journaled in one journal job, and as many as fit queued under
-    /// one lock with one wake of the link; the rest go one by one, making
+    /// ones journaled in one journal job, recorded in their transcript in
+    /// one push, and as many as fit queued under one lock with one wake of
+    /// the link; the rest go one by one, making
     /// room or waiting as [`Outbox::push`] does. A turn's end must be
     /// written before it is queued: a burst holding one is pushed one by
     /// one.
@@ -457,12 +464,17 @@ impl Outbox {
             }
             return;
         }
+        // The generation before the first mask stands for the whole burst.
+        let masked = self.redactor.generation();
+        for msg in &mut msgs {
+            self.mask(msg);
+        }
+        if let Some(t) = self.transcripts.get() {
+            t.record_all(&msgs);
+        }
         let mut ids = Vec::with_capacity(msgs.len());
         let mut appends = Vec::new();
-        let mut masked = u64::MAX;
-        for msg in &mut msgs {
-            // The oldest generation of the burst stands for all of it.
-            masked = masked.min(self.admit(msg, None));
+        for msg in &msgs {
             let id = self.for_journal(msg).map(|(_, id, bytes)| {
                 appends.push((id, bytes));
                 id

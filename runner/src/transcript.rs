@@ -12,9 +12,9 @@
 //! Updates come masked: the outbox masks every update as it enters, before
 //! it records it here (the same masked text goes on the wire). Off the hot
 //! path: the sender copies what the line says into a bounded queue
-//! ([`QUEUE_CAPACITY`] lines, a non-blocking push) and one writer thread
-//! appends, buffered per file and written out whenever the queue runs
-//! empty. When the queue is
+//! ([`QUEUE_CAPACITY`] lines, a non-blocking push; a burst of updates as one
+//! job) and one writer thread appends, buffered per file and written out
+//! whenever the queue runs empty. When the queue is
 //! full the line is dropped, never waited for (a transcript must not slow a
 //! turn or the link); the writer then appends a `{"dropped": N}` line to
 //! the next transcript it writes, so the gap is visible. A file over
@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 
 use agent_runner_proto::runner::{
@@ -43,15 +43,26 @@ pub const MAX_BYTES: u64 = 4 * 1024 * 1024;
 const MAX_TEXT: usize = 16 * 1024;
 
 enum Job {
-    Line(Box<Entry>),
-    Remove { thread: String },
+    /// Lines of one thread's transcript, in order (one update, or a burst:
+    /// one push for all of them, not one each).
+    Lines {
+        thread: String,
+        entries: Vec<Entry>,
+    },
+    Remove {
+        thread: String,
+    },
 }
 
 /// The queue to the writer thread.
 #[derive(Debug, Clone)]
 pub struct Transcripts {
     tx: SyncSender<Job>,
+    /// Lines dropped since the writer last said so.
     dropped: Arc<AtomicU64>,
+    /// Lines queued and not yet written: the bound is in lines, whatever
+    /// the jobs hold.
+    queued: Arc<AtomicUsize>,
 }
 
 /// The thread `msg` is about, when its payload names one (`None` for
@@ -71,7 +82,7 @@ pub fn thread_of(msg: &ClientMessage) -> Option<&str> {
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Job::Line(entry) => write!(f, "Line({})", entry.thread),
+            Job::Lines { thread, entries } => write!(f, "Lines({thread}, {})", entries.len()),
             Job::Remove { thread } => write!(f, "Remove({thread})"),
         }
     }
@@ -112,31 +123,77 @@ impl Transcripts {
         std::fs::create_dir_all(&dir)?;
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
-        let counter = dropped.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let counts = Counts {
+            dropped: dropped.clone(),
+            queued: queued.clone(),
+        };
         std::thread::Builder::new()
             .name("transcripts".into())
-            .spawn(move || writer(dir, rx, counter))?;
-        Ok(Self { tx, dropped })
+            .spawn(move || writer(dir, rx, counts))?;
+        Ok(Self {
+            tx,
+            dropped,
+            queued,
+        })
     }
 
     /// Queue `msg` (sent for `thread`, masked already) for its transcript:
     /// a copy of what the line says and a non-blocking push; writing
     /// happens on the writer. A full queue drops the update (counted).
     pub fn record(&self, thread: &str, msg: &ClientMessage) {
-        // A deleted thread's transcript went with it: its last update (the
-        // deletion itself) must not make a new file.
-        if let Some(Payload::ThreadUpdate(t)) = &msg.payload
-            && t.status() == agent_runner_proto::runner::ThreadStatus::Deleted
-        {
+        if !is_deletion(msg) {
+            self.queue(thread, vec![Entry::of(msg, unix_ms())]);
+        }
+    }
+
+    /// [`Transcripts::record`] for updates that were ready together, each
+    /// recorded in the transcript of the thread it names ([`thread_of`];
+    /// those naming none are not recorded): one push per run of updates of
+    /// one thread.
+    pub fn record_all(&self, msgs: &[ClientMessage]) {
+        let ts_ms = unix_ms();
+        let mut rest = msgs;
+        while let Some(first) = rest.first() {
+            let thread = thread_of(first);
+            let run = rest.iter().take_while(|m| thread_of(m) == thread).count();
+            if let Some(thread) = thread {
+                let entries = rest[..run]
+                    .iter()
+                    .filter(|m| !is_deletion(m))
+                    .map(|m| Entry::of(m, ts_ms))
+                    .collect();
+                self.queue(thread, entries);
+            }
+            rest = &rest[run..];
+        }
+    }
+
+    /// Pushes `entries` for `thread`, or drops (and counts) them all when
+    /// the queue holds [`QUEUE_CAPACITY`] lines.
+    fn queue(&self, thread: &str, entries: Vec<Entry>) {
+        let n = entries.len();
+        if n == 0 {
             return;
         }
-        let job = Job::Line(Box::new(Entry::of(thread, msg, unix_ms())));
+        if self.queued.fetch_add(n, Ordering::Relaxed) + n > QUEUE_CAPACITY {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+            self.dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        let job = Job::Lines {
+            thread: thread.to_owned(),
+            entries,
+        };
         match self.tx.try_send(job) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.queued.fetch_sub(n, Ordering::Relaxed);
+                self.dropped.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Disconnected(_)) => {
+                self.queued.fetch_sub(n, Ordering::Relaxed);
+            }
         }
     }
 
@@ -147,6 +204,18 @@ impl Transcripts {
             thread: thread.to_owned(),
         });
     }
+}
+
+/// A deleted thread's transcript went with it: its last update (the
+/// deletion itself) must not make a new file.
+fn is_deletion(msg: &ClientMessage) -> bool {
+    matches!(&msg.payload, Some(Payload::ThreadUpdate(t)) if t.status() == ThreadStatus::Deleted)
+}
+
+/// The writer's side of the queue's counters.
+struct Counts {
+    dropped: Arc<AtomicU64>,
+    queued: Arc<AtomicUsize>,
 }
 
 fn unix_ms() -> u64 {
@@ -223,11 +292,12 @@ impl Files {
         }
     }
 
-    /// Appends `line` (whole lines, newline included) to `thread`'s
+    /// Appends `lines` (whole lines, newline included) to `thread`'s
     /// transcript (a safe id), rotating it first when it would outgrow
     /// [`MAX_BYTES`]. The path is built only to open or rotate the file.
-    /// An open file's line costs two map lookups (its size, its file).
-    fn append(&mut self, thread: &str, line: &[u8]) {
+    /// An append to an open file costs two map lookups (its size, its
+    /// file).
+    fn append(&mut self, thread: &str, lines: &[u8]) {
         let Files { dir, sizes, open } = self;
         let size = match sizes.get_mut(thread) {
             Some(size) => size,
@@ -236,7 +306,7 @@ impl Files {
                 sizes.entry(thread.to_owned()).or_insert(known)
             }
         };
-        if *size + line.len() as u64 > MAX_BYTES && *size > 0 {
+        if *size + lines.len() as u64 > MAX_BYTES && *size > 0 {
             *size = 0;
             close(open, thread);
             let p = file_in(dir, thread);
@@ -268,8 +338,8 @@ impl Files {
                 }
             }
         };
-        match file.write_all(line) {
-            Ok(()) => *size += line.len() as u64,
+        match file.write_all(lines) {
+            Ok(()) => *size += lines.len() as u64,
             Err(e) => {
                 tracing::warn!(error = %e, thread, "writing a transcript failed");
                 if let Some(file) = open.remove(thread) {
@@ -280,7 +350,7 @@ impl Files {
     }
 }
 
-fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>) {
+fn writer(dir: PathBuf, rx: Receiver<Job>, counts: Counts) {
     let mut files = Files {
         dir,
         sizes: HashMap::default(),
@@ -313,24 +383,31 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, dropped: Arc<AtomicU64>) {
         };
         match job {
             Job::Remove { thread } => files.remove(&thread),
-            Job::Line(entry) => {
-                if !safe_id(&entry.thread) {
+            Job::Lines { thread, entries } => {
+                counts.queued.fetch_sub(entries.len(), Ordering::Relaxed);
+                if !safe_id(&thread) {
                     continue;
                 }
                 scratch.clear();
-                let lost = dropped.swap(0, Ordering::Relaxed);
+                let lost = counts.dropped.swap(0, Ordering::Relaxed);
                 if lost > 0 {
                     let gap = json!({"dropped": lost, "ts_ms": unix_ms()});
                     if serde_json::to_writer(&mut scratch, &gap).is_ok() {
                         scratch.push(b'\n');
                     }
                 }
-                if let Err(e) = serde_json::to_writer(&mut scratch, &entry) {
-                    tracing::warn!(error = %e, "a transcript line could not be encoded");
-                    continue;
+                for entry in &entries {
+                    let line_start = scratch.len();
+                    if let Err(e) = serde_json::to_writer(&mut scratch, entry) {
+                        tracing::warn!(error = %e, "a transcript line could not be encoded");
+                        scratch.truncate(line_start);
+                        continue;
+                    }
+                    scratch.push(b'\n');
                 }
-                scratch.push(b'\n');
-                files.append(&entry.thread, &scratch);
+                if !scratch.is_empty() {
+                    files.append(&thread, &scratch);
+                }
             }
         }
     }
@@ -365,8 +442,6 @@ impl<T: std::fmt::Debug> Serialize for Named<T> {
 /// alphabetical order, as the lines have always been.
 #[derive(Serialize)]
 struct Entry {
-    #[serde(skip)]
-    thread: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -405,11 +480,10 @@ impl std::fmt::Debug for Status {
 }
 
 impl Entry {
-    /// The line for `msg`, sent for `thread` at `ts_ms`.
-    fn of(thread: &str, msg: &ClientMessage, ts_ms: u64) -> Self {
+    /// The line for `msg`, sent at `ts_ms`.
+    fn of(msg: &ClientMessage, ts_ms: u64) -> Self {
         let clipped = |text: &str| clip(text).into_owned();
         let mut entry = Entry {
-            thread: thread.to_owned(),
             command: None,
             error: None,
             item_type: None,
@@ -544,6 +618,97 @@ mod tests {
             thread_of(&crate::updates::request_error(Some("r".into()), "x")),
             None
         );
+    }
+
+    fn said(thread: &str, text: &str) -> ClientMessage {
+        crate::updates::item(
+            Some("r".into()),
+            thread,
+            "u",
+            sdk_adapter::ItemEvent {
+                item_id: "i".into(),
+                kind: sdk_adapter::ItemKind::AgentMessage,
+                status: sdk_adapter::ItemStatus::Completed,
+                text: Some(text.into()),
+                command: None,
+            },
+        )
+    }
+
+    fn texts(text: &str) -> Vec<String> {
+        text.lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                v["text"].as_str().unwrap_or("-").to_owned()
+            })
+            .collect()
+    }
+
+    /// A burst is recorded per thread it names, in order; an update naming
+    /// none, and a thread's deletion, are not recorded.
+    #[test]
+    fn a_burst_goes_to_the_transcripts_of_the_threads_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Transcripts::start(dir.path().to_path_buf()).unwrap();
+        let deleted = crate::updates::thread(None, "thr-b", ThreadStatus::Deleted);
+        t.record_all(&[
+            said("thr-a", "a0"),
+            said("thr-a", "a1"),
+            crate::updates::request_error(None, "names no thread"),
+            said("thr-b", "b0"),
+            deleted,
+            said("thr-a", "a2"),
+        ]);
+        let a = wait_for(&path(dir.path(), "thr-a").unwrap(), |t| {
+            t.lines().count() == 3
+        });
+        assert_eq!(texts(&a), ["a0", "a1", "a2"]);
+        let b = wait_for(&path(dir.path(), "thr-b").unwrap(), |t| {
+            t.lines().count() == 1
+        });
+        assert_eq!(texts(&b), ["b0"]);
+        assert!(!a.contains("names no thread") && !b.contains("names no thread"));
+    }
+
+    /// The queue is bounded in lines, whatever the jobs hold: past
+    /// [`QUEUE_CAPACITY`] a burst is dropped whole, and the next line the
+    /// writer writes says how many were lost.
+    #[test]
+    fn a_full_queue_drops_lines_and_the_transcript_says_how_many() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
+        let t = Transcripts {
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+            queued: Arc::new(AtomicUsize::new(0)),
+        };
+        // No writer yet: the queue fills.
+        let burst_texts: Vec<String> = (0..16).map(|n| n.to_string()).collect();
+        let burst: Vec<ClientMessage> = burst_texts.iter().map(|n| said("thr-f", n)).collect();
+        for _ in 0..QUEUE_CAPACITY / 16 {
+            t.record_all(&burst);
+        }
+        assert_eq!(t.queued.load(Ordering::Relaxed), QUEUE_CAPACITY);
+        t.record_all(&burst[..3]);
+        t.record("thr-f", &burst[0]);
+        assert_eq!(t.dropped.load(Ordering::Relaxed), 4);
+        assert_eq!(t.queued.load(Ordering::Relaxed), QUEUE_CAPACITY);
+        let counts = Counts {
+            dropped: t.dropped.clone(),
+            queued: t.queued.clone(),
+        };
+        let root = dir.path().to_path_buf();
+        std::thread::spawn(move || writer(root, rx, counts));
+        let p = path(dir.path(), "thr-f").unwrap();
+        // The writer learns of the loss as it takes the first job, so the
+        // gap is said before the lines it took.
+        let text = wait_for(&p, |text| text.lines().count() == QUEUE_CAPACITY + 1);
+        assert_eq!(t.queued.load(Ordering::Relaxed), 0);
+        let lines: Vec<&str> = text.lines().collect();
+        let gap: Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(gap["dropped"], 4, "{}", lines[0]);
+        assert_eq!(texts(&lines[1..17].join("\n")), burst_texts);
+        drop(t);
     }
 
     #[test]
