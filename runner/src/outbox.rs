@@ -50,7 +50,7 @@
 //! back, so positions are found by binary search); the intermediate ones are
 //! indexed by age and by what supersedes them.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -91,6 +91,11 @@ pub struct Journaled {
 struct Slot {
     /// Its place: increasing front to back.
     seq: u64,
+    /// Its [`supersede_key`], hashed once as it is queued (`None`: not
+    /// intermediate).
+    key: Option<u64>,
+    /// Its journal entry (durable updates of a journaled outbox).
+    journal: Option<u64>,
     /// The redactor's generation it was masked at.
     masked: u64,
     /// By pointer: making room removes from the middle, which shifts
@@ -107,13 +112,15 @@ struct Queue {
     /// The sequence number of the next update queued at the back.
     next: u64,
     /// Sequence numbers of the queued intermediate updates, oldest first.
-    intermediate: BTreeSet<u64>,
+    /// Only ever removed oldest first: updates leave from the front, and
+    /// room is made by dropping the oldest intermediate one (urgent
+    /// replies, queued at the front, are never intermediate). So a deque,
+    /// not an ordered set.
+    intermediate: VecDeque<u64>,
     /// The newest queued intermediate update per [`supersede_key`]. A hash
     /// collision only costs a coalescing opportunity: a match is re-checked
     /// with [`supersedes`] before anything is replaced.
     newest: HashMap<u64, u64, Hashing>,
-    /// The journal entry of each queued durable update, by queue number.
-    journaled: HashMap<u64, u64, Hashing>,
     /// Hashes [`supersede_key`]s (seeded per process).
     keys: Hashing,
     /// How many of the front entries were queued urgently
@@ -135,9 +142,8 @@ impl Queue {
             items: VecDeque::with_capacity(capacity.min(1024)),
             // Room below for updates queued at the front.
             next: 1 << 62,
-            intermediate: BTreeSet::new(),
+            intermediate: VecDeque::new(),
             newest: HashMap::default(),
-            journaled: HashMap::default(),
             keys: Hashing::default(),
             urgent: 0,
         }
@@ -154,12 +160,11 @@ impl Queue {
     fn push_back_journaled(&mut self, msg: ClientMessage, journal: Option<u64>, masked: u64) {
         let seq = self.next;
         self.next += 1;
-        self.index(seq, &msg);
-        if let Some(id) = journal {
-            self.journaled.insert(seq, id);
-        }
+        let key = self.index(seq, &msg);
         self.items.push_back(Slot {
             seq,
+            key,
+            journal,
             masked,
             msg: Arc::new(msg),
         });
@@ -173,9 +178,12 @@ impl Queue {
                 self.next - 1
             }
         };
-        self.index(seq, &msg);
+        // Not indexed: an urgent update (a heartbeat answer, never
+        // intermediate) is neither coalesced nor dropped.
         self.items.push_front(Slot {
             seq,
+            key: None,
+            journal: None,
             masked,
             msg: Arc::new(msg),
         });
@@ -184,30 +192,36 @@ impl Queue {
 
     /// The front update, with the generation it was masked at.
     fn pop_front(&mut self) -> Option<(Taken, u64)> {
-        let Slot { seq, masked, msg } = self.items.pop_front()?;
+        let slot = self.items.pop_front()?;
         self.urgent = self.urgent.saturating_sub(1);
-        self.unindex(seq, &msg);
+        self.unindex(&slot);
         let taken = Taken {
-            message: msg,
-            journal: self.journaled.remove(&seq),
+            message: slot.msg,
+            journal: slot.journal,
         };
-        Some((taken, masked))
+        Some((taken, slot.masked))
     }
 
-    fn index(&mut self, seq: u64, msg: &ClientMessage) {
-        if let Some(key) = supersede_key(&self.keys, msg) {
-            self.intermediate.insert(seq);
-            let newest = self.newest.entry(key).or_insert(seq);
-            *newest = (*newest).max(seq);
+    /// Indexes `msg`, queued at the back as `seq`, if it is intermediate;
+    /// returns its key.
+    fn index(&mut self, seq: u64, msg: &ClientMessage) -> Option<u64> {
+        let key = supersede_key(&self.keys, msg)?;
+        self.intermediate.push_back(seq);
+        self.newest.insert(key, seq);
+        Some(key)
+    }
+
+    /// Forgets `slot` (leaving the queue) in the indexes.
+    fn unindex(&mut self, slot: &Slot) {
+        let Some(key) = slot.key else { return };
+        // The oldest, always (see `intermediate`); searched for if not.
+        if self.intermediate.front() == Some(&slot.seq) {
+            self.intermediate.pop_front();
+        } else if let Ok(pos) = self.intermediate.binary_search(&slot.seq) {
+            self.intermediate.remove(pos);
         }
-    }
-
-    fn unindex(&mut self, seq: u64, msg: &ClientMessage) {
-        if let Some(key) = supersede_key(&self.keys, msg) {
-            self.intermediate.remove(&seq);
-            if self.newest.get(&key) == Some(&seq) {
-                self.newest.remove(&key);
-            }
+        if self.newest.get(&key) == Some(&slot.seq) {
+            self.newest.remove(&key);
         }
     }
 
@@ -226,13 +240,13 @@ impl Queue {
     fn drop_oldest_intermediate(&mut self) -> bool {
         let Some(pos) = self
             .intermediate
-            .first()
+            .front()
             .and_then(|seq| self.position(*seq))
         else {
             return false;
         };
         if let Some(slot) = self.items.remove(pos) {
-            self.unindex(slot.seq, &slot.msg);
+            self.unindex(&slot);
         }
         true
     }
