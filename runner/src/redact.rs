@@ -45,9 +45,18 @@ pub struct Redactor {
     /// All of the secrets at once, leftmost-longest (a secret that contains
     /// another is masked whole); `None` while there are none. Written only
     /// to swap in a built automaton.
-    matcher: Arc<RwLock<Option<AhoCorasick>>>,
+    matcher: Arc<RwLock<Option<Matcher>>>,
     /// Bumped after each swap of `matcher`.
     generation: Arc<AtomicU64>,
+}
+
+/// The automaton, and the length of the shortest secret it finds: text
+/// shorter than that holds none, and is not scanned (short fields, such as
+/// a working directory or a one-line item, are common; setting up a
+/// search costs more than the search).
+struct Matcher {
+    automaton: AhoCorasick,
+    shortest: usize,
 }
 
 /// The secrets, longest first (so a secret that contains another is masked
@@ -101,12 +110,17 @@ impl Redactor {
             .partition_point(|(_, s)| s.len() >= secret.len());
         secrets.list.insert(at, (seq, secret.to_owned()));
         let patterns: Vec<&str> = secrets.list.iter().map(|(_, s)| s.as_str()).collect();
-        let matcher = AhoCorasick::builder()
+        let shortest = patterns.iter().map(|p| p.len()).min().unwrap_or(0);
+        let automaton = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
             .kind(Some(AhoCorasickKind::ContiguousNFA))
             .build(patterns);
-        match matcher {
-            Ok(matcher) => {
+        match automaton {
+            Ok(automaton) => {
+                let matcher = Matcher {
+                    automaton,
+                    shortest,
+                };
                 // The old automaton is dropped after the lock is released.
                 let old = self
                     .matcher
@@ -139,14 +153,16 @@ impl Redactor {
         let Some(matcher) = &*matcher else {
             return Cow::Borrowed(text);
         };
-        if !matcher.is_match(text) {
+        if text.len() < matcher.shortest || !matcher.automaton.is_match(text) {
             return Cow::Borrowed(text);
         }
         let mut out = String::with_capacity(text.len());
-        matcher.replace_all_with(text, &mut out, |_, _, dst| {
-            dst.push_str(MASK);
-            true
-        });
+        matcher
+            .automaton
+            .replace_all_with(text, &mut out, |_, _, dst| {
+                dst.push_str(MASK);
+                true
+            });
         Cow::Owned(out)
     }
 
@@ -190,6 +206,18 @@ mod tests {
         assert_eq!(r.generation(), g1);
         r.clone().add("ghs_generation_two");
         assert!(r.generation() > g1);
+    }
+
+    /// Text shorter than every secret is left as it is; text exactly as
+    /// long as the shortest is still masked (the length check is strict).
+    #[test]
+    fn text_shorter_than_every_secret_is_left_as_it_is() {
+        let r = Redactor::new();
+        r.add("ghs_a_long_secret_value");
+        r.add("sk-short");
+        assert!(matches!(r.redact("sk-shor"), Cow::Borrowed(_)));
+        assert_eq!(r.redact("sk-short"), "***");
+        assert_eq!(r.redact("ghs_a_long_secret_value"), "***");
     }
 
     /// A secret that contains another is masked whole, whichever came first.
