@@ -473,13 +473,12 @@ impl Outbox {
     }
 
     /// [`Outbox::push`] for updates that were ready together (a thread's
-    /// burst of at most [`crate::journal::BURST`]), in order: the durable
-    /// ones journaled in one journal job, recorded in their transcript in
-    /// one push, and as many as fit queued under one lock with one wake of
-    /// the link; the rest go one by one, making
-    /// room or waiting as [`Outbox::push`] does. A turn's end must be
-    /// written before it is queued: a burst holding one is pushed one by
-    /// one.
+    /// burst of at most [`crate::journal::BURST`]), in order: all recorded
+    /// in their transcript in one push, the durable ones journaled in one
+    /// journal job, and as many as fit queued under one lock with one wake
+    /// of the link; the rest go one by one, making room or waiting as
+    /// [`Outbox::push`] does. A turn's end must be written before it is
+    /// queued: a burst holding one is pushed one by one.
     pub async fn push_burst(&self, mut msgs: Vec<ClientMessage>) {
         if msgs.iter().any(is_turn_end) {
             for msg in msgs {

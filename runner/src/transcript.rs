@@ -6,19 +6,20 @@
 //! Recorded where every update enters the outbox ([`crate::outbox`]), for
 //! each update whose payload names a thread (thread, turn, item, name and
 //! token-usage updates: replies from `commands.rs`/`dispatch.rs` included);
-//! a thread's request errors, which name none, are recorded by the thread
-//! itself ([`thread_of`] says which is which).
+//! a thread's request errors, which name none, are recorded for the thread
+//! that pushed them (`Outbox::push_for_thread`; [`thread_of`] says which
+//! is which).
 //!
 //! Updates come masked: the outbox masks every update as it enters, before
 //! it records it here (the same masked text goes on the wire). Off the hot
 //! path: the sender copies what the line says into a bounded queue
-//! ([`QUEUE_CAPACITY`] lines, a non-blocking push; a burst of updates as one
-//! job) and one writer thread appends, buffered per file and written out
-//! whenever the queue runs empty. When the queue is
-//! full the line is dropped, never waited for (a transcript must not slow a
-//! turn or the link); the writer then appends a `{"dropped": N}` line to
-//! the next transcript it writes, so the gap is visible. A file over
-//! [`MAX_BYTES`] is rotated to `<thread>.jsonl.1` (one old file kept). A
+//! ([`QUEUE_CAPACITY`] lines, a non-blocking push; a burst of updates as
+//! one job) and one writer thread appends, buffered per file and written
+//! out whenever the queue runs empty. When the queue is full the lines are
+//! dropped, never waited for (a transcript must not slow a turn or the
+//! link); the writer then appends a `{"dropped": N}` line to the next
+//! transcript it writes, so the gap is visible. A file over [`MAX_BYTES`]
+//! is rotated to `<thread>.jsonl.1` (one old file kept). A
 //! thread's transcripts are removed with the thread.
 
 use std::borrow::Cow;

@@ -310,9 +310,9 @@ impl Sending {
     /// The next updates to send, waiting for at least one: re-sends first,
     /// then the outbox. Each is validated (an invalid one is a runner bug:
     /// logged, not sent; each was masked by the outbox already), numbered
-    /// in acked mode and recorded as sent before this returns, so a session that ends before it goes out
-    /// still sends it again. Cancel-safe: nothing is taken before the last
-    /// await. The batch may go on the wire once [`Batch::committed`] says
+    /// in acked mode and recorded as sent before this returns, so a
+    /// session that ends before it goes out still sends it again.
+    /// Cancel-safe: nothing is taken before the last await. The batch may go on the wire once [`Batch::committed`] says
     /// its journal write (sequence marks, or the appends it depends on) is
     /// on disk; the writes of later batches queue behind it, so a link may
     /// prepare the next batches meanwhile.
