@@ -402,16 +402,15 @@ impl Outbox {
     /// updates journaled. The link never sends a journaled update before
     /// its write is done.
     pub async fn push(&self, msg: ClientMessage) {
-        let journaled = self.journal(msg).await;
+        let journaled = self.journal_for(None, msg).await;
         self.queue(journaled).await;
     }
 
     /// [`Outbox::push`] of an update sent for `thread`: recorded in its
     /// transcript even if the update does not name it (a thread's request
     /// errors).
-    pub async fn push_for_thread(&self, thread: &str, mut msg: ClientMessage) {
-        let masked = self.admit(&mut msg, Some(thread));
-        let journaled = self.journal_admitted(msg, masked).await;
+    pub async fn push_for_thread(&self, thread: &str, msg: ClientMessage) {
+        let journaled = self.journal_for(Some(thread), msg).await;
         self.queue(journaled).await;
     }
 
@@ -419,13 +418,14 @@ impl Outbox {
     /// (a turn's end: written when this returns). Nothing can send (and so
     /// settle and forget) it before [`Outbox::queue`]: whatever must be
     /// recorded before its journal entry may be forgotten goes in between.
-    pub async fn journal(&self, mut msg: ClientMessage) -> Journaled {
-        let masked = self.admit(&mut msg, None);
-        self.journal_admitted(msg, masked).await
+    pub async fn journal(&self, msg: ClientMessage) -> Journaled {
+        self.journal_for(None, msg).await
     }
 
-    /// [`Outbox::journal`] of an update already admitted.
-    async fn journal_admitted(&self, msg: ClientMessage, masked: u64) -> Journaled {
+    /// [`Outbox::journal`], the transcript falling back to `thread`'s
+    /// ([`Outbox::admit`]).
+    async fn journal_for(&self, thread: Option<&str>, mut msg: ClientMessage) -> Journaled {
+        let masked = self.admit(&mut msg, thread);
         let mut journal_id = None;
         if let Some((journal, id, bytes)) = self.for_journal(&msg) {
             let started = std::time::Instant::now();
