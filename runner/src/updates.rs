@@ -265,19 +265,41 @@ pub fn redact(msg: &mut ClientMessage, redactor: &Redactor) {
 
 /// A short name of a message's kind, for logs and counters.
 pub fn kind(msg: &ClientMessage) -> &'static str {
+    KINDS[kind_index(msg)]
+}
+
+/// Every [`kind`], by [`kind_index`].
+pub const KINDS: [&str; 12] = [
+    "empty",
+    "request_error",
+    "agent_update",
+    "thread_update",
+    "turn_update",
+    "item_update",
+    "skill_mp_update",
+    "heartbeat_response",
+    "thread_token_usage_update",
+    "thread_name_update",
+    "agent_sdk_update",
+    "codex_device_code",
+];
+
+/// Where `msg`'s [`kind`] is in [`KINDS`] (for per-kind tables without a
+/// lookup by name).
+pub fn kind_index(msg: &ClientMessage) -> usize {
     match &msg.payload {
-        None => "empty",
-        Some(Payload::RequestError(_)) => "request_error",
-        Some(Payload::AgentUpdate(_)) => "agent_update",
-        Some(Payload::ThreadUpdate(_)) => "thread_update",
-        Some(Payload::TurnUpdate(_)) => "turn_update",
-        Some(Payload::ItemUpdate(_)) => "item_update",
-        Some(Payload::SkillMpUpdate(_)) => "skill_mp_update",
-        Some(Payload::HeartbeatResponse(_)) => "heartbeat_response",
-        Some(Payload::ThreadTokenUsageUpdate(_)) => "thread_token_usage_update",
-        Some(Payload::ThreadNameUpdate(_)) => "thread_name_update",
-        Some(Payload::AgentSdkUpdate(_)) => "agent_sdk_update",
-        Some(Payload::CodexDeviceCode(_)) => "codex_device_code",
+        None => 0,
+        Some(Payload::RequestError(_)) => 1,
+        Some(Payload::AgentUpdate(_)) => 2,
+        Some(Payload::ThreadUpdate(_)) => 3,
+        Some(Payload::TurnUpdate(_)) => 4,
+        Some(Payload::ItemUpdate(_)) => 5,
+        Some(Payload::SkillMpUpdate(_)) => 6,
+        Some(Payload::HeartbeatResponse(_)) => 7,
+        Some(Payload::ThreadTokenUsageUpdate(_)) => 8,
+        Some(Payload::ThreadNameUpdate(_)) => 9,
+        Some(Payload::AgentSdkUpdate(_)) => 10,
+        Some(Payload::CodexDeviceCode(_)) => 11,
     }
 }
 
