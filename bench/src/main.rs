@@ -93,6 +93,8 @@ struct Sizes {
     throughput_lines: usize,
     outbox_threads: usize,
     outbox_lines: usize,
+    /// Drains timed (the median reported).
+    drains: usize,
     overflow_lines: usize,
     footprint_levels: Vec<usize>,
     start_runs: usize,
@@ -115,6 +117,7 @@ impl Sizes {
                 throughput_lines: 1_000,
                 outbox_threads: 2,
                 outbox_lines: 1_000,
+                drains: 1,
                 overflow_lines: 10_000,
                 footprint_levels: vec![1, 100, 1_000],
                 start_runs: 2,
@@ -133,6 +136,7 @@ impl Sizes {
                 throughput_lines: 10_000,
                 outbox_threads: 4,
                 outbox_lines: 1_200,
+                drains: 5,
                 overflow_lines: 5_000,
                 footprint_levels: vec![1, 100, 1_000],
                 start_runs: 5,
@@ -257,7 +261,15 @@ async fn main() -> Result<()> {
     let prof = profile::finish(recording, &a.out.join("profile.svg")).await;
     tps.sort_by(|a, b| a.item_updates_per_s.total_cmp(&b.item_updates_per_s));
     let tp = tps[1].clone();
-    let ob = scenarios::outbox_drain(&rig, &threads[..sz.outbox_threads], sz.outbox_lines).await?;
+    // A drain lasts ~15 ms, so one is mostly noise: the median of several.
+    let mut drains = Vec::new();
+    for _ in 0..sz.drains {
+        let d = &threads[..sz.outbox_threads];
+        drains.push(scenarios::outbox_drain(&rig, d, sz.outbox_lines).await?);
+    }
+    drains.sort_by(|a, b| a.messages_per_s.total_cmp(&b.messages_per_s));
+    let drain_rates: Vec<f64> = drains.iter().map(|d| d.messages_per_s).collect();
+    let ob = drains[drains.len() / 2].clone();
     // The same with far more updates than the outbox holds (10,000).
     let ob_over =
         scenarios::outbox_drain(&rig, &threads[..sz.outbox_threads], sz.overflow_lines).await?;
@@ -443,8 +455,12 @@ async fn main() -> Result<()> {
     }
     t.row(
         &format!(
-            "outbox drain after reconnect ({} of {} msgs)",
-            ob.messages_after_reconnect, ob.expected_messages
+            "outbox drain after reconnect ({} of {} msgs; median of {}, {:.2}-{:.2} of the floor)",
+            ob.messages_after_reconnect,
+            ob.expected_messages,
+            drain_rates.len(),
+            drain_rates.first().copied().unwrap_or(0.0) / floor_tp,
+            drain_rates.last().copied().unwrap_or(0.0) / floor_tp,
         ),
         format!("{:.0}", ob.messages_per_s),
         "msg/s",
@@ -680,6 +696,7 @@ async fn main() -> Result<()> {
         "update_throughput_vs_floor": tp.messages_per_s / floor_tp,
         "outbox_drain": ob,
         "outbox_drain_vs_floor": ob.messages_per_s / floor_tp,
+        "outbox_drains_vs_floor": drain_rates.iter().map(|r| r / floor_tp).collect::<Vec<_>>(),
         "outbox_overflow": ob_over,
         "footprint": fp,
         "idle_memory": { "runner": idle_both, "bare_client": bare_both },
