@@ -40,8 +40,9 @@
 //!
 //! Every update naming a thread (or pushed for one:
 //! [`Outbox::push_for_thread`]) is then handed to the transcripts
-//! ([`crate::transcript`]): a copy and a non-blocking push to the writer's
-//! bounded queue, which drops (and counts) when full.
+//! ([`crate::transcript`]): the update itself, shared (an `Arc` from here
+//! on), with a non-blocking push to the writer's bounded queue, which drops
+//! (and counts) when full.
 //!
 //! Making room costs O(log n), not a scan of the queue: a full outbox is
 //! exactly when the runner is behind, so that path must stay cheap (a scan of
@@ -181,7 +182,7 @@ impl Queue {
         });
     }
 
-    fn push_front(&mut self, msg: ClientMessage, masked: u64) {
+    fn push_front(&mut self, msg: Arc<ClientMessage>, masked: u64) {
         let seq = match self.items.front() {
             Some(front) => front.seq - 1,
             None => {
@@ -196,7 +197,7 @@ impl Queue {
             key: None,
             journal: None,
             masked,
-            msg: Some(Arc::new(msg)),
+            msg: Some(msg),
         });
         self.urgent += 1;
     }
@@ -353,18 +354,19 @@ impl Outbox {
         let _ = self.transcripts.set(transcripts);
     }
 
-    /// What every update goes through as it enters: `msg` masked, then
-    /// handed to the transcript of the thread it names (else `thread`'s),
-    /// if any (never blocks). Returns the redactor's generation it was
-    /// masked at.
-    fn admit(&self, msg: &mut ClientMessage, thread: Option<&str>) -> u64 {
-        let masked = self.mask(msg);
+    /// What every update goes through as it enters: `msg` masked, shared
+    /// from here on, and handed to the transcript of the thread it names
+    /// (else `thread`'s), if any (never blocks). Returns it with the
+    /// redactor's generation it was masked at.
+    fn admit(&self, mut msg: ClientMessage, thread: Option<&str>) -> (Arc<ClientMessage>, u64) {
+        let masked = self.mask(&mut msg);
+        let msg = Arc::new(msg);
         if let Some(t) = self.transcripts.get()
-            && let Some(thread) = crate::transcript::thread_of(msg).or(thread)
+            && let Some(thread) = crate::transcript::thread_of(&msg).or(thread)
         {
-            t.record(thread, msg);
+            t.record(thread, &msg);
         }
-        masked
+        (msg, masked)
     }
 
     /// Masks `msg`; returns the redactor's generation it was masked at.
@@ -378,7 +380,8 @@ impl Outbox {
     /// (at generation `masked`; the redactor is at `now`).
     fn remasked(&self, mut taken: Taken, masked: u64, now: u64) -> Taken {
         if masked != now {
-            // Queued updates are not shared: no copy is made.
+            // A copy only if its transcript line is still queued (which
+            // keeps what it was masked with; the wire gets the new mask).
             crate::updates::redact(Arc::make_mut(&mut taken.message), &self.redactor);
         }
         taken
@@ -455,8 +458,8 @@ impl Outbox {
 
     /// [`Outbox::journal`], the transcript falling back to `thread`'s
     /// ([`Outbox::admit`]).
-    async fn journal_for(&self, thread: Option<&str>, mut msg: ClientMessage) -> Journaled {
-        let masked = self.admit(&mut msg, thread);
+    async fn journal_for(&self, thread: Option<&str>, msg: ClientMessage) -> Journaled {
+        let (msg, masked) = self.admit(msg, thread);
         let mut journal_id = None;
         if let Some((journal, id, bytes)) = self.for_journal(&msg) {
             let started = std::time::Instant::now();
@@ -476,7 +479,7 @@ impl Outbox {
             crate::metrics::journal_append(started.elapsed());
         }
         Journaled {
-            message: Arc::new(msg),
+            message: msg,
             journal: journal_id,
             masked,
         }
@@ -510,7 +513,7 @@ impl Outbox {
     /// of the link; the rest go one by one, making room or waiting as
     /// [`Outbox::push`] does. A turn's end must be written before it is
     /// queued: a burst holding one is pushed one by one.
-    pub async fn push_burst(&self, mut msgs: Vec<ClientMessage>) {
+    pub async fn push_burst(&self, msgs: Vec<ClientMessage>) {
         if msgs.iter().any(is_turn_end) {
             for msg in msgs {
                 self.push(msg).await;
@@ -519,9 +522,13 @@ impl Outbox {
         }
         // The generation before the first mask stands for the whole burst.
         let masked = self.redactor.generation();
-        for msg in &mut msgs {
-            self.mask(msg);
-        }
+        let msgs: Vec<Arc<ClientMessage>> = msgs
+            .into_iter()
+            .map(|mut msg| {
+                self.mask(&mut msg);
+                Arc::new(msg)
+            })
+            .collect();
         if let Some(t) = self.transcripts.get() {
             t.record_all(&msgs);
         }
@@ -548,7 +555,7 @@ impl Outbox {
             }
             crate::metrics::journal_append(started.elapsed());
         }
-        let mut rest = msgs.into_iter().map(Arc::new).zip(ids);
+        let mut rest = msgs.into_iter().zip(ids);
         let mut queued = false;
         {
             let mut queue = self.lock();
@@ -574,8 +581,8 @@ impl Outbox {
     /// Queue at once, even past the bound (replies from the read loop). A
     /// durable one is journaled without waiting for the disk (queued on
     /// the journal's thread ahead of anything that could send it).
-    pub fn push_reply(&self, mut msg: ClientMessage) {
-        let masked = self.admit(&mut msg, None);
+    pub fn push_reply(&self, msg: ClientMessage) {
+        let (msg, masked) = self.admit(msg, None);
         let mut journal_id = None;
         if let Some((journal, id, bytes)) = self.for_journal(&msg) {
             if journal.append_detached(id, bytes) {
@@ -587,14 +594,13 @@ impl Outbox {
                 );
             }
         }
-        self.lock()
-            .push_back_journaled(Arc::new(msg), journal_id, masked);
+        self.lock().push_back_journaled(msg, journal_id, masked);
         self.filled.notify_one();
     }
 
     /// Queue ahead of everything else (heartbeat answers).
-    pub fn push_urgent(&self, mut msg: ClientMessage) {
-        let masked = self.admit(&mut msg, None);
+    pub fn push_urgent(&self, msg: ClientMessage) {
+        let (msg, masked) = self.admit(msg, None);
         self.lock().push_front(msg, masked);
         self.filled.notify_one();
     }
@@ -603,10 +609,13 @@ impl Outbox {
     /// it there and returns false when the producer must wait.
     #[cfg(test)]
     fn try_push(&self, slot: &mut Option<ClientMessage>) -> bool {
-        let mut entry = slot.take().map(|mut message| Journaled {
-            masked: self.admit(&mut message, None),
-            message: Arc::new(message),
-            journal: None,
+        let mut entry = slot.take().map(|message| {
+            let (message, masked) = self.admit(message, None);
+            Journaled {
+                masked,
+                message,
+                journal: None,
+            }
         });
         let pushed = self.try_push_entry(&mut entry);
         *slot = entry.map(|j| Arc::unwrap_or_clone(j.message));
@@ -1046,7 +1055,11 @@ mod tests {
             assert!(o.try_push(&mut slot));
             let queue = o.lock();
             assert!(queue.len() <= cap);
-            assert!(queue.items.len() <= 2 * cap + 1, "{} slots", queue.items.len());
+            assert!(
+                queue.items.len() <= 2 * cap + 1,
+                "{} slots",
+                queue.items.len()
+            );
         }
         let left: Vec<ClientMessage> = drain(&o).await;
         let want: Vec<ClientMessage> = (1_000 - cap..1_000)

@@ -12,10 +12,12 @@
 //!
 //! Updates come masked: the outbox masks every update as it enters, before
 //! it records it here (the same masked text goes on the wire). Off the hot
-//! path: the sender copies what the line says into a bounded queue
-//! ([`QUEUE_CAPACITY`] lines, a non-blocking push; a burst of updates as
-//! one job) and one writer thread appends, buffered per file and written
-//! out whenever the queue runs empty. When the queue is full the lines are
+//! path: the sender queues the update itself, shared with the outbox (a
+//! pointer, not a copy; a burst of updates as one job), on a queue bounded
+//! in lines ([`QUEUE_CAPACITY`]) and in the text they hold
+//! ([`QUEUE_BYTES`]), with a non-blocking push. One writer thread formats
+//! the lines and appends them, buffered per file and written out whenever
+//! the queue runs empty. When the queue is full the lines are
 //! dropped, never waited for (a transcript must not slow a turn or the
 //! link); the writer then appends a `{"dropped": N}` line to the next
 //! transcript it writes, so the gap is visible. A file over [`MAX_BYTES`]
@@ -38,6 +40,10 @@ use serde_json::json;
 
 /// Lines waiting for the writer at most.
 pub const QUEUE_CAPACITY: usize = 4096;
+/// Bytes of text (see [`weight`]) the queued lines may hold at most: the
+/// queue holds whole updates, which the outbox would otherwise have freed
+/// once sent.
+pub const QUEUE_BYTES: usize = 32 << 20;
 /// A transcript file is rotated past this size.
 pub const MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// Longest text (item text, command output) kept per line, in bytes.
@@ -48,7 +54,11 @@ enum Job {
     /// one push for all of them, not one each).
     Lines {
         thread: String,
-        entries: Vec<Entry>,
+        /// When they were recorded.
+        ts_ms: u64,
+        updates: Vec<Arc<ClientMessage>>,
+        /// Their [`weight`], summed.
+        bytes: usize,
     },
     Remove {
         thread: String,
@@ -64,6 +74,8 @@ pub struct Transcripts {
     /// Lines queued and not yet written: the bound is in lines, whatever
     /// the jobs hold.
     queued: Arc<AtomicUsize>,
+    /// The [`weight`] of the queued lines' updates.
+    queued_bytes: Arc<AtomicUsize>,
 }
 
 /// The thread `msg` is about, when its payload names one (`None` for
@@ -83,7 +95,9 @@ pub fn thread_of(msg: &ClientMessage) -> Option<&str> {
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Job::Lines { thread, entries } => write!(f, "Lines({thread}, {})", entries.len()),
+            Job::Lines {
+                thread, updates, ..
+            } => write!(f, "Lines({thread}, {})", updates.len()),
             Job::Remove { thread } => write!(f, "Remove({thread})"),
         }
     }
@@ -125,9 +139,11 @@ impl Transcripts {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
         let queued = Arc::new(AtomicUsize::new(0));
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
         let counts = Counts {
             dropped: dropped.clone(),
             queued: queued.clone(),
+            queued_bytes: queued_bytes.clone(),
         };
         std::thread::Builder::new()
             .name("transcripts".into())
@@ -136,15 +152,16 @@ impl Transcripts {
             tx,
             dropped,
             queued,
+            queued_bytes,
         })
     }
 
     /// Queue `msg` (sent for `thread`, masked already) for its transcript:
-    /// a copy of what the line says and a non-blocking push; writing
-    /// happens on the writer. A full queue drops the update (counted).
-    pub fn record(&self, thread: &str, msg: &ClientMessage) {
+    /// a pointer and a non-blocking push; formatting and writing happen on
+    /// the writer. A full queue drops the update (counted).
+    pub fn record(&self, thread: &str, msg: &Arc<ClientMessage>) {
         if !is_deletion(msg) {
-            self.queue(thread, vec![Entry::of(msg, unix_ms())]);
+            self.queue(thread, vec![msg.clone()]);
         }
     }
 
@@ -152,49 +169,57 @@ impl Transcripts {
     /// recorded in the transcript of the thread it names ([`thread_of`];
     /// those naming none are not recorded): one push per run of updates of
     /// one thread.
-    pub fn record_all(&self, msgs: &[ClientMessage]) {
-        let ts_ms = unix_ms();
+    pub fn record_all(&self, msgs: &[Arc<ClientMessage>]) {
         let mut rest = msgs;
         while let Some(first) = rest.first() {
             let thread = thread_of(first);
             let run = rest.iter().take_while(|m| thread_of(m) == thread).count();
             if let Some(thread) = thread {
-                let entries = rest[..run]
+                let updates = rest[..run]
                     .iter()
                     .filter(|m| !is_deletion(m))
-                    .map(|m| Entry::of(m, ts_ms))
+                    .cloned()
                     .collect();
-                self.queue(thread, entries);
+                self.queue(thread, updates);
             }
             rest = &rest[run..];
         }
     }
 
-    /// Pushes `entries` for `thread`, or drops (and counts) them all when
-    /// the queue holds [`QUEUE_CAPACITY`] lines.
-    fn queue(&self, thread: &str, entries: Vec<Entry>) {
-        let n = entries.len();
+    /// Pushes `updates` for `thread`, or drops (and counts) them all when
+    /// the queue would then hold more than [`QUEUE_CAPACITY`] lines or
+    /// [`QUEUE_BYTES`] of text.
+    fn queue(&self, thread: &str, updates: Vec<Arc<ClientMessage>>) {
+        let n = updates.len();
         if n == 0 {
             return;
         }
-        if self.queued.fetch_add(n, Ordering::Relaxed) + n > QUEUE_CAPACITY {
+        let bytes: usize = updates.iter().map(|m| weight(m)).sum();
+        let lines_over = self.queued.fetch_add(n, Ordering::Relaxed) + n > QUEUE_CAPACITY;
+        let bytes_over =
+            self.queued_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes > QUEUE_BYTES;
+        let undo = || {
             self.queued.fetch_sub(n, Ordering::Relaxed);
+            self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        };
+        if lines_over || bytes_over {
+            undo();
             self.dropped.fetch_add(n as u64, Ordering::Relaxed);
             return;
         }
         let job = Job::Lines {
             thread: thread.to_owned(),
-            entries,
+            ts_ms: unix_ms(),
+            updates,
+            bytes,
         };
         match self.tx.try_send(job) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                self.queued.fetch_sub(n, Ordering::Relaxed);
+                undo();
                 self.dropped.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(TrySendError::Disconnected(_)) => {
-                self.queued.fetch_sub(n, Ordering::Relaxed);
-            }
+            Err(TrySendError::Disconnected(_)) => undo(),
         }
     }
 
@@ -213,10 +238,28 @@ fn is_deletion(msg: &ClientMessage) -> bool {
     matches!(&msg.payload, Some(Payload::ThreadUpdate(t)) if t.status() == ThreadStatus::Deleted)
 }
 
+/// What a queued update counts against [`QUEUE_BYTES`]: the text it
+/// carries (what can be large), plus a fixed amount for the rest.
+fn weight(msg: &ClientMessage) -> usize {
+    const REST: usize = 256;
+    let text = match &msg.payload {
+        Some(Payload::ItemUpdate(i)) => {
+            i.text.as_ref().map_or(0, String::len)
+                + i.command_execution_item.as_ref().map_or(0, |c| {
+                    c.command.len() + c.output.as_ref().map_or(0, String::len)
+                })
+        }
+        Some(Payload::RequestError(e)) => e.error_message.len(),
+        _ => 0,
+    };
+    REST + text
+}
+
 /// The writer's side of the queue's counters.
 struct Counts {
     dropped: Arc<AtomicU64>,
     queued: Arc<AtomicUsize>,
+    queued_bytes: Arc<AtomicUsize>,
 }
 
 fn unix_ms() -> u64 {
@@ -384,8 +427,14 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, counts: Counts) {
         };
         match job {
             Job::Remove { thread } => files.remove(&thread),
-            Job::Lines { thread, entries } => {
-                counts.queued.fetch_sub(entries.len(), Ordering::Relaxed);
+            Job::Lines {
+                thread,
+                ts_ms,
+                updates,
+                bytes,
+            } => {
+                counts.queued.fetch_sub(updates.len(), Ordering::Relaxed);
+                counts.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
                 if !safe_id(&thread) {
                     continue;
                 }
@@ -397,9 +446,10 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, counts: Counts) {
                         scratch.push(b'\n');
                     }
                 }
-                for entry in &entries {
+                for update in &updates {
                     let line_start = scratch.len();
-                    if let Err(e) = serde_json::to_writer(&mut scratch, entry) {
+                    let entry = Entry::of(update, ts_ms);
+                    if let Err(e) = serde_json::to_writer(&mut scratch, &entry) {
                         tracing::warn!(error = %e, "a transcript line could not be encoded");
                         scratch.truncate(line_start);
                         continue;
@@ -437,29 +487,29 @@ impl<T: std::fmt::Debug> Serialize for Named<T> {
     }
 }
 
-/// One transcript line: the update's kind, request id and what it says.
-/// A copy of just those fields is what the sender queues (not the whole
-/// update); it is written straight out (no `Value` tree), its fields in
-/// alphabetical order, as the lines have always been.
+/// One transcript line: the update's kind, request id and what it says,
+/// borrowed from the update (the writer formats it; nothing is copied but
+/// text past [`MAX_TEXT`]). Written straight out (no `Value` tree), its
+/// fields in alphabetical order, as the lines have always been.
 #[derive(Serialize)]
-struct Entry {
+struct Entry<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    command: Option<String>,
+    command: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
+    error: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     item_type: Option<Named<ItemType>>,
     kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
+    name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    output: Option<String>,
+    output: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    request_id: Option<String>,
+    request_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<Named<Status>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    text: Option<String>,
+    text: Option<Cow<'a, str>>,
     ts_ms: u64,
 }
 
@@ -480,10 +530,10 @@ impl std::fmt::Debug for Status {
     }
 }
 
-impl Entry {
+impl<'a> Entry<'a> {
     /// The line for `msg`, sent at `ts_ms`.
-    fn of(msg: &ClientMessage, ts_ms: u64) -> Self {
-        let clipped = |text: &str| clip(text).into_owned();
+    fn of(msg: &'a ClientMessage, ts_ms: u64) -> Self {
+        let clipped = |text: &'a str| clip(text);
         let mut entry = Entry {
             command: None,
             error: None,
@@ -491,7 +541,7 @@ impl Entry {
             kind: crate::updates::kind(msg),
             name: None,
             output: None,
-            request_id: msg.request_id.clone(),
+            request_id: msg.request_id.as_deref(),
             status: None,
             text: None,
             ts_ms,
@@ -511,7 +561,7 @@ impl Entry {
                 }
             }
             Some(Payload::RequestError(e)) => entry.error = Some(clipped(&e.error_message)),
-            Some(Payload::ThreadNameUpdate(n)) => entry.name = n.thread_name.clone(),
+            Some(Payload::ThreadNameUpdate(n)) => entry.name = n.thread_name.as_deref(),
             _ => {}
         }
         entry
@@ -538,7 +588,10 @@ mod tests {
     fn appends_rotates_and_removes() {
         let dir = tempfile::tempdir().unwrap();
         let t = Transcripts::start(dir.path().to_path_buf()).unwrap();
-        let msg = crate::updates::request_error(Some("r1".into()), "token refused");
+        let msg = Arc::new(crate::updates::request_error(
+            Some("r1".into()),
+            "token refused",
+        ));
         t.record("thr-1", &msg);
         let p = path(dir.path(), "thr-1").unwrap();
         let text = wait_for(&p, |t| t.contains("request_error"));
@@ -546,7 +599,7 @@ mod tests {
         let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         assert_eq!(line["request_id"], "r1");
         // Past MAX_BYTES it rotates: one old file, a fresh current one.
-        let big = crate::updates::request_error(None, "x".repeat(MAX_TEXT));
+        let big = Arc::new(crate::updates::request_error(None, "x".repeat(MAX_TEXT)));
         for _ in 0..(MAX_BYTES as usize / MAX_TEXT + 2) {
             t.record("thr-1", &big);
         }
@@ -584,7 +637,7 @@ mod tests {
         let threads: Vec<String> = (0..OPEN_FILES + 6).map(|i| format!("thr-{i}")).collect();
         for n in 0..3 {
             for thread in &threads {
-                t.record(thread, &item(thread, n));
+                t.record(thread, &Arc::new(item(thread, n)));
             }
         }
         for thread in &threads {
@@ -621,8 +674,8 @@ mod tests {
         );
     }
 
-    fn said(thread: &str, text: &str) -> ClientMessage {
-        crate::updates::item(
+    fn said(thread: &str, text: &str) -> Arc<ClientMessage> {
+        Arc::new(crate::updates::item(
             Some("r".into()),
             thread,
             "u",
@@ -633,7 +686,7 @@ mod tests {
                 text: Some(text.into()),
                 command: None,
             },
-        )
+        ))
     }
 
     fn texts(text: &str) -> Vec<String> {
@@ -655,9 +708,9 @@ mod tests {
         t.record_all(&[
             said("thr-a", "a0"),
             said("thr-a", "a1"),
-            crate::updates::request_error(None, "names no thread"),
+            Arc::new(crate::updates::request_error(None, "names no thread")),
             said("thr-b", "b0"),
-            deleted,
+            Arc::new(deleted),
             said("thr-a", "a2"),
         ]);
         let a = wait_for(&path(dir.path(), "thr-a").unwrap(), |t| {
@@ -682,10 +735,11 @@ mod tests {
             tx,
             dropped: Arc::new(AtomicU64::new(0)),
             queued: Arc::new(AtomicUsize::new(0)),
+            queued_bytes: Arc::new(AtomicUsize::new(0)),
         };
         // No writer yet: the queue fills.
         let burst_texts: Vec<String> = (0..16).map(|n| n.to_string()).collect();
-        let burst: Vec<ClientMessage> = burst_texts.iter().map(|n| said("thr-f", n)).collect();
+        let burst: Vec<Arc<ClientMessage>> = burst_texts.iter().map(|n| said("thr-f", n)).collect();
         for _ in 0..QUEUE_CAPACITY / 16 {
             t.record_all(&burst);
         }
@@ -697,6 +751,7 @@ mod tests {
         let counts = Counts {
             dropped: t.dropped.clone(),
             queued: t.queued.clone(),
+            queued_bytes: t.queued_bytes.clone(),
         };
         let root = dir.path().to_path_buf();
         std::thread::spawn(move || writer(root, rx, counts));
@@ -705,11 +760,36 @@ mod tests {
         // gap is said before the lines it took.
         let text = wait_for(&p, |text| text.lines().count() == QUEUE_CAPACITY + 1);
         assert_eq!(t.queued.load(Ordering::Relaxed), 0);
+        assert_eq!(t.queued_bytes.load(Ordering::Relaxed), 0);
         let lines: Vec<&str> = text.lines().collect();
         let gap: Value = serde_json::from_str(lines[0]).unwrap();
         assert_eq!(gap["dropped"], 4, "{}", lines[0]);
         assert_eq!(texts(&lines[1..17].join("\n")), burst_texts);
         drop(t);
+    }
+
+    /// The queue holds whole updates, so it is bounded in the text they
+    /// carry too: large updates are dropped (counted) past [`QUEUE_BYTES`]
+    /// long before the line bound.
+    #[test]
+    fn a_queue_of_large_updates_is_bounded_in_bytes() {
+        let (tx, _rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
+        let t = Transcripts {
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+            queued: Arc::new(AtomicUsize::new(0)),
+            queued_bytes: Arc::new(AtomicUsize::new(0)),
+        };
+        let big = said("thr-b", &"x".repeat(1 << 20));
+        let each = weight(&big);
+        for _ in 0..40 {
+            t.record("thr-b", &big);
+        }
+        let fit = QUEUE_BYTES / each;
+        assert!(fit < 40);
+        assert_eq!(t.queued.load(Ordering::Relaxed), fit);
+        assert_eq!(t.queued_bytes.load(Ordering::Relaxed), fit * each);
+        assert_eq!(t.dropped.load(Ordering::Relaxed), (40 - fit) as u64);
     }
 
     #[test]
