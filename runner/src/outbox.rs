@@ -243,7 +243,16 @@ impl Queue {
         }
     }
 
+    /// Where the slot numbered `seq` is. Numbers are consecutive front to
+    /// back (queued at either end, taken from the front, emptied in
+    /// place) until a sweep removes empty slots, so the offset from the
+    /// front is tried first; a search after a sweep.
     fn position(&self, seq: u64) -> Option<usize> {
+        let front = self.items.front()?.seq;
+        let guess = usize::try_from(seq.checked_sub(front)?).ok()?;
+        if self.items.get(guess).is_some_and(|slot| slot.seq == seq) {
+            return Some(guess);
+        }
         self.items.binary_search_by_key(&seq, |slot| slot.seq).ok()
     }
 
