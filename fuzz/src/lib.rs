@@ -210,7 +210,7 @@ impl Live {
                 self.tokio
                     .block_on(self.sending.next_batch(epoch))
                     .into_iter()
-                    .map(std::sync::Arc::unwrap_or_clone),
+                    .map(agent_runner::link::Outgoing::into_message),
             );
         }
         if self.sending.unsettled() > ACK_ALL_ABOVE {

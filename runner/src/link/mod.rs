@@ -18,12 +18,13 @@ mod sending;
 pub(crate) mod wire;
 
 pub use sending::{ACKED_DELIVERY, Batch, Sending};
+pub use wire::Outgoing;
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner_proto::runner::{ClientMessage, RegisterRunnerRequest};
+use agent_runner_proto::runner::RegisterRunnerRequest;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::Stream;
 use tokio::sync::{oneshot, watch};
@@ -362,7 +363,7 @@ fn outbound(
     sending: Arc<Sending>,
     session_over: CancellationToken,
     close: CancellationToken,
-) -> impl Stream<Item = Arc<ClientMessage>> + Send + Sync + 'static {
+) -> impl Stream<Item = Outgoing> + Send + Sync + 'static {
     let state = Outbound {
         epoch: sending.epoch(),
         sending,
@@ -376,13 +377,11 @@ fn outbound(
     futures::stream::unfold(state, |s| Box::pin(next_outbound(s)) as NextOutbound)
 }
 
-type NextOutbound = Pin<
-    Box<dyn std::future::Future<Output = Option<(Arc<ClientMessage>, Outbound)>> + Send + Sync>,
->;
+type NextOutbound =
+    Pin<Box<dyn std::future::Future<Output = Option<(Outgoing, Outbound)>> + Send + Sync>>;
 
 /// A batch being taken (and its journal write awaited) for the wire.
-type PendingBatch =
-    Pin<Box<dyn std::future::Future<Output = Vec<Arc<ClientMessage>>> + Send + Sync>>;
+type PendingBatch = Pin<Box<dyn std::future::Future<Output = Vec<Outgoing>> + Send + Sync>>;
 
 struct Outbound {
     sending: Arc<Sending>,
@@ -391,7 +390,7 @@ struct Outbound {
     /// Taken and recorded, not yet handed to the transport (lost with the
     /// session only as far as the transport would have lost them: kept
     /// updates are re-sent).
-    ready: std::collections::VecDeque<Arc<ClientMessage>>,
+    ready: std::collections::VecDeque<Outgoing>,
     /// The next batch, taken while `ready` goes out (its journal write
     /// overlaps the sending of the one before).
     pending: Option<PendingBatch>,
@@ -399,7 +398,7 @@ struct Outbound {
     close: CancellationToken,
 }
 
-async fn next_outbound(mut s: Outbound) -> Option<(Arc<ClientMessage>, Outbound)> {
+async fn next_outbound(mut s: Outbound) -> Option<(Outgoing, Outbound)> {
     loop {
         if s.session_over.is_cancelled() {
             // The transport may poll a finished session's half: give it
@@ -423,11 +422,11 @@ async fn next_outbound(mut s: Outbound) -> Option<(Arc<ClientMessage>, Outbound)
                 s.ready.extend(out);
             }
             tracing::trace!(
-                kind = crate::updates::kind(&msg),
+                kind = crate::updates::kind(&msg.message),
                 sequence = msg.sequence,
                 "update sent"
             );
-            crate::metrics::update_sent(&msg);
+            crate::metrics::update_sent(&msg.message);
             return Some((msg, s));
         }
         let out = match s.pending.as_mut() {

@@ -45,6 +45,8 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::wire::Outgoing;
+
 use agent_runner_proto::runner::{ClientMessage, TurnStatus, client_message::Payload};
 use agent_runner_proto::{Validate, violations};
 use prost::Message as _;
@@ -302,7 +304,7 @@ impl Sending {
     /// The next updates to send, waiting for at least one: re-sends first,
     /// then the outbox (see [`Sending::take_batch`]); returns once the
     /// batch's journal commit is done.
-    pub async fn next_batch(&self, epoch: u64) -> Vec<Arc<ClientMessage>> {
+    pub async fn next_batch(&self, epoch: u64) -> Vec<Outgoing> {
         let batch = self.take_batch(epoch).await;
         batch.committed().await
     }
@@ -453,7 +455,7 @@ impl Sending {
         mode: Mode,
         mut sent: Sent,
         now: Instant,
-        out: &mut Vec<Arc<ClientMessage>>,
+        out: &mut Vec<Outgoing>,
         marks: &mut Vec<(u64, u64)>,
         forget: &mut Vec<u64>,
         unnumbered: &mut Vec<Sent>,
@@ -482,14 +484,9 @@ impl Sending {
             },
             Mode::Legacy { .. } => None,
         };
+        // The number goes on the wire beside the update, which is shared
+        // (the re-send store, its transcript line) and stays as it is.
         let number = sequence.unwrap_or(0);
-        if sent.message.sequence != number {
-            // A fresh or recovered update, or a re-send after the mode
-            // changed: unshared, so no copy is made, unless a finished
-            // session still holds the update (a mode change between two
-            // connections); then the copy is what is kept and sent.
-            Arc::make_mut(&mut sent.message).sequence = number;
-        }
         sent.sequence = sequence.or(sent.sequence);
         sent.at = now;
         if let (Some(id), Some(seq)) = (sent.journal, sequence) {
@@ -498,11 +495,17 @@ impl Sending {
         // Kept for a re-send: the wire shares it. Not kept (legacy mode,
         // an intermediate update): the update itself goes out.
         if inner.inflight.keeps(&sent) {
-            out.push(Arc::clone(&sent.message));
+            out.push(Outgoing {
+                message: Arc::clone(&sent.message),
+                sequence: number,
+            });
             inner.inflight.record(sent);
         } else {
             inner.inflight.record_unkept(&sent);
-            out.push(sent.message);
+            out.push(Outgoing {
+                message: sent.message,
+                sequence: number,
+            });
         }
         if let Mode::Legacy { .. } = mode {
             // Legacy retention is bounded by count too: the oldest settle
@@ -613,7 +616,7 @@ impl Sending {
 /// Updates taken for the wire, and the journal write they wait for.
 #[derive(Default)]
 pub struct Batch {
-    out: Vec<Arc<ClientMessage>>,
+    out: Vec<Outgoing>,
     commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
 }
 
@@ -621,7 +624,7 @@ impl Batch {
     /// Waits for the batch's journal write; then its updates may be sent.
     /// A failed write is logged (the updates go anyway: after a crash they
     /// may be lost or sent again with new numbers).
-    pub async fn committed(self) -> Vec<Arc<ClientMessage>> {
+    pub async fn committed(self) -> Vec<Outgoing> {
         if let Some(commit) = self.commit {
             let done = commit
                 .await
@@ -716,7 +719,7 @@ mod tests {
         let sent = sending.next_batch(sending.epoch()).await;
         let got: Vec<(u64, String)> = sent
             .iter()
-            .map(|m| match &m.payload {
+            .map(|m| match &m.message.payload {
                 Some(Payload::TurnUpdate(t)) => (m.sequence, t.sdk_turn_id.clone()),
                 other => panic!("{other:?}"),
             })
@@ -731,9 +734,9 @@ mod tests {
         );
     }
 
-    fn turn_ids(sent: &[Arc<ClientMessage>]) -> Vec<(u64, String)> {
+    fn turn_ids(sent: &[Outgoing]) -> Vec<(u64, String)> {
         sent.iter()
-            .map(|m| match &m.payload {
+            .map(|m| match &m.message.payload {
                 Some(Payload::TurnUpdate(t)) => (m.sequence, t.sdk_turn_id.clone()),
                 other => panic!("{other:?}"),
             })

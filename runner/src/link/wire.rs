@@ -5,8 +5,11 @@
 //! client's codec takes each message by value, so every kept update was
 //! deep-copied (strings, payload) once per send: a tenth of the runner's
 //! time in an outbox drain. This call is the generated one with a codec
-//! whose messages are `Arc<ClientMessage>`, encoded from the shared
-//! pointer; what it receives is decoded as before.
+//! whose messages are [`Outgoing`]: the shared update and its sequence
+//! number, encoded from the pointer with the number written after it (the
+//! update itself is never changed to number it: its transcript line may
+//! still hold it, and numbering it in place copied it). What it receives is
+//! decoded as before.
 
 use std::sync::Arc;
 
@@ -36,10 +39,34 @@ const ENCODE_BUFFER: usize = 64 * 1024;
 /// about one DATA frame.
 const YIELD_THRESHOLD: usize = 16 * 1024;
 
+/// An update on its way to the wire: shared with whatever else holds it
+/// (the re-send store, a transcript line not yet written), and its
+/// sequence number in acknowledged mode (0: none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    /// The update, never changed to number it.
+    pub message: Arc<ClientMessage>,
+    /// What goes on the wire as its `sequence`.
+    pub sequence: u64,
+}
+
+impl Outgoing {
+    /// The update as the control plane decodes it (numbered); a copy only
+    /// if it is shared and its own number differs.
+    pub fn into_message(self) -> ClientMessage {
+        let mut message = Arc::unwrap_or_clone(self.message);
+        message.sequence = self.sequence;
+        message
+    }
+}
+
+/// `ClientMessage.sequence`'s field number (runner.proto).
+const SEQUENCE_FIELD: u32 = 100;
+
 /// Opens the ControlChannel over `service`, sending `updates`.
 pub async fn control_channel(
     service: Service,
-    updates: impl IntoStreamingRequest<Message = Arc<ClientMessage>>,
+    updates: impl IntoStreamingRequest<Message = Outgoing>,
 ) -> Result<Response<Streaming<ServerMessage>>, Status> {
     let mut grpc =
         tonic::client::Grpc::new(service).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
@@ -63,7 +90,7 @@ pub async fn control_channel(
 struct SharedCodec;
 
 impl Codec for SharedCodec {
-    type Encode = Arc<ClientMessage>;
+    type Encode = Outgoing;
     type Decode = ServerMessage;
     type Encoder = SharedEncoder;
     type Decoder = ProstDecoder<ServerMessage>;
@@ -81,14 +108,13 @@ impl Codec for SharedCodec {
 struct SharedEncoder;
 
 impl Encoder for SharedEncoder {
-    type Item = Arc<ClientMessage>;
+    type Item = Outgoing;
     type Error = Status;
 
-    fn encode(&mut self, item: Arc<ClientMessage>, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+    fn encode(&mut self, item: Outgoing, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
         // The buffer grows as needed: encoding into it cannot run short
         // (tonic adds "Error encoding" to anything returned here).
-        item.encode(buf)
-            .map_err(|e| Status::internal(e.to_string()))
+        write(&item, buf).map_err(|e| Status::internal(e.to_string()))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
@@ -96,11 +122,52 @@ impl Encoder for SharedEncoder {
     }
 }
 
+/// Encodes `item`: the shared update, then its number if the update does
+/// not carry it. A scalar field seen twice takes its last value
+/// (protobuf's rule, which every decoder follows), so the number written
+/// after the update is the one the control plane reads.
+fn write(item: &Outgoing, buf: &mut impl bytes::BufMut) -> Result<(), prost::EncodeError> {
+    item.message.encode(buf)?;
+    if item.sequence != item.message.sequence {
+        prost::encoding::uint64::encode(SEQUENCE_FIELD, &item.sequence, buf);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use agent_runner_proto::runner::agent_runner_control_service_server::SERVICE_NAME;
 
     use super::*;
+
+    /// The number written after a shared update is the one decoded, and
+    /// the bytes equal those of the numbered update encoded whole.
+    #[test]
+    fn a_number_written_after_the_update_is_the_one_decoded() {
+        use agent_runner_proto::runner::TurnUpdate;
+        use agent_runner_proto::runner::client_message::Payload;
+        for (own, number) in [(0, 7), (0, 0), (5, 9), (5, 0), (3, 3)] {
+            let message = Arc::new(ClientMessage {
+                request_id: Some("r".into()),
+                payload: Some(Payload::TurnUpdate(TurnUpdate {
+                    thread_id: "t".into(),
+                    ..Default::default()
+                })),
+                sequence: own,
+            });
+            let outgoing = Outgoing {
+                message,
+                sequence: number,
+            };
+            let mut buf = bytes::BytesMut::new();
+            write(&outgoing, &mut buf).unwrap();
+            let decoded = ClientMessage::decode(buf.freeze()).unwrap();
+            assert_eq!(decoded.sequence, number, "{own} -> {number}");
+            let whole = outgoing.into_message();
+            assert_eq!(decoded, whole);
+            assert_eq!(decoded.encode_to_vec(), whole.encode_to_vec());
+        }
+    }
 
     #[test]
     fn names_the_generated_service_and_method() {
