@@ -44,16 +44,18 @@
 //! on), with a non-blocking push to the writer's bounded queue, which drops
 //! (and counts) when full.
 //!
-//! Making room costs O(log n), not a scan of the queue: a full outbox is
-//! exactly when the runner is behind, so that path must stay cheap (a scan of
-//! 10,000 entries per update made a full outbox ~6x slower to fill and drain;
-//! see bench/). Each queued update has a sequence number (increasing front to
-//! back, so positions are found by binary search); the intermediate ones are
-//! indexed by age and by what supersedes them. A dropped update leaves its
-//! slot empty rather than shifting the ones behind it (a shift of thousands
-//! of slots per drop was 4 % of the throughput profile); empty slots are
-//! skipped as the front is taken, and swept out at once when they outnumber
-//! the queued updates, so the slots stay within twice the bound.
+//! Making room costs O(1) mostly and O(log n) at worst, never a scan of the
+//! queue: a full outbox is exactly when the runner is behind, so that path
+//! must stay cheap (a scan of 10,000 entries per update made a full outbox
+//! ~6x slower to fill and drain; see bench/). Each queued update has a
+//! sequence number, consecutive front to back, so a slot's place is its
+//! number's offset from the front's (a binary search once a sweep, below,
+//! has left gaps); the intermediate ones are indexed by age and by what
+//! supersedes them. A dropped update leaves its slot empty rather than
+//! shifting the ones behind it (a shift of thousands of slots per drop was
+//! 4 % of the throughput profile); empty slots are skipped as the front is
+//! taken, and swept out at once when they outnumber the queued updates, so
+//! the slots stay within twice the bound.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher as _;
@@ -75,8 +77,8 @@ use crate::transcript::Transcripts;
 pub struct Taken {
     /// The update, by pointer: a `ClientMessage` is a few hundred bytes,
     /// and moving those was the largest item in the link's profile. Shared
-    /// (`Arc`) because, kept for a re-send, it is also what the wire
-    /// encodes (`link::wire`); in the outbox nothing else holds it.
+    /// (`Arc`): kept for a re-send, it is also what the wire encodes
+    /// (`link::wire`), and its transcript line may not be written yet.
     pub message: Arc<ClientMessage>,
     /// Its journal entry (durable updates of a journaled outbox).
     pub journal: Option<u64>,
