@@ -724,12 +724,8 @@ mod tests {
         assert!(!a.contains("names no thread") && !b.contains("names no thread"));
     }
 
-    /// The queue is bounded in lines, whatever the jobs hold: past
-    /// [`QUEUE_CAPACITY`] a burst is dropped whole, and the next line the
-    /// writer writes says how many were lost.
-    #[test]
-    fn a_full_queue_drops_lines_and_the_transcript_says_how_many() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A queue no writer takes from yet (the test starts one, or none).
+    fn without_writer() -> (Transcripts, Receiver<Job>) {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
         let t = Transcripts {
             tx,
@@ -737,6 +733,16 @@ mod tests {
             queued: Arc::new(AtomicUsize::new(0)),
             queued_bytes: Arc::new(AtomicUsize::new(0)),
         };
+        (t, rx)
+    }
+
+    /// The queue is bounded in lines, whatever the jobs hold: past
+    /// [`QUEUE_CAPACITY`] a burst is dropped whole, and the next line the
+    /// writer writes says how many were lost.
+    #[test]
+    fn a_full_queue_drops_lines_and_the_transcript_says_how_many() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, rx) = without_writer();
         // No writer yet: the queue fills.
         let burst_texts: Vec<String> = (0..16).map(|n| n.to_string()).collect();
         let burst: Vec<Arc<ClientMessage>> = burst_texts.iter().map(|n| said("thr-f", n)).collect();
@@ -773,13 +779,7 @@ mod tests {
     /// long before the line bound.
     #[test]
     fn a_queue_of_large_updates_is_bounded_in_bytes() {
-        let (tx, _rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
-        let t = Transcripts {
-            tx,
-            dropped: Arc::new(AtomicU64::new(0)),
-            queued: Arc::new(AtomicUsize::new(0)),
-            queued_bytes: Arc::new(AtomicUsize::new(0)),
-        };
+        let (t, _rx) = without_writer();
         let big = said("thr-b", &"x".repeat(1 << 20));
         let each = weight(&big);
         for _ in 0..40 {
