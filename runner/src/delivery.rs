@@ -47,8 +47,9 @@ pub struct Sent {
     /// Its journal entry, if it is journaled (terminal and structural
     /// updates): forgotten once delivery is settled.
     pub journal: Option<u64>,
-    /// The update itself, as sent: shared with the wire while it is kept
-    /// for a re-send (see `link::wire`), not copied.
+    /// The update itself, shared with the wire while it is kept for a
+    /// re-send (see `link::wire`), not copied, and never changed to number
+    /// it: its number is `sequence`, written beside it on the wire.
     pub message: Arc<ClientMessage>,
     /// When it was handed to the connection.
     pub at: Instant,
