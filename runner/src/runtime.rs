@@ -210,7 +210,7 @@ impl Runtime {
     pub async fn discard_thread(&self, agent_id: &str, thread_id: &str) {
         self.set_thread_mcp_servers(thread_id, Arc::from([]));
         if let Some(t) = self.transcripts.get() {
-            t.remove(thread_id);
+            t.remove(thread_id).await;
         }
         self.sandboxes.close_thread(thread_id).await;
         let dirs = [

@@ -30,7 +30,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
+use tokio::sync::mpsc::{Receiver, Sender};
 
 use agent_runner_proto::runner::{
     ClientMessage, ItemStatus, ItemType, ThreadStatus, TurnStatus, client_message::Payload,
@@ -38,7 +39,11 @@ use agent_runner_proto::runner::{
 use serde::Serialize;
 use serde_json::json;
 
-/// Lines waiting for the writer at most.
+/// Lines waiting for the writer at most. The queue is tokio's bounded
+/// channel, which takes memory for its slots as they fill (blocks of 32):
+/// std's `sync_channel` allocated and wrote all 4,096 up front, 288 KiB
+/// resident in an idle runner (a third of the way from the idle-memory
+/// bound, issue 14).
 pub const QUEUE_CAPACITY: usize = 4096;
 /// Bytes of text (see [`weight`]) the queued lines may hold at most: the
 /// queue holds whole updates, which the outbox would otherwise have freed
@@ -68,7 +73,7 @@ enum Job {
 /// The queue to the writer thread.
 #[derive(Debug, Clone)]
 pub struct Transcripts {
-    tx: SyncSender<Job>,
+    tx: Sender<Job>,
     /// Lines dropped since the writer last said so.
     dropped: Arc<AtomicU64>,
     /// Lines queued and not yet written: the bound is in lines, whatever
@@ -136,7 +141,7 @@ impl Transcripts {
     /// Start the writer thread, writing under `dir` (created).
     pub fn start(dir: PathBuf) -> std::io::Result<Self> {
         std::fs::create_dir_all(&dir)?;
-        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
+        let (tx, rx) = tokio::sync::mpsc::channel(QUEUE_CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
         let queued = Arc::new(AtomicUsize::new(0));
         let queued_bytes = Arc::new(AtomicUsize::new(0));
@@ -219,16 +224,19 @@ impl Transcripts {
                 undo();
                 self.dropped.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(TrySendError::Disconnected(_)) => undo(),
+            Err(TrySendError::Closed(_)) => undo(),
         }
     }
 
     /// Remove `thread`'s transcripts (after the lines queued before).
-    pub fn remove(&self, thread: &str) {
+    pub async fn remove(&self, thread: &str) {
         // Waits for room: a removal must not be lost.
-        let _ = self.tx.send(Job::Remove {
-            thread: thread.to_owned(),
-        });
+        let _ = self
+            .tx
+            .send(Job::Remove {
+                thread: thread.to_owned(),
+            })
+            .await;
     }
 }
 
@@ -394,7 +402,7 @@ impl Files {
     }
 }
 
-fn writer(dir: PathBuf, rx: Receiver<Job>, counts: Counts) {
+fn writer(dir: PathBuf, mut rx: Receiver<Job>, counts: Counts) {
     let mut files = Files {
         dir,
         sizes: HashMap::default(),
@@ -404,7 +412,7 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, counts: Counts) {
     loop {
         let job = match rx.try_recv() {
             Ok(job) => job,
-            Err(std::sync::mpsc::TryRecvError::Empty) => {
+            Err(TryRecvError::Empty) => {
                 // Caught up: write out what is buffered. Then let a burst
                 // gather before waiting: a writer parked on the queue costs
                 // every sender a wake-up (a futex call and a context
@@ -413,17 +421,17 @@ fn writer(dir: PathBuf, rx: Receiver<Job>, counts: Counts) {
                 std::thread::sleep(GATHER);
                 match rx.try_recv() {
                     Ok(job) => job,
-                    Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    Err(TryRecvError::Empty) => {
                         crate::allocator::before_wait();
-                        match rx.recv() {
-                            Ok(job) => job,
-                            Err(_) => break,
+                        match rx.blocking_recv() {
+                            Some(job) => job,
+                            None => break,
                         }
                     }
-                    Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                    Err(TryRecvError::Disconnected) => break,
                 }
             }
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Disconnected) => break,
         };
         match job {
             Job::Remove { thread } => files.remove(&thread),
@@ -605,7 +613,10 @@ mod tests {
         }
         t.record("thr-1", &msg);
         wait_for(&rotated(&p), |t| !t.is_empty());
-        t.remove("thr-1");
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(t.remove("thr-1"));
         for _ in 0..200 {
             if !p.exists() && !rotated(&p).exists() {
                 return;
@@ -726,7 +737,7 @@ mod tests {
 
     /// A queue no writer takes from yet (the test starts one, or none).
     fn without_writer() -> (Transcripts, Receiver<Job>) {
-        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_CAPACITY);
+        let (tx, rx) = tokio::sync::mpsc::channel(QUEUE_CAPACITY);
         let t = Transcripts {
             tx,
             dropped: Arc::new(AtomicU64::new(0)),
