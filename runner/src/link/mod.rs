@@ -255,12 +255,15 @@ impl Link {
         let opened = opened.unwrap_or_else(|| self.channel_open());
         let healthy = || opened.elapsed() >= HEALTHY_AFTER;
         // Legacy mode: sent terminal updates settle once past their window.
+        // Acknowledged ones settle on their acknowledgement: no timer, so an
+        // idle runner in acked mode is not woken every second for nothing.
+        let legacy = matches!(mode, Mode::Legacy { .. });
         let mut settle = tokio::time::interval(Duration::from_secs(1));
         settle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 next = inbound.message() => next,
-                _ = settle.tick() => {
+                _ = settle.tick(), if legacy => {
                     self.sending.settle_expired();
                     continue;
                 }

@@ -434,6 +434,31 @@ async fn outbox_metrics_show_what_a_full_outbox_sheds() {
     wait_metric_is(&addr, "agent_runner_outbox_depth", 0.0).await;
 }
 
+/// A control plane that does not acknowledge (legacy mode): a sent
+/// terminal update is kept for a re-send, then settles once its window has
+/// passed (the link's once-a-second timer, armed in this mode only; the
+/// window is at least 10 s, `runner.rs`, and `WAIT` 30 s).
+#[tokio::test]
+async fn legacy_mode_settles_sent_updates_after_their_window() {
+    let cp = MockControlPlane::start(
+        MockConfig::default().with_ack_mode(mock_control_plane::AckMode::Refuse),
+    )
+    .await
+    .expect("mock starts");
+    let r = start_with_health(
+        &cp.url(),
+        &["--keepalive-interval", "1s", "--keepalive-timeout", "1s"],
+    );
+    cp.wait_connected(WAIT).await.unwrap();
+    let addr = health_addr(&r).await;
+    create_agent(&cp, "a").await;
+    let t = create_thread(&cp, "a", "t").await;
+    send(&cp, "m", user_message("a", &t, "say kept", false)).await;
+    turn_completed(&cp, "m").await;
+    wait_metric(&addr, "agent_runner_delivery_unsettled", |v| v >= 1.0).await;
+    wait_metric_is(&addr, "agent_runner_delivery_unsettled", 0.0).await;
+}
+
 #[tokio::test]
 async fn status_prints_connection_turns_outbox_and_sdks() {
     let (cp, mut r, addr) = connected_with_health(&[]).await;
