@@ -101,6 +101,10 @@ pub fn add(t: &mut Table, ca: &CodeAgentFigures, peers: &Peers) {
     peer_rows(t, peers);
 }
 
+/// A per-thread PSS difference below this is within the noise: the
+/// runner's own memory moves by more between the two samples.
+const PSS_RESOLUTION: f64 = 1024.0;
+
 /// The peer rows; the ratio column is codex ÷ code-agent.
 fn peer_rows(t: &mut Table, peers: &Peers) {
     let ca = &peers.code_agent;
@@ -118,7 +122,14 @@ fn peer_rows(t: &mut Table, peers: &Peers) {
                 "peer: {who} memory per idle thread (PSS of the runner's process tree, {} threads)",
                 f.extra_threads
             ),
-            format!("{:.0}", f.pss_per_idle_thread_bytes / 1024.0),
+            if f.pss_per_idle_thread_bytes < PSS_RESOLUTION {
+                format!(
+                    "< 1 (measured {:.0})",
+                    f.pss_per_idle_thread_bytes / 1024.0
+                )
+            } else {
+                format!("{:.0}", f.pss_per_idle_thread_bytes / 1024.0)
+            },
             "KiB",
             ratio,
         );
@@ -140,7 +151,9 @@ fn peer_rows(t: &mut Table, peers: &Peers) {
     }
     memory_row(t, "code-agent", ca, Some(1.0));
     if let Ok(codex) = &peers.codex {
-        let ratio = codex.pss_per_idle_thread_bytes / ca.pss_per_idle_thread_bytes.max(1.0);
-        memory_row(t, "codex app-server", codex, Some(ratio));
+        // No ratio to a figure within the noise (it can come out negative).
+        let ratio = (ca.pss_per_idle_thread_bytes >= PSS_RESOLUTION)
+            .then(|| codex.pss_per_idle_thread_bytes / ca.pss_per_idle_thread_bytes);
+        memory_row(t, "codex app-server", codex, ratio);
     }
 }
