@@ -123,10 +123,7 @@ fn peer_rows(t: &mut Table, peers: &Peers) {
                 f.extra_threads
             ),
             if f.pss_per_idle_thread_bytes < PSS_RESOLUTION {
-                format!(
-                    "< 1 (measured {:.0})",
-                    f.pss_per_idle_thread_bytes / 1024.0
-                )
+                format!("< 1 (measured {:.0})", f.pss_per_idle_thread_bytes / 1024.0)
             } else {
                 format!("{:.0}", f.pss_per_idle_thread_bytes / 1024.0)
             },
