@@ -22,7 +22,8 @@
 //! link); the writer then appends a `{"dropped": N}` line to the next
 //! transcript it writes, so the gap is visible. A file over [`MAX_BYTES`]
 //! is rotated to `<thread>.jsonl.1` (one old file kept). A
-//! thread's transcripts are removed with the thread.
+//! thread's transcripts are removed with the thread (that job waits for
+//! room: it must not be lost).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -39,11 +40,12 @@ use agent_runner_proto::runner::{
 use serde::Serialize;
 use serde_json::json;
 
-/// Lines waiting for the writer at most. The queue is tokio's bounded
-/// channel, which takes memory for its slots as they fill (blocks of 32):
-/// std's `sync_channel` allocated and wrote all 4,096 up front, 288 KiB
-/// resident in an idle runner (a third of the way from the idle-memory
-/// bound, issue 14).
+/// Lines waiting for the writer at most (counted in `queued`); also the
+/// channel's capacity in jobs, each holding at least one line or a
+/// removal. The channel is tokio's bounded one, which takes memory for its
+/// slots as they fill (in blocks of 32 on 64-bit targets): std's
+/// `sync_channel` allocated and wrote all 4,096 up front, 288 KiB resident
+/// in every runner, idle or not (issue 14).
 pub const QUEUE_CAPACITY: usize = 4096;
 /// Bytes of text (see [`weight`]) the queued lines may hold at most: the
 /// queue holds whole updates, which the outbox would otherwise have freed

@@ -436,8 +436,10 @@ async fn outbox_metrics_show_what_a_full_outbox_sheds() {
 
 /// A control plane that does not acknowledge (legacy mode): a sent
 /// terminal update is kept for a re-send, then settles once its window has
-/// passed (the link's once-a-second timer, armed in this mode only; the
-/// window is at least 10 s, `runner.rs`, and `WAIT` 30 s).
+/// passed (the link's once-a-second timer, armed in this mode only). The
+/// window is twice keepalive's interval and timeout, at least 10 s
+/// (`runner.rs`): with the defaults 60 s, longer than `WAIT` (30 s), so the
+/// test shortens keepalive to reach the 10 s floor.
 #[tokio::test]
 async fn legacy_mode_settles_sent_updates_after_their_window() {
     let cp = MockControlPlane::start(
