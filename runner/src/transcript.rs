@@ -594,8 +594,8 @@ mod tests {
         panic!("{} never matched", path.display());
     }
 
-    #[test]
-    fn appends_rotates_and_removes() {
+    #[tokio::test]
+    async fn appends_rotates_and_removes() {
         let dir = tempfile::tempdir().unwrap();
         let t = Transcripts::start(dir.path().to_path_buf()).unwrap();
         let msg = Arc::new(crate::updates::request_error(
@@ -615,10 +615,7 @@ mod tests {
         }
         t.record("thr-1", &msg);
         wait_for(&rotated(&p), |t| !t.is_empty());
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(t.remove("thr-1"));
+        t.remove("thr-1").await;
         for _ in 0..200 {
             if !p.exists() && !rotated(&p).exists() {
                 return;
@@ -803,6 +800,33 @@ mod tests {
         assert_eq!(t.queued.load(Ordering::Relaxed), fit);
         assert_eq!(t.queued_bytes.load(Ordering::Relaxed), fit * each);
         assert_eq!(t.dropped.load(Ordering::Relaxed), (40 - fit) as u64);
+    }
+
+    /// Lines are dropped when the queue is full, a removal never: it waits
+    /// for room, and comes after the lines queued before it.
+    #[test]
+    fn a_removal_waits_for_room_in_a_full_queue() {
+        use futures::FutureExt as _;
+        let (t, mut rx) = without_writer();
+        let update = said("thr-r", "s");
+        for _ in 0..QUEUE_CAPACITY {
+            t.record("thr-r", &update);
+        }
+        let mut removal = Box::pin(t.remove("thr-r"));
+        assert!(
+            (&mut removal).now_or_never().is_none(),
+            "queued in a full queue"
+        );
+        assert!(matches!(rx.try_recv(), Ok(Job::Lines { .. })));
+        assert!(
+            removal.now_or_never().is_some(),
+            "queued once there is room"
+        );
+        let mut last = None;
+        while let Ok(job) = rx.try_recv() {
+            last = Some(job);
+        }
+        assert!(matches!(last, Some(Job::Remove { thread }) if thread == "thr-r"));
     }
 
     #[test]
