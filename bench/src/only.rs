@@ -62,7 +62,7 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             } else {
                 (200_000, 8, 10_000)
             };
-            let (_, ingest, rig, ids) = floor_and_rig(bin, floor_n, threads, &[]).await?;
+            let (ingest, rig, ids) = ingest_and_rig(bin, floor_n, threads, &[]).await?;
             // Warm-up, not counted; then three runs, the median reported.
             crate::scenarios::update_throughput(&rig, &ids, lines / 10).await?;
             // The floor again before each run; the median of those is the
@@ -93,7 +93,7 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
                 (200_000, 4, 1_200)
             };
             let reconnect = ["--reconnect-max-delay", "1s"];
-            let (_, ingest, rig, ids) = floor_and_rig(bin, floor_n, threads, &reconnect).await?;
+            let (ingest, rig, ids) = ingest_and_rig(bin, floor_n, threads, &reconnect).await?;
             // Warm-up, not counted; then the drains (each a few tens of
             // milliseconds, so several).
             crate::scenarios::update_throughput(&rig, &ids, lines).await?;
@@ -128,18 +128,17 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
     Ok(())
 }
 
-/// The floor and the mock's ingest (`floor_n` messages each), then a runner
-/// (with `extra` arguments) with one agent and `threads` threads.
-async fn floor_and_rig(
+/// The mock's ingest from a bare client (`floor_n` messages), then a
+/// runner (with `extra` arguments) with one agent and `threads` threads.
+async fn ingest_and_rig(
     bin: &Path,
     floor_n: usize,
     threads: usize,
     extra: &[&str],
-) -> Result<(f64, f64, crate::scenarios::Rig, Vec<String>)> {
-    let floor = crate::floor::throughput(floor_n).await?;
+) -> Result<(f64, crate::scenarios::Rig, Vec<String>)> {
     let ingest = crate::floor::mock_ingest(floor_n).await?;
     let rig = crate::scenarios::Rig::start(bin, extra).await?;
     rig.create_agent("bench").await?;
     let ids = rig.create_threads("bench", threads).await?;
-    Ok((floor, ingest, rig, ids))
+    Ok((ingest, rig, ids))
 }
