@@ -239,8 +239,9 @@ async fn main() -> Result<()> {
     eprintln!("[1/6] cost floor (bare tonic stream)");
     // The floor is measured again before each throughput run and each
     // drain, and the median of all is the ratios' denominator: one bare
-    // run varies by a third within a process (610 k to 1.1 M msg/s minutes
-    // apart on this machine), more than most changes measured against it.
+    // run varies by a third within a process (610 k to 1,038 k msg/s in
+    // four runs of one process on this machine), more than most changes
+    // measured against it.
     let mut floors = vec![floor::throughput(sz.floor_messages).await?];
     let mock_tp = floor::mock_ingest(sz.floor_messages).await?;
     let floor_rt = floor::round_trip(sz.floor_round_trips).await?;
