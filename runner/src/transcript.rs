@@ -34,9 +34,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
 use tokio::sync::mpsc::{Receiver, Sender};
 
-use agent_runner_proto::runner::{
-    ClientMessage, ThreadStatus, client_message::Payload,
-};
+use agent_runner_proto::runner::{ClientMessage, ThreadStatus, client_message::Payload};
 use serde::Serialize;
 use serde_json::json;
 
