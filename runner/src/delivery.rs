@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::ClientMessage;
+use bytes::Bytes;
 
 /// How delivery is confirmed on the current connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,9 @@ pub struct Sent {
     /// re-send (see `link::wire`), not copied, and never changed to number
     /// it: its number is `sequence`, written beside it on the wire.
     pub message: Arc<ClientMessage>,
+    /// `message` as the journal encoded it, if it is journaled: what the
+    /// wire writes (see `link::wire`).
+    pub encoded: Option<Bytes>,
     /// When it was handed to the connection.
     pub at: Instant,
 }
@@ -285,6 +289,7 @@ mod tests {
                 payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
                 sequence: 0,
             }),
+            encoded: None,
             at,
         }
     }

@@ -65,6 +65,7 @@ use std::sync::{Arc, Mutex};
 use std::sync::atomic::AtomicUsize;
 
 use agent_runner_proto::runner::{ClientMessage, ItemStatus, TurnStatus, client_message::Payload};
+use bytes::Bytes;
 use prost::Message as _;
 use tokio::sync::Notify;
 
@@ -82,6 +83,9 @@ pub struct Taken {
     pub message: Arc<ClientMessage>,
     /// Its journal entry (durable updates of a journaled outbox).
     pub journal: Option<u64>,
+    /// The update as the journal encoded it, which the wire writes rather
+    /// than encoding it again (see [`Journaled`]).
+    pub encoded: Option<Bytes>,
 }
 
 /// An update journaled (if durable) and not yet queued: see
@@ -93,6 +97,12 @@ pub struct Journaled {
     /// message each time was 6 % of the runner's CPU.
     message: Arc<ClientMessage>,
     journal: Option<u64>,
+    /// `message` encoded, as the journal holds it (a durable update of a
+    /// journaled outbox): shared with the journal, and written to the wire
+    /// as it is (`link::wire`), so a durable update is encoded once, not
+    /// once for the disk and again for the wire. `None` once the update is
+    /// masked again ([`Outbox::remasked`]): the bytes would be stale.
+    encoded: Option<Bytes>,
     /// The redactor's generation `message` was masked at.
     masked: u64,
 }
@@ -106,6 +116,8 @@ struct Slot {
     key: Option<u64>,
     /// Its journal entry (durable updates of a journaled outbox).
     journal: Option<u64>,
+    /// Its encoding, shared with the journal ([`Journaled::encoded`]).
+    encoded: Option<Bytes>,
     /// The redactor's generation it was masked at.
     masked: u64,
     /// By pointer (moving ~300-byte messages around a full outbox was a
@@ -171,16 +183,17 @@ impl Queue {
         self.len() == 0
     }
 
-    fn push_back_journaled(&mut self, msg: Arc<ClientMessage>, journal: Option<u64>, masked: u64) {
+    fn push_back_journaled(&mut self, entry: Journaled) {
         let seq = self.next;
         self.next += 1;
-        let key = self.index(seq, &msg);
+        let key = self.index(seq, &entry.message);
         self.items.push_back(Slot {
             seq,
             key,
-            journal,
-            masked,
-            msg: Some(msg),
+            journal: entry.journal,
+            encoded: entry.encoded,
+            masked: entry.masked,
+            msg: Some(entry.message),
         });
     }
 
@@ -198,6 +211,7 @@ impl Queue {
             seq,
             key: None,
             journal: None,
+            encoded: None,
             masked,
             msg: Some(msg),
         });
@@ -217,6 +231,7 @@ impl Queue {
             let taken = Taken {
                 message,
                 journal: slot.journal,
+                encoded: slot.encoded,
             };
             return Some((taken, slot.masked));
         }
@@ -394,6 +409,8 @@ impl Outbox {
             // A copy only if its transcript line is still queued (which
             // keeps what it was masked with; the wire gets the new mask).
             crate::updates::redact(Arc::make_mut(&mut taken.message), &self.redactor);
+            // The journal's encoding still holds the old mask.
+            taken.encoded = None;
         }
         taken
     }
@@ -427,12 +444,12 @@ impl Outbox {
 
     /// Encodes `msg` (masked: [`Outbox::admit`]) for the journal; `None`
     /// when the outbox has no journal or `msg` is not durable.
-    fn for_journal(&self, msg: &ClientMessage) -> Option<(&Journal, u64, Vec<u8>)> {
+    fn for_journal(&self, msg: &ClientMessage) -> Option<(&Journal, u64, Bytes)> {
         let journal = self.journal.as_ref()?;
         if !is_durable(msg) {
             return None;
         }
-        Some((journal, journal.next_id(), msg.encode_to_vec()))
+        Some((journal, journal.next_id(), msg.encode_to_vec().into()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -472,8 +489,10 @@ impl Outbox {
     async fn journal_for(&self, thread: Option<&str>, msg: ClientMessage) -> Journaled {
         let (msg, masked) = self.admit(msg, thread);
         let mut journal_id = None;
+        let mut encoded = None;
         if let Some((journal, id, bytes)) = self.for_journal(&msg) {
             let started = std::time::Instant::now();
+            encoded = Some(bytes.clone());
             let written = if is_turn_end(&msg) {
                 journal.append(id, bytes).await
             } else {
@@ -492,6 +511,7 @@ impl Outbox {
         Journaled {
             message: msg,
             journal: journal_id,
+            encoded,
             masked,
         }
     }
@@ -544,13 +564,18 @@ impl Outbox {
             t.record_all(&msgs);
         }
         let mut ids = Vec::with_capacity(msgs.len());
+        let mut encodings = Vec::with_capacity(msgs.len());
         let mut appends = Vec::new();
         for msg in &msgs {
-            let id = self.for_journal(msg).map(|(_, id, bytes)| {
-                appends.push((id, bytes));
-                id
-            });
+            let (id, encoded) = match self.for_journal(msg) {
+                Some((_, id, bytes)) => {
+                    appends.push((id, bytes.clone()));
+                    (Some(id), Some(bytes))
+                }
+                None => (None, None),
+            };
             ids.push(id);
+            encodings.push(encoded);
         }
         if !appends.is_empty()
             && let Some(journal) = &self.journal
@@ -566,25 +591,29 @@ impl Outbox {
             }
             crate::metrics::journal_append(started.elapsed());
         }
-        let mut rest = msgs.into_iter().zip(ids);
+        let mut rest =
+            msgs.into_iter()
+                .zip(ids)
+                .zip(encodings)
+                .map(|((message, journal), encoded)| Journaled {
+                    message,
+                    journal,
+                    encoded,
+                    masked,
+                });
         let mut queued = false;
         {
             let mut queue = self.lock();
             while self.has_room(&queue) {
-                let Some((msg, id)) = rest.next() else { break };
-                queue.push_back_journaled(msg, id, masked);
+                let Some(entry) = rest.next() else { break };
+                queue.push_back_journaled(entry);
                 queued = true;
             }
         }
         if queued {
             self.filled.notify_one();
         }
-        for (message, journal) in rest {
-            let journaled = Journaled {
-                message,
-                journal,
-                masked,
-            };
+        for journaled in rest {
             self.queue(journaled).await;
         }
     }
@@ -595,7 +624,9 @@ impl Outbox {
     pub fn push_reply(&self, msg: ClientMessage) {
         let (msg, masked) = self.admit(msg, None);
         let mut journal_id = None;
+        let mut encoded = None;
         if let Some((journal, id, bytes)) = self.for_journal(&msg) {
+            encoded = Some(bytes.clone());
             if journal.append_detached(id, bytes) {
                 journal_id = Some(id);
             } else {
@@ -605,7 +636,12 @@ impl Outbox {
                 );
             }
         }
-        self.lock().push_back_journaled(msg, journal_id, masked);
+        self.lock().push_back_journaled(Journaled {
+            message: msg,
+            journal: journal_id,
+            encoded,
+            masked,
+        });
         self.filled.notify_one();
     }
 
@@ -626,6 +662,7 @@ impl Outbox {
                 masked,
                 message,
                 journal: None,
+                encoded: None,
             }
         });
         let pushed = self.try_push_entry(&mut entry);
@@ -640,7 +677,7 @@ impl Outbox {
         };
         let mut queue = self.lock();
         if self.has_room(&queue) {
-            queue.push_back_journaled(entry.message, entry.journal, entry.masked);
+            queue.push_back_journaled(entry);
             drop(queue);
             self.filled.notify_one();
             return true;
@@ -650,6 +687,7 @@ impl Outbox {
             // An intermediate update has no journal entry.
             let slot = &mut queue.items[pos];
             slot.msg = Some(entry.message);
+            slot.encoded = entry.encoded;
             slot.masked = entry.masked;
             drop(queue);
             self.count(&self.coalesced, "coalesced");
@@ -657,7 +695,7 @@ impl Outbox {
             return true;
         }
         if queue.drop_oldest_intermediate() {
-            queue.push_back_journaled(entry.message, entry.journal, entry.masked);
+            queue.push_back_journaled(entry);
             drop(queue);
             self.count(&self.dropped, "dropped");
             crate::metrics::outbox_dropped();
@@ -1146,6 +1184,14 @@ mod tests {
         }
         let journaled = taken.iter().filter(|t| t.journal.is_some()).count();
         assert_eq!(journaled, 4, "all but the RUNNING snapshot");
+        // A journaled update carries the journal's encoding of itself,
+        // which the wire writes as it is.
+        for t in &taken {
+            match &t.encoded {
+                Some(bytes) => assert_eq!(bytes[..], t.message.encode_to_vec()[..]),
+                None => assert!(t.journal.is_none(), "{:?}", t.message),
+            }
+        }
         if let Some(journal) = &o.journal {
             journal.flush().await.unwrap();
         }
@@ -1153,7 +1199,7 @@ mod tests {
         let (_, recovered) = Journal::open(&dir.path().join("journal")).unwrap();
         assert_eq!(recovered.entries.len(), 4);
         for e in &recovered.entries {
-            let msg = ClientMessage::decode(e.message.as_slice()).unwrap();
+            let msg = ClientMessage::decode(&e.message[..]).unwrap();
             assert!(text_of(&msg).contains("quotes ***"), "{msg:?}");
         }
         let file = crate::transcript::path(&transcripts, "t").unwrap();
@@ -1171,21 +1217,29 @@ mod tests {
     }
 
     /// An update that waited while a secret was added is masked again as
-    /// it is taken, whichever way it is taken.
+    /// it is taken, whichever way it is taken, and its journal encoding
+    /// (which still holds the secret) is not what the wire gets.
     #[tokio::test]
     async fn a_secret_added_while_an_update_waits_is_masked_as_it_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path()).unwrap();
         let redactor = Redactor::new();
-        let o = Outbox::new(16, redactor.clone());
+        let o = Outbox::journaled(16, journal, redactor.clone());
         let late = "ghs_added_while_queued_5678";
         o.push(running("a", &format!("saw {late}"))).await;
         o.push(item_done("a", &format!("saw {late} again"))).await;
         redactor.add(late);
+        o.push(item_done("b", &format!("saw {late} after"))).await;
         let first = o.pop().await;
         let rest = o.try_pop_many(8);
-        assert_eq!(rest.len(), 1);
-        for text in [text_of(&first), text_of(&rest[0].message)] {
+        assert_eq!(rest.len(), 2);
+        for text in [&first, &rest[0].message, &rest[1].message].map(text_of) {
             assert!(!text.contains(late) && text.contains("saw ***"), "{text}");
         }
+        assert!(rest[0].journal.is_some());
+        assert_eq!(rest[0].encoded, None, "masked again: encoded for the wire");
+        let after = rest[1].encoded.as_ref().expect("masked as it entered");
+        assert_eq!(after[..], rest[1].message.encode_to_vec()[..]);
     }
 
     #[tokio::test]

@@ -37,7 +37,7 @@ pub fn import(dir: &Path, state: &mut State) -> rusqlite::Result<bool> {
         })?;
         for row in rows {
             let (id, sequence, message) = row?;
-            state.insert(id, message);
+            state.insert(id, message.into());
             if let Some(seq) = sequence {
                 state.apply(&Record::Mark(vec![(id, seq)]));
             }
@@ -109,7 +109,10 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            vec![(3, Some(40), b"a".to_vec()), (4, None, b"b".to_vec())]
+            vec![
+                (3, Some(40), bytes::Bytes::from_static(b"a")),
+                (4, None, bytes::Bytes::from_static(b"b"))
+            ]
         );
         assert_eq!((state.max_id, state.reserved), (9, 4096));
         remove_old(dir.path()).unwrap();

@@ -22,6 +22,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 /// The first bytes of a journal file (format version 1).
 pub const MAGIC: &[u8; 8] = b"ARJRNL1\n";
 
@@ -42,8 +44,8 @@ pub enum Record {
     Append {
         /// The entry's id.
         id: u64,
-        /// The encoded update.
-        message: Vec<u8>,
+        /// The encoded update (shared with the wire: `link::wire`).
+        message: Bytes,
     },
     /// Entries were sent with these sequence numbers: `(id, sequence)`.
     Mark(Vec<(u64, u64)>),
@@ -68,7 +70,7 @@ pub struct Live {
     /// The sequence it was sent with, once marked.
     pub sequence: Option<u64>,
     /// The encoded update.
-    pub message: Vec<u8>,
+    pub message: Bytes,
 }
 
 /// What the records written so far say: the live entries and the high
@@ -146,7 +148,7 @@ impl State {
     }
 
     /// Entry `id` holds `message` ([`Record::Append`] without a copy).
-    pub fn insert(&mut self, id: u64, message: Vec<u8>) {
+    pub fn insert(&mut self, id: u64, message: Bytes) {
         self.max_id = self.max_id.max(id);
         let live = Live {
             sequence: None,
@@ -304,7 +306,7 @@ fn decode_one(bytes: &[u8]) -> Option<(Record, usize)> {
     let record = match *kind {
         APPEND => Record::Append {
             id: u64_at(body, 0)?,
-            message: body.get(8..)?.to_vec(),
+            message: Bytes::copy_from_slice(body.get(8..)?),
         },
         MARK => Record::Mark(pairs(body)?.chunks_exact(2).map(|p| (p[0], p[1])).collect()),
         FORGET => Record::Forget(pairs(body)?),
@@ -345,11 +347,11 @@ mod tests {
             },
             Record::Append {
                 id: 4,
-                message: b"four".to_vec(),
+                message: Bytes::from_static(b"four"),
             },
             Record::Append {
                 id: 5,
-                message: Vec::new(),
+                message: Bytes::new(),
             },
             Record::Mark(vec![(4, 10), (5, 11)]),
             Record::Forget(vec![5]),
@@ -403,7 +405,7 @@ mod tests {
 
         state.apply(&Record::Append {
             id: 6,
-            message: b"six".to_vec(),
+            message: Bytes::from_static(b"six"),
         });
         state.apply(&Record::Mark(vec![(6, 12)]));
         let mut file = Vec::new();

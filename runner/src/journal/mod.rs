@@ -31,6 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use self::log::Record;
@@ -80,7 +81,7 @@ pub struct JournalEntry {
     /// The sequence number it was sent with, once sent (acked delivery).
     pub sequence: Option<u64>,
     /// The encoded `ClientMessage`.
-    pub message: Vec<u8>,
+    pub message: Bytes,
 }
 
 /// What a previous run left behind.
@@ -196,7 +197,7 @@ impl Journal {
 
     /// Journals `message` (an encoded `ClientMessage`) as entry `id` (from
     /// [`Journal::next_id`]); returns once it is written.
-    pub async fn append(&self, id: u64, message: Vec<u8>) -> Result<(), JournalError> {
+    pub async fn append(&self, id: u64, message: Bytes) -> Result<(), JournalError> {
         self.write(Some(Record::Append { id, message })).await
     }
 
@@ -205,7 +206,7 @@ impl Journal {
     /// write: awaiting any later write ([`Journal::append`],
     /// [`Journal::flush`], [`Journal::mark_sent`]) means this one is
     /// written too.
-    pub async fn append_queued(&self, id: u64, message: Vec<u8>) -> Result<(), JournalError> {
+    pub async fn append_queued(&self, id: u64, message: Bytes) -> Result<(), JournalError> {
         self.jobs
             .send(Job {
                 records: Records::One(Record::Append { id, message }),
@@ -219,10 +220,7 @@ impl Journal {
     /// one slot of the writer's queue and at most one wake of the writer.
     /// At most [`BURST`] of them (a thread's updates that were ready
     /// together), so the queue's bound still bounds the records waiting.
-    pub async fn append_queued_many(
-        &self,
-        entries: Vec<(u64, Vec<u8>)>,
-    ) -> Result<(), JournalError> {
+    pub async fn append_queued_many(&self, entries: Vec<(u64, Bytes)>) -> Result<(), JournalError> {
         debug_assert!(entries.len() <= BURST);
         let records = entries
             .into_iter()
@@ -241,7 +239,7 @@ impl Journal {
     /// cannot wait: replies made by the read loop). Ordered before every
     /// later write. False when the writer's queue is full: the entry is
     /// then not journaled (it lives in memory only).
-    pub fn append_detached(&self, id: u64, message: Vec<u8>) -> bool {
+    pub fn append_detached(&self, id: u64, message: Bytes) -> bool {
         self.try_queue(Record::Append { id, message })
     }
 
@@ -341,9 +339,9 @@ mod tests {
         let (journal, recovered) = Journal::open(dir.path()).unwrap();
         assert!(recovered.entries.is_empty());
         let (a, b, c) = (journal.next_id(), journal.next_id(), journal.next_id());
-        journal.append(a, b"a".to_vec()).await.unwrap();
-        journal.append(b, b"b".to_vec()).await.unwrap();
-        assert!(journal.append_detached(c, b"c".to_vec()));
+        journal.append(a, Bytes::from_static(b"a")).await.unwrap();
+        journal.append(b, Bytes::from_static(b"b")).await.unwrap();
+        assert!(journal.append_detached(c, Bytes::from_static(b"c")));
         journal.mark_sent(vec![(a, 7), (b, 8)]).await.unwrap();
         assert!(journal.forget_through(7));
         assert!(journal.forget(vec![c]));
@@ -357,7 +355,7 @@ mod tests {
             vec![JournalEntry {
                 id: b,
                 sequence: Some(8),
-                message: b"b".to_vec()
+                message: Bytes::from_static(b"b")
             }]
         );
         assert_eq!(recovered.sequence_floor, 8, "a sent sequence is used");
@@ -368,8 +366,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (journal, _) = Journal::open(dir.path()).unwrap();
         let (a, b) = (journal.next_id(), journal.next_id());
-        journal.append(a, b"a".to_vec()).await.unwrap();
-        journal.append(b, b"b".to_vec()).await.unwrap();
+        journal.append(a, Bytes::from_static(b"a")).await.unwrap();
+        journal.append(b, Bytes::from_static(b"b")).await.unwrap();
         drop(journal);
         // A crash in the middle of the last write: its record is cut short.
         let path = dir.path().join(FILE);
@@ -383,7 +381,7 @@ mod tests {
         assert!(journal.next_id() > a);
         // The file was rewritten clean: appending after it reads back.
         let c = journal.next_id();
-        journal.append(c, b"c".to_vec()).await.unwrap();
+        journal.append(c, Bytes::from_static(b"c")).await.unwrap();
         drop(journal);
         let (_, recovered) = Journal::open(dir.path()).unwrap();
         let ids: Vec<u64> = recovered.entries.iter().map(|e| e.id).collect();
@@ -399,8 +397,11 @@ mod tests {
         journal.reserve_through(through).await.unwrap();
         seq.reserved(through);
         let keep = journal.next_id();
-        journal.append(keep, b"kept".to_vec()).await.unwrap();
-        let message = vec![7u8; 1024];
+        journal
+            .append(keep, Bytes::from_static(b"kept"))
+            .await
+            .unwrap();
+        let message = Bytes::from(vec![7u8; 1024]);
         let total = writer::COMPACT_AT as usize / message.len() * 2;
         for _ in 0..total / 64 {
             let ids: Vec<u64> = (0..64).map(|_| journal.next_id()).collect();
@@ -422,7 +423,7 @@ mod tests {
         drop(journal);
         let (journal, recovered) = Journal::open(dir.path()).unwrap();
         assert_eq!(recovered.entries.len(), 1);
-        assert_eq!(recovered.entries[0].message, b"kept".to_vec());
+        assert_eq!(recovered.entries[0].message, Bytes::from_static(b"kept"));
         assert!(recovered.sequence_floor >= through);
         assert!(journal.next_id() > keep + total as u64);
     }

@@ -105,11 +105,12 @@ impl Sending {
         let mut resend = VecDeque::new();
         let mut unreadable = Vec::new();
         for entry in resend_order(recovered.entries) {
-            match ClientMessage::decode(entry.message.as_slice()) {
+            match ClientMessage::decode(&entry.message[..]) {
                 Ok(message) => resend.push_back(Sent {
                     sequence: entry.sequence,
                     journal: Some(entry.id),
                     message: Arc::new(message),
+                    encoded: Some(entry.message),
                     at: now,
                 }),
                 Err(e) => {
@@ -399,6 +400,7 @@ impl Sending {
                         sequence: None,
                         journal: taken.journal,
                         message,
+                        encoded: taken.encoded,
                         at: now,
                     };
                     self.take(
@@ -497,6 +499,7 @@ impl Sending {
         if inner.inflight.keeps(&sent) {
             out.push(Outgoing {
                 message: Arc::clone(&sent.message),
+                encoded: sent.encoded.clone(),
                 sequence: number,
             });
             inner.inflight.record(sent);
@@ -504,6 +507,7 @@ impl Sending {
             inner.inflight.record_unkept(&sent);
             out.push(Outgoing {
                 message: sent.message,
+                encoded: sent.encoded,
                 sequence: number,
             });
         }
@@ -690,7 +694,9 @@ mod tests {
         JournalEntry {
             id,
             sequence,
-            message: updates::turn(None, "t", turn, TurnStatus::Completed).encode_to_vec(),
+            message: updates::turn(None, "t", turn, TurnStatus::Completed)
+                .encode_to_vec()
+                .into(),
         }
     }
 

@@ -10,10 +10,19 @@
 //! update itself is never changed to number it: its transcript line may
 //! still hold it, and numbering it in place copied it). What it receives is
 //! decoded as before.
+//!
+//! A journaled update (terminal and structural ones: most of what a busy
+//! runner sends) was encoded twice, once by the outbox for the journal and
+//! again here. It now carries the journal's bytes (shared, not copied),
+//! which are written as they are, the number after them: prost's encoder
+//! was 9 % of the runner's CPU in the throughput profile, and 5 % after
+//! (what is left is the updates that are not journaled), with 1 % for
+//! sharing the bytes.
 
 use std::sync::Arc;
 
 use agent_runner_proto::runner::{ClientMessage, ServerMessage};
+use bytes::{BufMut, Bytes};
 use prost::Message as _;
 use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder, Streaming};
 use tonic::{GrpcMethod, IntoStreamingRequest, Response, Status};
@@ -46,6 +55,9 @@ const YIELD_THRESHOLD: usize = 16 * 1024;
 pub struct Outgoing {
     /// The update, never changed to number it.
     pub message: Arc<ClientMessage>,
+    /// `message` encoded (unnumbered), as the journal holds it: written as
+    /// it is rather than encoded again. `None`: encoded here.
+    pub encoded: Option<Bytes>,
     /// What goes on the wire as its `sequence`.
     pub sequence: u64,
 }
@@ -126,8 +138,18 @@ impl Encoder for SharedEncoder {
 /// not carry it. A scalar field seen twice takes its last value
 /// (protobuf's rule, which every decoder follows), so the number written
 /// after the update is the one the control plane reads.
-fn write(item: &Outgoing, buf: &mut impl bytes::BufMut) -> Result<(), prost::EncodeError> {
-    item.message.encode(buf)?;
+fn write(item: &Outgoing, buf: &mut impl BufMut) -> Result<(), prost::EncodeError> {
+    match &item.encoded {
+        Some(encoded) => {
+            debug_assert_eq!(
+                encoded[..],
+                item.message.encode_to_vec()[..],
+                "stale encoding"
+            );
+            buf.put_slice(encoded);
+        }
+        None => item.message.encode(buf)?,
+    }
     if item.sequence != item.message.sequence {
         prost::encoding::uint64::encode(SEQUENCE_FIELD, &item.sequence, buf);
     }
@@ -141,7 +163,8 @@ mod tests {
     use super::*;
 
     /// The number written after a shared update is the one decoded, and
-    /// the bytes equal those of the numbered update encoded whole.
+    /// the bytes equal those of the numbered update encoded whole, whether
+    /// the update is encoded here or its journal encoding is written.
     #[test]
     fn a_number_written_after_the_update_is_the_one_decoded() {
         use agent_runner_proto::runner::TurnUpdate;
@@ -155,17 +178,21 @@ mod tests {
                 })),
                 sequence: own,
             });
-            let outgoing = Outgoing {
-                message,
-                sequence: number,
-            };
-            let mut buf = bytes::BytesMut::new();
-            write(&outgoing, &mut buf).unwrap();
-            let decoded = ClientMessage::decode(buf.freeze()).unwrap();
-            assert_eq!(decoded.sequence, number, "{own} -> {number}");
-            let whole = outgoing.into_message();
-            assert_eq!(decoded, whole);
-            assert_eq!(decoded.encode_to_vec(), whole.encode_to_vec());
+            // Encoded here, or written from the journal's encoding.
+            for encoded in [None, Some(Bytes::from(message.encode_to_vec()))] {
+                let outgoing = Outgoing {
+                    message: message.clone(),
+                    encoded,
+                    sequence: number,
+                };
+                let mut buf = bytes::BytesMut::new();
+                write(&outgoing, &mut buf).unwrap();
+                let decoded = ClientMessage::decode(buf.freeze()).unwrap();
+                assert_eq!(decoded.sequence, number, "{own} -> {number}");
+                let whole = outgoing.into_message();
+                assert_eq!(decoded, whole);
+                assert_eq!(decoded.encode_to_vec(), whole.encode_to_vec());
+            }
         }
     }
 
