@@ -361,7 +361,10 @@ impl ThreadTask {
             return 1;
         };
         let thread_id = &self.spec.thread_id;
-        let mut burst = Vec::new();
+        // Room for a whole burst at once: grown from empty, it was
+        // reallocated (and its updates copied) twice per burst, 1.5 % of
+        // the runner's CPU in the throughput profile.
+        let mut burst = Vec::with_capacity(BURST);
         let mut next = event;
         let after = loop {
             match next {
