@@ -266,12 +266,15 @@ pub struct Read {
 )]
 pub struct NotAJournal;
 
-/// Parses a whole journal file. An empty file is an empty journal.
+/// Parses a whole journal file. An empty file is an empty journal, and so
+/// is the start of [`MAGIC`] alone: a new file is created without an
+/// `fsync` (it holds nothing yet), so a crash may leave its first write
+/// cut short.
 pub fn read(bytes: &[u8]) -> Result<Read, NotAJournal> {
-    if bytes.is_empty() {
+    if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
         return Ok(Read {
             records: Vec::new(),
-            dropped_bytes: 0,
+            dropped_bytes: bytes.len(),
         });
     }
     let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {

@@ -107,7 +107,8 @@ impl Journal {
     /// Opens (or creates) `<dir>/journal.log` and reads what it holds. Call
     /// at start-up, before any update is produced. A torn or corrupt tail
     /// (a crash during a write) is dropped with an error in the log; the
-    /// file is then rewritten compacted.
+    /// file is then rewritten compacted, as it is when settled records
+    /// dominate it.
     pub fn open(dir: &Path) -> Result<(Self, Recovered), JournalError> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(FILE);
@@ -145,8 +146,19 @@ impl Journal {
             sequence_floor: state.reserved,
         };
         let first_id = state.max_id + 1;
-        // Written whole (and synced) before the old journal goes.
-        let writer = Writer::create(&path, state)?;
+        // Rewritten (and synced) only when it must be: to carry over an
+        // old journal (written whole before that goes), to drop a torn
+        // tail, or when settled records dominate. Otherwise the file is
+        // appended to as it is: a start need not wait for the disk (two
+        // `fsync`s, each start, before it registers).
+        let writer = if imported
+            || read.dropped_bytes > 0
+            || Writer::compaction_due(bytes.len() as u64, &state)
+        {
+            Writer::create(&path, state)?
+        } else {
+            Writer::reopen(&path, bytes.len() as u64, state)?
+        };
         if imported {
             import::remove_old(dir)?;
             tracing::info!(
@@ -359,6 +371,58 @@ mod tests {
             }]
         );
         assert_eq!(recovered.sequence_floor, 8, "a sent sequence is used");
+    }
+
+    /// A start appends to a clean journal as it is (no rewrite, so no
+    /// `fsync` before the runner registers); a torn one is rewritten.
+    #[tokio::test]
+    async fn a_clean_journal_is_appended_to_and_a_torn_one_rewritten() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let inode = || std::fs::metadata(&path).unwrap().ino();
+        let (journal, _) = Journal::open(dir.path()).unwrap();
+        let created = inode();
+        let a = journal.next_id();
+        journal.append(a, Bytes::from_static(b"a")).await.unwrap();
+        drop(journal);
+        let (journal, recovered) = Journal::open(dir.path()).unwrap();
+        assert_eq!(inode(), created, "reopened, not rewritten");
+        assert_eq!(recovered.entries.len(), 1);
+        let b = journal.next_id();
+        journal.append(b, Bytes::from_static(b"b")).await.unwrap();
+        drop(journal);
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.set_len(f.metadata().unwrap().len() - 1).unwrap();
+        drop(f);
+        let (_, recovered) = Journal::open(dir.path()).unwrap();
+        assert_ne!(inode(), created, "a torn tail is rewritten away");
+        let ids: Vec<u64> = recovered.entries.iter().map(|e| e.id).collect();
+        assert_eq!(ids, vec![a]);
+    }
+
+    /// A new journal file is not synced: a crash may leave it empty or
+    /// with part of its header, which opens as an empty journal.
+    #[tokio::test]
+    async fn a_file_cut_short_in_its_header_opens_empty() {
+        for cut in [0, 3, log::MAGIC.len() - 1] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(FILE);
+            std::fs::write(&path, &log::MAGIC[..cut]).unwrap();
+            let (journal, recovered) = Journal::open(dir.path()).unwrap();
+            assert!(recovered.entries.is_empty(), "{cut}");
+            let a = journal.next_id();
+            journal.append(a, Bytes::from_static(b"a")).await.unwrap();
+            drop(journal);
+            let (_, recovered) = Journal::open(dir.path()).unwrap();
+            assert_eq!(recovered.entries.len(), 1, "{cut}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), b"ARJXXX").unwrap();
+        assert!(Journal::open(dir.path()).is_err(), "not a journal at all");
     }
 
     #[tokio::test]

@@ -95,6 +95,35 @@ impl Writer {
         })
     }
 
+    /// Keeps the file at `path`, `len` bytes that replay to `state` whole
+    /// (no torn tail), open for appending: nothing in it is rewritten, so
+    /// nothing needs an `fsync`. An empty (or missing) file gets its
+    /// [`super::log::MAGIC`] first, written like any group commit.
+    pub fn reopen(path: &Path, len: u64, state: State) -> std::io::Result<Self> {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        let mut len = len;
+        if len == 0 {
+            file.write_all(super::log::MAGIC)?;
+            len = super::log::MAGIC.len() as u64;
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            len,
+            state,
+        })
+    }
+
+    /// Whether a file of `len` bytes holding `state` is due for compaction
+    /// (the rule the writer applies after each group commit).
+    pub fn compaction_due(len: u64, state: &State) -> bool {
+        // What a compacted file would take: the live entries and a header.
+        len > COMPACT_AT && len > COMPACT_RATIO * (state.live_bytes + 64)
+    }
+
     /// Starts the writer thread; it ends when every sender is dropped,
     /// after writing what was queued.
     pub fn start(self) -> std::io::Result<mpsc::Sender<Job>> {
@@ -146,7 +175,7 @@ impl Writer {
             if let Err(e) = &written {
                 tracing::error!(error = %e, "outbox journal: write failed");
             }
-            if self.len > COMPACT_AT && self.len > COMPACT_RATIO * self.live_len() {
+            if Self::compaction_due(self.len, &self.state) {
                 self.compact();
             }
             crate::metrics::store_batch(THREAD_NAME, records, started.elapsed());
@@ -166,11 +195,6 @@ impl Writer {
             record if self.state.apply(&record) => super::log::encode(&record, buf),
             _ => {}
         }
-    }
-
-    /// What a compacted file would take.
-    fn live_len(&self) -> u64 {
-        self.state.live_bytes + 64
     }
 
     /// One write of the group commit; on failure the file is cut back to
