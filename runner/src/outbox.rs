@@ -563,19 +563,22 @@ impl Outbox {
         if let Some(t) = self.transcripts.get() {
             t.record_all(&msgs);
         }
-        let mut ids = Vec::with_capacity(msgs.len());
-        let mut encodings = Vec::with_capacity(msgs.len());
+        let mut entries = Vec::with_capacity(msgs.len());
         let mut appends = Vec::new();
-        for msg in &msgs {
-            let (id, encoded) = match self.for_journal(msg) {
+        for message in msgs {
+            let (journal, encoded) = match self.for_journal(&message) {
                 Some((_, id, bytes)) => {
                     appends.push((id, bytes.clone()));
                     (Some(id), Some(bytes))
                 }
                 None => (None, None),
             };
-            ids.push(id);
-            encodings.push(encoded);
+            entries.push(Journaled {
+                message,
+                journal,
+                encoded,
+                masked,
+            });
         }
         if !appends.is_empty()
             && let Some(journal) = &self.journal
@@ -583,24 +586,15 @@ impl Outbox {
             let started = std::time::Instant::now();
             if let Err(e) = journal.append_queued_many(appends).await {
                 tracing::error!(
-                    updates = msgs.len(),
+                    updates = entries.len(),
                     error = %e,
                     "journaling updates failed; they are kept in memory only"
                 );
-                ids.iter_mut().for_each(|id| *id = None);
+                entries.iter_mut().for_each(|e| e.journal = None);
             }
             crate::metrics::journal_append(started.elapsed());
         }
-        let mut rest =
-            msgs.into_iter()
-                .zip(ids)
-                .zip(encodings)
-                .map(|((message, journal), encoded)| Journaled {
-                    message,
-                    journal,
-                    encoded,
-                    masked,
-                });
+        let mut rest = entries.into_iter();
         let mut queued = false;
         {
             let mut queue = self.lock();
