@@ -309,7 +309,8 @@ impl TurnTask {
         self.items += 1;
         // Sized up front: `format!` guesses from the literal parts only and
         // grew the string twice per item (2 % of the runner's CPU in the
-        // throughput bench, which streams scripted items).
+        // throughput bench, which streams scripted items). 20: the most
+        // digits a u64 has.
         let mut id = String::with_capacity(self.turn_id.len() + "-item-".len() + 20);
         let _ = write!(id, "{}-item-{}", self.turn_id, self.items);
         id
