@@ -241,7 +241,10 @@ fn read_at(dir: &OwnedFd, name: &str) -> io::Result<String> {
 }
 
 /// Write `content` to `name` in `dir` atomically (a temporary file, 0600,
-/// renamed over it), owned by `uid` when given.
+/// renamed over it), owned by `uid` when given. Not synced: a capability
+/// lives only as long as this runner process (a restart issues new ones),
+/// so surviving a power cut is worth nothing, and a creation waited for
+/// the disk on each (threads of an agent are created one after another).
 fn write_at(dir: &OwnedFd, name: &str, content: &str, uid: Option<u32>) -> io::Result<()> {
     let tmp_name = format!("{name}.{}.tmp", std::process::id());
     let tmp = cstr(tmp_name.as_bytes())?;
@@ -266,7 +269,6 @@ fn write_at(dir: &OwnedFd, name: &str, content: &str, uid: Option<u32>) -> io::R
             check(unsafe { libc::fchown(file.as_raw_fd(), uid, u32::MAX) })?;
         }
         file.write_all(content.as_bytes())?;
-        file.sync_all()?;
         // SAFETY: valid fds and NUL-terminated names.
         check(unsafe {
             libc::renameat(
