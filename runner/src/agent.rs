@@ -312,9 +312,18 @@ impl AgentTask {
             let _ = rt.workspaces.remove(&workspace);
             return Err((rid, text));
         }
+        // The environment too: issuing the thread's git capability writes
+        // a file and adds a secret to the redactor, whose rebuild takes
+        // milliseconds with a thousand threads; on an async worker, every
+        // task queued behind it (the read loop's heartbeats too) waited.
         let tid = thread_id.clone();
-        let sandbox = self
-            .blocking(move |rt, agent_id| Ok(rt.thread_sandbox(agent_id, &tid)))
+        let (sandbox, env) = self
+            .blocking(move |rt, agent_id| {
+                Ok((
+                    rt.thread_sandbox(agent_id, &tid),
+                    rt.thread_env(agent_id, &tid),
+                ))
+            })
             .await
             .map_err(|e| (rid.clone(), format!("preparing the thread's sandbox: {e}")))?;
         let mut spec = ThreadSpec {
@@ -324,7 +333,7 @@ impl AgentTask {
             model: model.clone(),
             reasoning_level: reasoning_level.clone(),
             sdk_thread_id: None,
-            env: rt.thread_env(&self.agent_id, &thread_id),
+            env,
             sandbox,
             instructions: instructions.clone(),
             mcp_servers: crate::mcp::shared(mcp_servers),
