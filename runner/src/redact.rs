@@ -11,10 +11,17 @@
 //! string, a fifth of the runner's CPU in the throughput profile.
 //!
 //! A secret is added per thread created (its credential capability), so
-//! with many threads the rebuild is not rare: it is built as a contiguous
-//! NFA (fast to build; a DFA over a thousand secrets took milliseconds),
-//! outside the lock that scans take, and swapped in — a scan never waits
-//! for a build.
+//! with many threads adds are not rare, and building an automaton costs in
+//! proportion to every secret it holds (4 ms for a thousand capabilities):
+//! rebuilt whole on each add, creating threads 1,000 to 2,000 cost 4 s of
+//! CPU on that alone. So the secrets are matched by two automata: a
+//! settled one, rebuilt only once [`RECENT`] secrets came in since it was
+//! built, and a small one of those recent secrets, rebuilt on each add (a
+//! thousandth of the cost each, amortised). Both are contiguous NFAs (fast
+//! to build), built outside the lock that scans take and swapped in: a
+//! scan never waits for a build. A secret that contains another, or is
+//! contained in one, settles everything at once, so that one automaton
+//! sees both and masks the longer whole.
 //!
 //! Each swap bumps a generation ([`Redactor::generation`]): text masked at
 //! one generation need not be scanned again while it holds (the outbox
@@ -34,38 +41,64 @@ pub const MASK: &str = "***";
 /// of a short string would mangle ordinary text and protects nothing.
 const MIN_SECRET_LEN: usize = 8;
 
-/// Keeps at most this many secrets; the oldest go first.
+/// Keeps at most this many secrets; the oldest go first (an old one stays
+/// in the settled automaton until its next build: at most [`RECENT`] adds).
 const MAX_SECRETS: usize = 1024;
+
+/// Secrets added since the settled automaton was built, at most: past
+/// this, everything is settled (one build of every secret per this many
+/// adds, and one of at most this many on each).
+const RECENT: usize = 32;
 
 /// A shared, cheaply cloned set of secrets to mask.
 #[derive(Clone, Default)]
 pub struct Redactor {
     /// Taken by `add` only: adds are serialised, builds included.
     secrets: Arc<Mutex<Secrets>>,
-    /// All of the secrets at once, leftmost-longest (a secret that contains
-    /// another is masked whole); `None` while there are none. Written only
-    /// to swap in a built automaton.
+    /// The automata, leftmost-longest (a secret that contains another is
+    /// masked whole); `None` while there are no secrets. Written only to
+    /// swap in what was built.
     matcher: Arc<RwLock<Option<Matcher>>>,
     /// Bumped after each swap of `matcher`.
     generation: Arc<AtomicU64>,
 }
 
-/// The automaton, and the length of the shortest secret it finds: text
+/// The automata, and the length of the shortest secret they find: text
 /// shorter than that holds none, and is not scanned (short fields, such as
 /// a working directory or a one-line item, are common; setting up a
 /// search costs more than the search).
 struct Matcher {
-    automaton: AhoCorasick,
+    /// The secrets as of the last settling (cheap to clone: shared).
+    settled: Option<AhoCorasick>,
+    /// The secrets added since.
+    recent: Option<AhoCorasick>,
     shortest: usize,
 }
 
-/// The secrets, longest first (so a secret that contains another is masked
-/// whole, not left with a visible tail), each with the order it came in
-/// (the oldest is dropped when the set is full).
+/// The secrets, each with the order it came in (the oldest is dropped when
+/// the set is full), and the settled automaton.
 #[derive(Default)]
 struct Secrets {
     list: Vec<(u64, String)>,
     next: u64,
+    /// Secrets numbered from here on are not in `settled`.
+    settled_from: u64,
+    settled: Option<AhoCorasick>,
+}
+
+/// One automaton over `patterns` (`None` for none).
+fn build<'a>(
+    patterns: impl IntoIterator<Item = &'a str>,
+) -> Result<Option<AhoCorasick>, aho_corasick::BuildError> {
+    let patterns: Vec<&str> = patterns.into_iter().collect();
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    AhoCorasick::builder()
+        .match_kind(MatchKind::LeftmostLongest)
+        .kind(Some(AhoCorasickKind::ContiguousNFA))
+        .build(patterns)
+        .map(Some)
 }
 
 impl std::fmt::Debug for Redactor {
@@ -105,23 +138,39 @@ impl Redactor {
         }
         let seq = secrets.next;
         secrets.next += 1;
-        let at = secrets
+        let settled_from = secrets.settled_from;
+        let nested = secrets
             .list
-            .partition_point(|(_, s)| s.len() >= secret.len());
-        secrets.list.insert(at, (seq, secret.to_owned()));
-        let patterns: Vec<&str> = secrets.list.iter().map(|(_, s)| s.as_str()).collect();
-        let shortest = patterns.iter().map(|p| p.len()).min().unwrap_or(0);
-        let automaton = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
-            .kind(Some(AhoCorasickKind::ContiguousNFA))
-            .build(patterns);
-        match automaton {
-            Ok(automaton) => {
+            .iter()
+            .any(|(n, s)| *n < settled_from && (s.contains(secret) || secret.contains(s.as_str())));
+        secrets.list.push((seq, secret.to_owned()));
+        let recent = secrets
+            .list
+            .iter()
+            .filter(|(n, _)| *n >= settled_from)
+            .count();
+        let built = if nested || recent > RECENT {
+            build(secrets.list.iter().map(|(_, s)| s.as_str())).map(|all| (all, seq + 1, None))
+        } else {
+            build(
+                secrets
+                    .list
+                    .iter()
+                    .filter(|(n, _)| *n >= settled_from)
+                    .map(|(_, s)| s.as_str()),
+            )
+            .map(|recent| (secrets.settled.clone(), settled_from, recent))
+        };
+        match built {
+            Ok((settled, settled_from, recent)) => {
+                secrets.settled.clone_from(&settled);
+                secrets.settled_from = settled_from;
                 let matcher = Matcher {
-                    automaton,
-                    shortest,
+                    settled,
+                    recent,
+                    shortest: secrets.list.iter().map(|(_, s)| s.len()).min().unwrap_or(0),
                 };
-                // The old automaton is dropped after the lock is released.
+                // The old automata are dropped after the lock is released.
                 let old = self
                     .matcher
                     .write()
@@ -134,7 +183,7 @@ impl Redactor {
             // the new secret is not taken rather than masking nothing.
             Err(e) => {
                 tracing::error!(error = %e, "a secret could not be added to the redactor");
-                secrets.list.remove(at);
+                secrets.list.pop();
             }
         }
     }
@@ -153,17 +202,23 @@ impl Redactor {
         let Some(matcher) = &*matcher else {
             return Cow::Borrowed(text);
         };
-        if text.len() < matcher.shortest || !matcher.automaton.is_match(text) {
-            return Cow::Borrowed(text);
+        let mut out = Cow::Borrowed(text);
+        if text.len() < matcher.shortest {
+            return out;
         }
-        let mut out = String::with_capacity(text.len());
-        matcher
-            .automaton
-            .replace_all_with(text, &mut out, |_, _, dst| {
-                dst.push_str(MASK);
-                true
-            });
-        Cow::Owned(out)
+        // No secret holds another across the two (see the module doc), so
+        // masking with one and then the other masks what one would.
+        for automaton in [&matcher.settled, &matcher.recent].into_iter().flatten() {
+            if automaton.is_match(out.as_ref()) {
+                let mut masked = String::with_capacity(out.len());
+                automaton.replace_all_with(out.as_ref(), &mut masked, |_, _, dst| {
+                    dst.push_str(MASK);
+                    true
+                });
+                out = Cow::Owned(masked);
+            }
+        }
+        out
     }
 
     /// Redacts `text` in place.
@@ -230,16 +285,63 @@ mod tests {
         assert_eq!(r.redact("k=sk-shared-prefix;"), "k=***;");
     }
 
+    /// Also when one of them was settled before the other came: the two
+    /// are put in one automaton then.
     #[test]
-    fn the_oldest_secret_goes_when_the_set_is_full() {
+    fn a_secret_nested_in_a_settled_one_is_masked_whole() {
+        for (first, second) in [
+            ("sk-shared-prefix", "sk-shared-prefix-and-more"),
+            ("sk-shared-prefix-and-more", "sk-shared-prefix"),
+        ] {
+            let r = Redactor::new();
+            r.add(first);
+            for i in 0..=RECENT {
+                r.add(&format!("filler-secret-{i:04}"));
+            }
+            assert!(r.secrets.lock().unwrap().settled_from > 0, "settled");
+            r.add(second);
+            assert_eq!(r.redact("k=sk-shared-prefix-and-more;"), "k=***;");
+            assert_eq!(r.redact("k=sk-shared-prefix;"), "k=***;");
+        }
+    }
+
+    /// Settled and recent secrets are masked alike, in one text, and an
+    /// add builds only the recent ones until they outnumber [`RECENT`].
+    #[test]
+    fn settled_and_recent_secrets_are_both_masked() {
+        let r = Redactor::new();
+        let secret = |i: usize| format!("ARC_{i:064x}");
+        for i in 0..3 * RECENT {
+            r.add(&secret(i));
+            let text = format!("old {} new {}.", secret(0), secret(i));
+            assert_eq!(r.redact(&text), "old *** new ***.", "after {} adds", i + 1);
+            let recent = {
+                let s = r.secrets.lock().unwrap();
+                s.list.iter().filter(|(n, _)| *n >= s.settled_from).count()
+            };
+            assert!(recent <= RECENT, "{recent} recent after {} adds", i + 1);
+        }
+        assert!(matches!(
+            r.redact("nothing secret here at all"),
+            Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn the_oldest_secrets_go_when_the_set_is_full() {
         let r = Redactor::new();
         for i in 0..MAX_SECRETS {
             r.add(&format!("secret-{i:06}"));
         }
-        r.add("a-much-longer-newest-secret");
+        // Each add past the bound drops the oldest secret; the settled
+        // automaton forgets it when it is next built (within RECENT adds).
+        for i in 0..=RECENT {
+            r.add(&format!("a-much-longer-newer-secret-{i:04}"));
+        }
+        assert_eq!(r.secrets.lock().unwrap().list.len(), MAX_SECRETS);
         assert_eq!(r.redact("secret-000000"), "secret-000000");
         assert_eq!(
-            r.redact("secret-000001 a-much-longer-newest-secret"),
+            r.redact("secret-000100 a-much-longer-newer-secret-0000"),
             "*** ***"
         );
     }
