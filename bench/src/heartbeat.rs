@@ -24,6 +24,14 @@ pub struct Heartbeat {
     pub streaming_turns: usize,
     /// Heartbeat round trips while the load ran.
     pub under_load: Summary,
+    /// Of those, the beats sent while the 100 turns streamed (the link
+    /// saturated: updates queued ahead of every answer), and how long that
+    /// phase lasted from the load's start.
+    pub while_streaming: Summary,
+    pub streaming_seconds: f64,
+    /// The beats sent after the last streaming turn completed: thread
+    /// creations alone.
+    pub after_streaming: Summary,
     /// The same with the runner idle, before the load.
     pub idle: Summary,
     /// Messages the runner sent while the load ran, and in how long.
@@ -48,6 +56,19 @@ async fn beats(
     prefix: &str,
     done: impl Fn(usize) -> bool,
 ) -> Result<Vec<Duration>> {
+    Ok(timed_beats(collector, prefix, done)
+        .await?
+        .into_iter()
+        .map(|(_, rtt)| rtt)
+        .collect())
+}
+
+/// [`beats`], each with when it was sent.
+async fn timed_beats(
+    collector: &Collector,
+    prefix: &str,
+    done: impl Fn(usize) -> bool,
+) -> Result<Vec<(Instant, Duration)>> {
     let mut out = Vec::new();
     while !done(out.len()) {
         let rid = format!("{prefix}-{}", out.len());
@@ -58,7 +79,7 @@ async fn beats(
                 Until::FirstReply,
             )
             .await?;
-        out.push(first.duration_since(sent));
+        out.push((sent, first.duration_since(sent)));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     Ok(out)
@@ -107,16 +128,27 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
                     .await
             }
         }));
+        let streamed = async {
+            streaming.await?;
+            Ok::<_, anyhow::Error>(Instant::now())
+        };
         let creating = rig.create_threads("bench", create);
-        let (s, c) = tokio::join!(streaming, creating);
-        s?;
+        let (s, c) = tokio::join!(streamed, creating);
+        let streamed_at = s?;
         c?;
         let _ = stop_tx.send(true);
-        Ok::<_, anyhow::Error>(())
+        Ok::<_, anyhow::Error>(streamed_at)
     };
-    let (loaded, beaten) = tokio::join!(load, beats(&rig.collector, "hbl", |_| *stop.borrow()));
-    loaded?;
-    let under = beaten?;
+    let (loaded, beaten) =
+        tokio::join!(load, timed_beats(&rig.collector, "hbl", |_| *stop.borrow()));
+    let streamed_at = loaded?;
+    let beaten = beaten?;
+    let under: Vec<Duration> = beaten.iter().map(|(_, rtt)| *rtt).collect();
+    let (streaming, after): (Vec<_>, Vec<_>) =
+        beaten.iter().partition(|(sent, _)| *sent < streamed_at);
+    let rtts = |beats: Vec<&(Instant, Duration)>| -> Vec<Duration> {
+        beats.into_iter().map(|(_, rtt)| *rtt).collect()
+    };
     let messages_under_load = rig.collector.received() - before;
     let load_seconds = load_start.elapsed().as_secs_f64();
 
@@ -133,6 +165,9 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
         threads_created: create,
         streaming_turns: stream,
         under_load: Summary::of(&under),
+        while_streaming: Summary::of(&rtts(streaming)),
+        streaming_seconds: streamed_at.duration_since(load_start).as_secs_f64(),
+        after_streaming: Summary::of(&rtts(after)),
         idle: Summary::of(&idle_beats),
         messages_under_load,
         load_seconds,

@@ -583,6 +583,24 @@ async fn main() -> Result<()> {
         None,
     );
     t.row(
+        &format!(
+            "  of those, sent while the {} turns streamed (first {:.2} s; {} beats), p50 / p99 / max",
+            hb.streaming_turns, hb.streaming_seconds, hb.while_streaming.n
+        ),
+        pct(&hb.while_streaming),
+        "us",
+        None,
+    );
+    t.row(
+        &format!(
+            "  sent after the streams ended, threads still being created ({} beats), p50 / p99 / max",
+            hb.after_streaming.n
+        ),
+        pct(&hb.after_streaming),
+        "us",
+        None,
+    );
+    t.row(
         "heartbeat p99 under that load / floor round trip p99",
         format!("{:.1}", hb.under_load.p99_us / floor_rt_s.p99_us),
         "ratio",
@@ -595,6 +613,21 @@ async fn main() -> Result<()> {
         ),
         pct(&hb.floor_under_flood),
         "us",
+        None,
+    );
+    t.row(
+        "heartbeat p99 after the streams ended / floor round trip p99",
+        format!("{:.1}", hb.after_streaming.p99_us / floor_rt_s.p99_us),
+        "ratio",
+        None,
+    );
+    t.row(
+        "heartbeat p99 while the turns streamed / p99 of the flooded (saturated) bare stream",
+        format!(
+            "{:.2}",
+            hb.while_streaming.p99_us / hb.floor_under_flood.p99_us
+        ),
+        "ratio",
         None,
     );
     t.row(

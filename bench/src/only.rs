@@ -46,6 +46,8 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
                 "heartbeat": hb,
                 "p99_vs_floor_p99": hb.under_load.p99_us / floor.p99_us,
                 "p99_vs_flooded_floor_p99": hb.under_load.p99_us / hb.floor_under_flood.p99_us,
+                "streaming_p99_vs_flooded_floor_p99": hb.while_streaming.p99_us / hb.floor_under_flood.p99_us,
+                "after_streaming_p99_vs_floor_p99": hb.after_streaming.p99_us / floor.p99_us,
             })
         }
         "code-agent" => {
