@@ -8,7 +8,10 @@
 //! token-usage updates: replies from `commands.rs`/`dispatch.rs` included);
 //! a thread's request errors, which name none, are recorded for the thread
 //! that pushed them (`Outbox::push_for_thread`; [`thread_of`] says which
-//! is which).
+//! is which). An intermediate update the outbox drops later, when it is
+//! full, is recorded all the same; one a full outbox sheds from a thread's
+//! burst before it enters (a snapshot its item's next update made
+//! redundant) is not.
 //!
 //! Updates come masked: the outbox masks every update as it enters, before
 //! it records it here (the same masked text goes on the wire). Off the hot
