@@ -313,7 +313,7 @@ impl AgentTask {
             return Err((rid, text));
         }
         // The environment too: issuing the thread's git capability writes
-        // a file and adds a secret to the redactor, whose rebuild takes
+        // a file and adds a secret to the redactor, whose rebuild took
         // milliseconds with a thousand threads; on an async worker, every
         // task queued behind it (the read loop's heartbeats too) waited.
         let tid = thread_id.clone();
@@ -400,9 +400,16 @@ impl AgentTask {
             .acquire()
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        tokio::task::spawn_blocking(move || work(&rt, &agent_id))
-            .await
-            .map_err(|e| std::io::Error::other(format!("crashed: {e}")))?
+        tokio::task::spawn_blocking(move || {
+            let done = work(&rt, &agent_id);
+            // The pool's thread may now sit idle for seconds, keeping what
+            // the work freed (a redactor automaton of megabytes): tokio's
+            // park hook, which purges it on the workers, is not run here.
+            crate::allocator::before_wait();
+            done
+        })
+        .await
+        .map_err(|e| std::io::Error::other(format!("crashed: {e}")))?
     }
 
     /// Whether thread `thread_id` exists already for this agent; a thread of

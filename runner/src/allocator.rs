@@ -11,7 +11,8 @@
 //! But a span's delayed purge runs only when the thread that owns it
 //! allocates or frees again: a thread that goes quiet would keep what it
 //! freed last, indefinitely. So a thread about to wait — a tokio worker
-//! parking, the runner's own threads before blocking on their queues, the
+//! parking, the runner's own threads before blocking on their queues, a
+//! blocking-pool thread after a thread creation's step (`agent.rs`), the
 //! main thread once the runner has started — purges what it holds
 //! ([`before_wait`]), at most every [`EVERY`], so a worker that parks
 //! thousands of times a second under load pays for it a few times.

@@ -182,8 +182,8 @@ impl Runtime {
 
     /// The extra environment of every process `thread_id`'s agent starts
     /// (issues the thread's git credential capability in its private home).
-    /// Blocking: a file written and the redactor rebuilt (milliseconds with
-    /// a thousand threads); call it off the async workers.
+    /// Blocking: a file written and the redactor rebuilt; call it off the
+    /// async workers.
     pub fn thread_env(&self, agent_id: &str, thread_id: &str) -> Vec<(String, String)> {
         self.git_env
             .as_ref()
