@@ -930,15 +930,15 @@ fn supersedes(new: &ClientMessage, old: &ClientMessage) -> bool {
 /// Whether `new`, a later update of the same thread, makes the
 /// intermediate `old` redundant: [`supersedes`], or `old`'s item finished.
 fn outdates(new: &ClientMessage, old: &ClientMessage) -> bool {
-    match (&new.payload, &old.payload) {
-        (Some(Payload::ItemUpdate(n)), Some(Payload::ItemUpdate(o))) => {
-            n.status == ItemStatus::Completed as i32
+    let finishes = matches!(
+        (&new.payload, &old.payload),
+        (Some(Payload::ItemUpdate(n)), Some(Payload::ItemUpdate(o)))
+            if n.status == ItemStatus::Completed as i32
                 && o.status == ItemStatus::Running as i32
                 && n.sdk_item_id == o.sdk_item_id
                 && n.thread_id == o.thread_id
-        }
-        _ => supersedes(new, old),
-    }
+    );
+    finishes || supersedes(new, old)
 }
 
 #[cfg(test)]
