@@ -633,20 +633,16 @@ impl Outbox {
     /// faster than the link sends, about 45 % of what they produce is never
     /// sent; this sheds it before it costs the most.
     fn shed_outdated(&self, msgs: &mut Vec<ClientMessage>) {
-        let mut keep = vec![true; msgs.len()];
-        for (i, old) in msgs.iter().enumerate() {
-            if is_intermediate(old) && msgs[i + 1..].iter().any(|new| outdates(new, old)) {
-                keep[i] = false;
-            }
-        }
-        let mut shed = 0;
-        let mut keep = keep.into_iter();
-        msgs.retain(|_| {
-            let kept = keep.next().unwrap_or(true);
-            shed += usize::from(!kept);
-            kept
-        });
-        for _ in 0..shed {
+        let outdated: Vec<bool> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, old)| {
+                is_intermediate(old) && msgs[i + 1..].iter().any(|new| outdates(new, old))
+            })
+            .collect();
+        let mut flags = outdated.iter();
+        msgs.retain(|_| flags.next() != Some(&true));
+        for _ in outdated.iter().filter(|&&o| o) {
             self.count(&self.coalesced, "coalesced");
             crate::metrics::outbox_coalesced();
         }
