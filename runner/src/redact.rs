@@ -76,14 +76,13 @@ struct Matcher {
 }
 
 /// The secrets, each with the order it came in (the oldest is dropped when
-/// the set is full), and the settled automaton.
+/// the set is full).
 #[derive(Default)]
 struct Secrets {
     list: Vec<(u64, String)>,
     next: u64,
-    /// Secrets numbered from here on are not in `settled`.
+    /// Secrets numbered from here on are not in the settled automaton.
     settled_from: u64,
-    settled: Option<AhoCorasick>,
 }
 
 /// One automaton over `patterns` (`None` for none).
@@ -159,11 +158,10 @@ impl Redactor {
                     .filter(|(n, _)| *n >= settled_from)
                     .map(|(_, s)| s.as_str()),
             )
-            .map(|recent| (secrets.settled.clone(), settled_from, recent))
+            .map(|recent| (self.settled(), settled_from, recent))
         };
         match built {
             Ok((settled, settled_from, recent)) => {
-                secrets.settled.clone_from(&settled);
                 secrets.settled_from = settled_from;
                 let matcher = Matcher {
                     settled,
@@ -186,6 +184,12 @@ impl Redactor {
                 secrets.list.pop();
             }
         }
+    }
+
+    /// The settled automaton in use (shared, not copied).
+    fn settled(&self) -> Option<AhoCorasick> {
+        let matcher = self.matcher.read().unwrap_or_else(|e| e.into_inner());
+        matcher.as_ref().and_then(|m| m.settled.clone())
     }
 
     /// The generation of the set of secrets. Read it before masking: text
