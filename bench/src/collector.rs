@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::{ClientMessage, TurnStatus, server_message::Request};
 use anyhow::{Context as _, Result, bail};
-use mock_control_plane::{MockControlPlane, TimelineEvent};
+use mock_control_plane::{MockControlPlane, TimelineEvent, TimelineRef};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -163,24 +163,28 @@ impl Drop for Collector {
 async fn follow(cp: Arc<MockControlPlane>, inner: Arc<Mutex<Inner>>, count: watch::Sender<u64>) {
     let mut cursor = 0;
     loop {
-        let events = cp.wait_timeline(cursor, None).await;
-        cursor += events.len();
-        let now = Instant::now();
-        let mut g = lock(&inner);
-        for event in events {
-            match event {
-                TimelineEvent::Received { message, .. } => on_message(&mut g, now, message),
-                TimelineEvent::Connected { .. } => g.connected.push(now),
-                _ => {}
-            }
+        // Each event seen in place, under the mock's lock: no copy of every
+        // message (the bare floor's server copies none either).
+        let mut received = None;
+        cursor = cp
+            .visit_timeline(cursor, None, |event| {
+                let now = Instant::now();
+                let mut g = lock(&inner);
+                match event {
+                    TimelineRef::Received { message, .. } => on_message(&mut g, now, message),
+                    TimelineRef::Other(TimelineEvent::Connected { .. }) => g.connected.push(now),
+                    TimelineRef::Other(_) => {}
+                }
+                received = Some(g.received);
+            })
+            .await;
+        if let Some(received) = received {
+            count.send_replace(received);
         }
-        let received = g.received;
-        drop(g);
-        count.send_replace(received);
     }
 }
 
-fn on_message(g: &mut Inner, now: Instant, message: ClientMessage) {
+fn on_message(g: &mut Inner, now: Instant, message: &ClientMessage) {
     g.received += 1;
     if g.first_after_connect.len() < g.connected.len() {
         let missed = g.connected.len() - g.first_after_connect.len();
@@ -191,10 +195,10 @@ fn on_message(g: &mut Inner, now: Instant, message: ClientMessage) {
     if matches!(message.payload, Some(Payload::ItemUpdate(_))) {
         g.item_updates += 1;
     }
-    let Some(rid) = message.request_id.clone() else {
+    let Some(rid) = message.request_id.as_deref() else {
         return;
     };
-    let Some(p) = g.pending.get_mut(&rid) else {
+    let Some(p) = g.pending.get_mut(rid) else {
         return;
     };
     let error = match &message.payload {
@@ -204,7 +208,7 @@ fn on_message(g: &mut Inner, now: Instant, message: ClientMessage) {
     let completed = matches!(&message.payload,
         Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32);
     if let Some(first) = p.first.take() {
-        let _ = first.send((now, message));
+        let _ = first.send((now, message.clone()));
     }
     let finished = match (p.until, &error) {
         (_, Some(e)) => Some(Err(e.clone())),
@@ -215,6 +219,6 @@ fn on_message(g: &mut Inner, now: Instant, message: ClientMessage) {
         if let Some(done) = p.done.take() {
             let _ = done.send(result);
         }
-        g.pending.remove(&rid);
+        g.pending.remove(rid);
     }
 }

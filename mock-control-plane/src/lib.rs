@@ -36,7 +36,7 @@ mod test_runner;
 pub use acks::{AckMode, SequenceReport};
 pub use config::{GithubInstallation, GithubRpcNames, MockConfig};
 pub use plane::MockControlPlane;
-pub use state::{Registration, TimelineEvent};
+pub use state::{Registration, TimelineEvent, TimelineRef};
 
 /// The protocol crate, re-exported so users need not name it separately.
 pub use agent_runner_proto as proto;

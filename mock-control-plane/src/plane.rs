@@ -22,7 +22,7 @@ use crate::auth::BearerAuth;
 use crate::config::{GithubInstallation, MockConfig};
 use crate::prefix::{PrefixLayer, normalize};
 use crate::server::{GithubRpcs, MockService};
-use crate::state::{Pushed, Registration, State, TimelineEvent};
+use crate::state::{Pushed, Registration, State, TimelineEvent, TimelineRef};
 
 /// How long `stop()` lets open connections drain before cutting them.
 const GRACEFUL_STOP: Duration = Duration::from_secs(5);
@@ -433,6 +433,26 @@ impl MockControlPlane {
             })
             .await
             .unwrap_or_default()
+    }
+
+    /// Like [`MockControlPlane::wait_timeline`], but each event is shown
+    /// to `visit` in place instead of copied out: for a follower of a long
+    /// flood (a benchmark's counter) that needs little of each message. It
+    /// runs under the mock's lock, which the stream's reader also takes:
+    /// keep it short. Returns the position after the last event shown
+    /// (`from` on timeout).
+    pub async fn visit_timeline(
+        &self,
+        from: usize,
+        timeout: Option<Duration>,
+        mut visit: impl FnMut(TimelineRef<'_>),
+    ) -> usize {
+        self.state
+            .wait_until(timeout, |inner| {
+                (inner.timeline_len() > from).then(|| inner.visit_from(from, &mut visit))
+            })
+            .await
+            .unwrap_or(from)
     }
 
     // ---- fault injection ----

@@ -316,6 +316,61 @@ async fn invalid_client_messages_are_flagged() {
     assert!(invalid[0].1.contains("agent_id"), "{invalid:?}");
 }
 
+/// `visit_timeline` shows what `wait_timeline` copies out, in the same
+/// order, lending each received message; its cursor goes on from the last
+/// event shown, and a timeout shows nothing and keeps the cursor.
+#[tokio::test]
+async fn visit_timeline_shows_the_timeline_in_place() {
+    let plane = plain().await;
+    let stream = connected(&plane).await;
+    stream.send(agent_ready("r0", "a1")).await;
+    stream.send(agent_ready("r1", "")).await;
+    plane
+        .wait_for_count(|_| true, 2, WAIT)
+        .await
+        .expect("both received");
+    let copied = plane.wait_timeline(0, Some(WAIT)).await;
+    let mut seen = Vec::new();
+    let cursor = plane
+        .visit_timeline(0, Some(WAIT), |event| {
+            seen.push(match event {
+                crate::TimelineRef::Received {
+                    index,
+                    message,
+                    violations,
+                } => crate::TimelineEvent::Received {
+                    index,
+                    message: message.clone(),
+                    violations: violations.map(str::to_owned),
+                },
+                crate::TimelineRef::Other(other) => other.clone(),
+            })
+        })
+        .await;
+    assert_eq!(format!("{seen:?}"), format!("{copied:?}"));
+    assert_eq!(cursor, copied.len());
+    assert!(
+        matches!(seen.last(), Some(crate::TimelineEvent::Received { violations: Some(v), .. }) if v.contains("agent_id")),
+        "{seen:?}"
+    );
+    let mut more = 0;
+    let after = plane
+        .visit_timeline(cursor, Some(Duration::from_millis(20)), |_| more += 1)
+        .await;
+    assert_eq!((after, more), (cursor, 0), "nothing new: cursor kept");
+    stream.send(heartbeat("h1")).await;
+    let after = plane
+        .visit_timeline(cursor, Some(WAIT), |event| {
+            assert!(matches!(
+                event,
+                crate::TimelineRef::Received { index: 2, .. }
+            ));
+            more += 1;
+        })
+        .await;
+    assert_eq!((after, more), (cursor + 1, 1));
+}
+
 #[tokio::test]
 async fn drop_stream_ends_the_runner_stream_with_an_error() {
     let (plane, mut c) = plain_with_client().await;
@@ -644,6 +699,7 @@ fn futures_are_send(plane: &'static MockControlPlane) {
     assert_send(plane.wait_connected(WAIT));
     assert_send(plane.wait_for_registrations(1, WAIT));
     assert_send(plane.wait_timeline(0, None));
+    assert_send(plane.visit_timeline(0, None, |_| {}));
     assert_send(plane.send(Default::default()));
     assert_send(plane.stop());
     assert_send(plane.restart());

@@ -65,6 +65,23 @@ pub enum TimelineEvent {
     Sent(ServerMessage),
 }
 
+/// A timeline event seen in place ([`crate::MockControlPlane::visit_timeline`]):
+/// a received message is lent, not copied.
+#[derive(Debug, Clone, Copy)]
+pub enum TimelineRef<'a> {
+    /// A `ClientMessage` arrived; `index` is its position in the log.
+    Received {
+        /// Its position in the log.
+        index: usize,
+        /// The message.
+        message: &'a ClientMessage,
+        /// Its buf.validate violations, if any (a runner bug).
+        violations: Option<&'a str>,
+    },
+    /// Any other event (registrations, streams, what the mock sent).
+    Other(&'a TimelineEvent),
+}
+
 /// The sending half of the live stream, kept so tests can push into it and
 /// end it.
 struct LiveStream {
@@ -120,6 +137,27 @@ impl Inner {
     /// How many timeline events there are.
     pub(crate) fn timeline_len(&self) -> usize {
         self.timeline.len()
+    }
+
+    /// Shows the timeline events from position `from` on to `visit`, in
+    /// order, without copying them; returns the position after the last.
+    pub(crate) fn visit_from(&self, from: usize, mut visit: impl FnMut(TimelineRef<'_>)) -> usize {
+        let logged = self.timeline.get(from..).unwrap_or_default();
+        for entry in logged {
+            match entry {
+                Logged::Event(event) => visit(TimelineRef::Other(event)),
+                Logged::Received(index) => {
+                    if let Some((message, violations)) = self.received.get(*index) {
+                        visit(TimelineRef::Received {
+                            index: *index,
+                            message,
+                            violations: violations.as_deref(),
+                        });
+                    }
+                }
+            }
+        }
+        from.max(self.timeline.len())
     }
 
     /// The timeline events from position `from` on.
