@@ -105,7 +105,7 @@ mod tests {
         let got: Vec<_> = state
             .entries
             .iter()
-            .map(|(id, l)| (*id, l.sequence, l.message.clone()))
+            .map(|(id, l)| (id, l.sequence, l.message.clone()))
             .collect();
         assert_eq!(
             got,

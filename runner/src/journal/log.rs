@@ -20,9 +20,9 @@
 //! Reading stops at the first record that is short or fails its checksum:
 //! a write torn by a crash. What follows it is dropped (and said so).
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
+
+use super::keyed::Keyed;
 
 /// The first bytes of a journal file (format version 1).
 pub const MAGIC: &[u8; 8] = b"ARJRNL1\n";
@@ -79,9 +79,9 @@ pub struct Live {
 #[derive(Debug, Default)]
 pub struct State {
     /// Live entries by id (append order).
-    pub entries: BTreeMap<u64, Live>,
+    pub entries: Keyed<Live>,
     /// Live entries' ids by the sequence they were sent with.
-    by_sequence: BTreeMap<u64, u64>,
+    by_sequence: Keyed<u64>,
     /// Bytes the live entries take in a compacted file.
     pub live_bytes: u64,
     /// The highest id ever appended.
@@ -103,9 +103,9 @@ impl State {
                 let mut changed = false;
                 for (id, seq) in pairs {
                     self.reserved = self.reserved.max(*seq);
-                    if let Some(live) = self.entries.get_mut(id) {
+                    if let Some(live) = self.entries.get_mut(*id) {
                         if let Some(old) = live.sequence.replace(*seq) {
-                            self.by_sequence.remove(&old);
+                            self.by_sequence.remove(old);
                         }
                         self.by_sequence.insert(*seq, *id);
                         changed = true;
@@ -116,7 +116,7 @@ impl State {
             Record::Forget(ids) => {
                 let mut changed = false;
                 for id in ids {
-                    if let Some(old) = self.entries.remove(id) {
+                    if let Some(old) = self.entries.remove(*id) {
                         self.unlink(*id, &old);
                         changed = true;
                     }
@@ -124,14 +124,19 @@ impl State {
                 changed
             }
             Record::ForgetThrough(through) => {
-                let rest = self.by_sequence.split_off(&through.saturating_add(1));
-                let settled = std::mem::replace(&mut self.by_sequence, rest);
-                let changed = !settled.is_empty();
-                for id in settled.into_values() {
-                    if let Some(old) = self.entries.remove(&id) {
-                        self.live_bytes = self.live_bytes.saturating_sub(weight(&old));
+                let Self {
+                    entries,
+                    by_sequence,
+                    live_bytes,
+                    ..
+                } = self;
+                let mut changed = false;
+                by_sequence.remove_through(*through, |_, id| {
+                    changed = true;
+                    if let Some(old) = entries.remove(id) {
+                        *live_bytes = live_bytes.saturating_sub(weight(&old));
                     }
-                }
+                });
                 changed
             }
             Record::Reserve(through) => {
@@ -163,9 +168,9 @@ impl State {
     /// Takes an entry out of the sequence index and the byte count.
     fn unlink(&mut self, id: u64, old: &Live) {
         if let Some(seq) = old.sequence
-            && self.by_sequence.get(&seq) == Some(&id)
+            && self.by_sequence.get(seq) == Some(&id)
         {
-            self.by_sequence.remove(&seq);
+            self.by_sequence.remove(seq);
         }
         self.live_bytes = self.live_bytes.saturating_sub(weight(old));
     }
@@ -184,10 +189,10 @@ impl State {
             out,
         );
         let mut marks = Vec::new();
-        for (id, live) in &self.entries {
-            append_record(*id, &live.message, out);
+        for (id, live) in self.entries.iter() {
+            append_record(id, &live.message, out);
             if let Some(seq) = live.sequence {
-                marks.push((*id, seq));
+                marks.push((id, seq));
             }
         }
         if !marks.is_empty() {

@@ -24,6 +24,7 @@
 //! ([`import`]).
 
 mod import;
+mod keyed;
 mod log;
 mod writer;
 
@@ -138,7 +139,7 @@ impl Journal {
                 .entries
                 .iter()
                 .map(|(id, live)| JournalEntry {
-                    id: *id,
+                    id,
                     sequence: live.sequence,
                     message: live.message.clone(),
                 })
