@@ -53,13 +53,24 @@ impl<V> Keyed<V> {
     }
 
     /// Where `key`'s slot is (`Ok`) or would go (`Err`). A key above every
-    /// other, the common case, is answered without a search.
+    /// other (an append) is answered at once; keys handed out one by one
+    /// sit at their distance from the first, tried before a search.
     fn find(&self, key: u64) -> Result<usize, usize> {
-        match self.slots.back() {
-            Some((last, _)) if *last < key => Err(self.slots.len()),
-            None => Err(0),
-            Some(_) => self.slots.binary_search_by_key(&key, |(k, _)| *k),
+        let (Some((first, _)), Some((last, _))) = (self.slots.front(), self.slots.back()) else {
+            return Err(0);
+        };
+        if *last < key {
+            return Err(self.slots.len());
         }
+        let guess = key
+            .checked_sub(*first)
+            .and_then(|d| usize::try_from(d).ok());
+        if let Some(i) = guess
+            && self.slots.get(i).is_some_and(|(k, _)| *k == key)
+        {
+            return Ok(i);
+        }
+        self.slots.binary_search_by_key(&key, |(k, _)| *k)
     }
 
     /// Sets `key` to `value`; returns what it held.
