@@ -13,6 +13,7 @@
 //! [`sending`]'s business. The read loop hands `acked_sequence` to it and
 //! answers nothing to a message that carries only an acknowledgement.
 
+mod outbound;
 pub(crate) mod problem;
 mod sending;
 pub(crate) mod wire;
@@ -36,6 +37,8 @@ use crate::client::Service;
 use crate::config::RunConfig;
 use crate::delivery::Mode;
 use crate::runtime::Runtime;
+
+use self::outbound::outbound;
 
 /// A channel that stayed open this long resets the reconnect backoff.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
@@ -354,106 +357,6 @@ impl<S: Stream> Stream for Announced<S> {
             let _ = tx.send(());
         }
         self.inner.as_mut().poll_next(cx)
-    }
-}
-
-/// The runner → control plane half of one session: batches from
-/// [`Sending`] (re-sends first, then the outbox; each update validated,
-/// numbered and recorded there, masked already by the outbox — the one
-/// place outbound text is masked, whoever produced it). Ends when the session ends, or when
-/// shutdown asked to close and nothing waits (a clean half-close).
-fn outbound(
-    sending: Arc<Sending>,
-    session_over: CancellationToken,
-    close: CancellationToken,
-) -> impl Stream<Item = Outgoing> + Send + Sync + 'static {
-    let state = Outbound {
-        epoch: sending.epoch(),
-        sending,
-        ready: std::collections::VecDeque::new(),
-        pending: None,
-        session_over,
-        close,
-    };
-    // Boxing each step as `dyn Future + Send` sidesteps a compiler
-    // limitation in proving the unboxed future Send (rust-lang/rust#102211).
-    futures::stream::unfold(state, |s| Box::pin(next_outbound(s)) as NextOutbound)
-}
-
-type NextOutbound =
-    Pin<Box<dyn std::future::Future<Output = Option<(Outgoing, Outbound)>> + Send + Sync>>;
-
-/// A batch being taken (and its journal write awaited) for the wire.
-type PendingBatch = Pin<Box<dyn std::future::Future<Output = Vec<Outgoing>> + Send + Sync>>;
-
-struct Outbound {
-    sending: Arc<Sending>,
-    /// The connection this half belongs to (see [`Sending::take_batch`]).
-    epoch: u64,
-    /// Taken and recorded, not yet handed to the transport (lost with the
-    /// session only as far as the transport would have lost them: kept
-    /// updates are re-sent).
-    ready: std::collections::VecDeque<Outgoing>,
-    /// The next batch, taken while `ready` goes out (its journal write
-    /// overlaps the sending of the one before).
-    pending: Option<PendingBatch>,
-    session_over: CancellationToken,
-    close: CancellationToken,
-}
-
-async fn next_outbound(mut s: Outbound) -> Option<(Outgoing, Outbound)> {
-    loop {
-        if s.session_over.is_cancelled() {
-            // The transport may poll a finished session's half: give it
-            // nothing (what it held is recorded and goes again).
-            return None;
-        }
-        if let Some(msg) = s.ready.pop_front() {
-            // Take the next batch now and poll it once, so its journal
-            // write runs while this batch goes out (taking is cheap; only
-            // the commit is waited for).
-            if s.pending.is_none() && !s.sending.idle() {
-                let (sending, epoch) = (s.sending.clone(), s.epoch);
-                s.pending = Some(Box::pin(async move {
-                    sending.take_batch(epoch).await.committed().await
-                }));
-            }
-            if let Some(pending) = s.pending.as_mut()
-                && let std::task::Poll::Ready(out) = futures::poll!(pending.as_mut())
-            {
-                s.pending = None;
-                s.ready.extend(out);
-            }
-            tracing::trace!(
-                kind = crate::updates::kind(&msg.message),
-                sequence = msg.sequence,
-                "update sent"
-            );
-            crate::metrics::update_sent(&msg.message);
-            return Some((msg, s));
-        }
-        let out = match s.pending.as_mut() {
-            Some(pending) => tokio::select! {
-                biased;
-                () = s.session_over.cancelled() => return None,
-                out = pending => out,
-            },
-            None => tokio::select! {
-                biased;
-                () = s.session_over.cancelled() => return None,
-                out = s.sending.next_batch(s.epoch) => out,
-                () = s.close.cancelled(), if s.sending.idle() => {
-                    s.session_over.cancel();
-                    return None;
-                }
-            },
-        };
-        s.pending = None;
-        if out.is_empty() {
-            // Only a finished session's half gets an empty batch.
-            return None;
-        }
-        s.ready.extend(out);
     }
 }
 
