@@ -125,8 +125,14 @@ impl Store {
     pub fn open_locked(dir: &Path, lock: StateLock) -> Result<Self, StoreError> {
         let lock = lock.0;
         let conn = Connection::open(dir.join("state.db"))?;
+        // A new database is switched to WAL (its first page written) without
+        // waiting for the disk: it holds nothing yet, and a start need not
+        // wait for four `fsync`s before it registers (under the disk's
+        // writeback, each took milliseconds). An existing one is in WAL
+        // already; either way every commit after this is `NORMAL`.
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL;
+            "PRAGMA synchronous = OFF;
+             PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
              PRAGMA foreign_keys = ON;
              CREATE TABLE IF NOT EXISTS agents (
