@@ -3,15 +3,80 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use tokio::process::{Child, Command};
 
 pub struct Runner {
-    pub child: Child,
+    child: Process,
     pub started: Instant,
     pub dirs: tempfile::TempDir,
+}
+
+/// How long a runner stopping on its second signal may take before it is
+/// killed.
+const STOP_PATIENCE: Duration = Duration::from_secs(20);
+
+/// Between the two signals: the first must have been taken (the runner
+/// starts draining) for the second to count as a second.
+const SECOND_SIGNAL_AFTER: Duration = Duration::from_millis(100);
+
+/// The runner's process, stopped as an operator stops it: a signal, then a
+/// second one (kill every agent process, remove every thread's cgroup,
+/// exit), SIGKILL only if that does not end it. A SIGKILLed runner leaves
+/// its cgroups behind, and a bench's state directory is gone before a later
+/// start could sweep them: runs that SIGKILLed their runners had left
+/// 861,264 cgroups in the bench machine's cgroup v2 tree.
+struct Process(Child);
+
+impl Process {
+    /// Sends the two signals; false if the process had already exited.
+    fn signal_twice(&mut self) -> bool {
+        if !matches!(self.0.try_wait(), Ok(None)) {
+            return false;
+        }
+        let Some(pid) = self.0.id() else {
+            return false;
+        };
+        let term = || {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        };
+        term();
+        std::thread::sleep(SECOND_SIGNAL_AFTER);
+        term();
+        true
+    }
+
+    async fn stop(&mut self) {
+        if self.signal_twice()
+            && tokio::time::timeout(STOP_PATIENCE, self.0.wait())
+                .await
+                .is_err()
+        {
+            let _ = self.0.kill().await;
+        }
+    }
+}
+
+/// A runner dropped without [`Runner::stop`] (a scenario's rig going out
+/// of scope) is stopped the same way, blocking.
+impl Drop for Process {
+    fn drop(&mut self) {
+        if !self.signal_twice() {
+            return;
+        }
+        let deadline = Instant::now() + STOP_PATIENCE;
+        while Instant::now() < deadline {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.0.start_kill();
+    }
 }
 
 impl Runner {
@@ -65,14 +130,14 @@ impl Runner {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         Ok(Runner {
-            child,
+            child: Process(child),
             started,
             dirs,
         })
     }
 
     pub fn pid(&self) -> Result<u32> {
-        self.child.id().context("the runner has exited")
+        self.child.0.id().context("the runner has exited")
     }
 
     pub fn rss(&self) -> Result<u64> {
@@ -86,13 +151,14 @@ impl Runner {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    /// Stops the runner (see [`Process`]).
     pub async fn stop(mut self) {
-        let _ = self.child.kill().await;
+        self.child.stop().await;
     }
 
-    /// Kills the runner and keeps its directories (for a restart).
+    /// Stops the runner and keeps its directories (for a restart).
     pub async fn stop_keeping_dirs(mut self) -> tempfile::TempDir {
-        let _ = self.child.kill().await;
+        self.child.stop().await;
         self.dirs
     }
 }
