@@ -82,6 +82,25 @@ pub enum TimelineRef<'a> {
     Other(&'a TimelineEvent),
 }
 
+impl TimelineRef<'_> {
+    /// The event as [`crate::MockControlPlane::wait_timeline`] gives it (a
+    /// copy).
+    pub fn to_event(self) -> TimelineEvent {
+        match self {
+            TimelineRef::Received {
+                index,
+                message,
+                violations,
+            } => TimelineEvent::Received {
+                index,
+                message: message.clone(),
+                violations: violations.map(str::to_owned),
+            },
+            TimelineRef::Other(event) => event.clone(),
+        }
+    }
+}
+
 /// The sending half of the live stream, kept so tests can push into it and
 /// end it.
 struct LiveStream {
@@ -160,23 +179,12 @@ impl Inner {
         from.max(self.timeline.len())
     }
 
-    /// The timeline events from position `from` on.
+    /// The timeline events from position `from` on (copies of what
+    /// [`Inner::visit_from`] shows).
     pub(crate) fn timeline_from(&self, from: usize) -> Vec<TimelineEvent> {
-        let logged = self.timeline.get(from..).unwrap_or_default();
-        logged
-            .iter()
-            .filter_map(|entry| match entry {
-                Logged::Event(event) => Some((**event).clone()),
-                Logged::Received(index) => {
-                    let (message, violations) = self.received.get(*index)?;
-                    Some(TimelineEvent::Received {
-                        index: *index,
-                        message: message.clone(),
-                        violations: violations.clone(),
-                    })
-                }
-            })
-            .collect()
+        let mut events = Vec::new();
+        self.visit_from(from, |event| events.push(event.to_event()));
+        events
     }
 }
 
