@@ -31,30 +31,29 @@ const SECOND_SIGNAL_AFTER: Duration = Duration::from_millis(100);
 struct Process(Child);
 
 impl Process {
-    /// Sends the two signals; false if the process had already exited.
-    fn signal_twice(&mut self) -> bool {
+    /// Sends SIGTERM; false if the process had already exited.
+    fn term(&mut self) -> bool {
         if !matches!(self.0.try_wait(), Ok(None)) {
             return false;
         }
         let Some(pid) = self.0.id() else {
             return false;
         };
-        let term = || {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        };
-        term();
-        std::thread::sleep(SECOND_SIGNAL_AFTER);
-        term();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
         true
     }
 
     async fn stop(&mut self) {
-        if self.signal_twice()
-            && tokio::time::timeout(STOP_PATIENCE, self.0.wait())
-                .await
-                .is_err()
+        if !self.term() {
+            return;
+        }
+        tokio::time::sleep(SECOND_SIGNAL_AFTER).await;
+        self.term();
+        if tokio::time::timeout(STOP_PATIENCE, self.0.wait())
+            .await
+            .is_err()
         {
             let _ = self.0.kill().await;
         }
@@ -62,12 +61,14 @@ impl Process {
 }
 
 /// A runner dropped without [`Runner::stop`] (a scenario's rig going out
-/// of scope) is stopped the same way, blocking.
+/// of scope) is stopped the same way, blocking: no runtime to wait on here.
 impl Drop for Process {
     fn drop(&mut self) {
-        if !self.signal_twice() {
+        if !self.term() {
             return;
         }
+        std::thread::sleep(SECOND_SIGNAL_AFTER);
+        self.term();
         let deadline = Instant::now() + STOP_PATIENCE;
         while Instant::now() < deadline {
             if !matches!(self.0.try_wait(), Ok(None)) {
