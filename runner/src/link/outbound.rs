@@ -156,7 +156,8 @@ impl Stream for Outbound {
                 if s.next.is_none() && !s.sending.idle() {
                     s.take(false);
                 }
-                // An empty batch (the session ended) shows at the top.
+                // An empty batch (this connection ended) is dropped here;
+                // the next take returns one too and ends the stream.
                 let _ = s.advance(cx);
                 tracing::trace!(
                     kind = crate::updates::kind(&msg.message),
