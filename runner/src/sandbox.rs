@@ -50,7 +50,7 @@ pub struct SandboxStatus {
 pub struct AgentSandboxes {
     launcher: Result<Arc<Launcher>, String>,
     status: SandboxStatus,
-    threads: Mutex<HashMap<String, Arc<ThreadSandbox>>>,
+    threads: Mutex<Threads>,
     /// Set when agents run as another uid: their directories are theirs.
     owner: Option<(u32, u32)>,
     /// What every thread's sandbox may write besides its own directories,
@@ -61,6 +61,17 @@ pub struct AgentSandboxes {
     /// its own thread: every way to a thread's sandbox waits for it first
     /// (the sweep kills by scope, which would include new agents).
     sweep: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Every thread's sandbox by thread id, and whether they were all closed.
+#[derive(Debug, Default)]
+struct Threads {
+    by_id: HashMap<String, Arc<ThreadSandbox>>,
+    /// Set by [`AgentSandboxes::close_everything`], under the same lock as
+    /// the drain: a sandbox asked for after it (a turn or the SDK probe
+    /// still starting during shutdown) is refused, so no cgroup is made
+    /// that nothing would remove.
+    closed: bool,
 }
 
 /// Paths agents must never see, from the settings.
@@ -207,7 +218,7 @@ impl AgentSandboxes {
         Self {
             launcher,
             status,
-            threads: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Threads::default()),
             owner,
             sdk_homes: Vec::new(),
             probe_homes: Vec::new(),
@@ -315,8 +326,13 @@ impl AgentSandboxes {
     ) -> Sandbox {
         self.swept();
         let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sandbox) = threads.get(key) {
+        if let Some(sandbox) = threads.by_id.get(key) {
             return Sandbox::ready(sandbox.clone());
+        }
+        if threads.closed {
+            return Sandbox::refused(format!(
+                "the runner is shutting down: no new {what} sandbox"
+            ));
         }
         let launcher = match &self.launcher {
             Ok(launcher) => launcher,
@@ -329,7 +345,7 @@ impl AgentSandboxes {
             Ok(sandbox) => {
                 tracing::debug!(thread_id = %key, applied = %sandbox.applied(), "{what} sandbox ready");
                 let sandbox = Arc::new(sandbox);
-                threads.insert(key.to_owned(), sandbox.clone());
+                threads.by_id.insert(key.to_owned(), sandbox.clone());
                 Sandbox::ready(sandbox)
             }
             Err(e) => {
@@ -369,6 +385,7 @@ impl AgentSandboxes {
         self.threads
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .by_id
             .get(thread_id)
             .cloned()
     }
@@ -391,6 +408,7 @@ impl AgentSandboxes {
             .threads
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .by_id
             .remove(thread_id);
         let Some(sandbox) = removed else {
             return;
@@ -401,15 +419,15 @@ impl AgentSandboxes {
     }
 
     /// Kills every process of every thread, removes their cgroups and the
-    /// launcher's (a clean shutdown: the runtime is done). Blocking.
+    /// launcher's (a clean shutdown: the runtime is done). No sandbox is
+    /// made after it. Blocking.
     pub fn close_everything(&self) -> usize {
         self.swept();
-        let all: Vec<(String, Arc<ThreadSandbox>)> = self
-            .threads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain()
-            .collect();
+        let all: Vec<(String, Arc<ThreadSandbox>)> = {
+            let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            threads.closed = true;
+            threads.by_id.drain().collect()
+        };
         let killed = kill_each(all, ThreadSandbox::close);
         if let Ok(launcher) = &self.launcher {
             launcher.release();
@@ -425,6 +443,7 @@ impl AgentSandboxes {
             .threads
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .by_id
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -656,6 +675,30 @@ mod tests {
         let sandbox = sandboxes.thread(&ws, "a", "t");
         assert!(over.load(Ordering::SeqCst), "handed out during the sweep");
         sandbox.get().unwrap();
+    }
+
+    /// Shutdown closes every sandbox; one asked for after that (the SDK
+    /// probe or a turn still starting) is refused, not made and left.
+    #[test]
+    fn no_sandbox_is_made_after_close_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        ws.create_thread("a", "t").unwrap();
+        ws.create_thread("a", "u").unwrap();
+        let mut config = LauncherConfig::new(Mode::Off, "runner-test-closed");
+        config.cgroups = false;
+        let sandboxes = AgentSandboxes::with_probe(config, agent_launcher::probe_host()).unwrap();
+        sandboxes.thread(&ws, "a", "t").get().unwrap();
+        sandboxes.close_everything();
+        assert!(
+            sandboxes.thread_tag("t").is_none(),
+            "closed sandboxes are forgotten"
+        );
+        for late in [sandboxes.thread(&ws, "a", "u"), sandboxes.probe(&ws)] {
+            let err = late.get().unwrap_err().to_string();
+            assert!(err.contains("shutting down"), "{err}");
+        }
+        assert!(sandboxes.thread_tag("u").is_none());
     }
 
     fn probe_without_landlock() -> HostProbe {
