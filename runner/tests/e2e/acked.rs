@@ -10,7 +10,6 @@
 //! asserts a timing; each prints what it measured.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runner_proto::runner::client_message::Payload;
@@ -218,7 +217,7 @@ async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, u
     let mut rng = Rng::new(name);
     let kills = rounds().max(3);
     let cp = mock_with(mode).await;
-    let dirs = Arc::new(tempfile::tempdir().expect("tempdir"));
+    let dirs = RunnerDirs::new();
     let opts = || RunnerOpts::new(cp.url());
     let mut runner = RunnerProc::start_in(opts(), dirs.clone());
     cp.wait_connected(WAIT).await.expect("runner connects");

@@ -66,7 +66,7 @@ async fn a_code_agent_turn_against_a_remote_engine() {
     let token_file = engine_dir.path().join("token");
     std::fs::write(&token_file, "remote-engine-token-0123\n").unwrap();
     // The runner's workspaces are the engine's root.
-    let dirs = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
+    let dirs = crate::support::RunnerDirs::new();
     let ws = dirs.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mut args = vec![

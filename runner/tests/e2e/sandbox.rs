@@ -31,14 +31,14 @@ const VICTIM_SLEEP: &str = "4242";
 
 /// A runner's files an agent must never see, made before it starts.
 struct Secrets {
-    dirs: Arc<tempfile::TempDir>,
+    dirs: Arc<RunnerDirs>,
     secret_file: PathBuf,
     app_key: PathBuf,
 }
 
 impl Secrets {
     fn new() -> Self {
-        let dirs = Arc::new(tempfile::tempdir().expect("tempdir"));
+        let dirs = RunnerDirs::new();
         let secret_file = dirs.path().join("bearer-secret");
         std::fs::write(&secret_file, "e2e-bearer-secret\n").unwrap();
         std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();

@@ -19,7 +19,6 @@
 //! printed, not checked.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::client_message::Payload;
@@ -513,7 +512,7 @@ async fn sigkill_at_random_moments_reports_lost_turns() {
     let mut rng = Rng::new("sigkill");
     let kills = (rounds() / 2).max(2);
     let cp = mock().await;
-    let dirs = Arc::new(tempfile::tempdir().expect("tempdir"));
+    let dirs = RunnerDirs::new();
     let opts = || RunnerOpts::new(cp.url());
     let mut runner = RunnerProc::start_in(opts(), dirs.clone());
     cp.wait_connected(WAIT).await.expect("runner connects");

@@ -1,6 +1,6 @@
 //! Starting runner processes and talking to them through the mock.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,10 +17,45 @@ pub const WAIT: Duration = Duration::from_secs(30);
 
 pub struct RunnerProc {
     pub child: Child,
-    pub dirs: Arc<tempfile::TempDir>,
+    pub dirs: Arc<RunnerDirs>,
     pub logs: Arc<Mutex<String>>,
     /// Copies stderr into `logs` until it closes.
     reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A runner's temporary state and workspace directories, shared by the
+/// runners started on them one after another.
+pub struct RunnerDirs(tempfile::TempDir);
+
+impl RunnerDirs {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self(tempfile::tempdir().expect("tempdir")))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for RunnerDirs {
+    /// A SIGKILLed runner leaves its agents' cgroups (and processes that
+    /// escaped their group) for the next start on its state directory to
+    /// sweep, and there is none once the directory goes: sweep them now, as
+    /// that start would, with the runner's own scope and the launcher's
+    /// sweep. Nothing runs on these directories any more: every runner
+    /// started on them holds them.
+    fn drop(&mut self) {
+        let state = self.path().join("state");
+        if !state.exists() {
+            return;
+        }
+        let scope = agent_runner::sandbox::scope_for(&state);
+        let config = agent_launcher::LauncherConfig::new(agent_launcher::Mode::Off, scope);
+        if let Ok(launcher) = agent_launcher::Launcher::new(config) {
+            launcher.sweep_leftovers();
+            launcher.release();
+        }
+    }
 }
 
 pub struct RunnerOpts {
@@ -61,11 +96,11 @@ pub fn runner_bin() -> &'static str {
 
 impl RunnerProc {
     pub fn start(opts: RunnerOpts) -> Self {
-        Self::start_in(opts, Arc::new(tempfile::tempdir().expect("tempdir")))
+        Self::start_in(opts, RunnerDirs::new())
     }
 
     /// Start with the state and workspaces of an earlier process.
-    pub fn start_in(opts: RunnerOpts, dirs: Arc<tempfile::TempDir>) -> Self {
+    pub fn start_in(opts: RunnerOpts, dirs: Arc<RunnerDirs>) -> Self {
         let mut cmd = Command::new(runner_bin());
         cmd.arg("run")
             .arg("--control-plane-url")
@@ -158,6 +193,39 @@ impl RunnerProc {
             let _ = tokio::time::timeout(WAIT, reader).await;
         }
         code
+    }
+}
+
+/// How long a dropped runner gets to exit after its second SIGTERM before
+/// `kill_on_drop`'s SIGKILL.
+const STOP_PATIENCE: Duration = Duration::from_secs(10);
+
+impl Drop for RunnerProc {
+    /// Stops a runner still running as an operator would: SIGTERM, and a
+    /// second one 100 ms later (the runner then kills every agent, removes
+    /// every thread's cgroup and its scope, and exits). A SIGKILLed runner
+    /// leaves its cgroups behind for a next start on the same state
+    /// directory, which a test's temporary directory never sees. Blocking:
+    /// a drop cannot wait on the runtime.
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        let Some(pid) = self.child.id() else {
+            return;
+        };
+        for (i, sig) in [libc::SIGTERM, libc::SIGTERM].into_iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // SAFETY: signalling our own child, not yet reaped (its pid
+            // cannot have been reused).
+            unsafe { libc::kill(pid as i32, sig) };
+        }
+        let deadline = std::time::Instant::now() + STOP_PATIENCE;
+        while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
