@@ -99,6 +99,19 @@ pub fn scope_for(state_dir: &Path) -> String {
     format!("agent-runner-{hex}")
 }
 
+/// Kills and removes what a runner on `state_dir` (with the default cgroup
+/// parent) left behind: agent processes, thread cgroups, its scope, as the
+/// next start on it would. For whoever deletes a state directory that a
+/// SIGKILLed runner used (test harnesses): no start would find them after.
+/// Blocking.
+pub fn sweep_state_dir(state_dir: &Path) {
+    let config = LauncherConfig::new(Mode::Off, scope_for(state_dir));
+    if let Ok(launcher) = Launcher::new(config) {
+        sweep(&launcher);
+        launcher.release();
+    }
+}
+
 /// The launcher's configuration for `sandbox` settings.
 pub fn launcher_config(
     sandbox: &SandboxConfig,

@@ -36,7 +36,7 @@ fn can_unshare_pid() -> bool {
 struct Namespaced {
     child: Child,
     logs: Logs,
-    _dirs: tempfile::TempDir,
+    dirs: tempfile::TempDir,
 }
 
 impl Namespaced {
@@ -63,11 +63,7 @@ impl Namespaced {
             .arg("info")
             .env_remove("AGENT_RUNNER_SECRET");
         let (child, logs) = spawn_logged(&mut cmd);
-        Self {
-            child,
-            logs,
-            _dirs: dirs,
-        }
+        Self { child, logs, dirs }
     }
 
     fn logs(&self) -> String {
@@ -77,6 +73,24 @@ impl Namespaced {
     /// Host pid of `unshare` (every namespaced process descends from it).
     fn root(&self) -> u32 {
         self.child.id().expect("running")
+    }
+}
+
+impl Drop for Namespaced {
+    /// `kill_on_drop` SIGKILLs `unshare`, and `--kill-child` the namespace:
+    /// the runner gets no chance to remove its agents' cgroups. Kill it
+    /// here, wait, and sweep them as its next start would (there is none:
+    /// the state directory goes with this).
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.start_kill();
+            let deadline = std::time::Instant::now() + WAIT;
+            while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        agent_runner::sandbox::sweep_state_dir(&self.dirs.path().join("state"));
     }
 }
 

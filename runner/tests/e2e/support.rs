@@ -46,14 +46,8 @@ impl Drop for RunnerDirs {
     /// started on them holds them.
     fn drop(&mut self) {
         let state = self.path().join("state");
-        if !state.exists() {
-            return;
-        }
-        let scope = agent_runner::sandbox::scope_for(&state);
-        let config = agent_launcher::LauncherConfig::new(agent_launcher::Mode::Off, scope);
-        if let Ok(launcher) = agent_launcher::Launcher::new(config) {
-            launcher.sweep_leftovers();
-            launcher.release();
+        if state.exists() {
+            agent_runner::sandbox::sweep_state_dir(&state);
         }
     }
 }
