@@ -366,9 +366,20 @@ impl ThreadCgroup {
             .collect())
     }
 
+    /// Whether the cgroup still holds a live task, as `cgroup.events`
+    /// says (`populated`): what `rmdir` checks. `cgroup.procs` lists
+    /// thread-group leaders, and is empty already while the other threads
+    /// of a killed process (node's, say) are still exiting; removing the
+    /// cgroup then fails with EBUSY. `None` where the file is missing.
+    fn populated(&self) -> Option<bool> {
+        let events = std::fs::read_to_string(self.dir.join("cgroup.events")).ok()?;
+        Some(events.lines().any(|l| l.trim() == "populated 1"))
+    }
+
     /// Kills every process of the cgroup (`cgroup.kill`, or SIGKILL to each
     /// member where the kernel lacks it) and waits up to `wait` for it to be
-    /// empty. Returns how many processes were still there at the end.
+    /// empty, down to its last exiting thread ([`Self::populated`]).
+    /// Returns how many processes were still there at the end.
     pub fn kill(&self, wait: Duration) -> io::Result<usize> {
         let kill_file = self.dir.join("cgroup.kill");
         let use_kill_file = kill_file.exists();
@@ -383,7 +394,8 @@ impl ThreadCgroup {
                 }
             }
             let left = self.pids()?.len();
-            if left == 0 || Instant::now() >= deadline {
+            let empty = left == 0 && self.populated() != Some(true);
+            if empty || Instant::now() >= deadline {
                 return Ok(left);
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -456,6 +468,37 @@ mod tests {
         );
         std::fs::write(dir.path().join("cgroup.procs"), "12\n34\n").unwrap();
         assert_eq!(cg.pids().unwrap(), vec![12, 34]);
+    }
+
+    /// `cgroup.procs` empties before the last thread of a killed process
+    /// has exited; the kill waits for `populated 0`, or removing the
+    /// cgroup right after fails (EBUSY: seen when a stop came just after
+    /// the codex probe, whose node process has many threads).
+    #[test]
+    fn kill_waits_for_the_last_thread_to_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cgroup.kill"), "").unwrap();
+        std::fs::write(dir.path().join("cgroup.procs"), "").unwrap();
+        let events = dir.path().join("cgroup.events");
+        std::fs::write(&events, "populated 1\nfrozen 0\n").unwrap();
+        let cg = ThreadCgroup::at(dir.path()).unwrap();
+        let exiting = std::thread::spawn({
+            let events = events.clone();
+            move || {
+                std::thread::sleep(Duration::from_millis(100));
+                // Whole at once: the kill may read it at any moment.
+                let next = events.with_extension("next");
+                std::fs::write(&next, "populated 0\nfrozen 0\n").unwrap();
+                std::fs::rename(&next, &events).unwrap();
+            }
+        });
+        assert_eq!(cg.kill(Duration::from_secs(30)).unwrap(), 0);
+        assert_eq!(
+            std::fs::read_to_string(&events).unwrap(),
+            "populated 0\nfrozen 0\n",
+            "returned while a thread was still exiting"
+        );
+        exiting.join().unwrap();
     }
 
     #[test]
