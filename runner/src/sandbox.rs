@@ -61,6 +61,12 @@ pub struct AgentSandboxes {
     /// its own thread: every way to a thread's sandbox waits for it first
     /// (the sweep kills by scope, which would include new agents).
     sweep: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Held for the whole of [`AgentSandboxes::close_everything`]: the
+    /// second signal's close, which exits the process once it returns,
+    /// waits for the shutdown's close already killing and removing (it
+    /// would otherwise find nothing left to do and exit mid-way, leaving
+    /// the cgroups being emptied behind).
+    closing: Mutex<()>,
 }
 
 /// Every thread's sandbox by thread id, and whether they were all closed.
@@ -236,6 +242,7 @@ impl AgentSandboxes {
             sdk_homes: Vec::new(),
             probe_homes: Vec::new(),
             sweep: Mutex::new(None),
+            closing: Mutex::new(()),
         }
     }
 
@@ -433,9 +440,11 @@ impl AgentSandboxes {
 
     /// Kills every process of every thread, removes their cgroups and the
     /// launcher's (a clean shutdown: the runtime is done). No sandbox is
-    /// made after it. Blocking.
+    /// made after it; a second call returns once the first is over.
+    /// Blocking.
     pub fn close_everything(&self) -> usize {
         self.swept();
+        let _closing = self.closing.lock().unwrap_or_else(PoisonError::into_inner);
         let all: Vec<(String, Arc<ThreadSandbox>)> = {
             let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
             threads.closed = true;
@@ -712,6 +721,36 @@ mod tests {
             assert!(err.contains("shutting down"), "{err}");
         }
         assert!(sandboxes.thread_tag("u").is_none());
+    }
+
+    /// The second signal's close exits the process when it returns: it
+    /// must not return while the shutdown's close is still killing and
+    /// removing cgroups.
+    #[test]
+    fn a_second_close_waits_for_the_first() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let mut config = LauncherConfig::new(Mode::Off, "runner-test-twice");
+        config.cgroups = false;
+        let sandboxes =
+            Arc::new(AgentSandboxes::with_probe(config, agent_launcher::probe_host()).unwrap());
+        // The first close, still at work.
+        let first = sandboxes.closing.lock().unwrap();
+        let returned = Arc::new(AtomicBool::new(false));
+        let second = std::thread::spawn({
+            let (sandboxes, returned) = (sandboxes.clone(), returned.clone());
+            move || {
+                sandboxes.close_everything();
+                returned.store(true, Ordering::SeqCst);
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            !returned.load(Ordering::SeqCst),
+            "returned during the first close"
+        );
+        drop(first);
+        second.join().unwrap();
+        assert!(returned.load(Ordering::SeqCst));
     }
 
     fn probe_without_landlock() -> HostProbe {
