@@ -41,9 +41,8 @@ impl Drop for RunnerDirs {
     /// A SIGKILLed runner leaves its agents' cgroups (and processes that
     /// escaped their group) for the next start on its state directory to
     /// sweep, and there is none once the directory goes: sweep them now, as
-    /// that start would, with the runner's own scope and the launcher's
-    /// sweep. Nothing runs on these directories any more: every runner
-    /// started on them holds them.
+    /// that start would. Nothing runs on these directories any more: every
+    /// runner started on them holds them.
     fn drop(&mut self) {
         let state = self.path().join("state");
         if state.exists() {
@@ -208,14 +207,11 @@ impl Drop for RunnerProc {
         let Some(pid) = self.child.id() else {
             return;
         };
-        for (i, sig) in [libc::SIGTERM, libc::SIGTERM].into_iter().enumerate() {
-            if i > 0 {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            // SAFETY: signalling our own child, not yet reaped (its pid
-            // cannot have been reused).
-            unsafe { libc::kill(pid as i32, sig) };
-        }
+        // SAFETY (both): signalling our own child, not yet reaped (its pid
+        // cannot have been reused).
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        std::thread::sleep(Duration::from_millis(100));
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let deadline = std::time::Instant::now() + STOP_PATIENCE;
         while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
