@@ -36,12 +36,15 @@ impl Process {
         if !matches!(self.0.try_wait(), Ok(None)) {
             return false;
         }
-        let Some(pid) = self.0.id() else {
+        let Some(pid) = self
+            .0
+            .id()
+            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        else {
             return false;
         };
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
+        // Not yet reaped (checked above): the pid is still our child's.
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         true
     }
 
