@@ -457,8 +457,9 @@ impl AgentSandboxes {
         killed
     }
 
-    /// Kills every process of every thread (shutdown, the second signal).
-    /// Blocking; threads stay known (a turn may still report its end).
+    /// Kills every process of every thread (shutdown, once the drain is
+    /// over; the second signal closes instead). Blocking; threads stay
+    /// known (a turn may still report its end).
     pub fn kill_everything(&self) -> usize {
         self.swept();
         let all: Vec<(String, Arc<ThreadSandbox>)> = self
