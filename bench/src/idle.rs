@@ -76,13 +76,13 @@ pub async fn runner(bin: &std::path::Path) -> Result<Idle> {
     m
 }
 
-/// `bare-client` (built beside this binary), connected.
-pub async fn bare_client() -> Result<Idle> {
+/// Starts `bare-client` (built beside this binary) against `url`; killed
+/// when dropped.
+pub fn spawn_bare_client(url: &str) -> Result<tokio::process::Child> {
     let me = std::env::current_exe().context("locating runner-bench")?;
     let bin = me.with_file_name("bare-client");
-    let cp = MockControlPlane::start(MockConfig::default()).await?;
-    let mut child = tokio::process::Command::new(&bin)
-        .arg(cp.url())
+    tokio::process::Command::new(&bin)
+        .arg(url)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .kill_on_drop(true)
@@ -92,7 +92,13 @@ pub async fn bare_client() -> Result<Idle> {
                 "starting {} (cargo build --release -p runner-bench)",
                 bin.display()
             )
-        })?;
+        })
+}
+
+/// `bare-client`, connected.
+pub async fn bare_client() -> Result<Idle> {
+    let cp = MockControlPlane::start(MockConfig::default()).await?;
+    let mut child = spawn_bare_client(&cp.url())?;
     cp.wait_connected(PATIENCE).await?;
     let pid = child.id().context("bare-client exited")?;
     let m = samples(pid).await?;

@@ -656,6 +656,27 @@ async fn main() -> Result<()> {
         "ms",
         None,
     );
+    let bare_start_s = Summary::of(&ms_samples(&starts.bare_ms));
+    t.row(
+        &format!(
+            "start floor: bare tonic client spawn -> RegisterRunner, {} starts (one after each), p50 / p99 / max",
+            starts.bare_ms.len()
+        ),
+        format!(
+            "{:.1} / {:.1} / {:.1}",
+            bare_start_s.p50_us / 1e3,
+            bare_start_s.p99_us / 1e3,
+            bare_start_s.max_us / 1e3
+        ),
+        "ms",
+        None,
+    );
+    t.row(
+        "start p50 / the floor's p50",
+        format!("{:.2}", start_s.p50_us / bare_start_s.p50_us),
+        "ratio",
+        None,
+    );
     if let Some(cold) = starts.cold_ms {
         t.row(
             "start with the binary dropped from the page cache first (cold), spawn -> RegisterRunner",
@@ -758,6 +779,7 @@ async fn main() -> Result<()> {
             "reconnect_ms_median": median(&sr.reconnect_ms),
             "starts": starts,
             "starts_summary": start_s,
+            "bare_client_starts_summary": bare_start_s,
             "restarts_summary": restart_s,
         },
         "code_agent": ca,

@@ -15,7 +15,14 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             let starts = crate::startup::starts(bin, runs).await?;
             let summary = Summary::of(&crate::ms_samples(&starts.start_ms));
             let restarts = Summary::of(&crate::ms_samples(&starts.restart_ms));
-            serde_json::json!({ "starts": starts, "first_start_us": summary, "restart_us": restarts })
+            let bare = Summary::of(&crate::ms_samples(&starts.bare_ms));
+            serde_json::json!({
+                "starts": starts,
+                "first_start_us": summary,
+                "restart_us": restarts,
+                "bare_client_start_us": bare,
+                "p50_vs_bare": summary.p50_us / bare.p50_us,
+            })
         }
         "idle" => {
             let (runner, bare) = crate::idle::both(bin).await?;

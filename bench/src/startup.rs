@@ -5,6 +5,12 @@
 //! slow probes' `agent_sdk_update`s arrived (registration must not wait
 //! for them).
 //!
+//! The floor beside them: `bare-client`, a bare tonic client that connects
+//! and registers and does nothing else, spawned and timed the same way,
+//! one after each fresh start. It shows what this machine's process start,
+//! loopback connect and mock take at that moment, so a series that runs
+//! slow for the machine's sake shows it in both columns.
+//!
 //! The timed starts find the runner's binary in the page cache: the first
 //! start, not timed with them, reads it in. That one is reported on its
 //! own, as the cold start, after the binary's cached pages were dropped
@@ -40,6 +46,9 @@ pub struct Starts {
     /// The same on an existing state dir (a restarted runner: the state
     /// and journal databases exist), per restart.
     pub restart_ms: Vec<f64>,
+    /// The floor: `bare-client` spawned → its `RegisterRunner` received,
+    /// one after each fresh start.
+    pub bare_ms: Vec<f64>,
     /// The codex binary the runner was given, if any.
     pub codex_bin: Option<String>,
 }
@@ -74,6 +83,7 @@ pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
         cold_ms: None,
         probed_ms: Vec::new(),
         restart_ms: Vec::with_capacity(runs),
+        bare_ms: Vec::with_capacity(runs),
         codex_bin: codex_arg.clone(),
     };
     let dropped = drop_cached(bin);
@@ -101,6 +111,14 @@ pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
             out.probed_ms.push(ms(probed - spawned));
         }
         runner.stop().await;
+        if i > 0 {
+            // The floor, against the same mock, once the runner is gone.
+            let spawned = Instant::now();
+            let mut bare = crate::idle::spawn_bare_client(&cp.url())?;
+            cp.wait_for_registrations(2, PATIENCE).await?;
+            out.bare_ms.push(ms(spawned.elapsed()));
+            let _ = bare.kill().await;
+        }
         cp.stop().await?;
     }
     // Restarts: one state dir, `runs` runners one after the other.
