@@ -24,6 +24,7 @@ mod collector;
 mod delivery;
 mod engine_rows;
 mod floor;
+mod fs_probe;
 mod heartbeat;
 mod idle;
 mod only;
@@ -236,7 +237,15 @@ async fn main() -> Result<()> {
         machine.mem_total_kib as f64 / (1024.0 * 1024.0)
     );
 
-    eprintln!("[1/6] cost floor (bare tonic stream)");
+    // Start-up first: the scenarios that make thousands of threads leave
+    // thousands of directories to delete, and on this machine's disk
+    // (ext4, online discard) every process's file creations run about
+    // eight times slower for a minute or more after that (`fs_probe`).
+    eprintln!("[1/6] start and reconnect");
+    let sr = scenarios::start_and_reconnect(&bin, sz.start_runs).await?;
+    let starts = startup::starts(&bin, sz.startup_runs).await?;
+
+    eprintln!("[1b/6] cost floor (bare tonic stream)");
     // The floor is measured again before each throughput run and each
     // drain, and the median of all is the ratios' denominator: one bare
     // run varies by a third within a process (610 k to 1,038 k msg/s in
@@ -306,10 +315,6 @@ async fn main() -> Result<()> {
         (1_000, 100, 1_000)
     };
     let hb = heartbeat::measure(&bin, hc, hs, hl).await?;
-
-    eprintln!("[4/6] start and reconnect");
-    let sr = scenarios::start_and_reconnect(&bin, sz.start_runs).await?;
-    let starts = startup::starts(&bin, sz.startup_runs).await?;
 
     eprintln!("[5/6] code-agent SDK (embedded engine, mock model)");
     let ca = code_agent::measure(&bin, sz.code_agent_turns, &sz.code_agent_levels).await?;
@@ -677,6 +682,19 @@ async fn main() -> Result<()> {
         "ratio",
         None,
     );
+    if let Some(fs) = &starts.fs_create {
+        t.row(
+            "filesystem during the starts: mkdir + create a file, p50 / p90 / max",
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                fs.p50_us / 1e3,
+                fs.p90_us / 1e3,
+                fs.max_us / 1e3
+            ),
+            "ms",
+            None,
+        );
+    }
     if let Some(cold) = starts.cold_ms {
         t.row(
             "start with the binary dropped from the page cache first (cold), spawn -> RegisterRunner",

@@ -29,8 +29,10 @@ use mock_control_plane::{MockConfig, MockControlPlane};
 use serde::Serialize;
 
 use crate::collector::PATIENCE;
+use crate::fs_probe::FsProbe;
 use crate::proc::Runner;
 use crate::scenarios::ms;
+use crate::stats::Summary;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Starts {
@@ -49,6 +51,9 @@ pub struct Starts {
     /// The floor: `bare-client` spawned → its `RegisterRunner` received,
     /// one after each fresh start.
     pub bare_ms: Vec<f64>,
+    /// Creating a directory and a file in it, sampled every 10 ms through
+    /// the starts and restarts (`fs_probe`).
+    pub fs_create: Option<Summary>,
     /// The codex binary the runner was given, if any.
     pub codex_bin: Option<String>,
 }
@@ -84,6 +89,7 @@ pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
         probed_ms: Vec::new(),
         restart_ms: Vec::with_capacity(runs),
         bare_ms: Vec::with_capacity(runs),
+        fs_create: None,
         codex_bin: codex_arg.clone(),
     };
     let dropped = drop_cached(bin);
@@ -93,6 +99,7 @@ pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
             bin.display()
         );
     }
+    let fs = FsProbe::start()?;
     for i in 0..=runs {
         let cp = MockControlPlane::start(MockConfig::default()).await?;
         let runner = Runner::start(bin, &cp.url(), &extra)?;
@@ -143,6 +150,7 @@ pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
         dirs = runner.stop_keeping_dirs().await;
     }
     cp.stop().await?;
+    out.fs_create = fs.finish();
     Ok(out)
 }
 
