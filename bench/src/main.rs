@@ -308,6 +308,7 @@ async fn main() -> Result<()> {
     let fp = scenarios::footprint(&bin, &sz.footprint_levels).await?;
     let (idle_both, bare_both) = idle::both(&bin).await?;
     let (idle_runner, bare) = (idle_both.settled, bare_both.settled);
+    eprintln!("[4/6] scale and heartbeat under load");
     let scale = scale::measure(&bin, if a.quick { 1_000 } else { 10_000 }).await?;
     let (hc, hs, hl) = if a.quick {
         (200, 20, 200)
