@@ -135,7 +135,7 @@ impl Store {
         // skipped syncs happen at the first checkpoint, which syncs the log
         // before anything of it counts as durable. An existing database is
         // in WAL already and these statements write nothing to it. Every
-        // commit after them is `NORMAL`.
+        // commit after them is `NORMAL`, a migration's too.
         conn.execute_batch(
             "PRAGMA synchronous = OFF;
              PRAGMA journal_mode = WAL;
@@ -159,8 +159,8 @@ impl Store {
                  request_id TEXT
              );",
         )?;
-        migrate(&conn)?;
         conn.execute_batch("PRAGMA synchronous = NORMAL;")?;
+        migrate(&conn)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         let turns_conn = Connection::open(dir.join("state.db"))?;
         turns_conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
