@@ -120,9 +120,10 @@ pub async fn starts(bin: &Path, runs: usize) -> Result<Starts> {
         runner.stop().await;
         if i > 0 {
             // The floor, against the same mock, once the runner is gone.
+            let before = cp.registrations().len();
             let spawned = Instant::now();
             let mut bare = crate::idle::spawn_bare_client(&cp.url())?;
-            cp.wait_for_registrations(2, PATIENCE).await?;
+            cp.wait_for_registrations(before + 1, PATIENCE).await?;
             out.bare_ms.push(ms(spawned.elapsed()));
             let _ = bare.kill().await;
         }
