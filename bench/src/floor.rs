@@ -203,10 +203,26 @@ pub async fn client(url: &str) -> Result<AgentRunnerControlServiceClient<Channel
 
 /// Messages per second through a bare stream.
 pub async fn throughput(n: usize) -> Result<f64> {
+    Ok(throughput_cpu(n).await?.messages_per_s)
+}
+
+/// One bare stream's rate and what it cost.
+#[derive(Debug, Clone, Copy)]
+pub struct FloorRun {
+    pub messages: usize,
+    pub messages_per_s: f64,
+    /// The bench process's CPU time while the messages went through: the
+    /// bare client and its server, both in this process.
+    pub cpu_seconds: f64,
+}
+
+/// [`throughput`], with its CPU time.
+pub async fn throughput_cpu(n: usize) -> Result<FloorRun> {
     let server = serve().await?;
     let mut client = client(&format!("http://{}", server.addr)).await?;
     let messages = item_updates(n);
     let svc = &server.service;
+    let cpu0 = crate::stats::cpu_seconds(std::process::id())?;
     let start = Instant::now();
     let response = client.control_channel(tokio_stream::iter(messages)).await?;
     while svc.received.load(Ordering::Relaxed) < n as u64 {
@@ -215,8 +231,13 @@ pub async fn throughput(n: usize) -> Result<f64> {
             .context("floor stream stalled")?;
     }
     let elapsed = start.elapsed();
+    let cpu_seconds = crate::stats::cpu_seconds(std::process::id())? - cpu0;
     drop(response);
-    Ok(n as f64 / elapsed.as_secs_f64())
+    Ok(FloorRun {
+        messages: n,
+        messages_per_s: n as f64 / elapsed.as_secs_f64(),
+        cpu_seconds,
+    })
 }
 
 /// Messages per second from a bare client into the mock control plane.

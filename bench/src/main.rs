@@ -18,6 +18,7 @@
 //! bare tonic stream as the cost floor, all in the same run. No figure here
 //! is asserted anywhere; `bench/run.sh` builds and runs it.
 
+mod budget;
 mod chart;
 mod code_agent;
 mod collector;
@@ -267,10 +268,13 @@ async fn main() -> Result<()> {
     let (lat1_s, lat100_s) = (Summary::of(&lat1), Summary::of(&lat100));
     // Three runs, the median reported (one run is a fraction of a second).
     let mut tps = Vec::new();
+    let mut tp_floors = Vec::new();
     let recording = profile::start(rig.runner.pid()?, &a.out).await;
     for _ in 0..3 {
         let (n, lines) = (sz.throughput_threads, sz.throughput_lines);
-        floors.push(floor::throughput(sz.floor_messages).await?);
+        let f = floor::throughput_cpu(sz.floor_messages).await?;
+        floors.push(f.messages_per_s);
+        tp_floors.push(f);
         tps.push(scenarios::update_throughput(&rig, &threads[..n], lines).await?);
     }
     let prof = profile::finish(recording, &a.out.join("profile.svg")).await;
@@ -291,6 +295,10 @@ async fn main() -> Result<()> {
         scenarios::outbox_drain(&rig, &threads[..sz.outbox_threads], sz.overflow_lines).await?;
     let invalid = rig.cp().invalid_received().len();
     let floor_tp = stats::median(floors.iter().copied());
+    // The throughput runs' CPU, against the run's median floor; measured
+    // with perf sampling the runner (when it can), so a little above what
+    // the runner costs alone.
+    let tp_cpu = budget::CpuBudget::of(&tp_floors, &tps, floor_tp);
     floors.sort_by(f64::total_cmp);
     rig.runner.stop().await;
 
@@ -398,6 +406,41 @@ async fn main() -> Result<()> {
         "item upd/s",
         Some(tp.messages_per_s / floor_tp),
     );
+    if let Some(b) = &tp_cpu {
+        t.row(
+            "  CPU per update sent: runner / mock side / bare stream (client + server)",
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                b.runner_us_per_message, b.mock_us_per_message, b.floor_us_per_message
+            ),
+            "us",
+            None,
+        );
+        t.row(
+            &format!("  runner's by thread: {}", b.by_thread_line()),
+            format!("{:.2}", b.runner_us_per_message),
+            "us",
+            None,
+        );
+        t.row(
+            &format!(
+                "  rate that CPU allows on the {:.2} cores busy: cores / (runner + mock)",
+                b.cores_busy
+            ),
+            format!("{:.0}", b.cpu_bound_rate),
+            "upd/s",
+            Some(b.cpu_bound_rate / floor_tp),
+        );
+        t.row(
+            &format!(
+                "  runner CPU per update that would meet {:.2} on those cores",
+                budget::TARGET
+            ),
+            format!("{:.2}", b.runner_us_allowed_at_target),
+            "us",
+            None,
+        );
+    }
     for run in [Some(&acked), Some(&legacy), baseline.as_ref()]
         .into_iter()
         .flatten()
@@ -775,6 +818,7 @@ async fn main() -> Result<()> {
             "turns_per_s_hundred_threads": tps100,
         },
         "update_throughput": tp,
+        "update_throughput_cpu": tp_cpu,
         "delivery": {
             "acked": acked,
             "legacy": legacy,

@@ -78,12 +78,16 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
             // denominator (as in the full run).
             let mut runs = Vec::new();
             let mut floors = Vec::new();
+            let mut floor_runs = Vec::new();
             for _ in 0..3 {
-                floors.push(crate::floor::throughput(floor_n).await?);
+                let f = crate::floor::throughput_cpu(floor_n).await?;
+                floors.push(f.messages_per_s);
+                floor_runs.push(f);
                 runs.push(crate::scenarios::update_throughput(&rig, &ids, lines).await?);
             }
             rig.runner.stop().await;
             let floor = crate::stats::median(floors.iter().copied());
+            let cpu = crate::budget::CpuBudget::of(&floor_runs, &runs, floor);
             runs.sort_by(|a, b| a.messages_per_s.total_cmp(&b.messages_per_s));
             let median = runs[1].clone();
             serde_json::json!({
@@ -91,6 +95,7 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
                 "floor_runs_msgs_per_s": floors,
                 "mock_ingest_msgs_per_s": ingest,
                 "update_throughput": median,
+                "cpu": cpu,
                 "vs_floor": median.messages_per_s / floor,
                 "runs_msgs_per_s": runs.iter().map(|r| r.messages_per_s).collect::<Vec<_>>(),
             })

@@ -180,6 +180,13 @@ pub struct Throughput {
     pub item_updates_produced: u64,
     pub messages: u64,
     pub seconds: f64,
+    /// The runner's CPU time over the run (its live threads), and by
+    /// thread name.
+    pub runner_cpu_seconds: f64,
+    pub runner_cpu_by_thread: std::collections::BTreeMap<String, f64>,
+    /// The bench process's CPU time over the run: the mock control plane
+    /// receiving and acknowledging, and the collector counting.
+    pub bench_cpu_seconds: f64,
     pub item_updates_per_s: f64,
     pub messages_per_s: f64,
 }
@@ -196,6 +203,11 @@ pub async fn update_throughput(rig: &Rig, threads: &[String], lines: usize) -> R
     let text = says(lines);
     let items0 = rig.collector.item_updates();
     let msgs0 = rig.collector.received();
+    let pid = rig.runner.pid()?;
+    let (runner0, bench0) = (
+        crate::stats::cpu_by_thread(pid)?,
+        crate::stats::cpu_seconds(std::process::id())?,
+    );
     let start = Instant::now();
     let runs = threads.iter().map(|t| {
         let text = &text;
@@ -213,6 +225,15 @@ pub async fn update_throughput(rig: &Rig, threads: &[String], lines: usize) -> R
     let seconds = end.duration_since(start).as_secs_f64();
     let item_updates = rig.collector.item_updates() - items0;
     let messages = rig.collector.received() - msgs0;
+    let bench_cpu_seconds = crate::stats::cpu_seconds(std::process::id())? - bench0;
+    let runner_cpu_by_thread: std::collections::BTreeMap<String, f64> =
+        crate::stats::cpu_by_thread(pid)?
+            .into_iter()
+            .map(|(name, s)| {
+                let before = runner0.get(&name).copied().unwrap_or(0.0);
+                (name, (s - before).max(0.0))
+            })
+            .collect();
     Ok(Throughput {
         threads: threads.len(),
         lines_per_turn: lines,
@@ -220,6 +241,9 @@ pub async fn update_throughput(rig: &Rig, threads: &[String], lines: usize) -> R
         item_updates_produced: (threads.len() * 2 * (lines + 1)) as u64,
         messages,
         seconds,
+        runner_cpu_seconds: runner_cpu_by_thread.values().sum(),
+        runner_cpu_by_thread,
+        bench_cpu_seconds,
         item_updates_per_s: item_updates as f64 / seconds,
         messages_per_s: messages as f64 / seconds,
     })

@@ -162,6 +162,28 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok(tick(11)? + tick(12)?)
 }
 
+/// CPU time (user + system, seconds) of each of a process's live threads
+/// so far, summed by thread name (tokio's workers share one), from
+/// /proc/PID/task/*/stat. A thread that exited is not counted.
+pub fn cpu_by_thread(pid: u32) -> anyhow::Result<std::collections::BTreeMap<String, f64>> {
+    let mut by = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else {
+            continue; // it exited meanwhile
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_owned();
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+        if let (Some(user), Some(system)) = (tick(11), tick(12)) {
+            *by.entry(name).or_insert(0.0) += (user + system) / 100.0;
+        }
+    }
+    Ok(by)
+}
+
 /// The median of `values` (the lower middle one of an even count; 0 when
 /// there are none).
 pub fn median(values: impl Iterator<Item = f64>) -> f64 {
@@ -207,6 +229,20 @@ mod tests {
         let _ = child.wait();
         assert!(with_child > alone, "{with_child} <= {alone}");
         assert!(tree_pss_bytes(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn reads_own_threads_cpu_time() {
+        std::thread::Builder::new()
+            .name("stats-spin".to_owned())
+            .spawn(|| {
+                let by = cpu_by_thread(std::process::id()).expect("own tasks");
+                assert!(by.contains_key("stats-spin"), "{by:?}");
+                assert!(by.values().all(|&s| s >= 0.0));
+            })
+            .expect("spawn")
+            .join()
+            .expect("join");
     }
 
     #[test]
