@@ -142,24 +142,12 @@ pub fn tree_pss_bytes(pid: u32) -> anyhow::Result<u64> {
 }
 
 /// CPU time (user + system) a process used so far, in seconds, from
-/// /proc/PID/stat (clock ticks of USER_HZ, 100 on Linux).
+/// /proc/PID/stat.
 pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| anyhow::anyhow!("malformed /proc/{pid}/stat"))?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    let tick = |i: usize| -> anyhow::Result<f64> {
-        Ok(fields
-            .get(i)
-            .ok_or_else(|| anyhow::anyhow!("short /proc/{pid}/stat"))?
-            .parse::<f64>()?
-            / 100.0)
-    };
-    Ok(tick(11)? + tick(12)?)
+    parse_stat(&stat)
+        .map(|(_, s)| s)
+        .ok_or_else(|| anyhow::anyhow!("malformed /proc/{pid}/stat"))
 }
 
 /// CPU time (user + system, seconds) of each of a process's live threads
@@ -168,20 +156,26 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
 pub fn cpu_by_thread(pid: u32) -> anyhow::Result<std::collections::BTreeMap<String, f64>> {
     let mut by = std::collections::BTreeMap::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread that exited meanwhile has no stat left to read.
         let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else {
-            continue; // it exited meanwhile
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        let name = stat[open + 1..close].to_owned();
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-        if let (Some(user), Some(system)) = (tick(11), tick(12)) {
-            *by.entry(name).or_insert(0.0) += (user + system) / 100.0;
+        if let Some((name, seconds)) = parse_stat(&stat) {
+            *by.entry(name.to_owned()).or_insert(0.0) += seconds;
         }
     }
     Ok(by)
+}
+
+/// A `stat` line's command name and its CPU time (utime + stime, clock
+/// ticks of USER_HZ, 100 on Linux) in seconds.
+fn parse_stat(stat: &str) -> Option<(&str, f64)> {
+    // The name is in parentheses and may itself hold spaces or ')'.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    let tick = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    Some((stat.get(open + 1..close)?, (tick(11)? + tick(12)?) / 100.0))
 }
 
 /// The median of `values` (the lower middle one of an even count; 0 when
@@ -229,6 +223,13 @@ mod tests {
         let _ = child.wait();
         assert!(with_child > alone, "{with_child} <= {alone}");
         assert!(tree_pss_bytes(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn a_stat_line_gives_its_name_and_cpu_time() {
+        let line = "42 (tokio (rt) worker) S 1 42 42 0 -1 4194368 1 0 0 0 250 70 0 0 20 0 3";
+        assert_eq!(parse_stat(line), Some(("tokio (rt) worker", 3.2)));
+        assert_eq!(parse_stat("42 (short) S 1"), None);
     }
 
     #[test]
