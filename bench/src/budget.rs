@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::Table;
 use crate::floor::FloorRun;
 use crate::scenarios::Throughput;
 
@@ -84,9 +85,47 @@ impl CpuBudget {
         })
     }
 
+    /// The table's rows, under the throughput row (`floor_tp`: the rate
+    /// the ratios are taken against).
+    pub fn add_rows(&self, t: &mut Table, floor_tp: f64) {
+        t.row(
+            "  CPU per update sent: runner / mock side / bare stream (client + server)",
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                self.runner_us_per_message, self.mock_us_per_message, self.floor_us_per_message
+            ),
+            "us",
+            None,
+        );
+        t.row(
+            &format!("  runner's by thread: {}", self.by_thread_line()),
+            format!("{:.2}", self.runner_us_per_message),
+            "us",
+            None,
+        );
+        t.row(
+            &format!(
+                "  rate that CPU allows on the {:.2} cores busy: cores / (runner + mock)",
+                self.cores_busy
+            ),
+            format!("{:.0}", self.cpu_bound_rate),
+            "upd/s",
+            Some(self.cpu_bound_rate / floor_tp),
+        );
+        t.row(
+            &format!(
+                "  runner CPU per update that would meet {:.2} on those cores",
+                TARGET
+            ),
+            format!("{:.2}", self.runner_us_allowed_at_target),
+            "us",
+            None,
+        );
+    }
+
     /// The runner's threads by CPU per update, busiest first:
     /// `name µs, …` (the ones under 0.05 µs left out).
-    pub fn by_thread_line(&self) -> String {
+    fn by_thread_line(&self) -> String {
         let mut threads: Vec<(&String, &f64)> = self
             .runner_us_per_message_by_thread
             .iter()

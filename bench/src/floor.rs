@@ -222,7 +222,7 @@ pub async fn throughput_cpu(n: usize) -> Result<FloorRun> {
     let mut client = client(&format!("http://{}", server.addr)).await?;
     let messages = item_updates(n);
     let svc = &server.service;
-    let cpu0 = crate::stats::cpu_seconds(std::process::id())?;
+    let cpu0 = crate::stats::live_threads_cpu(std::process::id())?;
     let start = Instant::now();
     let response = client.control_channel(tokio_stream::iter(messages)).await?;
     while svc.received.load(Ordering::Relaxed) < n as u64 {
@@ -231,7 +231,8 @@ pub async fn throughput_cpu(n: usize) -> Result<FloorRun> {
             .context("floor stream stalled")?;
     }
     let elapsed = start.elapsed();
-    let cpu_seconds = crate::stats::cpu_seconds(std::process::id())? - cpu0;
+    // At least 0: a thread that exited meanwhile takes its time with it.
+    let cpu_seconds = (crate::stats::live_threads_cpu(std::process::id())? - cpu0).max(0.0);
     drop(response);
     Ok(FloorRun {
         messages: n,

@@ -407,39 +407,7 @@ async fn main() -> Result<()> {
         Some(tp.messages_per_s / floor_tp),
     );
     if let Some(b) = &tp_cpu {
-        t.row(
-            "  CPU per update sent: runner / mock side / bare stream (client + server)",
-            format!(
-                "{:.2} / {:.2} / {:.2}",
-                b.runner_us_per_message, b.mock_us_per_message, b.floor_us_per_message
-            ),
-            "us",
-            None,
-        );
-        t.row(
-            &format!("  runner's by thread: {}", b.by_thread_line()),
-            format!("{:.2}", b.runner_us_per_message),
-            "us",
-            None,
-        );
-        t.row(
-            &format!(
-                "  rate that CPU allows on the {:.2} cores busy: cores / (runner + mock)",
-                b.cores_busy
-            ),
-            format!("{:.0}", b.cpu_bound_rate),
-            "upd/s",
-            Some(b.cpu_bound_rate / floor_tp),
-        );
-        t.row(
-            &format!(
-                "  runner CPU per update that would meet {:.2} on those cores",
-                budget::TARGET
-            ),
-            format!("{:.2}", b.runner_us_allowed_at_target),
-            "us",
-            None,
-        );
+        b.add_rows(&mut t, floor_tp);
     }
     for run in [Some(&acked), Some(&legacy), baseline.as_ref()]
         .into_iter()

@@ -206,7 +206,7 @@ pub async fn update_throughput(rig: &Rig, threads: &[String], lines: usize) -> R
     let pid = rig.runner.pid()?;
     let (runner0, bench0) = (
         crate::stats::cpu_by_thread(pid)?,
-        crate::stats::cpu_seconds(std::process::id())?,
+        crate::stats::live_threads_cpu(std::process::id())?,
     );
     let start = Instant::now();
     let runs = threads.iter().map(|t| {
@@ -225,7 +225,8 @@ pub async fn update_throughput(rig: &Rig, threads: &[String], lines: usize) -> R
     let seconds = end.duration_since(start).as_secs_f64();
     let item_updates = rig.collector.item_updates() - items0;
     let messages = rig.collector.received() - msgs0;
-    let bench_cpu_seconds = crate::stats::cpu_seconds(std::process::id())? - bench0;
+    // At least 0: a thread that exited meanwhile takes its time with it.
+    let bench_cpu_seconds = (crate::stats::live_threads_cpu(std::process::id())? - bench0).max(0.0);
     let runner_cpu_by_thread: std::collections::BTreeMap<String, f64> =
         crate::stats::cpu_by_thread(pid)?
             .into_iter()
