@@ -200,7 +200,12 @@ impl Runner {
         let transcripts = transcripts
             .await
             .context("starting the transcript writer")?
-            .context("starting the transcript writer")?;
+            .with_context(|| {
+                format!(
+                    "transcripts dir {}",
+                    config.state_dir.join("transcripts").display()
+                )
+            })?;
         rt.outbox.set_transcripts(transcripts.clone());
         let _ = rt.transcripts.set(transcripts);
         crate::metrics::sdks_enabled(&rt.sdks.names());

@@ -97,6 +97,45 @@ async fn malformed_config_exits_naming_the_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("control_plane_url"));
 }
 
+/// A directory start-up must make but cannot (a file stands there) stops
+/// the runner with the path named, for the ones made on the blocking pool
+/// beside the databases as for the rest.
+#[tokio::test]
+async fn start_up_dirs_that_cannot_be_made_are_named() {
+    let run = |state: &std::path::Path, workspaces: &std::path::Path| {
+        let mut cmd = tokio::process::Command::new(runner_bin());
+        cmd.args(["run", "--control-plane-url", "http://127.0.0.1:1"])
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--workspace-root")
+            .arg(workspaces);
+        async move {
+            let out = cmd.output().await.unwrap();
+            assert!(!out.status.success());
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (state, workspaces) = (dir.path().join("state"), dir.path().join("ws"));
+    std::fs::create_dir(&state).unwrap();
+    let transcripts = state.join("transcripts");
+    std::fs::write(&transcripts, "not a dir").unwrap();
+    let err = run(&state, &workspaces).await;
+    assert!(
+        err.contains(&format!("transcripts dir {}", transcripts.display())),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (state, workspaces) = (dir.path().join("state"), dir.path().join("ws"));
+    std::fs::write(&workspaces, "not a dir").unwrap();
+    let err = run(&state, &workspaces).await;
+    assert!(
+        err.contains(&format!("workspace_root {}", workspaces.display())),
+        "{err}"
+    );
+}
+
 /// A bad value says where it came from: the environment variable, the
 /// config file (with a guess for a misspelt key), or the flag.
 #[tokio::test]
