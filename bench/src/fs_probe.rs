@@ -21,10 +21,17 @@ use crate::stats::Summary;
 /// Time between samples: light enough not to be load itself.
 const EVERY: Duration = Duration::from_millis(10);
 
-/// A running probe; [`FsProbe::finish`] stops it and summarizes.
+/// A running probe; [`FsProbe::finish`] stops it and summarizes. Dropped
+/// unfinished (a scenario that failed), it stops too.
 pub struct FsProbe {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<Duration>>,
+    thread: Option<JoinHandle<Vec<Duration>>>,
+}
+
+impl Drop for FsProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl FsProbe {
@@ -52,14 +59,38 @@ impl FsProbe {
                 samples
             })
             .context("starting the filesystem probe")?;
-        Ok(Self { stop, thread })
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Stops sampling: the distribution of mkdir + create, if any sample
     /// was taken.
-    pub fn finish(self) -> Option<Summary> {
+    pub fn finish(mut self) -> Option<Summary> {
         self.stop.store(true, Ordering::Relaxed);
-        let samples = self.thread.join().ok()?;
+        let samples = self.thread.take()?.join().ok()?;
         (!samples.is_empty()).then(|| Summary::of(&samples))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_until_finished() {
+        let probe = FsProbe::start().expect("start");
+        std::thread::sleep(EVERY * 3);
+        let s = probe.finish().expect("at least one sample");
+        assert!(s.p50_us > 0.0, "{s:?}");
+    }
+
+    #[test]
+    fn dropped_unfinished_it_stops() {
+        let probe = FsProbe::start().expect("start");
+        let stop = probe.stop.clone();
+        drop(probe);
+        assert!(stop.load(Ordering::Relaxed));
     }
 }
