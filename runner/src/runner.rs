@@ -97,6 +97,20 @@ fn start_credentials(
     Ok((server, env))
 }
 
+/// Held through [`Runner::start`] once the launcher exists: a start-up
+/// that fails after it made its cgroup removes that cgroup (empty: no
+/// thread exists yet), or every failed start with a new state dir would
+/// leave one behind. Disarmed (`None`) when start-up succeeds.
+struct ReleaseUnlessStarted(Option<Arc<AgentSandboxes>>);
+
+impl Drop for ReleaseUnlessStarted {
+    fn drop(&mut self) {
+        if let Some(sandboxes) = self.0.take() {
+            sandboxes.release_launcher();
+        }
+    }
+}
+
 impl Runner {
     /// Open state, re-open known agents and threads, and start the link and
     /// the health endpoints.
@@ -131,6 +145,7 @@ impl Runner {
         // host; kills what a previous run left behind on a thread of its
         // own, which every sandbox waits for.
         let sandboxes = Arc::new(AgentSandboxes::start(config)?);
+        let mut unstarted = ReleaseUnlessStarted(Some(sandboxes.clone()));
         let workspaces = workspaces
             .await
             .context("creating the workspace root")?
@@ -248,6 +263,7 @@ impl Runner {
             ),
             None => None,
         };
+        unstarted.0 = None;
         Ok(Self {
             rt,
             link_state,

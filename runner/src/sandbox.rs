@@ -438,6 +438,15 @@ impl AgentSandboxes {
         log_kill(&thread_id, "delete", report);
     }
 
+    /// Removes the launcher's cgroup if it is empty: for a start-up that
+    /// failed before any thread existed (a clean shutdown does it in
+    /// [`AgentSandboxes::close_everything`]). Not blocking.
+    pub fn release_launcher(&self) {
+        if let Ok(launcher) = &self.launcher {
+            launcher.release();
+        }
+    }
+
     /// Kills every process of every thread, removes their cgroups and the
     /// launcher's (a clean shutdown: the runtime is done). No sandbox is
     /// made after it; a second call returns once the first is over.
