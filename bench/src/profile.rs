@@ -131,7 +131,7 @@ async fn render(rec: &mut Recording, svg: &Path) -> Result<Profile> {
         .context("inferno-collapse-perf (bench/run.sh installs it into target/bench-tools)")?;
     let image = pipe(
         &tool("inferno-flamegraph"),
-        &["--title", "agent-runner during the update throughput runs"],
+        &["--title", "agent-runner during an update throughput run"],
         &folded,
     )
     .await
