@@ -2,8 +2,8 @@
 # Builds the runner and the benchmark in release mode and runs the benchmark
 # (issue 7). Prints the table; writes target/bench/results.json and
 # target/bench/latency.png and target/bench/profile.svg (a flame graph of the
-# runner during one more update throughput run, not counted in the figures,
-# when perf can record).
+# runner during three more update throughput runs, not counted in the
+# figures, when perf can record).
 #
 #   bench/run.sh            # full run (a few minutes)
 #   bench/run.sh --quick    # well under a minute

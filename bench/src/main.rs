@@ -276,12 +276,14 @@ async fn main() -> Result<()> {
         tp_floors.push(f);
         tps.push(scenarios::update_throughput(&rig, &threads[..n], lines).await?);
     }
-    // The profile comes from a fourth run, not counted: perf copying each
-    // sample's stack and writing its file takes CPU from the two cores
-    // the runner and the mock share, and the floor runs unprofiled.
+    // The profile comes from three more runs, not counted: perf copying
+    // each sample's stack and writing its file takes CPU from the two
+    // cores the runner and the mock share, and the floor runs unprofiled.
     let recording = profile::start(rig.runner.pid()?, &a.out).await;
     if recording.is_some() {
-        scenarios::update_throughput(&rig, &threads[..n], lines).await?;
+        for _ in 0..3 {
+            scenarios::update_throughput(&rig, &threads[..n], lines).await?;
+        }
     }
     let prof = profile::finish(recording, &a.out.join("profile.svg")).await;
     tps.sort_by(|a, b| a.item_updates_per_s.total_cmp(&b.item_updates_per_s));
@@ -754,7 +756,7 @@ async fn main() -> Result<()> {
     t.print();
     if let Some(p) = &prof {
         println!(
-            "\nprofile of the runner during an extra throughput run (not counted): {} (sample weight {}); most self time:",
+            "\nprofile of the runner during three more throughput runs (not counted): {} (sample weight {}); most self time:",
             p.svg.display(),
             p.weight
         );

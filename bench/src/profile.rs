@@ -22,7 +22,7 @@ pub struct Recording {
     data: PathBuf,
 }
 
-/// Starts sampling `pid` (DWARF call stacks, 499 Hz) into `<out>/perf.data`;
+/// Starts sampling `pid` (DWARF call stacks, 999 Hz) into `<out>/perf.data`;
 /// `None`, said on stderr, when perf is not available.
 pub async fn start(pid: u32, out: &Path) -> Option<Recording> {
     if let Err(e) = std::fs::create_dir_all(out) {
@@ -39,7 +39,7 @@ pub async fn start(pid: u32, out: &Path) -> Option<Recording> {
         .args([
             "record",
             "-F",
-            "499",
+            "999",
             "--call-graph",
             "dwarf,16384",
             "-q",
@@ -131,7 +131,7 @@ async fn render(rec: &mut Recording, svg: &Path) -> Result<Profile> {
         .context("inferno-collapse-perf (bench/run.sh installs it into target/bench-tools)")?;
     let image = pipe(
         &tool("inferno-flamegraph"),
-        &["--title", "agent-runner during an update throughput run"],
+        &["--title", "agent-runner during update throughput runs"],
         &folded,
     )
     .await
