@@ -137,9 +137,10 @@ impl Runner {
         let journal = tokio::task::spawn_blocking(move || Journal::open(&state_dir));
         let root = config.workspace_root.clone();
         let workspaces = tokio::task::spawn_blocking(move || Workspaces::new(root));
-        let transcripts_dir = config.state_dir.join("transcripts");
-        let transcripts = tokio::task::spawn_blocking(move || {
-            crate::transcript::Transcripts::start(transcripts_dir)
+        let transcripts_dir = crate::transcript::dir(&config.state_dir);
+        let transcripts = tokio::task::spawn_blocking({
+            let dir = transcripts_dir.clone();
+            move || crate::transcript::Transcripts::start(dir)
         });
         // The one launcher, before any agent process can exist: probes the
         // host; kills what a previous run left behind on a thread of its
@@ -215,12 +216,7 @@ impl Runner {
         let transcripts = transcripts
             .await
             .context("starting the transcript writer")?
-            .with_context(|| {
-                format!(
-                    "transcripts dir {}",
-                    config.state_dir.join("transcripts").display()
-                )
-            })?;
+            .with_context(|| format!("transcripts dir {}", transcripts_dir.display()))?;
         rt.outbox.set_transcripts(transcripts.clone());
         let _ = rt.transcripts.set(transcripts);
         crate::metrics::sdks_enabled(&rt.sdks.names());

@@ -111,6 +111,12 @@ impl std::fmt::Debug for Job {
     }
 }
 
+/// The transcripts' directory in `state_dir`: where the runner writes
+/// them and `agent-runner logs` reads them.
+pub fn dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("transcripts")
+}
+
 /// Where `thread`'s transcript is under `dir`; `None` for an id that is not
 /// a safe file name (ids are checked on arrival; this is a second guard).
 pub fn path(dir: &Path, thread: &str) -> Option<PathBuf> {

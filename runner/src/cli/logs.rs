@@ -35,7 +35,7 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| PathBuf::from("."))
             .join(".agent-runner/state")
     });
-    let dir = state_dir.join("transcripts");
+    let dir = transcript::dir(&state_dir);
     let current = transcript::path(&dir, &args.thread)
         .ok_or_else(|| anyhow::anyhow!("thread: {:?} is not a thread id", args.thread))?;
     let old = transcript::rotated(&current);
