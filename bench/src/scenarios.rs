@@ -299,14 +299,18 @@ pub async fn outbox_drain(rig: &Rig, threads: &[String], lines: usize) -> Result
     let pid = rig.runner.pid()?;
     let stopped = Instant::now();
     rig.cp().stop().await?;
-    let cpu0 = crate::stats::cpu_seconds(pid)?;
+    // The runner's threads' time on a CPU in nanoseconds: the whole
+    // process's `stat` counts 10 ms ticks, and producing 9,604 updates
+    // takes one or two of them (the row read 1.04 or 2.08 µs per update).
+    let cpu0 = crate::stats::live_threads_cpu(pid)?;
     // Let every turn finish into the outbox while nobody listens: the sleep,
     // then ample time to produce the items.
     tokio::time::sleep(Duration::from_millis(SLEEP_MS + 1500)).await;
     let msgs0 = rig.collector.received();
     let items0 = rig.collector.item_updates();
     let streams0 = rig.collector.connected().len();
-    let cpu = crate::stats::cpu_seconds(pid)? - cpu0;
+    // At least 0: a thread that exited meanwhile takes its time with it.
+    let cpu = (crate::stats::live_threads_cpu(pid)? - cpu0).max(0.0);
     rig.cp().restart().await?;
     rig.cp().wait_for_registrations(regs + 1, PATIENCE).await?;
     let outage = stopped.elapsed();
