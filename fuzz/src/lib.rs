@@ -40,12 +40,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner::delivery::Mode;
+use agent_runner::context::Runtime;
+use agent_runner::in_flight::Mode;
 use agent_runner::link::{Sending, on_server_message};
-use agent_runner::runtime::Runtime;
+use agent_runner::messages;
 use agent_runner::sdks::Sdks;
-use agent_runner::state::{AgentRow, Store, ThreadRow};
-use agent_runner::updates;
+use agent_runner::store::{AgentRow, Store, ThreadRow};
 use agent_runner::workspace::{Workspaces, check_id};
 use agent_runner_proto::Validate;
 use agent_runner_proto::runner::client_message::Payload;
@@ -268,7 +268,7 @@ impl Harness {
         if !invalid && let Some(Request::InstallSkillsMpRequest(r)) = &mut msg.request {
             r.agent_id = NO_AGENT.into();
         }
-        let rid = updates::request_id(&msg.request_id);
+        let rid = messages::request_id(&msg.request_id);
         let ack_only =
             msg.acked_sequence != 0 && msg.request.is_none() && msg.request_id.is_empty();
         let live = &mut self.live;

@@ -1,51 +1,43 @@
 //! `agent-runner`: registers with a control plane, holds one ControlChannel
 //! for its whole life, and runs coding agents through SDK adapters.
 //!
-//! A request's path: [`link`] reads it off the ControlChannel →
-//! [`dispatch`] validates and routes it → an [`agent`] or [`thread`] task
-//! calls the SDK adapter → the adapter's turn events become updates
-//! ([`updates`]) → [`outbox`] → back out through [`link`].
-//! Operators watch it through [`health`] (`/livez`, `/readyz`, `/metrics`
-//! from [`metrics`], `/status` from [`status`]).
+//! The source is layered; a folder imports only from folders below it
+//! (`runner/tests/architecture.rs` checks it):
+//!
+//! | layer | what it holds |
+//! |---|---|
+//! | [`cli`] | the commands (`run`, `demo`, `doctor`, `ps`, …) |
+//! | `runner` | one whole runner: start-up, restore, shutdown |
+//! | `ops` | health endpoints, `/status`, the admin socket, logging |
+//! | [`link`] | the ControlChannel: register, read, send, reconnect |
+//! | `tasks` | dispatch, mailboxes, the agent and thread tasks, SDKs |
+//! | `delivery` | outbound messages, outbox, in-flight set, journal, transcripts |
+//! | `host` | store, workspaces, sandbox, credentials, GitHub, skills |
+//! | [`config`] | settings, resolved once at start-up |
+//! | `observe` | metrics and the link's published state |
+//! | `util` | redaction, allocator, proxy support |
+//!
+//! A request's path: `link` reads it off the ControlChannel → `tasks`
+//! dispatches it to an agent or thread task → the SDK adapter's events
+//! become updates (`delivery`) → back out through `link`.
 //! See `docs/architecture.md`.
 
-pub mod admin;
-pub mod agent;
-pub mod allocator;
 pub mod cli;
-pub mod client;
-pub mod codex_login;
-pub mod commands;
 pub mod config;
-pub mod credentials;
-pub mod delivery;
-pub mod dispatch;
-pub mod github;
-pub mod health;
-pub mod journal;
+mod delivery;
+mod host;
 pub mod link;
-pub mod link_state;
-pub mod logging;
-pub mod mailboxes;
-pub mod mcp;
-pub mod metrics;
-pub mod outbox;
-pub mod procs;
-pub mod proxy;
-pub mod redact;
-pub mod restore;
-pub mod runner;
-pub mod runtime;
-pub mod sandbox;
-pub mod sdk_probe;
-pub mod sdks;
-pub mod secret;
-pub mod skills;
-pub mod startup_pages;
-pub mod state;
-pub mod status;
-pub mod store_thread;
-pub mod thread;
-pub mod transcript;
-pub mod updates;
-pub mod workspace;
+mod observe;
+mod ops;
+mod runner;
+mod tasks;
+mod util;
+
+// What the binary, the integration tests, the benchmarks and the fuzz
+// harness reach; everything else is private to the crate.
+pub use delivery::{in_flight, journal, messages};
+pub use host::{client, credentials, github, sandbox, store, workspace};
+pub use observe::metrics;
+pub use runner::{Runner, restore};
+pub use tasks::{context, dispatch, sdks};
+pub use util::{proxy, redact};

@@ -291,6 +291,61 @@ fn the_runner_has_no_module_cycle() {
     assert_acyclic("runner");
 }
 
+/// The runner's folders, top to bottom: a folder's code may name only
+/// folders below it (`crate::<folder>`), never one above. The same order
+/// is the table in `runner/src/lib.rs` and `docs/architecture.md`.
+const RUNNER_LAYERS: &[&str] = &[
+    "cli", "runner", "ops", "link", "tasks", "delivery", "host", "config", "observe", "util",
+];
+
+/// Every edge of `graph` that goes up (or sideways to an unknown module)
+/// in `layers`.
+fn upward_edges(graph: &BTreeMap<String, BTreeSet<String>>, layers: &[&str]) -> Vec<String> {
+    let rank = |m: &str| layers.iter().position(|l| *l == m);
+    let mut bad = Vec::new();
+    for (from, tos) in graph {
+        for to in tos {
+            match (rank(from), rank(to)) {
+                (Some(f), Some(t)) if f < t => {}
+                (Some(_), Some(_)) => bad.push(format!("{from} → {to} goes up")),
+                _ => bad.push(format!("{from} → {to}: not in the layer list")),
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_runner_folders_import_only_downward() {
+    let src = repo_root().join("runner/src");
+    let graph = module_graph(&src);
+    for m in graph.keys() {
+        assert!(
+            RUNNER_LAYERS.contains(&m.as_str()),
+            "runner/src/{m} is in no layer: add it to RUNNER_LAYERS, lib.rs and docs/architecture.md"
+        );
+    }
+    let bad = upward_edges(&graph, RUNNER_LAYERS);
+    assert!(
+        bad.is_empty(),
+        "runner/src imports against the layers:\n{}",
+        bad.join("\n")
+    );
+    let tops = std::fs::read_dir(&src).unwrap().count();
+    assert!(
+        tops <= 12,
+        "runner/src has {tops} entries at the top (at most 12)"
+    );
+}
+
+#[test]
+fn the_layer_check_finds_an_upward_import() {
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.entry("b".into()).or_default().insert("a".into());
+    assert_eq!(upward_edges(&g, &["a", "b"]).len(), 1);
+    assert!(upward_edges(&g, &["b", "a"]).is_empty());
+}
+
 #[test]
 fn the_engine_has_no_module_cycle() {
     assert_acyclic("engine");

@@ -1,5 +1,5 @@
 //! `agent-runner ps`, `threads` and `kill THREAD [--tree]`: clients of the
-//! running runner's admin socket (`crate::admin`) in its state dir.
+//! running runner's admin socket (`crate::ops::admin`) in its state dir.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,7 +38,7 @@ async fn ask(args: &AdminArgs, request: Value) -> anyhow::Result<Value> {
             .unwrap_or_else(|| PathBuf::from("."))
             .join(".agent-runner/state")
     });
-    let path = crate::admin::socket_path(&state_dir);
+    let path = crate::ops::admin::socket_path(&state_dir);
     let mut stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| {
         anyhow::anyhow!(
             "{}: {e} (is the runner running with this state dir? set --state-dir or AGENT_RUNNER_STATE_DIR)",

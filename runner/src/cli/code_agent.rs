@@ -22,7 +22,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::LogFormat;
-use crate::redact::Redactor;
+use crate::util::redact::Redactor;
 
 /// `agent-runner code-agent …`.
 #[derive(Debug, Subcommand)]
@@ -111,7 +111,7 @@ pub async fn run(command: CodeAgentCommand) -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     redact_provider_keys();
-    crate::logging::init(args.log_format, &args.log_level).map_err(anyhow::Error::msg)?;
+    crate::ops::logging::init(args.log_format, &args.log_level).map_err(anyhow::Error::msg)?;
     let addr: std::net::SocketAddr = args
         .listen
         .trim()

@@ -54,7 +54,7 @@ pub struct DemoArgs {
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     if let Some(level) = &args.log_level {
-        crate::logging::init(LogFormat::Text, level).map_err(anyhow::Error::msg)?;
+        crate::ops::logging::init(LogFormat::Text, level).map_err(anyhow::Error::msg)?;
     }
     super::code_agent::redact_provider_keys();
     let provider_in_env = [
@@ -81,14 +81,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             vec!["scripted".into(), chosen.name.clone()]
         },
         max_concurrent_turns: 16,
-        max_queued_requests: crate::mailboxes::DEFAULT_MAX_QUEUED,
+        max_queued_requests: crate::tasks::mailboxes::DEFAULT_MAX_QUEUED,
         drain_timeout: Duration::from_secs(5),
         outbox_capacity: 1000,
         keepalive_interval: Duration::from_secs(20),
         keepalive_timeout: Duration::from_secs(10),
         reconnect_min_delay: Duration::from_millis(250),
         reconnect_max_delay: Duration::from_secs(30),
-        skill_max_bytes: crate::skills::DEFAULT_MAX_BYTES,
+        skill_max_bytes: crate::host::skills::DEFAULT_MAX_BYTES,
         sdk_probe_interval: crate::config::DEFAULT_SDK_PROBE_INTERVAL,
         log_format: LogFormat::Text,
         log_level: "info".into(),
@@ -99,7 +99,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         sandbox: Default::default(),
         proxy: Default::default(),
         exit_when_idle: None,
-        sdk_options: crate::sdks::SdkOptions {
+        sdk_options: crate::config::SdkOptions {
             code_agent: sdk_code_agent::CodeAgentConfig {
                 state_dir: Some(dir.join("state").join("code-agent")),
                 ..Default::default()
@@ -253,7 +253,7 @@ struct DemoSdk {
 
 impl DemoSdk {
     fn choose(args: &DemoArgs, provider_in_env: bool) -> anyhow::Result<Self> {
-        const KNOWN: &[&str] = crate::sdks::BUILT_IN;
+        const KNOWN: &[&str] = crate::tasks::sdks::BUILT_IN;
         let (name, implicit) = match &args.sdk {
             Some(name) if KNOWN.contains(&name.as_str()) => (name.clone(), false),
             Some(name) => anyhow::bail!(

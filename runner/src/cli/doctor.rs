@@ -306,7 +306,7 @@ async fn control_plane(config: &RunConfig) -> Check {
         config.control_plane.origin, config.control_plane.path_prefix
     );
     let name = "control plane";
-    let mut client = match crate::client::client(config) {
+    let mut client = match crate::host::client::client(config) {
         Ok(c) => c,
         Err(e) => return check(name, Outcome::Fail, e.to_string(), None),
     };
@@ -435,7 +435,7 @@ fn git() -> Check {
     }
 }
 
-fn sandbox_check(sandbox: &crate::sandbox::SandboxStatus) -> Check {
+fn sandbox_check(sandbox: &crate::host::sandbox::SandboxStatus) -> Check {
     let probe = agent_launcher::probe_host();
     let mut facts = sandbox.host.clone();
     if !facts.iter().any(|f| f.starts_with("user namespaces")) {

@@ -3,7 +3,7 @@
 //! git's credential-helper protocol, answered by the running runner.
 //!
 //! Git starts it (configured by the runner through `GIT_CONFIG_*`, see
-//! [`crate::credentials::GitEnv`]) with the operation as the last argument
+//! [`crate::host::credentials::GitEnv`]) with the operation as the last argument
 //! and the credential's `key=value` lines on stdin. `get` asks the runner's
 //! socket and prints `username=x-access-token` / `password=<token>`; `erase`
 //! tells the runner git refused a token; `store` and unknown operations do
@@ -20,8 +20,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::credentials::client::{ASK_TIMEOUT, ask};
-use crate::credentials::protocol::{MAX_GIT_INPUT_BYTES, Op, Request, git_output, parse_git_input};
+use crate::host::credentials::client::{ASK_TIMEOUT, ask};
+use crate::host::credentials::protocol::{
+    MAX_GIT_INPUT_BYTES, Op, Request, git_output, parse_git_input,
+};
 
 #[derive(Debug, Clone, Args)]
 pub struct GitCredentialArgs {

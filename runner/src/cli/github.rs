@@ -13,9 +13,9 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Subcommand};
 
 use crate::config::{self, GithubArgs, LogFormat, RunArgs, RunConfig, Secret};
-use crate::github::{self, GithubError, TokenBroker};
-use crate::proxy::ProxyConfig;
-use crate::redact::Redactor;
+use crate::host::github::{self, GithubError, TokenBroker};
+use crate::util::proxy::ProxyConfig;
+use crate::util::redact::Redactor;
 
 /// `agent-runner github …`
 #[derive(Debug, Subcommand)]
@@ -130,7 +130,7 @@ fn connect(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<TokenBro
         (None, proxies)
     } else {
         let config = RunConfig::resolve(args, env_secret)?;
-        (Some(crate::client::client(&config)?), config.proxy)
+        (Some(crate::host::client::client(&config)?), config.proxy)
     };
     init_logging(format, &level)?;
     Ok(github::broker(
@@ -142,7 +142,7 @@ fn connect(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<TokenBro
 }
 
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
-    crate::logging::init(format, level).map_err(anyhow::Error::msg)
+    crate::ops::logging::init(format, level).map_err(anyhow::Error::msg)
 }
 
 fn render_installations(broker: &TokenBroker, installations: &[github::Installation]) -> String {

@@ -1,5 +1,5 @@
 //! `agent-runner logs THREAD [--follow] [--json]`: a thread's transcript
-//! (see `crate::transcript`), readably or as the JSON lines themselves.
+//! (see `crate::delivery::transcript`), readably or as the JSON lines themselves.
 //! It reads the files in the state dir, so it works whether or not the
 //! runner is running.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::transcript;
+use crate::delivery::transcript;
 
 /// Flags of `agent-runner logs`.
 #[derive(Debug, clap::Args)]

@@ -113,7 +113,7 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_keep_alive(crate::runner::BLOCKING_THREAD_KEEP_ALIVE)
-        .on_thread_park(crate::allocator::before_wait)
+        .on_thread_park(crate::util::allocator::before_wait)
         .build()
     {
         Ok(rt) => rt,

@@ -4,12 +4,12 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::{RunArgs, RunConfig, Secret};
 use crate::runner::Runner;
-use crate::{logging, procs};
+use crate::{host::procs, ops::logging};
 
 /// Returns once the runner has been idle (no turn running, no request) for
 /// `limit`; never without one.
 async fn idle_exit(
-    rt: &std::sync::Arc<crate::runtime::Runtime>,
+    rt: &std::sync::Arc<crate::tasks::context::Runtime>,
     limit: Option<std::time::Duration>,
 ) -> std::time::Duration {
     let Some(limit) = limit else {
@@ -42,7 +42,7 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
     // The bearer secret is never logged on purpose; masking it too covers
     // an agent or a library that quotes it by accident.
     if let Some(secret) = &config.secret {
-        crate::redact::Redactor::process().add(secret.expose());
+        crate::util::redact::Redactor::process().add(secret.expose());
     }
     logging::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
     procs::warn_if_pid1();
@@ -64,11 +64,11 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
     );
     // `agent-runner ps/threads/kill`: the admin socket in the state dir
     // (0600), removed when this returns.
-    let _admin = crate::admin::serve(runner.rt.clone(), &config.state_dir)?;
+    let _admin = crate::ops::admin::serve(runner.rt.clone(), &config.state_dir)?;
     let idle_rt = runner.rt.clone();
     // This future runs on the main thread, which waits from here on: what
     // it allocated starting the runner and freed goes back now.
-    crate::allocator::before_wait();
+    crate::util::allocator::before_wait();
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::config::{RunArgs, RunConfig, Secret};
-use crate::sandbox::{AgentSandboxes, launcher_config, protected_paths};
-use crate::sdks;
+use crate::host::sandbox::{AgentSandboxes, launcher_config, protected_paths};
+use crate::tasks::sdks;
 
 /// Prints what each enabled SDK would register, then the sandbox.
 pub async fn list(mut args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
@@ -37,7 +37,7 @@ pub async fn list(mut args: RunArgs, env_secret: Option<Secret>) -> anyhow::Resu
         }
     }
     let mut text = String::new();
-    let _ = crate::status::write_sandbox(&mut text, &sandbox);
+    let _ = crate::ops::status::write_sandbox(&mut text, &sandbox);
     print!("{text}");
     Ok(())
 }
@@ -48,13 +48,13 @@ pub(super) async fn probe(
     run: &RunConfig,
 ) -> anyhow::Result<(
     Vec<sdk_adapter::SdkDescription>,
-    crate::sandbox::SandboxStatus,
+    crate::host::sandbox::SandboxStatus,
 )> {
     // The codex probe runs in a sandbox like any agent process: a throwaway
     // one, under a temporary directory, with run's sandbox settings.
     let scratch =
         std::env::temp_dir().join(format!("agent-runner-sdk-list-{}", std::process::id()));
-    let workspaces = crate::workspace::Workspaces::new(scratch.join("workspaces"))?;
+    let workspaces = crate::host::workspace::Workspaces::new(scratch.join("workspaces"))?;
     let mut config = launcher_config(
         &run.sandbox,
         format!("agent-runner-sdk-list-{}", std::process::id()),

@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use crate::config::{DEFAULT_HEALTH_ADDR, file_health_addr, parse_health_addr};
-use crate::health::client;
-use crate::status::{self, Status};
+use crate::ops::health::client;
+use crate::ops::status::{self, Status};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

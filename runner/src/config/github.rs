@@ -91,7 +91,7 @@ pub struct GithubAppConfig {
     /// The App's id.
     pub app_id: u64,
     /// Checked at start-up; prints as `***`.
-    pub key: crate::secret::AppKey,
+    pub key: crate::config::secret::AppKey,
     /// Without a trailing `/`.
     pub api_url: String,
     /// The permissions of agents' tokens.
@@ -181,7 +181,7 @@ impl GithubArgs {
                     )
                 })?;
                 // The message never quotes the file.
-                let key = crate::secret::AppKey::from_pem(&pem).map_err(|m| {
+                let key = crate::config::secret::AppKey::from_pem(&pem).map_err(|m| {
                     key_err(
                         "github_app_private_key_file",
                         format!("{}: {m}", path.display()),

@@ -11,7 +11,8 @@
 //! One file per concern, each with its tests: `args` (the flags), `file`
 //! (the TOML file), `url` (the control-plane URL), `run` (merging everything
 //! into [`RunConfig`]), `sdks` (adapter settings), `github` (where
-//! installation tokens come from), `sandbox` (the agent sandbox).
+//! installation tokens come from), `sandbox` (the agent sandbox), `secret` (the bearer secret and the
+//! GitHub App key, kept out of logs and `Debug`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,14 +21,13 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
-pub use crate::secret::Secret;
-
 mod args;
 mod file;
 mod github;
 mod run;
 mod sandbox;
 mod sdks;
+pub(crate) mod secret;
 mod url;
 
 pub use args::*;
@@ -36,6 +36,7 @@ pub use github::*;
 pub use run::*;
 pub use sandbox::*;
 pub use sdks::*;
+pub use secret::Secret;
 pub use url::*;
 
 /// A configuration problem, naming the key it concerns.

@@ -45,7 +45,7 @@ pub struct RunConfig {
     /// `None`: health endpoints off.
     pub health: Option<HealthListen>,
     /// Settings of the adapters that drive external CLIs.
-    pub sdk_options: crate::sdks::SdkOptions,
+    pub sdk_options: crate::config::SdkOptions,
     /// Where GitHub installation tokens come from.
     pub github: GithubConfig,
     /// The file the bearer secret was read from (hidden from agents).
@@ -55,7 +55,7 @@ pub struct RunConfig {
     /// The agent sandbox.
     pub sandbox: SandboxConfig,
     /// The outbound HTTP proxy (`--proxy`, else HTTPS_PROXY/HTTP_PROXY/NO_PROXY).
-    pub proxy: crate::proxy::ProxyConfig,
+    pub proxy: crate::util::proxy::ProxyConfig,
     /// `--exit-when-idle`: drain and exit after this long idle (`None`: never).
     pub exit_when_idle: Option<Duration>,
 }
@@ -164,7 +164,7 @@ impl RunConfig {
                 }),
         };
 
-        let proxy = crate::proxy::ProxyConfig::resolve(args.proxy.or(file.proxy).as_deref())
+        let proxy = crate::util::proxy::ProxyConfig::resolve(args.proxy.or(file.proxy).as_deref())
             .map_err(|m| key_err("proxy", m))?;
 
         let from_file = ExternalSdkArgs {
@@ -177,7 +177,7 @@ impl RunConfig {
         };
         let sdk_options = args.external_sdks.or(from_file).resolve()?;
 
-        let sdk_options = crate::sdks::SdkOptions {
+        let sdk_options = crate::config::SdkOptions {
             code_agent: args
                 .code_agent
                 .or(CodeAgentArgs {

@@ -49,8 +49,8 @@ impl ExternalSdkArgs {
     }
 
     /// Checked adapter settings (defaults for what is not given).
-    pub(super) fn resolve(self) -> Result<crate::sdks::SdkOptions, ConfigError> {
-        let mut options = crate::sdks::SdkOptions::default();
+    pub(super) fn resolve(self) -> Result<SdkOptions, ConfigError> {
+        let mut options = SdkOptions::default();
         if let Some(bin) = self.codex_bin {
             options.codex.bin = bin;
         }
@@ -151,7 +151,7 @@ impl CodeAgentArgs {
                 .and_then(|t| sdk_code_agent::AuthToken::new(&t)),
         };
         if let Some(token) = &config.auth_token {
-            crate::redact::Redactor::process().add(token.expose());
+            crate::util::redact::Redactor::process().add(token.expose());
         }
         if let Some(path) = &self.code_agent_ca_cert {
             let pem = std::fs::read(path)
@@ -188,6 +188,19 @@ pub(super) fn default_code_agent_state_dir(
     if config.endpoint.is_none() && config.state_dir.is_none() {
         config.state_dir = Some(runner_state_dir.join("code-agent"));
     }
+}
+
+/// Settings of the adapters that drive external CLIs (from `RunConfig`).
+/// An adapter whose CLI is missing is still built: it advertises itself
+/// UNCONFIGURED with the reason.
+#[derive(Debug, Clone, Default)]
+pub struct SdkOptions {
+    /// The codex adapter's settings.
+    pub codex: sdk_codex::CodexConfig,
+    /// The claude-code adapter's settings.
+    pub claude: sdk_claude_code::ClaudeConfig,
+    /// The `code-agent` adapter: embedded engine (default) or remote.
+    pub code_agent: sdk_code_agent::CodeAgentConfig,
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! start over whenever it drops, for the runner's whole life.
 //!
 //! One session = `RegisterRunner` (with fresh SDK descriptions) → open
-//! `ControlChannel` → read requests (each handed to [`crate::dispatch`],
+//! `ControlChannel` → read requests (each handed to [`crate::tasks::dispatch`],
 //! which never waits) while the outbox feeds the outbound half. On any loss
 //! the runner waits a jittered, doubling delay (`backon`; reset once a
 //! channel stayed up for [`HEALTHY_AFTER`]) and starts a new session.
@@ -33,17 +33,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::client::Service;
 use crate::config::RunConfig;
-use crate::delivery::Mode;
-use crate::runtime::Runtime;
+use crate::delivery::in_flight::Mode;
+use crate::host::client::Service;
+use crate::tasks::context::Runtime;
 
 use self::outbound::outbound;
 
 /// A channel that stayed open this long resets the reconnect backoff.
 pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
-pub use crate::link_state::{LinkProblem, LinkReport, LinkState};
+pub use crate::observe::link_state::{LinkProblem, LinkReport, LinkState};
 
 /// A reason to stop for good.
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +111,7 @@ impl Link {
 
     fn set_state(&self, state: LinkState) {
         self.state.send_replace(state);
-        crate::metrics::link_state(state);
+        crate::observe::metrics::link_state(state);
     }
 
     /// The ControlChannel counts as open from now.
@@ -172,7 +172,7 @@ impl Link {
                     if healthy {
                         backoff = self.backoff();
                     }
-                    crate::metrics::reconnect();
+                    crate::observe::metrics::reconnect();
                     let delay = next_delay(&mut backoff, self.max_delay);
                     self.report.retry_in(delay);
                     tracing::info!(
@@ -191,13 +191,13 @@ impl Link {
     }
 
     async fn session(&self, close: &CancellationToken) -> SessionEnd {
-        let mut client = crate::client::rpc(self.service.clone());
+        let mut client = crate::host::client::rpc(self.service.clone());
         // What is known now; slow probes answer later (`agent_sdk_update`).
-        let descriptions = crate::sdk_probe::for_registration(&self.rt);
+        let descriptions = crate::tasks::sdk_probe::for_registration(&self.rt);
         let request = RegisterRunnerRequest {
             agent_sdks: descriptions
                 .into_iter()
-                .map(crate::updates::agent_sdk)
+                .map(crate::delivery::messages::agent_sdk)
                 .collect(),
             features: vec![ACKED_DELIVERY.to_owned()],
         };
@@ -208,14 +208,14 @@ impl Link {
         let registered = match registered {
             Ok(response) => response.into_inner(),
             Err(status) => {
-                crate::metrics::register_failed(status.code());
+                crate::observe::metrics::register_failed(status.code());
                 return self.lost_or_refused("RegisterRunner", status);
             }
         };
         self.set_state(LinkState::Registered);
         self.ever_registered
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        crate::sdk_probe::probe_pending(&self.rt);
+        crate::tasks::sdk_probe::probe_pending(&self.rt);
         let accepted = registered.features.iter().any(|f| f == ACKED_DELIVERY);
         let mode = self.sending.registered(accepted, registered.acked_sequence);
         tracing::info!(
@@ -319,7 +319,7 @@ pub fn on_server_message(
             return;
         }
     }
-    crate::dispatch::dispatch(rt, msg);
+    crate::tasks::dispatch::dispatch(rt, msg);
 }
 
 /// Jittered delays doubling from `min` (see [`next_delay`] for the cap).
@@ -383,17 +383,17 @@ mod tests {
 
     #[tokio::test]
     async fn every_outbound_message_is_redacted_whoever_made_it() {
-        let redactor = crate::redact::Redactor::new();
-        let outbox = Arc::new(crate::outbox::Outbox::new(16, redactor.clone()));
+        let redactor = crate::util::redact::Redactor::new();
+        let outbox = Arc::new(crate::delivery::outbox::Outbox::new(16, redactor.clone()));
         let token = "ghs_outbound_boundary_test_token";
         redactor.add(token);
         // An agent-level error (not a thread's update) quoting the token.
-        outbox.push_reply(crate::updates::request_error(
+        outbox.push_reply(crate::delivery::messages::request_error(
             Some("r1".into()),
             format!("skill install failed: https://x-access-token:{token}@github.com/o/r"),
         ));
         // A thread title an agent made from what it read.
-        outbox.push_reply(crate::updates::thread_name(
+        outbox.push_reply(crate::delivery::messages::thread_name(
             None,
             "thr-1",
             Some(format!("Rotate {token}")),
@@ -401,7 +401,7 @@ mod tests {
         let sending = Arc::new(Sending::new(
             outbox,
             None,
-            crate::journal::Recovered::default(),
+            crate::delivery::journal::Recovered::default(),
             Duration::from_secs(30),
         ));
         let stream = outbound(sending, CancellationToken::new(), CancellationToken::new());

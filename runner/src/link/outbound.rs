@@ -160,11 +160,11 @@ impl Stream for Outbound {
                 // the next take returns one too and ends the stream.
                 let _ = s.advance(cx);
                 tracing::trace!(
-                    kind = crate::updates::kind(&msg.message),
+                    kind = crate::observe::message_kind::kind(&msg.message),
                     sequence = msg.sequence,
                     "update sent"
                 );
-                crate::metrics::update_sent(&msg.message);
+                crate::observe::metrics::update_sent(&msg.message);
                 return Poll::Ready(Some(msg));
             }
             if s.next.is_none() {
@@ -197,21 +197,21 @@ mod tests {
     use futures::StreamExt as _;
 
     use super::*;
-    use crate::outbox::Outbox;
+    use crate::delivery::outbox::Outbox;
 
     fn sending() -> (Arc<Outbox>, Arc<Sending>) {
-        let outbox = Arc::new(Outbox::new(64, crate::redact::Redactor::new()));
+        let outbox = Arc::new(Outbox::new(64, crate::util::redact::Redactor::new()));
         let sending = Arc::new(Sending::new(
             outbox.clone(),
             None,
-            crate::journal::Recovered::default(),
+            crate::delivery::journal::Recovered::default(),
             Duration::from_secs(30),
         ));
         (outbox, sending)
     }
 
     fn reply(n: usize) -> agent_runner_proto::runner::ClientMessage {
-        crate::updates::request_error(Some(format!("r{n}")), "x".to_owned())
+        crate::delivery::messages::request_error(Some(format!("r{n}")), "x".to_owned())
     }
 
     /// Updates queued before and while the stream waits go out in order;

@@ -4,7 +4,7 @@
 //!
 //! The outbox holds updates never sent; this holds the ones sent (or
 //! recovered from the journal) whose delivery is not settled, in a
-//! [`crate::delivery::InFlight`], plus a re-send queue. Every session:
+//! [`crate::delivery::in_flight::InFlight`], plus a re-send queue. Every session:
 //!
 //! 1. registration decides the mode ([`Sending::registered`]): with
 //!    `acked-delivery/1` accepted, the registration's `acked_sequence`
@@ -51,10 +51,9 @@ use agent_runner_proto::runner::{ClientMessage, TurnStatus, client_message::Payl
 use agent_runner_proto::{Validate, violations};
 use prost::Message as _;
 
-use crate::delivery::{InFlight, Mode, Sent, Settled};
-use crate::journal::{Journal, Recovered, Sequencer};
-use crate::outbox::Outbox;
-use crate::updates;
+use crate::delivery::in_flight::{InFlight, Mode, Sent, Settled};
+use crate::delivery::journal::{Journal, Recovered, Sequencer};
+use crate::delivery::outbox::Outbox;
 
 pub use agent_runner_proto::ACKED_DELIVERY;
 
@@ -387,9 +386,9 @@ impl Sending {
                     // was taken if a secret came in meanwhile).
                     let message = taken.message;
                     if let Err(err) = message.validate() {
-                        crate::metrics::invalid_update(&message);
+                        crate::observe::metrics::invalid_update(&message);
                         tracing::error!(
-                            kind = updates::kind(&message),
+                            kind = crate::observe::message_kind::kind(&message),
                             violations = %violations(&err),
                             "bug: invalid update not sent"
                         );
@@ -419,7 +418,7 @@ impl Sending {
                     inner.resend.push_front(sent);
                 }
                 if resent > 0 {
-                    crate::metrics::delivery_resent(mode_name(mode), resent);
+                    crate::observe::metrics::delivery_resent(mode_name(mode), resent);
                 }
                 self.check_full(&mut inner);
                 self.publish(&inner);
@@ -517,7 +516,7 @@ impl Sending {
             while inner.inflight.len() > self.outbox.capacity() {
                 let settled = inner.inflight.settle_oldest();
                 forget.extend(settled.journal);
-                crate::metrics::delivery_legacy_released_early(settled.updates);
+                crate::observe::metrics::delivery_legacy_released_early(settled.updates);
                 inner.released_early += settled.updates as u64;
                 if inner.released_early.is_power_of_two() {
                     tracing::warn!(
@@ -570,7 +569,7 @@ impl Sending {
         let unacked = inner.inflight.len() + inner.resend.len();
         if unacked >= self.outbox.capacity() {
             inner.full_warned = true;
-            crate::metrics::delivery_unacked_full();
+            crate::observe::metrics::delivery_unacked_full();
             tracing::warn!(
                 unacknowledged = unacked,
                 capacity = self.outbox.capacity(),
@@ -581,7 +580,7 @@ impl Sending {
     }
 
     fn bad_ack(&self, inner: &mut Inner, what: &str) {
-        crate::metrics::delivery_ack_ignored();
+        crate::observe::metrics::delivery_ack_ignored();
         inner.bad_acks += 1;
         if inner.bad_acks.is_power_of_two() {
             tracing::warn!(
@@ -621,7 +620,7 @@ impl Sending {
 #[derive(Default)]
 pub struct Batch {
     out: Vec<Outgoing>,
-    commit: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
+    commit: Option<tokio::task::JoinHandle<Result<(), crate::delivery::journal::JournalError>>>,
 }
 
 impl Batch {
@@ -654,8 +653,8 @@ impl Batch {
 /// end and queued only after (`thread.rs` `end_turn`), so updates of other
 /// threads appended meanwhile can be sent, and numbered, before it.
 fn resend_order(
-    mut entries: Vec<crate::journal::JournalEntry>,
-) -> Vec<crate::journal::JournalEntry> {
+    mut entries: Vec<crate::delivery::journal::JournalEntry>,
+) -> Vec<crate::delivery::journal::JournalEntry> {
     entries.sort_by_key(|e| (e.sequence.is_none(), e.sequence, e.id));
     entries
 }
@@ -681,20 +680,21 @@ fn mode_name(mode: Mode) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use crate::delivery::messages;
     use std::sync::Arc;
     use std::time::Duration;
 
     use agent_runner_proto::runner::TurnStatus;
 
     use super::*;
-    use crate::journal::JournalEntry;
-    use crate::redact::Redactor;
+    use crate::delivery::journal::JournalEntry;
+    use crate::util::redact::Redactor;
 
     fn entry(id: u64, sequence: Option<u64>, turn: &str) -> JournalEntry {
         JournalEntry {
             id,
             sequence,
-            message: updates::turn(None, "t", turn, TurnStatus::Completed)
+            message: messages::turn(None, "t", turn, TurnStatus::Completed)
                 .encode_to_vec()
                 .into(),
         }
@@ -762,7 +762,8 @@ mod tests {
             Recovered::default(),
             Duration::from_secs(10),
         ));
-        let update = |turn: &str| updates::turn(Some("r".into()), "t", turn, TurnStatus::Completed);
+        let update =
+            |turn: &str| messages::turn(Some("r".into()), "t", turn, TurnStatus::Completed);
         sending.registered(true, 0);
         let old = sending.epoch();
         outbox.push(update("a")).await;

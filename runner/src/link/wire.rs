@@ -28,7 +28,7 @@ use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder, Streaming};
 use tonic::{GrpcMethod, IntoStreamingRequest, Response, Status};
 use tonic_prost::ProstDecoder;
 
-use crate::client::{MAX_DECODING_MESSAGE_SIZE, Service};
+use crate::host::client::{MAX_DECODING_MESSAGE_SIZE, Service};
 
 /// The service and the method's path, as the generated client names them
 /// (a test checks them against the generated service).

@@ -1,0 +1,287 @@
+//! Skill packages for one thread (`CreateThreadRequest.git_skill_packages`):
+//! each package is a git repository at a commit and the directories of it
+//! that hold skills. They are fetched once per (repository, commit) into a
+//! cache shared by every thread (`<workspace root>/.skill-cache/`), checked
+//! like any skill package ([`super::package::find_skills`]), and linked into
+//! that thread's skills only.
+//!
+//! A thread without packages sees the agent's skills directory itself
+//! (`.agents/skills` and `.claude/skills` are links to it). A thread with
+//! packages gets a directory of its own at `.agents/skills` (and
+//! `.claude/skills` links to it) holding one link per skill: its packages'
+//! skills, and every skill of the agent whose name no package skill takes.
+//! Agent skills installed later are linked in by [`link_agent_skills`].
+//!
+//! `commit_reference` is used as is when it is a full commit id; any other
+//! reference (a branch, a tag) is resolved to one with `git ls-remote`
+//! first, so the cache is always keyed by a commit.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use super::coordinate::{self, Source};
+use super::fetch::{fetch_git, git};
+use super::package::find_skills;
+
+/// The cache's directory name under the workspace root (agent ids may not
+/// start with `.`, so no agent's home can take it).
+pub const CACHE_DIR: &str = ".skill-cache";
+
+/// One package of a thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadPackage {
+    /// The repository (any form `InstallSkillsMpRequest` accepts).
+    pub repository_url: String,
+    /// The commit (or a branch or tag, resolved to a commit).
+    pub commit_reference: String,
+    /// Directories of the repository holding a skill (`SKILL.md`) or
+    /// skills (`skills/*/SKILL.md`); none listed means the repository's
+    /// root.
+    pub directories: Vec<String>,
+}
+
+impl ThreadPackage {
+    /// How errors name the package.
+    pub fn label(&self, index: usize) -> String {
+        format!(
+            "create_thread_request.git_skill_packages[{index}] ({} at {})",
+            self.repository_url, self.commit_reference
+        )
+    }
+}
+
+/// The git URL and the path prefix inside it that `repository_url` names.
+pub fn repository(repository_url: &str) -> Result<(String, String), String> {
+    match coordinate::parse(repository_url)? {
+        Source::Git { url, subpath, .. } => Ok((url, subpath)),
+        Source::Dir { path } => Ok((format!("file://{path}"), String::new())),
+    }
+}
+
+/// A skill of a thread's packages: its name and where it is in the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadSkill {
+    /// Its name (from its `SKILL.md`).
+    pub name: String,
+    /// Its directory in the cache.
+    pub dir: PathBuf,
+}
+
+/// Fetches (or finds in the cache under `workspace_root`) and checks every
+/// package, then links their skills into `workspace`. `git_envs[i]` is the
+/// git environment of package `i` (an installation token, or nothing).
+/// Blocking (git and file system work). The error names the package.
+pub fn install(
+    workspace_root: &Path,
+    agent_skills: &Path,
+    workspace: &Path,
+    packages: &[ThreadPackage],
+    git_envs: &[Vec<(String, String)>],
+    max_bytes: u64,
+) -> Result<Vec<ThreadSkill>, String> {
+    let cache = workspace_root.join(CACHE_DIR);
+    let mut skills: Vec<ThreadSkill> = Vec::new();
+    for (index, package) in packages.iter().enumerate() {
+        let env = git_envs.get(index).map(Vec::as_slice).unwrap_or_default();
+        let found = package_skills(&cache, package, env, max_bytes)
+            .map_err(|e| format!("{}: {e}", package.label(index)))?;
+        for skill in found {
+            if skills.iter().any(|s| s.name == skill.name) {
+                return Err(format!(
+                    "{}: a skill named {:?} comes from two of the thread's packages",
+                    package.label(index),
+                    skill.name
+                ));
+            }
+            skills.push(skill);
+        }
+    }
+    link(workspace, agent_skills, &skills)
+        .map_err(|e| format!("create_thread_request.git_skill_packages: linking skills: {e}"))?;
+    Ok(skills)
+}
+
+/// The skills of one package, fetched into the cache if not there yet.
+fn package_skills(
+    cache: &Path,
+    package: &ThreadPackage,
+    env: &[(String, String)],
+    max_bytes: u64,
+) -> Result<Vec<ThreadSkill>, String> {
+    let (url, prefix) = repository(&package.repository_url)?;
+    let commit = resolve(&url, &package.commit_reference, env)?;
+    let checkout = cached(cache, &url, &commit, env)?;
+    let mut skills = Vec::new();
+    // No directory listed: the repository is one package (its root).
+    let root_only = [".".to_owned()];
+    let directories = if package.directories.is_empty() {
+        &root_only[..]
+    } else {
+        &package.directories[..]
+    };
+    for directory in directories {
+        let relative = safe_relative(directory)?;
+        let root = checkout.join(&prefix).join(relative);
+        if !root.is_dir() {
+            return Err(format!("no directory {directory:?} at commit {commit}"));
+        }
+        let found = find_skills(&root, max_bytes).map_err(|e| format!("{directory}: {e}"))?;
+        skills.extend(found.into_iter().map(|s| ThreadSkill {
+            name: s.name,
+            dir: s.dir,
+        }));
+    }
+    Ok(skills)
+}
+
+/// `directory` as a path inside the repository (no `..`, not absolute).
+fn safe_relative(directory: &str) -> Result<PathBuf, String> {
+    let path = Path::new(directory.trim_matches('/'));
+    let inside = path
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if directory.starts_with('/') || !inside {
+        return Err(format!(
+            "skills.directory_path {directory:?} must be a path inside the repository"
+        ));
+    }
+    Ok(path.to_owned())
+}
+
+fn is_commit_id(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The commit `reference` names in the repository at `url`.
+fn resolve(url: &str, reference: &str, env: &[(String, String)]) -> Result<String, String> {
+    if reference.starts_with('-') {
+        return Err(format!(
+            "commit_reference {reference:?} may not start with '-'"
+        ));
+    }
+    if is_commit_id(reference) {
+        return Ok(reference.to_ascii_lowercase());
+    }
+    let listed = git(&["ls-remote", "--", url, reference], None, env)
+        .map_err(|m| format!("resolving {reference:?}: {m}"))?;
+    listed
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .find(|sha| is_commit_id(sha))
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no branch or tag {reference:?} in the repository"))
+}
+
+/// The checkout of `url` at `commit` in the cache, fetched first if missing.
+/// A checkout only appears complete (renamed into place once fetched), so
+/// threads created at the same time never see half of one.
+fn cached(
+    cache: &Path,
+    url: &str,
+    commit: &str,
+    env: &[(String, String)],
+) -> Result<PathBuf, String> {
+    let digest = ring::digest::digest(&ring::digest::SHA256, url.as_bytes());
+    let repo: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dir = cache.join(format!("{repo}-{commit}"));
+    if dir.is_dir() {
+        tracing::debug!(%url, %commit, "thread skill package found in the cache");
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(cache).map_err(|e| format!("creating the cache: {e}"))?;
+    let staging = cache.join(format!(".fetch-{}", uuid::Uuid::new_v4().simple()));
+    let fetched = fetch_git(url, Some(commit), "", &staging, env).map_err(|e| e.to_string());
+    let result = fetched.and_then(|_| match std::fs::rename(&staging, &dir) {
+        Ok(()) => {
+            tracing::info!(%url, %commit, "thread skill package fetched into the cache");
+            Ok(())
+        }
+        // Another thread put it there meanwhile: theirs is as good.
+        Err(_) if dir.is_dir() => Ok(()),
+        Err(e) => Err(format!("caching the checkout: {e}")),
+    });
+    if staging.exists() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    result.map(|()| dir)
+}
+
+/// Gives `workspace` a skills directory of its own (see the module doc).
+fn link(workspace: &Path, agent_skills: &Path, skills: &[ThreadSkill]) -> io::Result<()> {
+    let own = workspace.join(".agents").join("skills");
+    if std::fs::symlink_metadata(&own).is_ok_and(|m| m.file_type().is_symlink()) {
+        std::fs::remove_file(&own)?;
+    }
+    std::fs::create_dir_all(&own)?;
+    for skill in skills {
+        replace_link(&skill.dir, &own.join(&skill.name))?;
+    }
+    link_agent_skills(agent_skills, workspace)?;
+    let claude = workspace.join(".claude");
+    std::fs::create_dir_all(&claude)?;
+    replace_link(Path::new("../.agents/skills"), &claude.join("skills"))
+}
+
+/// Links every skill of the agent (in `agent_skills`) that `workspace`'s own
+/// skills directory lacks; a workspace whose skills directory is the
+/// agent's (a link) needs nothing. Called after each agent skill install.
+pub fn link_agent_skills(agent_skills: &Path, workspace: &Path) -> io::Result<()> {
+    let own = workspace.join(".agents").join("skills");
+    match std::fs::symlink_metadata(&own) {
+        Ok(m) if m.is_dir() => {}
+        _ => return Ok(()),
+    }
+    let Ok(entries) = std::fs::read_dir(agent_skills) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        match std::os::unix::fs::symlink(entry.path(), own.join(&name)) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+fn replace_link(target: &Path, link: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(link) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(link)?,
+        Ok(_) => {
+            return Err(io::Error::other(format!(
+                "{} exists and is not a link",
+                link.display()
+            )));
+        }
+        Err(_) => {}
+    }
+    std::os::unix::fs::symlink(target, link)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_must_stay_inside_the_repository() {
+        assert!(safe_relative("skills/lint").is_ok());
+        assert!(safe_relative("./skills").is_ok());
+        for bad in ["../x", "/etc", "skills/../../x"] {
+            let err = safe_relative(bad).unwrap_err();
+            assert!(err.contains("directory_path"), "{err}");
+        }
+    }
+
+    #[test]
+    fn commit_ids_are_used_as_is() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(resolve("file:///nowhere", sha, &[]).unwrap(), sha);
+        assert!(resolve("file:///nowhere", "-x", &[]).is_err());
+    }
+}

@@ -1,0 +1,198 @@
+//! The admin socket (issue 15): a Unix socket in the state dir
+//! (`admin.sock`, mode 0600: only the runner's user) served by the running
+//! runner for `agent-runner ps`, `threads` and `kill`. Not the health port:
+//! these answers name processes and can interrupt turns, so they are for
+//! the host's operator only.
+//!
+//! Protocol: the client writes one JSON line (`{"cmd":"ps"}`,
+//! `{"cmd":"threads"}`, `{"cmd":"kill","thread":ID,"tree":bool}`), the
+//! runner answers one JSON line and closes. At most [`MAX_CLIENTS`]
+//! connections are served at once; more wait in the kernel's backlog.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agent_runner_proto::runner::{InterruptTurnRequest, ServerMessage, server_message::Request};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::UnixListener;
+
+use crate::tasks::context::Runtime;
+
+/// Connections served at once.
+pub const MAX_CLIENTS: usize = 8;
+/// Longest request line accepted.
+const MAX_REQUEST: usize = 4096;
+
+/// The socket's path for a state dir.
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("admin.sock")
+}
+
+/// Removes the socket file when the runner stops serving it.
+#[derive(Debug)]
+pub struct AdminSocket {
+    path: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for AdminSocket {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Bind `<state_dir>/admin.sock` (0600) and serve it until dropped.
+pub fn serve(rt: Arc<Runtime>, state_dir: &Path) -> std::io::Result<AdminSocket> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = socket_path(state_dir);
+    // A stale socket of a previous run (the state dir is this runner's).
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CLIENTS));
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let rt = rt.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let (read, mut write) = stream.into_split();
+                let mut line = String::new();
+                let mut reader = BufReader::new(read).take(MAX_REQUEST as u64);
+                let answer = match reader.read_line(&mut line).await {
+                    Ok(_) => match serde_json::from_str::<Value>(&line) {
+                        Ok(req) => handle(&rt, &req).await,
+                        Err(e) => json!({"error": format!("request: not JSON: {e}")}),
+                    },
+                    Err(e) => json!({"error": format!("request: {e}")}),
+                };
+                let mut text = answer.to_string();
+                text.push('\n');
+                let _ = write.write_all(text.as_bytes()).await;
+            });
+        }
+    });
+    tracing::info!(path = %path.display(), "admin socket listening");
+    Ok(AdminSocket { path, task })
+}
+
+async fn handle(rt: &Arc<Runtime>, req: &Value) -> Value {
+    match req["cmd"].as_str() {
+        Some("ps") => ps(rt),
+        Some("threads") => threads(rt),
+        Some("kill") => {
+            let Some(thread) = req["thread"].as_str() else {
+                return json!({"error": "kill: \"thread\" is required"});
+            };
+            kill(rt, thread, req["tree"].as_bool().unwrap_or(false)).await
+        }
+        other => json!({"error": format!("cmd: unknown {other:?} (known: ps, threads, kill)")}),
+    }
+}
+
+/// Agents and threads with their state.
+fn threads(rt: &Runtime) -> Value {
+    let running: HashMap<String, crate::tasks::context::RunningTurn> = rt
+        .running_turn_list()
+        .into_iter()
+        .map(|t| (t.thread_id.clone(), t))
+        .collect();
+    let agents = rt.store.agents().unwrap_or_default();
+    let threads = rt.store.threads().unwrap_or_default();
+    let list: Vec<Value> = agents
+        .iter()
+        .map(|a| {
+            let of_agent: Vec<Value> = threads
+                .iter()
+                .filter(|t| t.agent_id == a.agent_id)
+                .map(|t| {
+                    let turn = running.get(&t.thread_id);
+                    json!({
+                        "thread_id": t.thread_id,
+                        "model": t.model,
+                        "state": if turn.is_some() { "running" } else { "idle" },
+                        "turn_id": turn.map(|t| t.turn_id.clone()),
+                        "running_for_s": turn.map(|t| t.started.elapsed().as_secs()),
+                    })
+                })
+                .collect();
+            json!({"agent_id": a.agent_id, "sdk": a.sdk, "threads": of_agent})
+        })
+        .collect();
+    json!({"agents": list})
+}
+
+/// Every thread with its running turn and live processes, as trees.
+fn ps(rt: &Runtime) -> Value {
+    let running: HashMap<String, crate::tasks::context::RunningTurn> = rt
+        .running_turn_list()
+        .into_iter()
+        .map(|t| (t.thread_id.clone(), t))
+        .collect();
+    let sdk_of: HashMap<String, String> = rt
+        .store
+        .agents()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.agent_id, a.sdk))
+        .collect();
+    let boot = crate::host::procs::boot_clock();
+    let threads = rt.store.threads().unwrap_or_default();
+    let list: Vec<Value> = threads
+        .iter()
+        .map(|t| {
+            let pids = rt
+                .sandboxes
+                .thread_tag(&t.thread_id)
+                .map(|tag| agent_launcher::tagged_pids(&tag))
+                .unwrap_or_default();
+            let procs: Vec<Value> = pids
+                .iter()
+                .filter_map(|pid| crate::host::procs::describe(*pid as u32, boot))
+                .collect();
+            let turn = running.get(&t.thread_id);
+            json!({
+                "agent_id": t.agent_id,
+                "thread_id": t.thread_id,
+                "sdk": sdk_of.get(&t.agent_id),
+                "turn": turn.map(|r| json!({"turn_id": r.turn_id, "sdk": r.sdk, "running_for_s": r.started.elapsed().as_secs()})),
+                "processes": procs,
+            })
+        })
+        .collect();
+    json!({"threads": list})
+}
+
+/// Interrupt the thread's running turn as the control plane's interrupt
+/// would (its updates go to the control plane); `tree` also kills every
+/// process of the thread.
+async fn kill(rt: &Arc<Runtime>, thread: &str, tree: bool) -> Value {
+    let Some(row) = rt.store.thread(thread).ok().flatten() else {
+        return json!({"error": format!("thread: no thread {thread:?}")});
+    };
+    let running = rt.running_turn_list().iter().any(|t| t.thread_id == thread);
+    if running {
+        crate::tasks::dispatch::dispatch(
+            rt,
+            ServerMessage {
+                request: Some(Request::InterruptTurnRequest(InterruptTurnRequest {
+                    agent_id: row.agent_id.clone(),
+                    thread_id: thread.to_owned(),
+                })),
+                ..Default::default()
+            },
+        );
+    }
+    if tree {
+        rt.sandboxes.kill_thread(thread).await;
+    }
+    json!({"thread_id": thread, "interrupted": running, "killed_tree": tree})
+}

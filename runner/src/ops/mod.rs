@@ -1,0 +1,11 @@
+//! Operations: how a person watches and steers a running runner.
+//!
+//! The health server (`/livez`, `/readyz`, `/metrics`, `/status`), the
+//! `/status` document, the local admin socket behind `agent-runner ps`,
+//! `threads`, `kill` and `logs`, and the process's logging set-up. Nothing
+//! below this layer depends on it.
+
+pub(crate) mod admin;
+pub(crate) mod health;
+pub(crate) mod logging;
+pub(crate) mod status;

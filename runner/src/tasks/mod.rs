@@ -1,0 +1,18 @@
+//! The tasks that own agents and threads, and the routing that feeds them.
+//!
+//! [`dispatch`] validates an inbound request and routes it into a mailbox
+//! ([`mailboxes`], carrying [`mail`] messages); each agent ([`agent`]) and
+//! thread ([`thread`]) is a task that drives its SDK adapter ([`sdks`]) and
+//! turns the adapter's events into updates for delivery. [`context`] is
+//! what every task is handed: the shared handles of one runner.
+
+pub(crate) mod agent;
+pub(crate) mod codex_login;
+pub mod context;
+pub mod dispatch;
+pub(crate) mod mail;
+pub(crate) mod mailboxes;
+pub(crate) mod mcp_spec;
+pub(crate) mod sdk_probe;
+pub mod sdks;
+pub(crate) mod thread;
