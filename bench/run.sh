@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the runner and the benchmark in release mode and runs the benchmark
-# (issue 7). Prints the table; writes target/bench/results.json and
+# Prints the table; writes target/bench/results.json and
 # target/bench/latency.png and target/bench/profile.svg (a flame graph of the
 # runner during three more update throughput runs, not counted in the
 # figures, when perf can record).
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -p agent-runner -p runner-bench
 target_dir="${CARGO_TARGET_DIR:-target}"
-# The profile SVG (issue 14): inferno renders perf's samples as a flame
+# The profile SVG: inferno renders perf's samples as a flame
 # graph. Installed once into the target dir, not onto the system.
 if [ ! -x "$target_dir/bench-tools/bin/inferno-flamegraph" ]; then
   cargo install --locked --quiet --root "$target_dir/bench-tools" inferno --version "^0.12" \

@@ -1,4 +1,4 @@
-//! The fuzz harness for `ServerMessage`s (issue 7), shared by the libFuzzer
+//! The fuzz harness for `ServerMessage`s, shared by the libFuzzer
 //! target (`fuzz_targets/server_message.rs`, nightly) and the stable driver
 //! (`src/bin/stable_driver.rs`).
 //!
@@ -16,7 +16,7 @@
 //!   [`REPLY_WITHIN`] (no hang);
 //! - bytes that do not decode are what tonic rejects before dispatch (the
 //!   link then drops the stream and reconnects); nothing to answer;
-//! - acknowledged delivery (issue 18): every message goes through the
+//! - acknowledged delivery: every message goes through the
 //!   link's own handling ([`agent_runner::link::on_server_message`]) on a
 //!   session that accepted `acked-delivery/1`, with every update the harness
 //!   takes recorded as sent ([`agent_runner::link::Sending`]). An

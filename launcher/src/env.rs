@@ -34,7 +34,7 @@ impl Default for EnvPolicy {
                 "TERM",
                 "TZ",
                 // The outbound proxy, so agents' git and CLIs go where the
-                // runner goes (issue 15).
+                // runner goes.
                 "HTTPS_PROXY",
                 "https_proxy",
                 "HTTP_PROXY",

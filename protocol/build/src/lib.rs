@@ -76,7 +76,7 @@ pub fn compile(job: &Job<'_>) -> Result<(), Box<dyn std::error::Error>> {
 /// The generator writes `min_len: 1` as `s.chars().count() < 1usize`,
 /// which walks every byte of the string; the runner validates each update
 /// it sends, and counting the characters of its ids was 2 % of the
-/// runner's CPU while updates stream (issue 14). A string has fewer than
+/// runner's CPU while updates stream. A string has fewer than
 /// one character exactly when it is empty, so that check becomes
 /// `s.is_empty()`: the same rule, the same violation, no walk. Other
 /// lengths are left as generated.

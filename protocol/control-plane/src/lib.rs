@@ -29,7 +29,7 @@ mod envelope;
 pub use generated::companyhelm::runner::v1 as runner;
 pub use prost_protovalidate::{Validate, ValidationError};
 
-/// The feature string of acknowledged delivery (contract §1 "Acknowledged
+/// The feature string of acknowledged delivery (docs/protocol.md "Acknowledged
 /// delivery"), offered in `RegisterRunnerRequest.features` and accepted in
 /// the response's. Defined here, once, for the runner and the mock.
 pub const ACKED_DELIVERY: &str = "acked-delivery/1";

@@ -1,4 +1,4 @@
-//! The Helm chart (`deploy/helm/agent-runner`, issue 15) checked with the
+//! The Helm chart (`deploy/helm/agent-runner`) checked with the
 //! real `helm` 3.17: lint, template over every `ci/*-values.yaml`, every
 //! rendered object validated against Kubernetes 1.31's schemas
 //! (kubernetes-validate, strict), the schema refusing bad values, and the

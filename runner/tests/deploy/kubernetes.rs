@@ -309,7 +309,7 @@ fn systemd_unit_sets_real_settings_and_verifies() {
         .expect("drain timeout");
     assert!(Duration::from_secs(stop) > drain + AFTER_DRAIN);
     assert!(unit.contains("KillSignal=SIGTERM"));
-    // Resource and /proc hardening (issue 15); per-thread cgroups need the
+    // Resource and /proc hardening; per-thread cgroups need the
     // delegated subtree writable, so no ProtectControlGroups.
     for setting in [
         "MemoryMax=",

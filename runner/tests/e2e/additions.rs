@@ -1,4 +1,4 @@
-//! The protocol's later additions (contract §1 "Later additions", issue 12)
+//! The protocol's later additions (docs/protocol.md)
 //! through the real binary: a thread id the control plane chooses, and
 //! additional model instructions reaching every turn of every SDK (scripted,
 //! the fake codex and claude CLIs, code-agent with a mock model), across a

@@ -1,5 +1,5 @@
 //! An agent clones and pushes a GitHub repository with nothing but the
-//! runner's GitHub App configuration (issue 5's "done when"): the real
+//! runner's GitHub App configuration: the real
 //! runner in App mode signs its JWT, mints installation tokens from the mock
 //! GitHub API, and hands them to the agent's git through
 //! `agent-runner git-credential`; the loopback git server accepts exactly

@@ -1,4 +1,4 @@
-//! `--exit-when-idle` (issue 15): a running turn keeps the runner up, and
+//! `--exit-when-idle`: a running turn keeps the runner up, and
 //! once nothing runs and nothing arrives for the limit it drains and exits 0.
 
 use agent_runner_proto::runner::TurnStatus;

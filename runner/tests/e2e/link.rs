@@ -174,7 +174,7 @@ async fn stream_dropped_mid_turn_delivers_in_order_once_losing_only_in_flight_fr
     let msgs = replies(&cp, "m");
     let completed = said(&msgs);
     let expected: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
-    // Without acknowledgements (issue 18: acked delivery) a frame already
+    // Without acknowledgements (acked delivery) a frame already
     // handed to HTTP/2 when the stream drops dies with it — what the README
     // promises today; seen in loaded CI runs as one missing item. Everything
     // the outbox still held arrives after the reconnect: once, in order.

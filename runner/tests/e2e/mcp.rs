@@ -1,4 +1,4 @@
-//! A thread's MCP servers (`CreateThreadRequest.mcp_servers`, issue 12
+//! A thread's MCP servers (`CreateThreadRequest.mcp_servers`
 //! item 8) through the real binary and the mock control plane, against the
 //! real Python MCP server (the official SDK from PyPI, pip-installed into
 //! target/ by `mcp_client::testing`; skipped, saying so, only when it
@@ -27,7 +27,7 @@ fn site_or_skip() -> Option<PathBuf> {
     match install_python_mcp() {
         Ok(site) => Some(site),
         Err(why) => {
-            eprintln!("SKIP: the Python MCP SDK cannot be installed: {why}");
+            test_kit::skip_this_test(&format!("the Python MCP SDK cannot be installed: {why}"));
             None
         }
     }

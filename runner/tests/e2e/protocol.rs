@@ -1,4 +1,4 @@
-//! Every rule of contract §1, request by request.
+//! Every rule of the protocol (docs/protocol.md), request by request.
 
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;

@@ -1,4 +1,4 @@
-//! The agent sandbox end to end (issue 17; issue 16 item 1): the real
+//! The agent sandbox end to end (the trust boundary): the real
 //! runner, run as this machine's user (root here and in CI), against the
 //! mock control plane. A thread's agent — scripted `run` steps, and the
 //! embedded engine's `bash` driven by the mock model — tries to read the
@@ -444,7 +444,7 @@ async fn setsid_escapes_neither_interrupt_nor_delete() {
     wait_gone(pid, "thread delete").await;
 }
 
-/// Issue 16 item 1: on the second signal every thread's processes are
+/// On the second signal every thread's processes are
 /// killed before the runner exits 130; a runner SIGKILLed mid-turn leaves
 /// processes behind, and the next start on the same state sweeps them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

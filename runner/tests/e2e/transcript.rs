@@ -1,4 +1,4 @@
-//! Transcripts and `agent-runner logs` (issue 15) through the real binary:
+//! Transcripts and `agent-runner logs` through the real binary:
 //! a thread's updates land in its transcript (secrets masked), `logs`
 //! prints them readably and as JSON, `--follow` shows new ones as they
 //! come, and deleting the thread removes the transcript.

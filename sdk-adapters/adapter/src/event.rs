@@ -35,7 +35,7 @@ pub enum TurnOutcome {
     Failed(String),
 }
 
-/// Kinds of items a turn produces (contract §1 `ItemType`).
+/// Kinds of items a turn produces (the protocol's `ItemType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ItemKind {
     /// The user's message (always a turn's first item).

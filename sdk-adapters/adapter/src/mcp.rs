@@ -1,4 +1,4 @@
-//! A thread's MCP servers as adapters receive them (contract §1,
+//! A thread's MCP servers as adapters receive them (docs/protocol.md,
 //! `CreateThreadRequest.mcp_servers`), without protobuf.
 //!
 //! The runner turns the wire messages into these values; each adapter

@@ -1,6 +1,6 @@
 //! The thread's sandbox as adapters receive it: every process an adapter
 //! starts for a thread goes through the thread's
-//! [`agent_launcher::ThreadSandbox`] (issue 17), or is not started at all.
+//! [`agent_launcher::ThreadSandbox`], or is not started at all.
 //!
 //! The runner builds one sandbox per thread and puts it on the
 //! [`crate::ThreadSpec`]. When it cannot (mode `enforce` on a host without

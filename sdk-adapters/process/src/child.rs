@@ -1,8 +1,8 @@
 //! One agent CLI as a child process speaking JSON lines.
 //!
 //! Why each choice:
-//! - The child is started through the thread's sandbox (the one launcher,
-//!   issue 17): confined to the thread's workspace, HOME and TMPDIR, with a
+//! - The child is started through the thread's sandbox (the one
+//!   launcher): confined to the thread's workspace, HOME and TMPDIR, with a
 //!   clean environment (the launcher's allowlist plus what the spec sets),
 //!   tagged so the runner kills whatever it leaves behind with the thread.
 //! - The child gets a session and process group of its own (the launcher's

@@ -1,5 +1,5 @@
 //! Running one `run` step: `sh -c COMMAND` started through the thread's
-//! sandbox (the one launcher, issue 17) in its own session and process
+//! sandbox (the one launcher) in its own session and process
 //! group, with stdout and stderr combined into one pipe and the result
 //! capped.
 //!

@@ -1,4 +1,4 @@
-//! The deterministic `scripted` SDK (contract §4): tests, demos and outside
+//! The deterministic `scripted` SDK (docs/protocol.md, "The scripted language"): tests, demos and outside
 //! harnesses drive the whole runner with it, no LLM involved.
 //!
 //! A user message is a script, one step per non-blank line:

@@ -1,4 +1,4 @@
-//! The scripted language's parser (contract §4): a message's text becomes the
+//! The scripted language's parser (docs/protocol.md, "The scripted language"): a message's text becomes the
 //! list of steps a turn runs, one per non-blank line.
 //!
 //! Parsing is kept apart from running so the rules can be read (and tested)
