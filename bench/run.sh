@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the runner and the benchmark in release mode and runs the benchmark
+# Builds the runner and the benchmark in release mode and runs the benchmark.
 # Prints the table; writes target/bench/results.json and
 # target/bench/latency.png and target/bench/profile.svg (a flame graph of the
 # runner during three more update throughput runs, not counted in the
