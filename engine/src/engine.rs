@@ -78,7 +78,7 @@ impl Default for EngineConfig {
             chunk_buffer: 64,
             max_sessions: 1024,
             client_options: ClientOptions::default(),
-            launcher: EngineLauncher::Default,
+            launcher: EngineLauncher::default(),
             cron_utc_offset_seconds: 0,
             lsp_servers: LspTable::defaults(),
         }
@@ -109,11 +109,11 @@ pub(crate) struct EngineInner {
     pub shutdown: CancellationToken,
     /// MCP servers, global and per session (module `mcp`).
     pub mcp: crate::mcp::McpManager,
-    /// Every session's memory store (issue 13).
+    /// Every session's memory store.
     pub memory: Arc<MemoryRegistry>,
-    /// Every session's plans (issue 13).
+    /// Every session's plans.
     pub plans: PlanRegistry,
-    /// The engine's cron jobs and scheduler (issue 13).
+    /// The engine's cron jobs and scheduler.
     pub cron: Arc<CronJobs>,
     /// The language servers (their tools join the built-ins while one runs).
     pub lsp: LspManager,

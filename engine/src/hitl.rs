@@ -11,7 +11,7 @@ use code_agent_proto::{ConfirmationPolicy, PermissionDecision, SessionLane, Time
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-/// 30 s, the seed's documented default.
+/// 30 s, the default the proto documents for `default_timeout_ms`.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 
 /// HITL off, 30 s timeout, reject on timeout.

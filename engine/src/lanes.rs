@@ -1,4 +1,4 @@
-//! Lanes and external tasks: each tool belongs to a seed lane (query,
+//! Lanes and external tasks: each tool belongs to a proto lane (query,
 //! execute, generate); a session's lane handler says whether that lane's
 //! calls run inside the engine (INTERNAL), are handed to the client as an
 //! `ExternalTask` and wait for `CompleteExternalTask` (EXTERNAL), or run

@@ -2,13 +2,15 @@
 //!
 //! Used as a library (the runner embeds it behind the `code-agent` adapter)
 //! and as a standalone gRPC server (`code-agent serve --listen ADDR`).
-//! [`Engine::start`] builds one, [`Engine::grpc_service`] serves it, and
-//! [`serve`] runs it on a listener until shut down.
+//! [`Engine::start`] builds one, [`Engine::grpc_service`] serves it,
+//! [`serve()`] runs it on a listener until shut down, and [`serve::run`]
+//! is all of `code-agent serve` from its flags ([`serve::ServeArgs`]).
 
 pub mod llm;
 pub mod lsp;
 pub mod permissions;
 pub mod providers;
+pub mod serve;
 pub mod skills;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -29,7 +31,6 @@ mod model;
 mod planning;
 mod prompt;
 mod sandboxes;
-mod serve;
 mod service;
 mod session;
 mod store;

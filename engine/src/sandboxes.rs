@@ -1,6 +1,6 @@
 //! Which sandbox a session's processes (the `bash` tool) are launched in.
 //!
-//! Every process the engine starts goes through `agent-launcher` (issue 17):
+//! Every process the engine starts goes through `agent-launcher`:
 //! - Embedded in the runner, the runner registers each thread's own
 //!   [`ThreadSandbox`] for the thread's workspace ([`Sandboxes::register`]),
 //!   so `bash` runs in the thread's sandbox, with the thread's HOME and
@@ -18,20 +18,28 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use agent_launcher::{Launcher, LauncherConfig, Mode, ThreadSandbox, ThreadSpec};
+use anyhow::Context as _;
 
 /// Where the engine's sandboxes come from.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub enum EngineLauncher {
-    /// The engine builds its own launcher at start: mode best-effort, the
-    /// state dir protected, no cgroups (standalone `code-agent serve`).
-    #[default]
-    Default,
+    /// The engine builds its own launcher at start in this mode: the state
+    /// dir protected, the language servers' directories read-only, no
+    /// cgroups (standalone `code-agent serve --sandbox MODE`).
+    Own(Mode),
     /// The engine makes its own sandboxes with this launcher.
     Given(Arc<Launcher>),
     /// Only workspaces the embedder registered get a sandbox; tools that
     /// start processes are refused anywhere else (the runner's embedded
     /// engine).
     RegisteredOnly,
+}
+
+impl Default for EngineLauncher {
+    /// An own launcher in best-effort mode.
+    fn default() -> Self {
+        Self::Own(Mode::BestEffort)
+    }
 }
 
 /// The engine's sandboxes, by canonical workspace (a cheap handle).
@@ -68,15 +76,16 @@ impl Sandboxes {
             })),
         };
         let launcher = match launcher {
-            EngineLauncher::Default => {
-                let mut config = LauncherConfig::new(Mode::BestEffort, "code-agent");
+            EngineLauncher::Own(mode) => {
+                let mut config = LauncherConfig::new(*mode, "code-agent");
                 config.cgroups = false;
                 config.protected = state_dir.map(Path::to_path_buf).into_iter().collect();
                 config.read_only.extend(read_only.iter().cloned());
-                let launcher = Launcher::new(config)?;
+                let launcher =
+                    Launcher::new(config).with_context(|| format!("the {mode} bash sandbox"))?;
                 let status = launcher.status();
                 if !status.missing.is_empty() {
-                    tracing::warn!(missing = %status.missing.join("; "), "bash sandbox: best-effort could not apply everything");
+                    tracing::warn!(%mode, missing = %status.missing.join("; "), "bash sandbox: not everything could be applied on this host");
                 }
                 Some(Arc::new(launcher))
             }

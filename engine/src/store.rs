@@ -5,9 +5,9 @@
 //! since, one JSON [`Delta`] per line.
 //!
 //! Why a log: a turn saves the session at every step, and the history only
-//! grows, so rewriting the whole file each time made a save cost O(history)
-//! (1.2–2.5 ms at 380 KB, the largest part of a long session's turn). An
-//! append costs what the step added. Like the runner's journal, an append
+//! grows, so rewriting the whole file each time made a save cost O(history),
+//! the largest part of a long session's turn. An append costs what the
+//! step added. Like the runner's journal, an append
 //! is not fsynced: it survives the process's death at once, a power loss
 //! may take the last steps but never the file's consistency (a torn last
 //! line is dropped on reading). The engine writes a new snapshot (and

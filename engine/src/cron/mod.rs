@@ -1,4 +1,4 @@
-//! Cron (issue 13): engine-wide scheduled shell commands. [`schedule`]
+//! Cron: engine-wide scheduled shell commands. [`schedule`]
 //! parses expressions and English phrases (croner), [`jobs`] holds the jobs
 //! and runs the scheduler, [`run`] runs one command through the launcher,
 //! [`store`] persists jobs under the state dir, [`tool`] gives the model

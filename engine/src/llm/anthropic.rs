@@ -1,19 +1,21 @@
 //! [`AnthropicClient`]: a native Anthropic Messages API client that streams
 //! (`POST {base}/v1/messages`, SSE), so `code-agent` runs Claude models
 //! without an OpenAI-compatible proxy. Same HTTP stack, timeouts and retry
-//! policy as [`super::OpenAiClient`] (both post through `http.rs`): 429 honours `retry-after`, 529
-//! (overloaded) and other 5xx back off and retry. The key travels as a
-//! sensitive `x-api-key` header and never appears in Debug output or logs.
+//! policy as [`super::OpenAiClient`] (both post through `http.rs` and read
+//! the stream with `sse.rs`): 429 honours `retry-after`, 529 (overloaded)
+//! and other 5xx back off and retry. The key travels as a sensitive
+//! `x-api-key` header and never appears in Debug output or logs.
 
 use async_trait::async_trait;
 use reqwest::header::HeaderName;
 use tokio_util::sync::CancellationToken;
 
-use super::client::ClientOptions;
+use super::chat::{ChatModel, EventStream};
 use super::error::LlmError;
 use super::http::Endpoint;
+use super::options::ClientOptions;
 use super::types::ChatRequest;
-use super::{ChatModel, EventStream, anthropic_stream, anthropic_wire};
+use super::{anthropic_stream, anthropic_wire};
 
 /// The API version sent as `anthropic-version`.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";

@@ -1,26 +1,23 @@
-//! The event stream of one Anthropic Messages call: SSE frames
-//! (`eventsource-stream`) — `message_start`, `content_block_start`/`delta`/
-//! `stop`, `message_delta`, `message_stop`, `ping`, `error` — folded into
-//! the engine's [`StreamEvent`]s: text deltas, thinking deltas as
-//! reasoning, tool calls (`tool_use` blocks, their `input_json_delta`s
-//! joined), and one `Finished` with the stop reason in OpenAI terms and the
-//! usage (cache reads and writes counted in the prompt and reported apart).
+//! The event stream of one Anthropic Messages call: SSE frames (read by
+//! the shared reader in `sse.rs`) — `message_start`,
+//! `content_block_start`/`delta`/`stop`, `message_delta`, `message_stop`,
+//! `ping`, `error` — folded into the engine's [`StreamEvent`]s: text
+//! deltas, thinking deltas as reasoning, tool calls (`tool_use` blocks,
+//! their `input_json_delta`s joined), and one `Finished` with the stop
+//! reason in OpenAI terms and the usage (cache reads and writes counted in
+//! the prompt and reported apart).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use eventsource_stream::{Event, EventStreamError, Eventsource};
-use futures::stream::{BoxStream, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::EventStream;
+use super::chat::EventStream;
 use super::error::LlmError;
-use super::stream::error_chain;
+use super::sse::{self, Flow, SseFold};
 use super::types::{ChatMessage, StreamEvent, ToolCallRequest, Usage};
-
-type SseStream = BoxStream<'static, Result<Event, EventStreamError<reqwest::Error>>>;
 
 /// What one streamed message has built so far.
 #[derive(Default)]
@@ -236,94 +233,34 @@ fn str_of(value: &Value, key: &str) -> String {
         .to_string()
 }
 
-struct State {
-    sse: Option<SseStream>,
-    fold: MessageFold,
-    pending: VecDeque<StreamEvent>,
-    cancel: CancellationToken,
-    idle_timeout: Duration,
-}
-
 /// The events of a Messages API `text/event-stream` response.
-pub(crate) fn sse_events(
+pub(super) fn sse_events(
     response: reqwest::Response,
     cancel: CancellationToken,
     idle_timeout: Duration,
 ) -> EventStream {
-    let state = State {
-        sse: Some(response.bytes_stream().eventsource().boxed()),
-        fold: MessageFold::default(),
-        pending: VecDeque::new(),
-        cancel,
-        idle_timeout,
-    };
-    futures::stream::unfold(state, next_item).boxed()
+    sse::sse_events::<MessageFold>(response, cancel, idle_timeout)
 }
 
-async fn next_item(mut st: State) -> Option<(Result<StreamEvent, LlmError>, State)> {
-    loop {
-        if let Some(event) = st.pending.pop_front() {
-            return Some((Ok(event), st));
-        }
-        let sse = st.sse.as_mut()?;
-        let next = tokio::select! {
-            biased;
-            () = st.cancel.cancelled() => return fail(st, LlmError::Cancelled),
-            next = tokio::time::timeout(st.idle_timeout, sse.next()) => next,
-        };
-        let event = match next {
-            Err(_) => return fail(st, LlmError::Timeout),
-            Ok(None) => {
-                st.sse = None;
-                return match std::mem::take(&mut st.fold).finish() {
-                    Ok(event) => Some((Ok(event), st)),
-                    Err(err) => fail(st, err),
-                };
-            }
-            Ok(Some(Err(err))) => return fail(st, sse_error(err)),
-            Ok(Some(Ok(event))) => event,
-        };
-        let data = event.data.trim();
+/// Every event's data is JSON; `message_stop` completes the message.
+impl SseFold for MessageFold {
+    fn event(
+        &mut self,
+        name: &str,
+        data: &str,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<Flow, LlmError> {
         if data.is_empty() {
-            continue;
+            return Ok(Flow::More);
         }
-        let value: Value = match serde_json::from_str(data) {
-            Ok(value) => value,
-            Err(e) => {
-                let err = LlmError::Protocol(format!("a stream event is not valid JSON: {e}"));
-                return fail(st, err);
-            }
-        };
-        if let Err(err) = st.fold.push(&event.event, &value, &mut st.pending) {
-            return fail(st, err);
-        }
-        if st.fold.stopped {
-            st.sse = None;
-            let events = std::mem::take(&mut st.pending);
-            let finished = std::mem::take(&mut st.fold).finish();
-            st.pending = events;
-            match finished {
-                Ok(event) => st.pending.push_back(event),
-                Err(err) => return fail(st, err),
-            }
-        }
+        let value: Value = serde_json::from_str(data)
+            .map_err(|e| LlmError::Protocol(format!("a stream event is not valid JSON: {e}")))?;
+        self.push(name, &value, out)?;
+        Ok(if self.stopped { Flow::Done } else { Flow::More })
     }
-}
 
-fn fail(mut st: State, err: LlmError) -> Option<(Result<StreamEvent, LlmError>, State)> {
-    st.sse = None;
-    st.pending.clear();
-    Some((Err(err), st))
-}
-
-fn sse_error(err: EventStreamError<reqwest::Error>) -> LlmError {
-    match err {
-        EventStreamError::Transport(e) if e.is_timeout() => LlmError::Timeout,
-        EventStreamError::Transport(e) => {
-            LlmError::Transport(format!("the stream broke off: {}", error_chain(&e)))
-        }
-        EventStreamError::Utf8(e) => LlmError::Protocol(format!("the stream is not UTF-8: {e}")),
-        EventStreamError::Parser(e) => LlmError::Protocol(format!("bad SSE framing: {e}")),
+    fn complete(self) -> Result<StreamEvent, LlmError> {
+        self.finish()
     }
 }
 

@@ -1,5 +1,6 @@
 //! Model call failures, how an HTTP error response becomes one, which of them
-//! are worth retrying, and the gRPC status each maps to.
+//! are worth retrying, the gRPC status each maps to, and how a transport
+//! error is put in words.
 
 use std::time::{Duration, SystemTime};
 
@@ -162,6 +163,18 @@ impl From<LlmError> for tonic::Status {
             LlmError::Config(_) => tonic::Status::failed_precondition(text),
         }
     }
+}
+
+/// An error and its sources on one line (reqwest's own message is terse).
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -1,20 +1,21 @@
 //! The HTTP plumbing both model clients share ([`super::OpenAiClient`] and
-//! [`super::AnthropicClient`]): the `reqwest` client (rustls with the `ring`
-//! provider and the platform's trust store, the connect timeout, the
-//! explicit proxy), the endpoint check, the API key as a sensitive header,
-//! and one POST with the request timeout, retries and cancellation. Only
-//! what differs between providers (the URL, the key's header, extra
-//! headers, the body and the stream) stays in their clients.
+//! [`super::AnthropicClient`]): the one `reqwest` client builder (rustls
+//! with the `ring` provider and the platform's trust store, the connect
+//! timeout, the explicit proxy), the endpoint check, the API key as a
+//! sensitive header, one POST with the request timeout, retries and
+//! cancellation, and reading a body up to a cap. Only what differs between
+//! providers (the URL, the key's header, extra headers, the body and the
+//! stream's events) stays in their clients.
 
 use std::time::SystemTime;
 
+use futures::StreamExt;
 use reqwest::header::{self, HeaderName, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
-use super::client::ClientOptions;
-use super::error::{LlmError, parse_retry_after};
+use super::error::{LlmError, error_chain, parse_retry_after};
+use super::options::ClientOptions;
 use super::retry::with_retries;
-use super::stream::{error_chain, read_capped};
 
 /// Largest error body read (the rest is not needed for the message).
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -177,6 +178,27 @@ pub(crate) fn http_client(options: &ClientOptions) -> Result<reqwest::Client, Ll
     builder
         .build()
         .map_err(|e| LlmError::Transport(format!("building the HTTP client: {}", error_chain(&e))))
+}
+
+/// Reads a response body, failing once it grows past `max_bytes`.
+pub(super) async fn read_capped(
+    response: reqwest::Response,
+    max_bytes: usize,
+) -> Result<Vec<u8>, LlmError> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            LlmError::Transport(format!("reading the response failed: {}", error_chain(&e)))
+        })?;
+        if body.len() + chunk.len() > max_bytes {
+            return Err(LlmError::Protocol(format!(
+                "the response body is larger than {max_bytes} bytes"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// rustls with the `ring` provider and the platform verifier (system trust

@@ -1,4 +1,4 @@
-//! `lsp-types` values turned into the seed's proto messages and into the
+//! `lsp-types` values turned into the CodeAgentService proto messages and into the
 //! text the model reads (1-based lines and columns there, as `read` shows).
 
 use code_agent_proto::{LspDiagnostic, LspLocation, LspPosition, LspRange, LspSymbol};

@@ -1,4 +1,4 @@
-//! Language servers (issue 13): the engine's view of the code through real
+//! Language servers: the engine's view of the code through real
 //! LSP servers over stdio.
 //!
 //! [`LspManager`] holds at most one running server per language (the RPCs

@@ -1,4 +1,4 @@
-//! MCP servers of the engine (issue 13): registered, connected and
+//! MCP servers of the engine: registered, connected and
 //! disconnected through the five MCP RPCs, their tools joining the agent
 //! loop as `mcp__<server>__<tool>`.
 //!

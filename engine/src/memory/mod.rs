@@ -1,4 +1,4 @@
-//! Memory (issue 13): per-session memories in the seed's four types
+//! Memory: per-session memories in the proto's four types
 //! (episodic, semantic, procedural, working), stored in SQLite with an FTS5
 //! index ([`store`]), searched and ranked ([`rank`]), reached through the
 //! Memory RPCs and the `memory_store` / `memory_search` tools ([`tool`]).

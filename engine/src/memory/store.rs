@@ -330,7 +330,7 @@ impl MemoryStore {
     }
 }
 
-/// The seed's three counters, and which memory types each covers.
+/// The three counters of the proto's `MemoryStats`, and which memory types each covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
     /// Semantic (facts) and procedural (how-to) memories.

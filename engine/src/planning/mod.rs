@@ -1,4 +1,4 @@
-//! Planning (issue 13): execution plans and goals. The model writes a plan
+//! Planning: execution plans and goals. The model writes a plan
 //! either through `CreatePlan` (structured output against [`plan::schema`],
 //! in `service/planning.rs`) or by calling the `plan` tool ([`tool`]) with
 //! the same document; both land in the session's [`SessionPlans`] under a

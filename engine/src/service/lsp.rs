@@ -1,4 +1,4 @@
-//! LSP RPCs (issue 13): start/stop/list language servers and ask them about
+//! LSP RPCs: start/stop/list language servers and ask them about
 //! the code. Positions are 0-based as in the proto; a `file_path` is a
 //! `file://` URI, an absolute path, or a path relative to a running
 //! server's root, and must be inside the engine's workspace root.

@@ -1,4 +1,4 @@
-//! The five MCP RPCs (issue 13). Each may carry the request metadata
+//! The five MCP RPCs. Each may carry the request metadata
 //! [`crate::mcp::SESSION_METADATA`] naming a session: then it works on that
 //! session's servers (and sees the global ones), else on the global scope.
 //! Tool names are `mcp__<server>__<tool>`; `input_schema` is the tool's

@@ -1,6 +1,6 @@
 //! Memory RPCs: store, retrieve (counting the access), search, stats and
-//! clear a session's memories (see `crate::memory`). Each emits the seed's
-//! memory event.
+//! clear a session's memories (see `crate::memory`). Each emits the
+//! proto's memory event.
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! The mock model's own time for a request the engine sent, for the
-//! benchmark's "overhead net of the model" (issue 14): the recorded body is
+//! benchmark's "overhead net of the model": the recorded body is
 //! encoded before the clock starts and POSTed as it is, and the clock stops
 //! when the response stream has ended. What remains of a turn after this is
 //! the engine's and the runner's own work, building the request included.

@@ -1,5 +1,5 @@
-//! What one session save costs, for the benchmark (issue 14: "session save
-//! cost per step reported"). The engine saves a `FILE` session at every step
+//! What one session save costs, for the benchmark's "session save cost per
+//! step" figure. The engine saves a `FILE` session at every step
 //! of the agent loop: a step appended to the session's log, and now and
 //! then a whole snapshot (see `crate::store`). These time those same writes
 //! (`FileStore::append`, `FileStore::save`) of a session the engine wrote,

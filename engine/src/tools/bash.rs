@@ -1,8 +1,8 @@
 //! The `bash` tool: one shell command in the workspace, started through the
-//! session's sandbox (the one launcher, issue 17: confined to the workspace,
-//! HOME and TMPDIR, a clean environment, its own session and process group),
-//! with a timeout, an output cap and the whole group killed on timeout or
-//! cancel. Without a sandbox no shell starts.
+//! session's sandbox (the launcher every process starts through: confined
+//! to the workspace, HOME and TMPDIR, a clean environment, its own session
+//! and process group), with a timeout, an output cap and the whole group
+//! killed on timeout or cancel. Without a sandbox no shell starts.
 //!
 //! stdout and stderr share one pipe so their lines interleave as a terminal
 //! would show them. When the shell exits, whatever it left running in its

@@ -54,7 +54,7 @@ pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default bytes kept of one tool's output.
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
 
-/// The seed's session lanes a tool call is scheduled on.
+/// The proto's session lanes a tool call is scheduled on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
     /// Reads that change nothing (read, glob, ls, grep, todo).

@@ -206,7 +206,8 @@ async fn the_builtin_provider_comes_from_the_environment_of_code_agent_serve() {
     let state = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_code-agent"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-level", "debug"])
+        .arg("--state-dir")
         .arg(state.path())
         .arg("--workspace")
         .arg(workspace.path())
@@ -215,8 +216,7 @@ async fn the_builtin_provider_comes_from_the_environment_of_code_agent_serve() {
         .env("ANTHROPIC_API_KEY", KEY)
         .env("ANTHROPIC_BASE_URL", mock.base_url())
         .env("ANTHROPIC_MODELS", "claude-env-1,claude-env-2")
-        .env("RUST_LOG", "debug")
-        .env("CODE_AGENT_AUTH_TOKEN", "anthropic-test-token")
+        .env("AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN", "anthropic-test-token")
         .env("NO_COLOR", "1")
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)

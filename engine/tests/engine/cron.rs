@@ -99,6 +99,20 @@ async fn schedules_parse_from_cron_and_english() {
 #[tokio::test]
 async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
     let mut h = Harness::start(vec![]).await;
+    let job = creates_a_job_once(&mut h).await;
+    runs_it_by_hand(&mut h, &job.id).await;
+    runs_it_updated_and_keeps_its_history(&mut h, &job.id).await;
+    pauses_it(&mut h, &job.id).await;
+    let (mock, workspace, state) = h.stop().await;
+
+    let mut h = Harness::start_on(mock, workspace, state).await;
+    finds_it_after_the_restart(&mut h, &job.id).await;
+    resumes_and_deletes_it(&mut h, job.id).await;
+}
+
+/// `report`, created in a workspace initialized with an env var; a second
+/// job of the same name is refused.
+async fn creates_a_job_once(h: &mut Harness) -> CronJob {
     h.client
         .initialize(InitializeRequest {
             workspace: h.ws().display().to_string(),
@@ -110,7 +124,7 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
         .await
         .unwrap();
     let job = create(
-        &mut h,
+        h,
         "report",
         "every day at 9am",
         "pwd; echo out cfg=$GIT_CONFIG_COUNT; echo err >&2",
@@ -132,7 +146,12 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
         .await
         .unwrap_err();
     assert_eq!(dup.code(), tonic::Code::FailedPrecondition);
+    job
+}
 
+/// A run by hand: the job's output (in the workspace, with its env) and an
+/// INFO event.
+async fn runs_it_by_hand(h: &mut Harness, id: &str) {
     let mut events = h
         .client
         .subscribe_events(SubscribeEventsRequest {
@@ -142,7 +161,7 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
         .await
         .unwrap()
         .into_inner();
-    let first = run(&mut h, &job.id).await;
+    let first = run(h, id).await;
     let event = next_event(&mut events, agent_event::EventType::Info).await;
     assert_eq!(event.data["kind"], "cron_run");
     assert_eq!(event.data["job"], "report");
@@ -155,11 +174,15 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
     assert_eq!(exec.stdout, format!("{}\nout cfg=7\n", ws.display()));
     assert_eq!(exec.stderr, "err\n");
     assert_eq!(exec.exit_code, Some(0));
+}
 
+/// An updated job runs its new command; the failed run is in the history,
+/// most recent first.
+async fn runs_it_updated_and_keeps_its_history(h: &mut Harness, id: &str) {
     let updated = h
         .client
         .update_cron_job(UpdateCronJobRequest {
-            id: job.id.clone(),
+            id: id.to_string(),
             schedule: Some("every 5 minutes".into()),
             command: Some("echo second; exit 3".into()),
             timeout_ms: Some(5_000),
@@ -170,19 +193,23 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
         .job
         .unwrap();
     assert_eq!(updated.schedule, "*/5 * * * *");
-    let second = run(&mut h, &job.id).await;
+    let second = run(h, id).await;
     assert!(!second.success);
     let exec = second.execution.unwrap();
     assert_eq!(exec.status, CronExecutionStatus::Failed as i32);
     assert_eq!(exec.exit_code, Some(3));
     assert!(second.error.contains("code 3"), "{}", second.error);
 
-    let runs = history(&mut h, &job.id).await;
+    let runs = history(h, id).await;
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0].stdout, "second\n", "most recent first");
+}
+
+/// A paused job has no next run; its counts and file stay.
+async fn pauses_it(h: &mut Harness, id: &str) {
     let paused = h
         .client
-        .pause_cron_job(PauseCronJobRequest { id: job.id.clone() })
+        .pause_cron_job(PauseCronJobRequest { id: id.to_string() })
         .await
         .unwrap()
         .into_inner()
@@ -203,9 +230,10 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
         .unwrap();
     assert_eq!((by_name.run_count, by_name.fail_count), (1, 1));
     assert!(h.state.path().join("cron/jobs.json").exists());
-    let (mock, workspace, state) = h.stop().await;
+}
 
-    let mut h = Harness::start_on(mock, workspace, state).await;
+/// The job and its history were read back from the state dir.
+async fn finds_it_after_the_restart(h: &mut Harness, id: &str) {
     let jobs = h
         .client
         .list_cron_jobs(ListCronJobsRequest {})
@@ -214,13 +242,17 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
         .into_inner()
         .jobs;
     assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].id, job.id);
+    assert_eq!(jobs[0].id, id);
     assert_eq!(jobs[0].status, CronJobStatus::Paused as i32);
     assert_eq!(jobs[0].command, "echo second; exit 3");
-    assert_eq!(history(&mut h, &job.id).await.len(), 2);
+    assert_eq!(history(h, id).await.len(), 2);
+}
+
+/// Resumed, it is scheduled again; deleted, it is gone.
+async fn resumes_and_deletes_it(h: &mut Harness, id: String) {
     let resumed = h
         .client
-        .resume_cron_job(ResumeCronJobRequest { id: job.id.clone() })
+        .resume_cron_job(ResumeCronJobRequest { id: id.clone() })
         .await
         .unwrap()
         .into_inner()
@@ -229,13 +261,13 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
     assert_eq!(resumed.status, CronJobStatus::Active as i32);
     assert!(resumed.next_run.unwrap() > resumed.updated_at);
     h.client
-        .delete_cron_job(DeleteCronJobRequest { id: job.id.clone() })
+        .delete_cron_job(DeleteCronJobRequest { id: id.clone() })
         .await
         .unwrap();
     let gone = h
         .client
         .get_cron_job(GetCronJobRequest {
-            id: Some(job.id.clone()),
+            id: Some(id.clone()),
             name: None,
         })
         .await
@@ -244,7 +276,7 @@ async fn jobs_are_managed_run_by_hand_and_survive_a_restart() {
     assert!(gone.job.is_none());
     let err = h
         .client
-        .run_cron_job(RunCronJobRequest { id: job.id })
+        .run_cron_job(RunCronJobRequest { id })
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);

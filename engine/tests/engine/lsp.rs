@@ -51,7 +51,7 @@ async fn harness(replies: Vec<MockReply>) -> Option<Harness> {
     let (python, prefix, pylsp) = match install_pylsp() {
         Ok(found) => found,
         Err(why) => {
-            eprintln!("SKIPPED: {why}");
+            test_kit::skip_this_test(&why);
             return None;
         }
     };
@@ -129,8 +129,22 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
     let started = start_python(&mut h).await;
     let start_ms = clock.elapsed().as_millis();
     assert!(started.success, "{}", started.message);
-    // It runs in the root, launched through the engine's sandbox: the
-    // sandbox's own HOME (under the state dir), the entry's PYTHONPATH.
+    runs_in_the_sandbox(&mut h, started).await;
+    let hover_ms = navigates(&mut h).await;
+    let diagnostics_ms = diagnoses(&mut h).await;
+    // Measured, never asserted.
+    eprintln!(
+        "LSP timings (pylsp): start {start_ms} ms, first hover {hover_ms} ms, diagnostics of a new file {diagnostics_ms} ms"
+    );
+    refuses_unknown_files_and_languages(&mut h).await;
+    stops(&mut h).await;
+    h.stop().await;
+}
+
+/// The started server runs in the root, launched through the engine's
+/// sandbox (the sandbox's own HOME under the state dir, the entry's
+/// PYTHONPATH), and is listed.
+async fn runs_in_the_sandbox(h: &mut Harness, started: StartLspServerResponse) {
     let root = h.ws().canonicalize().unwrap();
     let processes = pylsp_processes_in(&root);
     assert_eq!(processes.len(), 1, "{processes:?}");
@@ -158,7 +172,11 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         .servers;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].language, "python");
+}
 
+/// Hover, definition, references and symbols on `greet`; the first
+/// hover's time in ms.
+async fn navigates(h: &mut Harness) -> u128 {
     // `greet` in `message = greet("world")` (line 4, 0-based).
     let clock = Instant::now();
     let hover = h
@@ -229,7 +247,12 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         symbols.iter().all(|s| s.name.contains("gree")),
         "{symbols:?}"
     );
+    hover_ms
+}
 
+/// A new file with an undefined name and an unused import gets both
+/// diagnostics; the time they took in ms.
+async fn diagnoses(h: &mut Harness) -> u128 {
     std::fs::write(h.ws().join("bad.py"), "import os\nprint(undefined_name)\n").unwrap();
     let clock = Instant::now();
     let diagnostics = h
@@ -242,10 +265,6 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         .into_inner()
         .diagnostics;
     let diagnostics_ms = clock.elapsed().as_millis();
-    // Measured, never asserted.
-    eprintln!(
-        "LSP timings (pylsp): start {start_ms} ms, first hover {hover_ms} ms, diagnostics of a new file {diagnostics_ms} ms"
-    );
     let undefined = diagnostics
         .iter()
         .find(|d| d.message.contains("undefined name 'undefined_name'"))
@@ -266,8 +285,11 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         .into_inner()
         .diagnostics;
     assert!(all.iter().any(|d| d.uri.ends_with("/bad.py")));
+    diagnostics_ms
+}
 
-    // A path outside every server's root, and an unknown language.
+/// A path outside every server's root, and an unknown language.
+async fn refuses_unknown_files_and_languages(h: &mut Harness) {
     let err = h
         .client
         .lsp_hover(LspHoverRequest {
@@ -288,8 +310,12 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().starts_with("language:"), "{}", err.message());
+}
 
-    // Stop: gone from the list, and the RPCs say no server handles the file.
+/// Stop: gone from the list and the process table, and the RPCs say no
+/// server handles the file.
+async fn stops(h: &mut Harness) {
+    let root = h.ws().canonicalize().unwrap();
     let stopped = h
         .client
         .stop_lsp_server(StopLspServerRequest {
@@ -330,7 +356,6 @@ async fn a_real_pylsp_answers_hover_definition_references_symbols_diagnostics() 
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
-    h.stop().await;
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The engine's MCP (issue 13) against the real Python MCP server (the
+//! The engine's MCP against the real Python MCP server (the
 //! official SDK from PyPI, pip-installed into target/ by
 //! `mcp_client::testing`; skipped, saying so, only when it cannot be
 //! installed): the five RPCs, session scoping through request metadata,
@@ -91,7 +91,7 @@ async fn session_scoped_stdio_server_joins_the_loop_crashes_and_reconnects() {
     let site = match install_python_mcp() {
         Ok(site) => site,
         Err(why) => {
-            eprintln!("SKIP: the Python MCP SDK cannot be installed: {why}");
+            test_kit::skip_this_test(&format!("the Python MCP SDK cannot be installed: {why}"));
             return;
         }
     };
@@ -237,7 +237,7 @@ async fn global_http_server_with_headers_and_permission_rules() {
     let site = match install_python_mcp() {
         Ok(site) => site,
         Err(why) => {
-            eprintln!("SKIP: the Python MCP SDK cannot be installed: {why}");
+            test_kit::skip_this_test(&format!("the Python MCP SDK cannot be installed: {why}"));
             return;
         }
     };

@@ -142,14 +142,18 @@ async fn search_ranks_by_relevance_importance_and_recency() {
     .await;
     assert_eq!(recent.total_count, 3, "the month-old memory is not recent");
     assert_eq!(recent.memories.len(), 2);
+    retrieval_counts_accesses(&mut h, &s, &weak).await;
+    clearing_short_term_memories_forgets_them(&mut h, &s).await;
+}
 
-    // Retrieval counts accesses.
+/// Every retrieval counts an access; an unknown id finds nothing.
+async fn retrieval_counts_accesses(h: &mut Harness, s: &str, id: &str) {
     for expected in 1..=2u32 {
         let got = h
             .client
             .retrieve_memory(RetrieveMemoryRequest {
-                session_id: s.clone(),
-                memory_id: weak.clone(),
+                session_id: s.into(),
+                memory_id: id.into(),
             })
             .await
             .unwrap()
@@ -163,15 +167,19 @@ async fn search_ranks_by_relevance_importance_and_recency() {
     let missing = h
         .client
         .retrieve_memory(RetrieveMemoryRequest {
-            session_id: s.clone(),
+            session_id: s.into(),
             memory_id: "nope".into(),
         })
         .await
         .unwrap()
         .into_inner();
     assert!(missing.memory.is_none());
+}
 
-    let st = stats(&mut h, &s).await;
+/// Of the three long-term memories and the short-term one, clearing the
+/// short term removes the latter, from the counts and from search.
+async fn clearing_short_term_memories_forgets_them(h: &mut Harness, s: &str) {
+    let st = stats(h, s).await;
     assert_eq!(
         (st.long_term_count, st.short_term_count, st.working_count),
         (3, 1, 0)
@@ -179,7 +187,7 @@ async fn search_ranks_by_relevance_importance_and_recency() {
     let cleared = h
         .client
         .clear_memories(ClearMemoriesRequest {
-            session_id: s.clone(),
+            session_id: s.into(),
             clear_short_term: true,
             ..Default::default()
         })
@@ -187,12 +195,12 @@ async fn search_ranks_by_relevance_importance_and_recency() {
         .unwrap()
         .into_inner();
     assert_eq!(cleared.cleared_count, 1);
-    let st = stats(&mut h, &s).await;
+    let st = stats(h, s).await;
     assert_eq!((st.long_term_count, st.short_term_count), (3, 0));
     let gone = search(
-        &mut h,
+        h,
         SearchMemoriesRequest {
-            session_id: s.clone(),
+            session_id: s.into(),
             query: Some("backup".into()),
             ..Default::default()
         },

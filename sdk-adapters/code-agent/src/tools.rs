@@ -1,4 +1,5 @@
-//! The engine's tool calls in the runner's terms (contract §1 item kinds).
+//! The engine's tool calls in the runner's terms: the thread item kinds of
+//! the control-plane protocol.
 //!
 //! | tool | kind | while running | when done |
 //! |---|---|---|---|

@@ -1,95 +1,23 @@
 //! [`OpenAiClient`]: an OpenAI-compatible Chat Completions client (OpenAI,
-//! vLLM, Ollama, OpenRouter, ...) that streams. `reqwest` over rustls with
-//! the `ring` provider and the platform's trust store (the shared plumbing is
-//! in `http.rs`); the API key travels as a sensitive `Authorization: Bearer`
-//! header and never appears in Debug output or logs.
-
-use std::time::Duration;
+//! vLLM, Ollama, OpenRouter, ...) that streams. The HTTP plumbing it shares
+//! with the Anthropic client is in `http.rs`, the SSE reader in `sse.rs`;
+//! the API key travels as a sensitive `Authorization: Bearer` header and
+//! never appears in Debug output or logs.
 
 use async_trait::async_trait;
 use reqwest::header;
 use tokio_util::sync::CancellationToken;
 
+use super::chat::{ChatModel, EventStream};
 use super::error::LlmError;
 use super::http::Endpoint;
-use super::retry::RetryPolicy;
-use super::stream::{json_events, sse_events};
+use super::openai_stream::{json_events, sse_events};
+use super::options::ClientOptions;
 use super::types::ChatRequest;
-use super::{ChatModel, EventStream, wire};
+use super::wire;
 
 /// Largest non-streaming completion body accepted.
 const MAX_JSON_BODY: usize = 16 * 1024 * 1024;
-
-/// Timeouts and retries of an [`OpenAiClient`].
-#[derive(Clone, Debug)]
-pub struct ClientOptions {
-    /// Per attempt: how long to wait for the response headers.
-    pub request_timeout: Duration,
-    /// Once streaming: the longest gap between two chunks.
-    pub idle_timeout: Duration,
-    /// TCP (+TLS) connect timeout.
-    pub connect_timeout: Duration,
-    /// Retries after the first attempt (429, 5xx, 408/409, transport errors).
-    pub max_retries: u32,
-    /// First backoff delay; doubles per retry (with jitter) up to `max_backoff`.
-    pub initial_backoff: Duration,
-    /// The longest wait between retries.
-    pub max_backoff: Duration,
-    /// The longest 429 `Retry-After` the client waits for; a longer one is
-    /// returned at once as [`LlmError::RateLimited`].
-    pub max_retry_after: Duration,
-    /// An explicit HTTP proxy for every model call (an embedder's
-    /// `--proxy`). `None`: reqwest's own handling of `HTTPS_PROXY`,
-    /// `HTTP_PROXY` and `NO_PROXY` from the environment.
-    pub proxy: Option<ModelProxy>,
-}
-
-/// An explicit proxy for model providers: `url` (may carry credentials,
-/// hence never shown) and the `NO_PROXY`-style list of hosts reached
-/// directly.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ModelProxy {
-    /// `http://[user:pass@]host:port`.
-    pub url: String,
-    /// Comma-separated hosts/domains reached directly (`NO_PROXY` syntax).
-    pub no_proxy: String,
-}
-
-/// The URL is left out: it may carry credentials.
-impl std::fmt::Debug for ModelProxy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelProxy")
-            .field("url", &"<redacted>")
-            .field("no_proxy", &self.no_proxy)
-            .finish()
-    }
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        ClientOptions {
-            request_timeout: Duration::from_secs(120),
-            idle_timeout: Duration::from_secs(300),
-            connect_timeout: Duration::from_secs(15),
-            max_retries: 3,
-            initial_backoff: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(30),
-            max_retry_after: Duration::from_secs(120),
-            proxy: None,
-        }
-    }
-}
-
-impl ClientOptions {
-    pub(super) fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            max_retries: self.max_retries,
-            initial_backoff: self.initial_backoff,
-            max_backoff: self.max_backoff,
-            max_retry_after: self.max_retry_after,
-        }
-    }
-}
 
 /// A streaming Chat Completions client for one endpoint and key.
 #[derive(Clone)]

@@ -1,23 +1,10 @@
-//! Serving the engine over gRPC on a listener until `shutdown` (or the
-//! `Shutdown` RPC) fires; then generations are cancelled and every FILE
-//! session is written before returning.
-//!
-//! Whoever reaches the port can run commands in the engine's workspaces, so
-//! [`ServeOptions`] carries the guard: a bearer token every call must carry
-//! (`authorization: Bearer <token>`, compared in constant time; a missing
-//! or wrong one is `UNAUTHENTICATED`), and TLS. Serving with neither is
-//! an explicit choice of the caller (`--insecure-no-auth`).
+//! The guard of `code-agent serve`'s port: a bearer token every call must
+//! carry (`authorization: Bearer <token>`, compared in constant time), and
+//! TLS, loaded from where a CLI says ([`GuardSources`]). Serving with
+//! neither is an explicit choice of the caller (`--insecure-no-auth`).
 
 use std::fmt;
 use std::path::Path;
-
-use futures::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_util::sync::CancellationToken;
-use tonic::transport::{Identity, ServerTlsConfig};
-use tonic::{Request, Status};
-
-use crate::engine::Engine;
 
 /// A bearer token clients must present. `Debug` prints `***`.
 #[derive(Clone)]
@@ -42,7 +29,7 @@ impl BearerToken {
     }
 
     /// Whether `header` (an `authorization` value) carries this token.
-    fn admits(&self, header: Option<&[u8]>) -> bool {
+    pub(super) fn admits(&self, header: Option<&[u8]>) -> bool {
         let Some(header) = header else {
             return false;
         };
@@ -150,79 +137,6 @@ impl ServeOptions {
         };
         Ok(Self { token, tls })
     }
-}
-
-/// Serves `engine` on `listener` until `shutdown` is cancelled or a client
-/// calls `Shutdown`, with no authentication and no TLS (in-process and
-/// test use; `code-agent serve` uses [`serve_with`]).
-pub async fn serve(
-    engine: Engine,
-    listener: tokio::net::TcpListener,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    serve_with(engine, listener, ServeOptions::default(), shutdown).await
-}
-
-/// [`serve`], guarded by `options` (bearer token, TLS).
-pub async fn serve_with(
-    engine: Engine,
-    listener: tokio::net::TcpListener,
-    options: ServeOptions,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let addr = listener.local_addr()?;
-    let incoming = TcpListenerStream::new(listener).map(|accepted| {
-        accepted.inspect(|stream| {
-            // Small chunks stream out: do not let Nagle hold them back.
-            let _ = stream.set_nodelay(true);
-        })
-    });
-    let engine_stop = engine.shutdown_token();
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &options.tls {
-        builder = builder
-            .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert, &tls.key)))
-            .map_err(|e| anyhow::anyhow!("TLS certificate or key: {e}"))?;
-    }
-    tracing::info!(
-        %addr,
-        auth = options.token.is_some(),
-        tls = options.tls.is_some(),
-        "code-agent engine serving"
-    );
-    let token = options.token;
-    let check = move |request: Request<()>| -> Result<Request<()>, Status> {
-        match &token {
-            None => Ok(request),
-            Some(token) => {
-                let header = request
-                    .metadata()
-                    .get("authorization")
-                    .map(|v| v.as_bytes());
-                if token.admits(header) {
-                    Ok(request)
-                } else {
-                    tracing::warn!("code-agent call without the right bearer token refused");
-                    Err(Status::unauthenticated(
-                        "a bearer token is required (authorization: Bearer <token>)",
-                    ))
-                }
-            }
-        }
-    };
-    builder
-        .layer(tonic::service::InterceptorLayer::new(check))
-        .add_service(engine.grpc_service())
-        .serve_with_incoming_shutdown(incoming, async move {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = engine_stop.cancelled() => {}
-            }
-        })
-        .await?;
-    engine.shutdown().await;
-    tracing::info!("code-agent engine stopped");
-    Ok(())
 }
 
 #[cfg(test)]
