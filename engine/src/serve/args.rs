@@ -10,7 +10,7 @@ use super::former_env;
 use super::guard::{GuardSources, ServeOptions};
 
 /// Where `code-agent serve` listens unless told otherwise: loopback only.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50061";
 
 /// The environment variable that may hold the bearer token itself (never a
 /// flag: argv is world-readable).
