@@ -9,8 +9,10 @@ use clap::{Args, ValueEnum};
 use super::former_env;
 use super::guard::{GuardSources, ServeOptions};
 
-/// Where `code-agent serve` listens unless told otherwise: loopback only.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:50061";
+/// Where `code-agent serve` listens unless told otherwise: loopback only,
+/// and not 50051, the port the docs run the mock control plane on (a
+/// runner and its engine side by side on one host must not collide).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50052";
 
 /// The environment variable that may hold the bearer token itself (never a
 /// flag: argv is world-readable).

@@ -1,11 +1,21 @@
-//! `agent-runner ps`, `threads` and `kill THREAD [--tree]`: clients of the
-//! running runner's admin socket (`crate::ops::admin`) in its state dir.
+//! `agent-runner threads`, `ps`, `interrupt THREAD` and `kill THREAD`:
+//! clients of the running runner's admin socket (`crate::ops::admin`) in
+//! its state dir, found as `run` finds it ([`RunnerLocation`]).
+//!
+//! The roles, as kubectl and gh users expect them: `threads` lists threads
+//! (agent, SDK, model, state, running turn); `ps` lists processes (every
+//! live agent process, by thread, as trees); `interrupt` stops a thread's
+//! running turn; `kill` ends every process of a thread (its running turn
+//! is interrupted first, so the control plane sees it end).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use super::locate::RunnerLocation;
+use super::table::{Align, Table};
+use crate::ops::human;
 
 /// Where the running runner is and how to print.
 #[derive(Debug, clap::Args)]
@@ -13,35 +23,38 @@ pub struct AdminArgs {
     /// Print the runner's JSON answer as is.
     #[arg(long)]
     json: bool,
-    /// The runner's state dir (its admin socket is `admin.sock` there).
-    /// Default: ~/.agent-runner/state.
-    #[arg(long, env = "AGENT_RUNNER_STATE_DIR")]
-    state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    runner: RunnerLocation,
+}
+
+/// Flags of `agent-runner interrupt`.
+#[derive(Debug, clap::Args)]
+pub struct InterruptArgs {
+    /// The thread whose running turn is interrupted.
+    thread: String,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 /// Flags of `agent-runner kill`.
 #[derive(Debug, clap::Args)]
 pub struct KillArgs {
-    /// The thread whose running turn is interrupted.
+    /// The thread whose processes are killed.
     thread: String,
-    /// Also kill every process of the thread.
-    #[arg(long)]
+    /// Accepted for scripts written when `kill` only interrupted and
+    /// `--tree` killed: `kill` always kills every process of the thread now.
+    #[arg(long, hide = true)]
     tree: bool,
     #[command(flatten)]
     admin: AdminArgs,
 }
 
 async fn ask(args: &AdminArgs, request: Value) -> anyhow::Result<Value> {
-    let state_dir = args.state_dir.clone().unwrap_or_else(|| {
-        std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."))
-            .join(".agent-runner/state")
-    });
+    let state_dir = args.runner.state_dir()?;
     let path = crate::ops::admin::socket_path(&state_dir);
     let mut stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| {
         anyhow::anyhow!(
-            "{}: {e} (is the runner running with this state dir? set --state-dir or AGENT_RUNNER_STATE_DIR)",
+            "{}: {e} (is the runner running with this state dir? set --state-dir, --config or AGENT_RUNNER_STATE_DIR as for `run`)",
             path.display()
         )
     })?;
@@ -58,36 +71,30 @@ async fn ask(args: &AdminArgs, request: Value) -> anyhow::Result<Value> {
     Ok(value)
 }
 
-/// `agent-runner ps`.
+/// `agent-runner ps`: every live agent process, by thread.
 pub async fn ps(args: AdminArgs) -> anyhow::Result<()> {
     let answer = ask(&args, json!({"cmd": "ps"})).await?;
     if args.json {
         println!("{answer}");
         return Ok(());
     }
-    for t in answer["threads"].as_array().into_iter().flatten() {
-        let turn = match &t["turn"] {
-            Value::Null => "no turn running".to_owned(),
-            turn => format!(
-                "turn {} running for {}s",
-                turn["turn_id"].as_str().unwrap_or("?"),
-                turn["running_for_s"]
-            ),
-        };
-        println!(
-            "thread {}  agent {}  sdk {}  {turn}",
-            t["thread_id"].as_str().unwrap_or("?"),
-            t["agent_id"].as_str().unwrap_or("?"),
-            t["sdk"].as_str().unwrap_or("?")
-        );
+    print!("{}", render_ps(&answer));
+    Ok(())
+}
+
+fn render_ps(answer: &Value) -> String {
+    let mut table = Table::new(&[
+        ("THREAD", Align::Left),
+        ("PID", Align::Right),
+        ("CPU", Align::Right),
+        ("RSS", Align::Right),
+        ("AGE", Align::Right),
+        ("COMMAND", Align::Left),
+    ]);
+    let threads: Vec<&Value> = answer["threads"].as_array().into_iter().flatten().collect();
+    for t in &threads {
+        let thread = t["thread_id"].as_str().unwrap_or("?");
         let procs: Vec<&Value> = t["processes"].as_array().into_iter().flatten().collect();
-        if procs.is_empty() {
-            continue;
-        }
-        println!(
-            "  {:>7} {:>8} {:>9} {:>8}  COMMAND",
-            "PID", "CPU(s)", "RSS(KiB)", "AGE(s)"
-        );
         let pids: Vec<u64> = procs.iter().filter_map(|p| p["pid"].as_u64()).collect();
         let mut children: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
         let mut roots = Vec::new();
@@ -97,82 +104,203 @@ pub async fn ps(args: AdminArgs) -> anyhow::Result<()> {
                 _ => roots.push(*p),
             }
         }
-        fn show(p: &Value, depth: usize, children: &BTreeMap<u64, Vec<&Value>>) {
-            println!(
-                "  {:>7} {:>8.2} {:>9} {:>8.0}  {}{}",
-                p["pid"],
-                p["cpu_s"].as_f64().unwrap_or(0.0),
-                p["rss_kib"],
-                p["age_s"].as_f64().unwrap_or(0.0),
-                "  ".repeat(depth),
-                p["command"].as_str().unwrap_or("")
-            );
-            let pid = p["pid"].as_u64().unwrap_or(0);
-            for c in children.get(&pid).into_iter().flatten() {
-                show(c, depth + 1, children);
-            }
-        }
+        let mut ordered = Vec::new();
         for r in roots {
-            show(r, 0, &children);
+            tree_order(r, 0, &children, &mut ordered);
+        }
+        for (p, depth) in ordered {
+            table.row(vec![
+                thread.to_owned(),
+                p["pid"].to_string(),
+                p["cpu_s"].as_f64().map(human::seconds).unwrap_or_default(),
+                p["rss_kib"].as_u64().map(human::kib).unwrap_or_default(),
+                p["age_s"].as_f64().map(human::seconds).unwrap_or_default(),
+                format!(
+                    "{}{}",
+                    "  ".repeat(depth),
+                    p["command"].as_str().unwrap_or("")
+                ),
+            ]);
         }
     }
-    Ok(())
+    if table.is_empty() {
+        return format!(
+            "no agent processes ({} threads; `agent-runner threads` lists them)\n",
+            threads.len()
+        );
+    }
+    table.render()
 }
 
-/// `agent-runner threads`.
+/// `p` and its descendants, depth first, with their depth.
+fn tree_order<'a>(
+    p: &'a Value,
+    depth: usize,
+    children: &BTreeMap<u64, Vec<&'a Value>>,
+    out: &mut Vec<(&'a Value, usize)>,
+) {
+    out.push((p, depth));
+    // A pid loop cannot happen in /proc, but the depth is bounded anyway.
+    if depth > 64 {
+        return;
+    }
+    let pid = p["pid"].as_u64().unwrap_or(0);
+    for c in children.get(&pid).into_iter().flatten() {
+        tree_order(c, depth + 1, children, out);
+    }
+}
+
+/// `agent-runner threads`: agents and their threads with their state.
 pub async fn threads(args: AdminArgs) -> anyhow::Result<()> {
     let answer = ask(&args, json!({"cmd": "threads"})).await?;
     if args.json {
         println!("{answer}");
         return Ok(());
     }
-    for a in answer["agents"].as_array().into_iter().flatten() {
-        println!(
-            "agent {}  sdk {}",
-            a["agent_id"].as_str().unwrap_or("?"),
-            a["sdk"].as_str().unwrap_or("?")
-        );
-        for t in a["threads"].as_array().into_iter().flatten() {
-            let state = t["state"].as_str().unwrap_or("?");
-            let extra = match t["turn_id"].as_str() {
-                Some(turn) => format!("  turn {turn} for {}s", t["running_for_s"]),
-                None => String::new(),
-            };
-            println!(
-                "  thread {}  model {}  {state}{extra}",
-                t["thread_id"].as_str().unwrap_or("?"),
-                t["model"].as_str().unwrap_or("?")
-            );
-        }
-    }
+    print!("{}", render_threads(&answer));
     Ok(())
 }
 
-/// `agent-runner kill THREAD [--tree]`.
-pub async fn kill(args: KillArgs) -> anyhow::Result<()> {
+fn render_threads(answer: &Value) -> String {
+    let mut table = Table::new(&[
+        ("AGENT", Align::Left),
+        ("SDK", Align::Left),
+        ("THREAD", Align::Left),
+        ("STATE", Align::Left),
+        ("TURN", Align::Left),
+        ("FOR", Align::Right),
+        ("MODEL", Align::Left),
+    ]);
+    let s = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+    for a in answer["agents"].as_array().into_iter().flatten() {
+        let threads: Vec<&Value> = a["threads"].as_array().into_iter().flatten().collect();
+        if threads.is_empty() {
+            table.row(vec![
+                s(&a["agent_id"]),
+                s(&a["sdk"]),
+                "-".into(),
+                "no threads".into(),
+            ]);
+        }
+        for t in threads {
+            let running_for = t["running_for_ms"]
+                .as_u64()
+                .map(|ms| human::duration(std::time::Duration::from_millis(ms)))
+                .unwrap_or_else(|| "-".to_owned());
+            table.row(vec![
+                s(&a["agent_id"]),
+                s(&a["sdk"]),
+                s(&t["thread_id"]),
+                s(&t["state"]),
+                s(&t["turn_id"]),
+                running_for,
+                s(&t["model"]),
+            ]);
+        }
+    }
+    if table.is_empty() {
+        return "no agents\n".to_owned();
+    }
+    table.render()
+}
+
+/// `agent-runner interrupt THREAD`.
+pub async fn interrupt(args: InterruptArgs) -> anyhow::Result<()> {
     let answer = ask(
         &args.admin,
-        json!({"cmd": "kill", "thread": args.thread, "tree": args.tree}),
+        json!({"cmd": "interrupt", "thread": args.thread}),
     )
     .await?;
     if args.admin.json {
         println!("{answer}");
     } else {
-        let interrupted = answer["interrupted"].as_bool().unwrap_or(false);
-        println!(
-            "thread {}: {}{}",
-            args.thread,
-            if interrupted {
-                "running turn interrupted"
-            } else {
-                "no turn was running"
-            },
-            if args.tree {
-                "; every process of the thread killed"
-            } else {
-                ""
-            }
-        );
+        println!("thread {}: {}", args.thread, interrupted(&answer));
     }
     Ok(())
+}
+
+/// `agent-runner kill THREAD`.
+pub async fn kill(args: KillArgs) -> anyhow::Result<()> {
+    // `tree` for a runner of an earlier version, where it was optional.
+    let answer = ask(
+        &args.admin,
+        json!({"cmd": "kill", "thread": args.thread, "tree": true}),
+    )
+    .await?;
+    if args.admin.json {
+        println!("{answer}");
+        return Ok(());
+    }
+    let killed = match answer["killed"].as_u64() {
+        Some(0) => "no process was running".to_owned(),
+        Some(1) => "1 process killed".to_owned(),
+        Some(n) => format!("{n} processes killed"),
+        None => "every process of the thread killed".to_owned(),
+    };
+    println!("thread {}: {}; {killed}", args.thread, interrupted(&answer));
+    Ok(())
+}
+
+fn interrupted(answer: &Value) -> &'static str {
+    if answer["interrupted"].as_bool().unwrap_or(false) {
+        "running turn interrupted"
+    } else {
+        "no turn was running"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ps_lists_processes_as_aligned_trees() {
+        let answer = json!({"threads": [
+            {"thread_id": "t1", "processes": [
+                {"pid": 10, "ppid": 1, "cpu_s": 5.013, "rss_kib": 2048, "age_s": 192.4, "command": "sh -c sleep 300"},
+                {"pid": 123456, "ppid": 10, "cpu_s": 0.0, "rss_kib": 800, "age_s": 7265.0, "command": "sleep 300"},
+            ]},
+            {"thread_id": "idle-thread", "processes": []},
+        ]});
+        assert_eq!(
+            render_ps(&answer),
+            "THREAD     PID   CPU   RSS     AGE  COMMAND\n\
+             t1          10  5.0s  2.0M  3m 12s  sh -c sleep 300\n\
+             t1      123456   0ms  800K   2h 1m    sleep 300\n"
+        );
+        let none = json!({"threads": [{"thread_id": "t", "processes": []}]});
+        assert!(render_ps(&none).starts_with("no agent processes (1 threads"));
+    }
+
+    #[test]
+    fn threads_lists_threads_with_their_turns() {
+        let answer = json!({"agents": [
+            {"agent_id": "a", "sdk": "scripted", "threads": [
+                {"thread_id": "t1", "model": "scripted-fast", "state": "running", "turn_id": "turn-9", "running_for_ms": 5013},
+                {"thread_id": "t22", "model": "m", "state": "idle", "turn_id": null},
+            ]},
+            {"agent_id": "b", "sdk": "codex", "threads": []},
+        ]});
+        assert_eq!(
+            render_threads(&answer),
+            "AGENT  SDK       THREAD  STATE       TURN     FOR  MODEL\n\
+             a      scripted  t1      running     turn-9  5.0s  scripted-fast\n\
+             a      scripted  t22     idle        -          -  m\n\
+             b      codex     -       no threads\n"
+        );
+        assert_eq!(render_threads(&json!({"agents": []})), "no agents\n");
+    }
+
+    #[test]
+    fn kill_takes_the_old_tree_flag_and_interrupt_is_its_own_verb() {
+        use clap::Parser as _;
+        let parse = |argv: &[&str]| crate::cli::Cli::try_parse_from(argv).map(|_| ());
+        parse(&["agent-runner", "kill", "t1"]).unwrap();
+        parse(&["agent-runner", "kill", "t1", "--tree"]).unwrap();
+        parse(&["agent-runner", "interrupt", "t1", "--json"]).unwrap();
+        assert!(parse(&["agent-runner", "interrupt", "t1", "--tree"]).is_err());
+        for listing in ["ps", "threads"] {
+            parse(&["agent-runner", listing, "--json", "--config", "r.toml"]).unwrap();
+        }
+    }
 }

@@ -40,10 +40,15 @@ pub struct DemoArgs {
     /// ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL is set, else `scripted`.
     #[arg(long)]
     pub sdk: Option<String>,
-    /// The script the scripted demo runs (docs/protocol.md §3:
-    /// say/think/run/sleep/usage/fail). Only with the scripted SDK.
-    #[arg(long)]
-    pub script: Option<String>,
+    /// File holding the script the scripted demo runs (docs/protocol.md
+    /// §3: say/think/run/sleep/usage/fail; `-` reads stdin). Only with the
+    /// scripted SDK.
+    #[arg(long, value_name = "FILE", conflicts_with = "script_text")]
+    pub script: Option<std::path::PathBuf>,
+    /// The script itself, inline (`--script-text 'say hi'`), instead of
+    /// --script FILE.
+    #[arg(long, value_name = "TEXT")]
+    pub script_text: Option<String>,
     /// What a model-driven demo asks. Not with the scripted SDK.
     #[arg(long)]
     pub prompt: Option<String>,
@@ -257,7 +262,10 @@ impl DemoSdk {
         let (name, implicit) = match &args.sdk {
             Some(name) if KNOWN.contains(&name.as_str()) => (name.clone(), false),
             Some(name) => anyhow::bail!(
-                "--sdk {name:?}: not an SDK this runner drives (one of {})",
+                "--sdk {name:?}: not an SDK this runner drives ({}one of {})",
+                super::sdk::suggest(name)
+                    .map(|known| format!("did you mean {known}? "))
+                    .unwrap_or_default(),
                 KNOWN.join(", ")
             ),
             None if provider_in_env => (sdk_code_agent::SDK_NAME.to_owned(), true),
@@ -269,9 +277,13 @@ impl DemoSdk {
                     "--prompt is for a model-driven SDK (--sdk code-agent, codex or claude-code); the scripted SDK runs --script"
                 );
             }
-            args.script.clone().unwrap_or_else(|| SCRIPT.to_owned())
+            match (&args.script, &args.script_text) {
+                (Some(path), _) => read_script(path)?,
+                (None, Some(text)) => text.clone(),
+                (None, None) => SCRIPT.to_owned(),
+            }
         } else {
-            if args.script.is_some() {
+            if args.script.is_some() || args.script_text.is_some() {
                 anyhow::bail!(
                     "--script is for the scripted SDK (--sdk scripted); {name} is asked with --prompt"
                 );
@@ -284,6 +296,20 @@ impl DemoSdk {
             implicit,
         })
     }
+}
+
+/// The script in `path` (`-`: stdin); the error names the file.
+fn read_script(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| anyhow::anyhow!("--script {}: {e}", path.display()))?;
+    if text.trim().is_empty() {
+        anyhow::bail!("--script {}: the script is empty", path.display());
+    }
+    Ok(text)
 }
 
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
@@ -396,10 +422,33 @@ mod tests {
     fn args(sdk: Option<&str>, script: Option<&str>, prompt: Option<&str>) -> DemoArgs {
         DemoArgs {
             sdk: sdk.map(str::to_owned),
-            script: script.map(str::to_owned),
+            script: None,
+            script_text: script.map(str::to_owned),
             prompt: prompt.map(str::to_owned),
             log_level: None,
         }
+    }
+
+    #[test]
+    fn script_is_a_file_whose_text_the_demo_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("demo.script");
+        std::fs::write(&file, "say from the file\n").unwrap();
+        let mut from_file = args(Some("scripted"), None, None);
+        from_file.script = Some(file);
+        let chosen = DemoSdk::choose(&from_file, false).unwrap();
+        assert_eq!(chosen.message, "say from the file\n");
+        let mut missing = args(None, None, None);
+        missing.script = Some(dir.path().join("no-such.script"));
+        let err = DemoSdk::choose(&missing, false).unwrap_err().to_string();
+        assert!(
+            err.starts_with("--script ") && err.contains("no-such.script"),
+            "{err}"
+        );
+        let mut model = args(Some("code-agent"), None, None);
+        model.script = Some(dir.path().join("demo.script"));
+        let err = DemoSdk::choose(&model, false).unwrap_err().to_string();
+        assert!(err.starts_with("--script is for the scripted SDK"), "{err}");
     }
 
     #[test]
@@ -444,5 +493,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("not an SDK this runner drives"), "{err}");
+        let err = DemoSdk::choose(&args(Some("claude"), None, None), false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean claude-code?"), "{err}");
     }
 }

@@ -8,17 +8,27 @@
 //! 0 when nothing failed, 1 otherwise.
 //!
 //! The credentials probe is the read-only `ListGithubInstallationsForRunner`
-//! RPC, not `RegisterRunner`: registering would take over the registration
-//! of a runner already running with the same credentials.
+//! RPC (or its later name, `ListGithubInstallations`), not `RegisterRunner`:
+//! registering would take over the registration of a runner already running
+//! with the same credentials. A control plane that serves neither name is
+//! not there: the URL's path (the prefix of every RPC) is wrong, and `run`
+//! would fail to register for the same reason, said the same way
+//! ([`crate::link::problem`]).
+//!
+//! The settings and where each came from are the ones recorded while the
+//! configuration was merged ([`crate::config::Sources`]); the state dir and
+//! workspace root get the check `run` makes at start-up
+//! ([`crate::config::check_writable_dir`]).
 
 use std::path::Path;
 use std::time::Duration;
 
-use agent_runner_proto::runner::ListGithubInstallationsForRunnerRequest;
-use clap::parser::ValueSource;
+use agent_runner_proto::runner::{
+    ListGithubInstallationsForRunnerRequest, ListGithubInstallationsRequest,
+};
 use serde::Serialize;
 
-use crate::config::{RunArgs, RunConfig, Secret};
+use crate::config::{RunArgs, RunConfig, Secret, Source, Sources, check_writable_dir};
 
 /// Below this, the state dir or workspace root gets a warning.
 const LOW_SPACE_BYTES: u64 = 1024 * 1024 * 1024;
@@ -58,9 +68,13 @@ struct Check {
 /// One resolved setting and where its value came from.
 #[derive(Debug, Serialize)]
 struct Setting {
-    key: &'static str,
+    key: String,
     value: String,
     source: String,
+    /// Printed even when it is the default (the human report shows the
+    /// others only when given).
+    #[serde(skip)]
+    always: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,14 +100,13 @@ pub async fn run(
     matches: Option<clap::ArgMatches>,
     env_secret: Option<Secret>,
 ) -> anyhow::Result<bool> {
-    let file_keys = file_keys(args.run.config.as_deref());
     let secret_from_env = env_secret.is_some();
     let mut checks = Vec::new();
     let mut settings = Vec::new();
-    let resolved = RunConfig::resolve(args.run.clone(), env_secret);
+    let resolved = RunConfig::resolve_sourced(args.run.clone(), matches.as_ref(), env_secret);
     match &resolved {
-        Ok(config) => {
-            settings = describe_settings(config, matches.as_ref(), &file_keys, secret_from_env);
+        Ok((config, sources)) => {
+            settings = describe_settings(config, sources, secret_from_env);
             checks.push(check(
                 "configuration",
                 Outcome::Ok,
@@ -108,10 +121,20 @@ pub async fn run(
             Some("fix the setting named (flag, AGENT_RUNNER_* variable or config file key)".into()),
         )),
     }
-    if let Ok(config) = &resolved {
+    if let Ok((config, sources)) = &resolved {
         checks.push(control_plane(config).await);
-        checks.push(directory("state dir", &config.state_dir));
-        checks.push(directory("workspace root", &config.workspace_root));
+        checks.push(directory(
+            "state dir",
+            "state_dir",
+            &config.state_dir,
+            sources,
+        ));
+        checks.push(directory(
+            "workspace root",
+            "workspace_root",
+            &config.workspace_root,
+            sources,
+        ));
         checks.push(git());
         match super::sdk::probe(config).await {
             Ok((sdks, sandbox)) => {
@@ -170,7 +193,20 @@ fn human(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "settings");
     for s in &report.settings {
-        let _ = writeln!(out, "  {:<16} {}  ({})", s.key, s.value, s.source);
+        if s.always || s.source != "default" {
+            let _ = writeln!(out, "  {:<28} {}  ({})", s.key, s.value, s.source);
+        }
+    }
+    let hidden = report
+        .settings
+        .iter()
+        .filter(|s| !s.always && s.source == "default")
+        .count();
+    if hidden > 0 {
+        let _ = writeln!(
+            out,
+            "  ({hidden} more at their defaults; --json lists them)"
+        );
     }
     let _ = writeln!(out, "checks");
     for c in &report.checks {
@@ -196,107 +232,106 @@ fn human(report: &Report) -> String {
     out
 }
 
-/// The keys present in the config file (empty without one or when it does
-/// not parse: the configuration check reports that).
-fn file_keys(path: Option<&Path>) -> Vec<String> {
-    path.and_then(|p| std::fs::read_to_string(p).ok())
-        .and_then(|text| text.parse::<toml::Table>().ok())
-        .map(|t| t.keys().cloned().collect())
-        .unwrap_or_default()
-}
-
-fn describe_settings(
-    config: &RunConfig,
-    matches: Option<&clap::ArgMatches>,
-    file_keys: &[String],
-    secret_from_env: bool,
-) -> Vec<Setting> {
-    let source = |key: &'static str, env: &str| -> String {
-        match matches.and_then(|m| m.value_source(key)) {
-            Some(ValueSource::CommandLine) => format!("flag --{}", key.replace('_', "-")),
-            Some(ValueSource::EnvVariable) => format!("env {env}"),
-            _ if file_keys.iter().any(|k| k == key) => "config file".to_owned(),
-            _ => "default".to_owned(),
-        }
+/// Every setting with its value and source, as recorded while merging:
+/// first the ones that matter most, with their resolved values, then the
+/// rest as given (or their documented default).
+fn describe_settings(config: &RunConfig, sources: &Sources, secret_from_env: bool) -> Vec<Setting> {
+    let setting = |key: &str, value: String| Setting {
+        key: key.to_owned(),
+        value,
+        source: sources.source(key).to_string(),
+        always: true,
+    };
+    let proxy_source = match sources.source("proxy") {
+        Source::Default if config.proxy.is_set() => "env HTTPS_PROXY/HTTP_PROXY/NO_PROXY".into(),
+        other => other.to_string(),
     };
     let mut out = vec![
-        Setting {
-            key: "control_plane_url",
-            value: format!(
+        setting(
+            "control_plane_url",
+            format!(
                 "{}{}",
                 config.control_plane.origin, config.control_plane.path_prefix
             ),
-            source: source("control_plane_url", "AGENT_RUNNER_CONTROL_PLANE_URL"),
-        },
+        ),
         Setting {
-            key: "secret",
+            key: "secret".into(),
             // Never the secret itself.
             value: if config.secret.is_some() {
                 "set".into()
             } else {
                 "none".into()
             },
+            // A secret file wins over AGENT_RUNNER_SECRET wherever it is set.
             source: match &config.secret_file {
-                Some(p) => format!("file {}", p.display()),
+                Some(p) => format!(
+                    "file {} (secret_file: {})",
+                    p.display(),
+                    sources.source("secret_file")
+                ),
                 None if secret_from_env => "env AGENT_RUNNER_SECRET".into(),
                 None => "none".into(),
             },
+            always: true,
         },
-        Setting {
-            key: "state_dir",
-            value: config.state_dir.display().to_string(),
-            source: source("state_dir", "AGENT_RUNNER_STATE_DIR"),
-        },
-        Setting {
-            key: "workspace_root",
-            value: config.workspace_root.display().to_string(),
-            source: source("workspace_root", "AGENT_RUNNER_WORKSPACE_ROOT"),
-        },
-        Setting {
-            key: "sdk",
-            value: if config.sdks.is_empty() {
+        setting("state_dir", config.state_dir.display().to_string()),
+        setting(
+            "workspace_root",
+            config.workspace_root.display().to_string(),
+        ),
+        setting(
+            "sdk",
+            if config.sdks.is_empty() {
                 "every built-in SDK".into()
             } else {
                 config.sdks.join(",")
             },
-            source: source("sdk", "AGENT_RUNNER_SDK"),
-        },
-        Setting {
-            key: "health_addr",
-            value: config
+        ),
+        setting(
+            "health_addr",
+            config
                 .health
                 .map(|h| h.addr.to_string())
                 .unwrap_or_else(|| "off".into()),
-            source: source("health_addr", "AGENT_RUNNER_HEALTH_ADDR"),
-        },
+        ),
+        setting("sandbox", config.sandbox.mode.to_string()),
         Setting {
-            key: "sandbox",
-            value: config.sandbox.mode.to_string(),
-            source: source("sandbox", "AGENT_RUNNER_SANDBOX"),
-        },
-        Setting {
-            key: "proxy",
-            value: config.proxy.describe(),
-            source: match matches.and_then(|m| m.value_source("proxy")) {
-                Some(ValueSource::CommandLine) => "flag --proxy".into(),
-                Some(ValueSource::EnvVariable) => "env AGENT_RUNNER_PROXY".into(),
-                _ if file_keys.iter().any(|k| k == "proxy") => "config file".into(),
-                _ if config.proxy.is_set() => "env HTTPS_PROXY/HTTP_PROXY/NO_PROXY".into(),
-                _ => "default".into(),
-            },
+            source: proxy_source,
+            ..setting("proxy", config.proxy.describe())
         },
     ];
-    if let Some(path) = matches.and_then(|m| m.get_one::<std::path::PathBuf>("config")) {
-        out.insert(
-            0,
-            Setting {
-                key: "config",
-                value: path.display().to_string(),
-                source: source("config", "AGENT_RUNNER_CONFIG"),
-            },
-        );
+    for def in crate::config::defs::definitions() {
+        if out.iter().any(|s| s.key == def.key) {
+            continue;
+        }
+        let given = sources.get(&def.key);
+        let value = match &given.text {
+            Some(text) => without_credentials(text),
+            None if given.source == Source::Default => {
+                def.default.as_deref().unwrap_or("none").replace('`', "")
+            }
+            None => "(given)".to_owned(),
+        };
+        out.push(Setting {
+            key: def.key.clone(),
+            value,
+            source: given.source.to_string(),
+            always: def.key == "config" && given.source != Source::Default,
+        });
     }
     out
+}
+
+/// `scheme://user:pass@host…` with the user and password left out.
+fn without_credentials(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://<credentials>@{}", &rest[at + 1..]),
+        None => text.to_owned(),
+    }
 }
 
 /// Reachable, TLS valid, credentials accepted: one read-only RPC.
@@ -310,12 +345,7 @@ async fn control_plane(config: &RunConfig) -> Check {
         Ok(c) => c,
         Err(e) => return check(name, Outcome::Fail, e.to_string(), None),
     };
-    let rpc = "ListGithubInstallationsForRunner";
-    let answer = tokio::time::timeout(
-        PROBE_TIMEOUT,
-        client.list_github_installations_for_runner(ListGithubInstallationsForRunnerRequest {}),
-    )
-    .await;
+    let answer = tokio::time::timeout(PROBE_TIMEOUT, probe(&mut client)).await;
     let tls = if config.control_plane.tls {
         ", TLS valid"
     } else {
@@ -328,13 +358,13 @@ async fn control_plane(config: &RunConfig) -> Check {
             format!("{url}: no answer within {PROBE_TIMEOUT:?}"),
             Some("is the address reachable from here (firewall, proxy)?".into()),
         ),
-        Ok(Ok(_)) => check(
+        Ok((_, Ok(()))) => check(
             name,
             Outcome::Ok,
             format!("{url} reachable{tls}, credentials accepted"),
             None,
         ),
-        Ok(Err(status)) => match status.code() {
+        Ok((rpc, Err(status))) => match status.code() {
             tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => check(
                 name,
                 Outcome::Fail,
@@ -348,13 +378,13 @@ async fn control_plane(config: &RunConfig) -> Check {
                         .into(),
                 ),
             ),
+            // Neither name: no control plane at this path. `run` fails to
+            // register for the same reason, said the same way.
             tonic::Code::Unimplemented => check(
                 name,
-                Outcome::Warn,
-                format!(
-                    "{url} reachable{tls}; it does not serve {rpc}, so the credentials were not checked"
-                ),
-                None,
+                Outcome::Fail,
+                crate::link::problem::describe(&url, rpc, &status, false),
+                Some("fix control_plane_url: `run` could not register there either".into()),
             ),
             _ => check(
                 name,
@@ -366,26 +396,38 @@ async fn control_plane(config: &RunConfig) -> Check {
     }
 }
 
-/// Exists (or can be made), writable, with room left.
-fn directory(name: &str, dir: &Path) -> Check {
-    if let Err(e) = std::fs::create_dir_all(dir) {
+/// The read-only probe: `ListGithubInstallationsForRunner`, else (when the
+/// control plane does not serve it) its later name; which was called last.
+async fn probe(
+    client: &mut crate::host::client::Client,
+) -> (&'static str, Result<(), tonic::Status>) {
+    match client
+        .list_github_installations_for_runner(ListGithubInstallationsForRunnerRequest {})
+        .await
+    {
+        Err(status) if status.code() == tonic::Code::Unimplemented => {}
+        other => return ("ListGithubInstallationsForRunner", other.map(drop)),
+    }
+    (
+        "ListGithubInstallations",
+        client
+            .list_github_installations(ListGithubInstallationsRequest {})
+            .await
+            .map(drop),
+    )
+}
+
+/// Exists (or can be made), writable (the check `run` makes at start-up),
+/// with room left.
+fn directory(name: &str, key: &'static str, dir: &Path, sources: &Sources) -> Check {
+    if let Err(e) = check_writable_dir(key, dir) {
         return check(
             name,
             Outcome::Fail,
-            format!("{}: cannot create: {e}", dir.display()),
-            Some("create it, writable by the runner's user".into()),
+            sources.locate(e).to_string(),
+            Some("make it writable by the runner's user (chown/chmod), or set it elsewhere".into()),
         );
     }
-    let probe = dir.join(format!(".agent-runner-doctor-{}", std::process::id()));
-    if let Err(e) = std::fs::write(&probe, b"doctor") {
-        return check(
-            name,
-            Outcome::Fail,
-            format!("{}: not writable: {e}", dir.display()),
-            Some("make it writable by the runner's user (chown/chmod)".into()),
-        );
-    }
-    let _ = std::fs::remove_file(&probe);
     match free_bytes(dir) {
         Some(free) if free < LOW_SPACE_BYTES => check(
             name,
@@ -458,5 +500,102 @@ fn sandbox_check(sandbox: &crate::host::sandbox::SandboxStatus) -> Check {
         ),
         None if !sandbox.missing.is_empty() => check("sandbox", Outcome::Warn, detail, None),
         None => check("sandbox", Outcome::Ok, detail, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mock_control_plane::{GithubRpcNames, MockConfig, MockControlPlane};
+
+    use super::*;
+
+    fn config(url: &str) -> RunConfig {
+        RunConfig::resolve(
+            RunArgs {
+                control_plane_url: Some(url.to_owned()),
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap()
+    }
+
+    /// A URL without the control plane's path prefix fails the check, with
+    /// the hint `run` gives when it cannot register there.
+    #[tokio::test]
+    async fn a_wrong_path_prefix_fails_as_run_would() {
+        let cp = MockControlPlane::start(MockConfig::default().with_path_prefix("/grpc"))
+            .await
+            .unwrap();
+        let good = control_plane(&config(&cp.url())).await;
+        assert_eq!(good.outcome, Outcome::Ok, "{good:?}");
+        let bare = cp.url().trim_end_matches("/grpc").to_owned();
+        let bad = control_plane(&config(&bare)).await;
+        assert_eq!(bad.outcome, Outcome::Fail, "{bad:?}");
+        let run_says = crate::link::problem::hint(
+            &bare,
+            "ListGithubInstallations",
+            tonic::Code::Unimplemented,
+            "",
+        )
+        .unwrap();
+        assert!(bad.detail.contains(&run_says), "{bad:?}");
+        assert!(bad.detail.contains("check its path"), "{bad:?}");
+        assert!(cp.registrations().is_empty());
+    }
+
+    /// A control plane that serves only the later names passes.
+    #[tokio::test]
+    async fn the_later_rpc_names_are_probed_too() {
+        let cp = MockControlPlane::start(
+            MockConfig::default().with_github_rpc_names(GithubRpcNames::Later),
+        )
+        .await
+        .unwrap();
+        let c = control_plane(&config(&cp.url())).await;
+        assert_eq!(c.outcome, Outcome::Ok, "{c:?}");
+    }
+
+    #[test]
+    fn credentials_in_values_are_left_out() {
+        assert_eq!(
+            without_credentials("http://u:p@proxy:3128/x"),
+            "http://<credentials>@proxy:3128/x"
+        );
+        assert_eq!(without_credentials("http://h:1/a@b"), "http://h:1/a@b");
+        assert_eq!(without_credentials("/a@b"), "/a@b");
+    }
+
+    #[test]
+    fn settings_come_with_their_recorded_sources() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(&file, "drain_timeout = \"45s\"\n").unwrap();
+        let args = RunArgs {
+            control_plane_url: Some("http://x:1".into()),
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        let (config, sources) = RunConfig::resolve_sourced(args, None, None).unwrap();
+        let settings = describe_settings(&config, &sources, true);
+        let find = |key: &str| settings.iter().find(|s| s.key == key).unwrap();
+        assert_eq!(find("control_plane_url").source, "flag --control-plane-url");
+        assert_eq!(find("secret").source, "env AGENT_RUNNER_SECRET");
+        let drain = find("drain_timeout");
+        assert_eq!(drain.value, "45s");
+        assert_eq!(drain.source, format!("file {}", file.display()));
+        let turns = find("max_concurrent_turns");
+        assert_eq!(
+            (turns.value.as_str(), turns.source.as_str()),
+            ("256", "default")
+        );
+        let text = human(&Report {
+            would_start: true,
+            settings,
+            checks: Vec::new(),
+        });
+        assert!(text.contains("drain_timeout"), "{text}");
+        assert!(!text.contains("max_concurrent_turns"), "{text}");
+        assert!(text.contains("more at their defaults"), "{text}");
     }
 }

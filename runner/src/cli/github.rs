@@ -30,6 +30,9 @@ pub enum GithubCommand {
 
 #[derive(Debug, Args)]
 pub struct InstallationsArgs {
+    /// Print the installations as one JSON document (expiry as RFC 3339).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub run: GithubSettings,
 }
@@ -92,6 +95,10 @@ pub async fn run(command: GithubCommand, env_secret: Option<Secret>) -> anyhow::
         GithubCommand::Installations(args) => {
             let broker = connect(args.run.into(), env_secret)?;
             let installations = broker.installations().await?;
+            if args.json {
+                println!("{}", installations_json(&broker, &installations));
+                return Ok(());
+            }
             print!("{}", render_installations(&broker, &installations));
             Ok(())
         }
@@ -182,13 +189,40 @@ fn render_installations(broker: &TokenBroker, installations: &[github::Installat
     out
 }
 
+/// What `installations --json` prints: the source, and each installation
+/// with its repositories and token expiry (never a token).
+fn installations_json(
+    broker: &TokenBroker,
+    installations: &[github::Installation],
+) -> serde_json::Value {
+    let list: Vec<serde_json::Value> = installations
+        .iter()
+        .map(|i| {
+            serde_json::json!({
+                "id": i.id,
+                "account": i.account,
+                "repositories": i.repositories,
+                "token_expires_at": i
+                    .token_expires_at
+                    .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+                "error": i.error,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "source": broker.describe_source(),
+        "git_host": broker.git_host(),
+        "installations": list,
+    })
+}
+
 /// `2026-05-01T12:00:00Z (in 59m 58s)`.
 fn when(t: SystemTime) -> String {
     let stamp = humantime::format_rfc3339_seconds(t);
     match t.duration_since(SystemTime::now()) {
         Ok(left) => format!(
             "{stamp} (in {})",
-            humantime::format_duration(Duration::from_secs(left.as_secs()))
+            crate::ops::human::duration(Duration::from_secs(left.as_secs()))
         ),
         Err(_) => format!("{stamp} (expired)"),
     }
@@ -236,7 +270,7 @@ mod tests {
     #[test]
     fn expiry_is_shown_with_time_left() {
         let t = SystemTime::now() + Duration::from_secs(3600);
-        assert!(when(t).contains("(in 59m"), "{}", when(t));
+        assert!(when(t).contains("(in 59m 5"), "{}", when(t));
         let t = SystemTime::now() - Duration::from_secs(5);
         assert!(when(t).ends_with("(expired)"));
     }

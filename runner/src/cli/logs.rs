@@ -1,14 +1,17 @@
 //! `agent-runner logs THREAD [--follow] [--json]`: a thread's transcript
 //! (see `crate::delivery::transcript`), readably or as the JSON lines themselves.
-//! It reads the files in the state dir, so it works whether or not the
-//! runner is running.
+//! It reads the files in the state dir (found as `run` finds it:
+//! [`RunnerLocation`]), so it works whether or not the runner is running.
+//! `--follow` ends, exit 0, when the thread is deleted (its transcript
+//! goes with it).
 
 use std::io::{Read as _, Seek as _, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use super::locate::RunnerLocation;
 use crate::delivery::transcript;
 
 /// Flags of `agent-runner logs`.
@@ -16,25 +19,23 @@ use crate::delivery::transcript;
 pub struct LogsArgs {
     /// The thread id.
     thread: String,
-    /// Keep printing lines as they are written (Ctrl-C stops).
+    /// Keep printing lines as they are written, until the thread is
+    /// deleted (or Ctrl-C).
     #[arg(long, short = 'f')]
     follow: bool,
     /// Print the JSON lines as stored.
     #[arg(long)]
     json: bool,
-    /// The runner's state dir. Default: ~/.agent-runner/state.
-    #[arg(long, env = "AGENT_RUNNER_STATE_DIR")]
-    state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    runner: RunnerLocation,
 }
+
+/// How often `--follow` looks for new lines.
+const POLL: Duration = Duration::from_millis(250);
 
 /// Prints the transcript (the rotated part first), then follows it.
 pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
-    let state_dir = args.state_dir.clone().unwrap_or_else(|| {
-        std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."))
-            .join(".agent-runner/state")
-    });
+    let state_dir = args.runner.state_dir()?;
     let dir = transcript::dir(&state_dir);
     let current = transcript::path(&dir, &args.thread)
         .ok_or_else(|| anyhow::anyhow!("thread: {:?} is not a thread id", args.thread))?;
@@ -54,8 +55,20 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     if !args.follow {
         return Ok(());
     }
+    // Whether the transcript was there: once it was, its disappearance
+    // (current and rotated file both gone) is the thread's deletion.
+    let mut seen = current.exists() || old.exists();
     loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(POLL).await;
+        let there = current.exists() || old.exists();
+        if seen && !there {
+            eprintln!(
+                "agent-runner logs: thread {} was deleted (its transcript went with it)",
+                args.thread
+            );
+            return Ok(());
+        }
+        seen |= there;
         let len = std::fs::metadata(&current).map(|m| m.len()).unwrap_or(0);
         if len < offset {
             // Rotated: the rest of the old file, then the new one from 0.

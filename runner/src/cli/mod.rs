@@ -1,6 +1,12 @@
-//! The `agent-runner` command line: `run`, `status`, `doctor`, `logs`, `ps`, `threads`, `kill`, `demo`, `github`, `sdk list`,
+//! The `agent-runner` command line: `run`, `status`, `doctor`, `logs`,
+//! `threads`, `ps`, `interrupt`, `kill`, `demo`, `github`, `sdk list`,
 //! `code-agent serve`, and `git-credential` (what agents' git calls; not for
 //! people). Definitions and dispatch here; each subcommand in its own module.
+//!
+//! One grammar throughout: a command that lists takes `--json`; a command
+//! that talks to a running runner finds it as `run` finds its settings
+//! (`--config`, `--state-dir`, their `AGENT_RUNNER_*` variables:
+//! `locate`); errors print once each, as `agent-runner: what: why`.
 
 mod admin;
 mod code_agent;
@@ -9,11 +15,14 @@ mod demo;
 mod doctor;
 mod git_credential;
 mod github;
+mod locate;
 mod logs;
 mod parse_error;
 mod run;
 mod sdk;
+mod signals;
 mod status;
+mod table;
 
 use std::process::ExitCode;
 
@@ -50,16 +59,22 @@ enum Command {
     /// this host allows, the proxy. Exit code 0 when the runner would start.
     Doctor(Box<doctor::DoctorArgs>),
     /// Print a thread's transcript (every update sent for it), from the
-    /// state dir; `--follow` keeps printing, `--json` prints the lines as stored.
+    /// state dir; `--follow` keeps printing until the thread is deleted,
+    /// `--json` prints the lines as stored.
     Logs(logs::LogsArgs),
-    /// List a running runner's threads with their running turn and every
-    /// live process of the thread as a tree (pid, CPU, RSS, age, command),
-    /// through its admin socket in the state dir.
-    Ps(admin::AdminArgs),
-    /// List a running runner's agents and threads with their state.
+    /// List a running runner's threads: agent, SDK, state, running turn
+    /// and for how long, model (`ps` lists their processes).
     Threads(admin::AdminArgs),
-    /// Interrupt a thread's running turn as the control plane's interrupt
-    /// would; `--tree` also kills every process of the thread.
+    /// List a running runner's agent processes: every live process of
+    /// every thread, as trees (pid, CPU, RSS, age, command; `threads`
+    /// lists the threads themselves).
+    Ps(admin::AdminArgs),
+    /// Interrupt a thread's running turn, as the control plane's interrupt
+    /// would; its processes are left to the SDK (`kill` ends them).
+    Interrupt(admin::InterruptArgs),
+    /// End a thread's processes: interrupt its running turn, then kill
+    /// every process of the thread (those that left its process group
+    /// too). `--tree`, which this used to need, is still accepted.
     Kill(admin::KillArgs),
     /// Run a mock control plane and a runner in-process and print a live
     /// transcript of one scripted turn.
@@ -94,7 +109,7 @@ enum SdkCommand {
     /// Print what `run` would register with the same settings (flags, env,
     /// `--config`): each enabled adapter, its status and models, and the
     /// agent sandbox.
-    List(Box<RunArgs>),
+    List(Box<sdk::ListArgs>),
 }
 
 /// Runs the parsed command line. `env_secret` is `AGENT_RUNNER_SECRET`,
@@ -105,7 +120,7 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
         return match git_credential::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("agent-runner git-credential: {e:#}");
+                eprintln!("agent-runner git-credential: {}", error_text(&e));
                 ExitCode::FAILURE
             }
         };
@@ -129,6 +144,7 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
             Command::Logs(args) => logs::run(args).await,
             Command::Ps(args) => admin::ps(args).await,
             Command::Threads(args) => admin::threads(args).await,
+            Command::Interrupt(args) => admin::interrupt(args).await,
             Command::Kill(args) => admin::kill(args).await,
             Command::Doctor(args) => {
                 use clap::CommandFactory as _;
@@ -156,8 +172,67 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("agent-runner: {e:#}");
+            eprintln!("agent-runner: {}", error_text(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `e` and its causes, `: `-separated, each said once: an error whose own
+/// message ends with its cause's (`state dir: Not a directory (os error
+/// 20)`, whose cause is that io error) would otherwise print the cause
+/// twice, as `{e:#}` does.
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    /// An error whose message quotes its source, as `#[error("state dir:
+    /// {0}")] Io(#[from] io::Error)` does.
+    #[derive(Debug)]
+    struct Quoting(std::io::Error);
+
+    impl std::fmt::Display for Quoting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "state dir: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Quoting {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::from_raw_os_error(13);
+        let e = anyhow::Error::new(Quoting(io)).context("state_dir /srv/x");
+        let text = error_text(&e);
+        assert_eq!(
+            text,
+            format!(
+                "state_dir /srv/x: state dir: {}",
+                std::io::Error::from_raw_os_error(13)
+            )
+        );
+        assert_eq!(text.matches("os error 13").count(), 1, "{text}");
+        // Causes that add something are all kept, in order.
+        let e = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(error_text(&e), "outer: middle: inner");
     }
 }

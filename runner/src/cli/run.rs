@@ -1,7 +1,6 @@
 //! `agent-runner run`: start the runner, serve until a signal, drain.
 
-use tokio::signal::unix::{SignalKind, signal};
-
+use super::signals::{self, Signals};
 use crate::config::{RunArgs, RunConfig, Secret};
 use crate::runner::Runner;
 use crate::{host::procs, ops::logging};
@@ -31,13 +30,29 @@ async fn idle_exit(
     }
 }
 
+/// clap's matches for this `run` command line: they tell a flag from its
+/// environment variable when an error names where a value came from.
+fn own_matches() -> Option<clap::ArgMatches> {
+    use clap::CommandFactory as _;
+    super::Cli::command()
+        .try_get_matches_from(std::env::args_os())
+        .ok()?
+        .subcommand_matches("run")
+        .cloned()
+}
+
 /// Registers and serves until SIGTERM/SIGINT (a second signal kills every
 /// agent process and exits at once, 130).
 pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()> {
     // Before any agent exists: not dumpable (no process of our uid reads our
     // environ or memory), no core files (they would hold our secrets).
     let hardening = agent_launcher::harden_runner();
-    let config = RunConfig::resolve(args, env_secret)?;
+    let matches = own_matches();
+    let (config, sources) = RunConfig::resolve_sourced(args, matches.as_ref(), env_secret)?;
+    // A state dir or workspace root the runner cannot write fails here,
+    // named, rather than every request later.
+    config.check_dirs(&sources)?;
+    super::sdk::check_names(&config.sdks)?;
     super::code_agent::redact_provider_keys();
     // The bearer secret is never logged on purpose; masking it too covers
     // an agent or a library that quotes it by accident.
@@ -54,43 +69,29 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
         ),
         Err(e) => tracing::warn!(error = %e, "could not harden the runner process"),
     }
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
+    let mut signals = Signals::install()?;
     let mut runner = Runner::start(&config).await?;
     tracing::info!(
         control_plane = %config.control_plane.origin,
         sdks = ?runner.rt.sdks.names(),
         "runner started"
     );
-    // `agent-runner ps/threads/kill`: the admin socket in the state dir
+    super::sdk::warn_unready(&runner.rt.sdks, !config.sdks.is_empty());
+    // `agent-runner threads/ps/interrupt/kill`: the admin socket in the state dir
     // (0600), removed when this returns.
     let _admin = crate::ops::admin::serve(runner.rt.clone(), &config.state_dir)?;
     let idle_rt = runner.rt.clone();
     // This future runs on the main thread, which waits from here on: what
     // it allocated starting the runner and freed goes back now.
     crate::util::allocator::before_wait();
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let cause = tokio::select! {
+        signal = signals.next() => signal.to_owned(),
         refused = runner.refused() => return refused,
         idle = idle_exit(&idle_rt, config.exit_when_idle) => {
-            tracing::info!(idle = %humantime::format_duration(idle), "idle (--exit-when-idle): draining and exiting");
+            format!("idle for {} (--exit-when-idle)", crate::ops::human::duration(idle))
         }
-    }
-    let sandboxes = runner.rt.sandboxes.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        eprintln!("agent-runner: second signal, killing every agent process and exiting");
-        // Agents run in sessions of their own: the terminal's signal never
-        // reached them. Nothing of theirs may outlive us.
-        let killed = tokio::task::spawn_blocking(move || sandboxes.close_everything()).await;
-        if let Ok(killed) = killed {
-            eprintln!("agent-runner: killed {killed} agent processes");
-        }
-        std::process::exit(130);
-    });
+    };
+    signals::log_draining(&cause, config.drain_timeout);
+    signals::force_on_next(signals, runner.rt.clone());
     runner.shutdown(config.drain_timeout).await
 }

@@ -1,102 +1,233 @@
-//! The flags of `agent-runner run` (each also an `AGENT_RUNNER_*` env var),
-//! and the small value parsers they share.
+//! The settings of `agent-runner run`, each defined once: its flag, its
+//! `AGENT_RUNNER_*` variable, its TOML key (the field name), its help (the
+//! last sentence `Default: …` is the default), its help heading (the
+//! section of docs/configuration.md). Also the small value parsers they
+//! share.
 
+use super::layer::settings;
 use super::*;
 
-/// Flags of `agent-runner run` (each also an env var; see `--help`).
-#[derive(Debug, Clone, Default, Args)]
-pub struct RunArgs {
-    /// TOML file with any of the settings below (keys are the flag names with `_`).
-    #[arg(long, env = "AGENT_RUNNER_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Control plane URL: `https://host:port` (TLS, system roots), `http://host:port`
-    /// (plaintext); a path is a prefix for every RPC (`http://h:50051/grpc`).
-    #[arg(long, env = "AGENT_RUNNER_CONTROL_PLANE_URL")]
-    pub control_plane_url: Option<String>,
-    /// Extra CA certificate (PEM) trusted for an `https://` control plane.
-    #[arg(long, env = "AGENT_RUNNER_CA_CERT")]
-    pub ca_cert: Option<PathBuf>,
-    /// File holding the bearer secret sent as `authorization: Bearer …`
-    /// (or set AGENT_RUNNER_SECRET; never pass the secret itself as a flag).
-    #[arg(long, env = "AGENT_RUNNER_SECRET_FILE")]
-    pub secret_file: Option<PathBuf>,
-    /// Directory for durable state (SQLite). Default: ~/.agent-runner/state.
-    #[arg(long, env = "AGENT_RUNNER_STATE_DIR")]
-    pub state_dir: Option<PathBuf>,
-    /// Directory holding one workspace per agent and per thread.
-    /// Default: ~/.agent-runner/workspaces.
-    #[arg(long, env = "AGENT_RUNNER_WORKSPACE_ROOT")]
-    pub workspace_root: Option<PathBuf>,
-    /// SDK adapter to enable; repeatable (env: comma-separated). Default: all built in.
-    #[arg(long = "sdk", env = "AGENT_RUNNER_SDK", value_delimiter = ',')]
-    pub sdk: Vec<String>,
-    /// Turns allowed to run at once; a message beyond it gets a RequestError. Default: 256.
-    #[arg(long, env = "AGENT_RUNNER_MAX_CONCURRENT_TURNS")]
-    pub max_concurrent_turns: Option<usize>,
-    /// Requests allowed to wait at once, runner-wide (for all agents and
-    /// threads); beyond it a request gets a RequestError. Default: 10000.
-    #[arg(long, env = "AGENT_RUNNER_MAX_QUEUED_REQUESTS")]
-    pub max_queued_requests: Option<usize>,
-    /// On SIGTERM, how long running turns may go on before they are interrupted. Default: 30s.
-    #[arg(long, env = "AGENT_RUNNER_DRAIN_TIMEOUT", value_parser = parse_duration)]
-    pub drain_timeout: Option<Duration>,
-    /// Updates kept while disconnected before intermediate ones are coalesced. Default: 10000.
-    #[arg(long, env = "AGENT_RUNNER_OUTBOX_CAPACITY")]
-    pub outbox_capacity: Option<usize>,
-    /// HTTP/2 keepalive ping interval. Default: 20s.
-    #[arg(long, env = "AGENT_RUNNER_KEEPALIVE_INTERVAL", value_parser = parse_duration)]
-    pub keepalive_interval: Option<Duration>,
-    /// How long a keepalive ping may go unanswered before the link is dropped. Default: 10s.
-    #[arg(long, env = "AGENT_RUNNER_KEEPALIVE_TIMEOUT", value_parser = parse_duration)]
-    pub keepalive_timeout: Option<Duration>,
-    /// First reconnect delay (jittered, doubling). Default: 250ms.
-    #[arg(long, env = "AGENT_RUNNER_RECONNECT_MIN_DELAY", value_parser = parse_duration)]
-    pub reconnect_min_delay: Option<Duration>,
-    /// Longest reconnect delay. Default: 30s.
-    #[arg(long, env = "AGENT_RUNNER_RECONNECT_MAX_DELAY", value_parser = parse_duration)]
-    pub reconnect_max_delay: Option<Duration>,
-    /// Largest skill package (bytes) an InstallSkillsMpRequest may install. Default: 16 MiB.
-    #[arg(long, env = "AGENT_RUNNER_SKILL_MAX_BYTES")]
-    pub skill_max_bytes: Option<u64>,
-    /// How often every SDK is probed again; a change of status or models
-    /// since registration is sent as an `agent_sdk_update`. `0s`: never.
-    /// Default: 5m.
-    #[arg(long, env = "AGENT_RUNNER_SDK_PROBE_INTERVAL", value_parser = parse_duration)]
-    pub sdk_probe_interval: Option<Duration>,
-    /// Log format: `text` or `json`. Default: text.
-    #[arg(long, env = "AGENT_RUNNER_LOG_FORMAT")]
-    pub log_format: Option<LogFormat>,
-    /// Log level or tracing filter (`info`, `agent_runner=debug`). Default: info.
-    #[arg(long, env = "AGENT_RUNNER_LOG_LEVEL")]
-    pub log_level: Option<String>,
-    /// Where /livez, /readyz, /metrics and /status listen: `IP:PORT` (port 0
-    /// picks a free one, logged); empty turns them off. Default: 127.0.0.1:9464
-    /// (if that port is taken the runner warns and goes on without them; a port
-    /// set here that is taken is an error).
-    #[arg(long, env = "AGENT_RUNNER_HEALTH_ADDR")]
-    pub health_addr: Option<String>,
-    /// Outbound HTTP proxy for every destination (`http://[user:pass@]host:port`;
-    /// the ControlChannel tunnels through it with CONNECT). Unset: HTTPS_PROXY /
-    /// HTTP_PROXY by scheme; NO_PROXY lists hosts reached directly. Agents' git
-    /// and CLIs get the same proxy.
-    #[arg(long, env = "AGENT_RUNNER_PROXY")]
-    pub proxy: Option<String>,
-    /// With no turn running and no request (heartbeats aside) for this long,
-    /// drain and exit 0 (scale-to-zero deployments). `0s` or unset: never.
-    #[arg(long, env = "AGENT_RUNNER_EXIT_WHEN_IDLE", value_parser = parse_duration)]
-    pub exit_when_idle: Option<Duration>,
-    /// Settings of the codex and claude-code adapters (see `ExternalSdkArgs`).
-    #[command(flatten)]
-    pub external_sdks: ExternalSdkArgs,
-    /// Where GitHub installation tokens come from (see `GithubArgs`).
-    #[command(flatten)]
-    pub github: GithubArgs,
-    /// Settings of the code-agent adapter (see `CodeAgentArgs`).
-    #[command(flatten)]
-    pub code_agent: CodeAgentArgs,
-    /// The agent sandbox (see `SandboxArgs`).
-    #[command(flatten)]
-    pub sandbox: SandboxArgs,
+settings! {
+    /// Flags of `agent-runner run` (each also an env var and a config-file key).
+    #[derive(Debug, Clone, Default, Args)]
+    pub struct RunArgs {
+        /// The TOML file with any of these settings (its keys are the flags'
+        /// names with `_`: `drain_timeout = "60s"`). Default: none.
+        #[arg(long, env = "AGENT_RUNNER_CONFIG", value_name = "FILE", help_heading = "Connection")]
+        pub config: Option<PathBuf>,
+        /// The control plane: `https://host[:port]` (TLS, system roots) or
+        /// `http://host[:port]` (plaintext); a path is a prefix for every RPC
+        /// (`http://127.0.0.1:50051/grpc` calls
+        /// `/grpc/companyhelm.runner.v1.AgentRunnerControlService/RegisterRunner`);
+        /// no query. Default: none (required).
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CONTROL_PLANE_URL",
+            value_name = "URL",
+            help_heading = "Connection",
+        )]
+        pub control_plane_url: Option<String>,
+        /// An extra CA certificate (PEM) trusted for an `https://` control plane
+        /// (an error with `http://`). Default: system roots only.
+        #[arg(long, env = "AGENT_RUNNER_CA_CERT", value_name = "PEM", help_heading = "Connection")]
+        pub ca_cert: Option<PathBuf>,
+        /// The file holding the bearer secret, sent as `authorization: Bearer …`
+        /// on every call; surrounding whitespace is trimmed, an empty file is an
+        /// error. Never pass the secret itself as a flag: AGENT_RUNNER_SECRET
+        /// may hold it instead, and is used only when no secret file is set by
+        /// flag, variable or config file. Default: none (no `authorization`
+        /// header).
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SECRET_FILE",
+            value_name = "FILE",
+            help_heading = "Connection",
+        )]
+        pub secret_file: Option<PathBuf>,
+        /// The HTTP/2 keepalive ping interval (above zero). Default: `20s`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_KEEPALIVE_INTERVAL",
+            value_name = "DUR",
+            value_parser = parse_duration,
+            help_heading = "Connection",
+        )]
+        pub keepalive_interval: Option<Duration>,
+        /// How long a keepalive ping may go unanswered before the link is
+        /// dropped (above zero). Default: `10s`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_KEEPALIVE_TIMEOUT",
+            value_name = "DUR",
+            value_parser = parse_duration,
+            help_heading = "Connection",
+        )]
+        pub keepalive_timeout: Option<Duration>,
+        /// The first reconnect delay; it doubles, jittered (above zero, at most
+        /// the longest). Default: `250ms`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_RECONNECT_MIN_DELAY",
+            value_name = "DUR",
+            value_parser = parse_duration,
+            help_heading = "Connection",
+        )]
+        pub reconnect_min_delay: Option<Duration>,
+        /// The longest reconnect delay. Default: `30s`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_RECONNECT_MAX_DELAY",
+            value_name = "DUR",
+            value_parser = parse_duration,
+            help_heading = "Connection",
+        )]
+        pub reconnect_max_delay: Option<Duration>,
+        /// The outbound HTTP proxy for every destination,
+        /// `http://[user:pass@]host:port`: the ControlChannel tunnels through it
+        /// with CONNECT, and agents' git and CLIs get it too. Default:
+        /// HTTPS_PROXY or HTTP_PROXY by scheme, with NO_PROXY exceptions.
+        #[arg(long, env = "AGENT_RUNNER_PROXY", value_name = "URL", help_heading = "Connection")]
+        pub proxy: Option<String>,
+        /// Durable state: the SQLite database, the delivery journal, transcripts,
+        /// the admin and credential sockets. Default: ~/.agent-runner/state.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_STATE_DIR",
+            value_name = "DIR",
+            help_heading = "Directories and limits",
+        )]
+        pub state_dir: Option<PathBuf>,
+        /// One directory per agent, one workspace per thread. Default:
+        /// ~/.agent-runner/workspaces.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_WORKSPACE_ROOT",
+            value_name = "DIR",
+            help_heading = "Directories and limits",
+        )]
+        pub workspace_root: Option<PathBuf>,
+        /// Turns running at once; a message beyond it gets a RequestError (at
+        /// least 1). Default: `256`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_MAX_CONCURRENT_TURNS",
+            value_name = "N",
+            help_heading = "Directories and limits",
+        )]
+        pub max_concurrent_turns: Option<usize>,
+        /// Requests waiting at once, runner-wide (for all agents and threads);
+        /// beyond it a request gets a RequestError; a waiting request costs a
+        /// few hundred bytes (at least 1). Default: `10000`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_MAX_QUEUED_REQUESTS",
+            value_name = "N",
+            help_heading = "Directories and limits",
+        )]
+        pub max_queued_requests: Option<usize>,
+        /// Updates kept for the control plane (queued, or sent and not yet
+        /// settled) before intermediate ones are coalesced or dropped (at least
+        /// 16). Default: `10000`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_OUTBOX_CAPACITY",
+            value_name = "N",
+            help_heading = "Directories and limits",
+        )]
+        pub outbox_capacity: Option<usize>,
+        /// On SIGTERM, how long running turns may go on before they are
+        /// interrupted. Default: `30s`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_DRAIN_TIMEOUT",
+            value_name = "DUR",
+            value_parser = parse_duration,
+            help_heading = "Directories and limits",
+        )]
+        pub drain_timeout: Option<Duration>,
+        /// With no turn running and no request (heartbeats aside) for this long,
+        /// drain and exit 0 (scale-to-zero deployments; see docs/operating.md).
+        /// Default: `0s` (never).
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_EXIT_WHEN_IDLE",
+            value_name = "DUR",
+            value_parser = parse_duration,
+            help_heading = "Directories and limits",
+        )]
+        pub exit_when_idle: Option<Duration>,
+        /// The largest skill package an InstallSkillsMpRequest may install, in
+        /// bytes. Default: `16777216` (16 MiB).
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SKILL_MAX_BYTES",
+            value_name = "BYTES",
+            help_heading = "Directories and limits",
+        )]
+        pub skill_max_bytes: Option<u64>,
+        /// An SDK adapter to enable: `scripted`, `codex`, `claude-code` or
+        /// `code-agent` (what each needs installed: docs/sdks.md); repeatable,
+        /// comma-separated in the variable. Default: every built-in SDK.
+        #[arg(
+            long = "sdk",
+            env = "AGENT_RUNNER_SDK",
+            value_name = "NAME",
+            value_delimiter = ',',
+            help_heading = "SDKs",
+        )]
+        pub sdk: Vec<String>,
+        /// How often every SDK is probed again; a changed status or model list
+        /// goes out as `agent_sdk_update`; `0s`: never. Default: `5m`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SDK_PROBE_INTERVAL",
+            value_name = "DUR",
+            value_parser = parse_duration,
+            help_heading = "SDKs",
+        )]
+        pub sdk_probe_interval: Option<Duration>,
+        /// Settings of the codex and claude-code adapters (see `ExternalSdkArgs`).
+        #[command(flatten)]
+        pub external_sdks: ExternalSdkArgs,
+        /// Settings of the code-agent adapter (see `CodeAgentArgs`).
+        #[command(flatten)]
+        pub code_agent: CodeAgentArgs,
+        /// Where GitHub installation tokens come from (see `GithubArgs`).
+        #[command(flatten)]
+        pub github: GithubArgs,
+        /// The agent sandbox (see `SandboxArgs`).
+        #[command(flatten)]
+        pub sandbox: SandboxArgs,
+        /// Where /livez, /readyz, /metrics and /status listen: `IP:PORT`; port
+        /// 0 picks a free one (logged); empty turns them off. If the default
+        /// port is taken the runner warns and runs without them; a port set
+        /// here that is taken is an error. Default: `127.0.0.1:9464`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_HEALTH_ADDR",
+            value_name = "ADDR",
+            help_heading = "Observability",
+        )]
+        pub health_addr: Option<String>,
+        /// Log lines on stderr: readable `text` or one `json` object a line.
+        /// Default: `text`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_LOG_FORMAT",
+            value_name = "FORMAT",
+            help_heading = "Observability",
+        )]
+        pub log_format: Option<LogFormat>,
+        /// A log level or a tracing filter (`agent_runner=debug`). Default:
+        /// `info`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_LOG_LEVEL",
+            value_name = "LEVEL",
+            help_heading = "Observability",
+        )]
+        pub log_level: Option<String>,
+    }
 }
 
 /// Requests allowed to wait at once, runner-wide, unless the operator says

@@ -1,33 +1,53 @@
 //! Where GitHub installation tokens come from: the control plane (default)
 //! or the runner's own GitHub App.
 
+use super::layer::settings;
 use super::*;
 
-/// Where installation tokens come from: the control plane (default), or the
-/// runner's own GitHub App when `--github-app-id` is set.
-#[derive(Debug, Clone, Default, Args)]
-pub struct GithubArgs {
-    /// GitHub App id: mint installation tokens as this App instead of asking
-    /// the control plane (needs --github-app-private-key-file).
-    #[arg(long, env = "AGENT_RUNNER_GITHUB_APP_ID")]
-    pub github_app_id: Option<u64>,
-    /// The App's private key (PEM), read at start-up; never logged.
-    #[arg(long, env = "AGENT_RUNNER_GITHUB_APP_PRIVATE_KEY_FILE")]
-    pub github_app_private_key_file: Option<PathBuf>,
-    /// GitHub API URL for the App (GitHub Enterprise Server:
-    /// `https://HOST/api/v3`). Default: https://api.github.com.
-    #[arg(long, env = "AGENT_RUNNER_GITHUB_API_URL")]
-    pub github_api_url: Option<String>,
-    /// The git host tokens are for (`host` or `host:port`). Default:
-    /// github.com, or the host of --github-api-url (without `api.`).
-    #[arg(long, env = "AGENT_RUNNER_GITHUB_HOST")]
-    pub github_host: Option<String>,
-    /// App mode: the permissions of the tokens minted for agents (each for
-    /// the one repository its git asked for), as `name:level,...` (levels
-    /// read, write, admin). Default:
-    /// contents:write,pull_requests:write,metadata:read.
-    #[arg(long, env = "AGENT_RUNNER_GITHUB_TOKEN_PERMISSIONS")]
-    pub github_token_permissions: Option<String>,
+settings! {
+    /// Where installation tokens come from: the control plane (default), or the
+    /// runner's own GitHub App when `--github-app-id` is set.
+    #[derive(Debug, Clone, Default, Args)]
+    pub struct GithubArgs {
+        /// Mint installation tokens as this GitHub App instead of asking the
+        /// control plane (needs --github-app-private-key-file). Default: none:
+        /// tokens come from the control plane.
+        #[arg(long, env = "AGENT_RUNNER_GITHUB_APP_ID", value_name = "ID", help_heading = "GitHub")]
+        pub github_app_id: Option<u64>,
+        /// The App's private key (PEM), read at start-up, never logged. Default:
+        /// none (required with --github-app-id).
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_GITHUB_APP_PRIVATE_KEY_FILE",
+            value_name = "PEM",
+            help_heading = "GitHub",
+        )]
+        pub github_app_private_key_file: Option<PathBuf>,
+        /// The GitHub API for the App (GitHub Enterprise Server:
+        /// `https://HOST/api/v3`). Default: `https://api.github.com`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_GITHUB_API_URL",
+            value_name = "URL",
+            help_heading = "GitHub",
+        )]
+        pub github_api_url: Option<String>,
+        /// The git host tokens are for (`host` or `host:port`). Default:
+        /// `github.com`, or the host of --github-api-url without `api.`.
+        #[arg(long, env = "AGENT_RUNNER_GITHUB_HOST", value_name = "HOST", help_heading = "GitHub")]
+        pub github_host: Option<String>,
+        /// App mode: the permissions of the tokens minted for agents (each for
+        /// the one repository its git asked for), as `name:level,...` (levels
+        /// `read`, `write`, `admin`). Default:
+        /// `contents:write,pull_requests:write,metadata:read`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_GITHUB_TOKEN_PERMISSIONS",
+            value_name = "LIST",
+            help_heading = "GitHub",
+        )]
+        pub github_token_permissions: Option<String>,
+    }
 }
 
 /// The permissions of the tokens the App mints for agents (GitHub's
@@ -124,31 +144,6 @@ impl Default for GithubConfig {
 }
 
 impl GithubArgs {
-    pub(super) fn from_file(file: &FileConfig) -> Self {
-        Self {
-            github_app_id: file.github_app_id,
-            github_app_private_key_file: file.github_app_private_key_file.clone(),
-            github_api_url: file.github_api_url.clone(),
-            github_host: file.github_host.clone(),
-            github_token_permissions: file.github_token_permissions.clone(),
-        }
-    }
-
-    /// Each setting from `self`, else from `other`.
-    pub(super) fn or(self, other: Self) -> Self {
-        Self {
-            github_app_id: self.github_app_id.or(other.github_app_id),
-            github_app_private_key_file: self
-                .github_app_private_key_file
-                .or(other.github_app_private_key_file),
-            github_api_url: self.github_api_url.or(other.github_api_url),
-            github_host: self.github_host.or(other.github_host),
-            github_token_permissions: self
-                .github_token_permissions
-                .or(other.github_token_permissions),
-        }
-    }
-
     pub(super) fn resolve(self) -> Result<GithubConfig, ConfigError> {
         let api_url_given = self.github_api_url.is_some();
         let token_permissions = match &self.github_token_permissions {

@@ -1,6 +1,8 @@
 //! `RunConfig`: every setting `run` needs, merged from flags/env, the file
-//! and defaults (flag > env > file > default), each error naming its key.
+//! and defaults (flag > env > file > default), each error naming its key
+//! and where its value came from.
 
+use super::layer::Layer as _;
 use super::*;
 
 /// Everything `run` needs, resolved.
@@ -67,46 +69,40 @@ impl RunConfig {
     /// Merge flags/env (already in `args`), the file, and defaults.
     /// `env_secret` is `AGENT_RUNNER_SECRET`, taken out of the environment by `main`.
     pub fn resolve(args: RunArgs, env_secret: Option<Secret>) -> Result<Self, ConfigError> {
-        let file = match &args.config {
-            Some(path) => load_file(path)?,
-            None => FileConfig::default(),
-        };
-        // A bad value read from the file says so: the user looks there, not
-        // for a flag.
-        let config_path = args.config.clone();
-        let in_file = |key: &'static str, message: String| match &config_path {
-            Some(path) => key_err(key, format!("{message} (in {})", path.display())),
-            None => key_err(key, message),
-        };
-        let github_app_key_file = args
-            .github
-            .github_app_private_key_file
-            .clone()
-            .or(file.github_app_private_key_file.clone());
-        let github = args
-            .github
-            .clone()
-            .or(GithubArgs::from_file(&file))
-            .resolve()?;
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
+        Self::resolve_sourced(args, None, env_secret).map(|(config, _)| config)
+    }
 
-        let url_text = args
-            .control_plane_url
-            .or(file.control_plane_url)
-            .ok_or_else(|| {
-                key_err(
-                    "control_plane_url",
-                    "required (--control-plane-url, AGENT_RUNNER_CONTROL_PLANE_URL, or control_plane_url in the config file)",
-                )
-            })?;
+    /// [`RunConfig::resolve`], also saying where each setting came from.
+    /// `matches` are clap's for `args` (they tell a flag from its variable);
+    /// without them a value whose variable is not set counts as a flag.
+    pub fn resolve_sourced(
+        args: RunArgs,
+        matches: Option<&clap::ArgMatches>,
+        env_secret: Option<Secret>,
+    ) -> Result<(Self, Sources), ConfigError> {
+        let file = FileLayer::load(args.config.as_deref())?;
+        let sources = Sources::record(&args, matches, &file);
+        match Self::from_settings(args.or(file.args), env_secret) {
+            Ok(config) => Ok((config, sources)),
+            Err(e) => Err(sources.locate(e)),
+        }
+    }
+
+    /// The merged settings, checked, with defaults for what none gave.
+    fn from_settings(s: RunArgs, env_secret: Option<Secret>) -> Result<Self, ConfigError> {
+        let github_app_key_file = s.github.github_app_private_key_file.clone();
+        let github = s.github.resolve()?;
+        let url_text = s.control_plane_url.ok_or_else(|| {
+            key_err(
+                "control_plane_url",
+                "required (--control-plane-url, AGENT_RUNNER_CONTROL_PLANE_URL, or control_plane_url in the config file)",
+            )
+        })?;
         let control_plane =
             ControlPlaneUrl::parse(&url_text).map_err(|m| key_err("control_plane_url", m))?;
-
-        let ca_cert_pem = match args.ca_cert.or(file.ca_cert) {
+        let ca_cert_pem = match &s.ca_cert {
             Some(path) => Some(
-                std::fs::read(&path)
+                std::fs::read(path)
                     .map_err(|e| key_err("ca_cert", format!("{}: {e}", path.display())))?,
             ),
             None => None,
@@ -117,174 +113,70 @@ impl RunConfig {
                 "only applies to an https:// control_plane_url",
             ));
         }
-
-        let secret_file = args.secret_file.or(file.secret_file);
-        let secret = match &secret_file {
+        // The one exception to flag > env > file: a secret file set anywhere
+        // (even in the file) wins over AGENT_RUNNER_SECRET.
+        let secret = match &s.secret_file {
             Some(path) => Some(read_secret_file(path)?),
             None => env_secret,
         };
-        let sandbox = args
-            .sandbox
-            .or(SandboxArgs {
-                sandbox: file.sandbox,
-                agent_uid: file.agent_uid,
-                sandbox_read_only: file.sandbox_read_only.unwrap_or_default(),
-                sandbox_env: file.sandbox_env.unwrap_or_default(),
-                sandbox_nofile: file.sandbox_nofile,
-                sandbox_fsize: file.sandbox_fsize,
-                sandbox_memory_max: file.sandbox_memory_max,
-                sandbox_pids_max: file.sandbox_pids_max,
-                sandbox_cpu_max: file.sandbox_cpu_max,
-            })
-            .resolve()?;
-
-        let sdks = if !args.sdk.is_empty() {
-            args.sdk
-        } else {
-            file.sdk.unwrap_or_default()
-        };
-        let sdks = sdks
+        let sandbox = s.sandbox.resolve()?;
+        let sdks = s
+            .sdk
             .into_iter()
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
             .collect();
-
-        let health = match args.health_addr.or(file.health_addr) {
-            Some(text) => parse_health_addr(&text)
-                .map_err(|m| key_err("health_addr", m))?
-                .map(|addr| HealthListen {
-                    addr,
-                    explicit: true,
-                }),
-            None => parse_health_addr(DEFAULT_HEALTH_ADDR)
-                .map_err(|m| key_err("health_addr", m))?
-                .map(|addr| HealthListen {
-                    addr,
-                    explicit: false,
-                }),
+        // Set by the operator (even to the default's value): failing to
+        // listen is fatal.
+        let health = match &s.health_addr {
+            Some(text) => (text.as_str(), true),
+            None => (DEFAULT_HEALTH_ADDR, false),
         };
-
-        let proxy = crate::util::proxy::ProxyConfig::resolve(args.proxy.or(file.proxy).as_deref())
+        let health = parse_health_addr(health.0)
+            .map_err(|m| key_err("health_addr", m))?
+            .map(|addr| HealthListen {
+                addr,
+                explicit: health.1,
+            });
+        let proxy = crate::util::proxy::ProxyConfig::resolve(s.proxy.as_deref())
             .map_err(|m| key_err("proxy", m))?;
-
-        let from_file = ExternalSdkArgs {
-            codex_bin: file.codex_bin,
-            codex_approval_policy: file.codex_approval_policy,
-            codex_sandbox: file.codex_sandbox,
-            claude_bin: file.claude_bin,
-            claude_permission_mode: file.claude_permission_mode,
-            claude_models: file.claude_models,
-        };
-        let sdk_options = args.external_sdks.or(from_file).resolve()?;
-
-        let sdk_options = crate::config::SdkOptions {
-            code_agent: args
-                .code_agent
-                .or(CodeAgentArgs {
-                    code_agent_endpoint: file.code_agent_endpoint,
-                    code_agent_state_dir: file.code_agent_state_dir,
-                    code_agent_auth_token_file: file.code_agent_auth_token_file,
-                    code_agent_ca_cert: file.code_agent_ca_cert,
-                })
-                .resolve()?,
-            ..sdk_options
-        };
-
-        let duration = |key: &'static str,
-                        flag: Option<Duration>,
-                        file: Option<String>,
-                        default| match (flag, file) {
-            (Some(d), _) => Ok(d),
-            (None, Some(text)) => parse_duration(&text).map_err(|m| in_file(key, m)),
-            (None, None) => Ok(default),
-        };
-
-        let config = Self {
+        let mut sdk_options = s.external_sdks.resolve()?;
+        sdk_options.code_agent = s.code_agent.resolve()?;
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let mut config = Self {
             control_plane,
             ca_cert_pem,
             secret,
-            state_dir: args
+            state_dir: s
                 .state_dir
-                .or(file.state_dir)
                 .unwrap_or_else(|| home.join(".agent-runner/state")),
-            workspace_root: args
+            workspace_root: s
                 .workspace_root
-                .or(file.workspace_root)
                 .unwrap_or_else(|| home.join(".agent-runner/workspaces")),
             sdks,
-            max_concurrent_turns: args
-                .max_concurrent_turns
-                .or(file.max_concurrent_turns)
-                .unwrap_or(256),
-            max_queued_requests: args
-                .max_queued_requests
-                .or(file.max_queued_requests)
-                .unwrap_or(DEFAULT_MAX_QUEUED_REQUESTS),
-            drain_timeout: duration(
-                "drain_timeout",
-                args.drain_timeout,
-                file.drain_timeout,
-                Duration::from_secs(30),
-            )?,
-            outbox_capacity: args
-                .outbox_capacity
-                .or(file.outbox_capacity)
-                .unwrap_or(10_000),
-            keepalive_interval: duration(
-                "keepalive_interval",
-                args.keepalive_interval,
-                file.keepalive_interval,
-                Duration::from_secs(20),
-            )?,
-            keepalive_timeout: duration(
-                "keepalive_timeout",
-                args.keepalive_timeout,
-                file.keepalive_timeout,
-                Duration::from_secs(10),
-            )?,
-            reconnect_min_delay: duration(
-                "reconnect_min_delay",
-                args.reconnect_min_delay,
-                file.reconnect_min_delay,
-                Duration::from_millis(250),
-            )?,
-            reconnect_max_delay: duration(
-                "reconnect_max_delay",
-                args.reconnect_max_delay,
-                file.reconnect_max_delay,
-                Duration::from_secs(30),
-            )?,
-            skill_max_bytes: args
-                .skill_max_bytes
-                .or(file.skill_max_bytes)
-                .unwrap_or(DEFAULT_SKILL_MAX_BYTES),
-            sdk_probe_interval: duration(
-                "sdk_probe_interval",
-                args.sdk_probe_interval,
-                file.sdk_probe_interval,
-                DEFAULT_SDK_PROBE_INTERVAL,
-            )?,
-            log_format: args.log_format.or(file.log_format).unwrap_or_default(),
-            log_level: args
-                .log_level
-                .or(file.log_level)
-                .unwrap_or_else(|| "info".to_owned()),
+            max_concurrent_turns: s.max_concurrent_turns.unwrap_or(256),
+            max_queued_requests: s.max_queued_requests.unwrap_or(DEFAULT_MAX_QUEUED_REQUESTS),
+            drain_timeout: s.drain_timeout.unwrap_or(Duration::from_secs(30)),
+            outbox_capacity: s.outbox_capacity.unwrap_or(10_000),
+            keepalive_interval: s.keepalive_interval.unwrap_or(Duration::from_secs(20)),
+            keepalive_timeout: s.keepalive_timeout.unwrap_or(Duration::from_secs(10)),
+            reconnect_min_delay: s.reconnect_min_delay.unwrap_or(Duration::from_millis(250)),
+            reconnect_max_delay: s.reconnect_max_delay.unwrap_or(Duration::from_secs(30)),
+            skill_max_bytes: s.skill_max_bytes.unwrap_or(DEFAULT_SKILL_MAX_BYTES),
+            sdk_probe_interval: s.sdk_probe_interval.unwrap_or(DEFAULT_SDK_PROBE_INTERVAL),
+            log_format: s.log_format.unwrap_or_default(),
+            log_level: s.log_level.unwrap_or_else(|| "info".to_owned()),
             health,
             sdk_options,
             github,
-            secret_file,
+            secret_file: s.secret_file,
             github_app_key_file,
             sandbox,
             proxy,
-            exit_when_idle: Some(duration(
-                "exit_when_idle",
-                args.exit_when_idle,
-                file.exit_when_idle,
-                Duration::ZERO,
-            )?)
-            .filter(|d| !d.is_zero()),
+            exit_when_idle: s.exit_when_idle.filter(|d| !d.is_zero()),
         };
-        let mut config = config;
         // `--proxy` reaches the embedded engine's model providers too.
         config.sdk_options.code_agent.model_proxy = config.proxy.model_proxy();
         default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);
@@ -323,31 +215,31 @@ impl RunConfig {
 /// `agent-runner github` needs when it talks to GitHub as the App (no
 /// control plane involved).
 pub fn resolve_github(args: &RunArgs) -> Result<GithubConfig, ConfigError> {
-    let file = match &args.config {
-        Some(path) => load_file(path)?,
-        None => FileConfig::default(),
-    };
+    let file = FileLayer::load(args.config.as_deref())?;
+    let sources = Sources::record(args, None, &file);
     args.github
         .clone()
-        .or(GithubArgs::from_file(&file))
+        .or(file.args.github)
         .resolve()
+        .map_err(|e| sources.locate(e))
 }
 
 /// The `control_plane_url` key of the config file at `path`, if any.
 pub fn file_control_plane_url(path: Option<&Path>) -> Result<Option<String>, ConfigError> {
-    match path {
-        Some(path) => Ok(load_file(path)?.control_plane_url),
-        None => Ok(None),
-    }
+    Ok(FileLayer::load(path)?.args.control_plane_url)
 }
 
 /// The `health_addr` key of the config file at `path`, if any: what
 /// `agent-runner status` reads when neither its flag nor env says.
 pub fn file_health_addr(path: Option<&Path>) -> Result<Option<String>, ConfigError> {
-    match path {
-        Some(path) => Ok(load_file(path)?.health_addr),
-        None => Ok(None),
-    }
+    Ok(FileLayer::load(path)?.args.health_addr)
+}
+
+/// The `state_dir` key of the config file at `path`, if any: where
+/// `agent-runner ps`, `threads`, `interrupt`, `kill` and `logs` look for
+/// the runner when neither `--state-dir` nor its env var says.
+pub fn file_state_dir(path: Option<&Path>) -> Result<Option<PathBuf>, ConfigError> {
+    Ok(FileLayer::load(path)?.args.state_dir)
 }
 
 pub(super) fn read_secret_file(path: &Path) -> Result<Secret, ConfigError> {

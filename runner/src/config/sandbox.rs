@@ -5,58 +5,103 @@
 
 use agent_launcher::{AgentUser, CgroupLimits, Mode, Rlimits};
 
+use super::layer::settings;
 use super::*;
 
-/// Flags of the agent sandbox (each also an env var).
-#[derive(Debug, Clone, Default, Args)]
-pub struct SandboxArgs {
-    /// How agent processes are confined: `enforce` (refuse turns where
-    /// Landlock is unavailable), `best-effort` (apply what the host offers,
-    /// report the rest) or `off`. Default: best-effort.
-    #[arg(long, env = "AGENT_RUNNER_SANDBOX")]
-    pub sandbox: Option<String>,
-    /// Run agent processes as this user: `UID[:GID]` (not 0; the runner
-    /// must be root). Default: the runner's uid, capabilities dropped.
-    #[arg(long, env = "AGENT_RUNNER_AGENT_UID")]
-    pub agent_uid: Option<String>,
-    /// A directory agents may read and execute (SDK CLIs, toolchains);
-    /// repeatable (env: comma-separated).
-    #[arg(
-        long = "sandbox-read-only",
-        env = "AGENT_RUNNER_SANDBOX_READ_ONLY",
-        value_delimiter = ','
-    )]
-    pub sandbox_read_only: Vec<PathBuf>,
-    /// The name of one more variable of the runner's environment agents get
-    /// (besides PATH, LANG, LC_*, TERM, TZ and what each SDK needs);
-    /// repeatable (env: comma-separated). Names that look like secrets are
-    /// refused.
-    #[arg(
-        long = "sandbox-env",
-        env = "AGENT_RUNNER_SANDBOX_ENV",
-        value_delimiter = ','
-    )]
-    pub sandbox_env: Vec<String>,
-    /// Open files per agent process (RLIMIT_NOFILE). Default: 4096.
-    #[arg(long, env = "AGENT_RUNNER_SANDBOX_NOFILE")]
-    pub sandbox_nofile: Option<u64>,
-    /// Largest file an agent process may write, in bytes (RLIMIT_FSIZE).
-    /// Default: unlimited.
-    #[arg(long, env = "AGENT_RUNNER_SANDBOX_FSIZE")]
-    pub sandbox_fsize: Option<u64>,
-    /// Memory of a thread's processes together, in bytes (cgroup
-    /// `memory.max`; needs a delegated cgroup v2). Default: unlimited.
-    #[arg(long, env = "AGENT_RUNNER_SANDBOX_MEMORY_MAX")]
-    pub sandbox_memory_max: Option<u64>,
-    /// Processes of one thread at once (cgroup `pids.max`; needs a
-    /// delegated cgroup v2). Default: unlimited.
-    #[arg(long, env = "AGENT_RUNNER_SANDBOX_PIDS_MAX")]
-    pub sandbox_pids_max: Option<u64>,
-    /// CPU of one thread: `QUOTA_US PERIOD_US` (cgroup `cpu.max`, e.g.
-    /// `50000 100000` for half a core; needs a delegated cgroup v2).
-    /// Default: unlimited.
-    #[arg(long, env = "AGENT_RUNNER_SANDBOX_CPU_MAX")]
-    pub sandbox_cpu_max: Option<String>,
+settings! {
+    /// Flags of the agent sandbox (each also an env var).
+    #[derive(Debug, Clone, Default, Args)]
+    pub struct SandboxArgs {
+        /// How agent processes are confined: `enforce` (refuse turns where
+        /// Landlock is unavailable), `best-effort` (apply what the host offers,
+        /// report the rest) or `off` (docs/security.md). Default: `best-effort`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SANDBOX",
+            value_name = "MODE",
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox: Option<String>,
+        /// Run agent processes as this user: `UID[:GID]` (not 0; the runner
+        /// must be root). Default: none: agents keep the runner's uid, without
+        /// capabilities.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_AGENT_UID",
+            value_name = "UID[:GID]",
+            help_heading = "Agent sandbox",
+        )]
+        pub agent_uid: Option<String>,
+        /// One more absolute directory agents may read and execute (toolchains,
+        /// a CLI outside /usr; system directories, this binary and the
+        /// directories of --codex-bin and --claude-bin are readable anyway);
+        /// repeatable, comma-separated in the variable. Default: none.
+        #[arg(
+            long = "sandbox-read-only",
+            env = "AGENT_RUNNER_SANDBOX_READ_ONLY",
+            value_name = "DIR",
+            value_delimiter = ',',
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox_read_only: Vec<PathBuf>,
+        /// The name of one more variable of the runner's environment agents get
+        /// (besides PATH, LANG, LC_*, TERM, TZ, the proxy variables and what each
+        /// SDK needs); names that look like secrets are refused; repeatable,
+        /// comma-separated in the variable. Default: none.
+        #[arg(
+            long = "sandbox-env",
+            env = "AGENT_RUNNER_SANDBOX_ENV",
+            value_name = "NAME",
+            value_delimiter = ',',
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox_env: Vec<String>,
+        /// Open files per agent process (RLIMIT_NOFILE). Default: `4096`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SANDBOX_NOFILE",
+            value_name = "N",
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox_nofile: Option<u64>,
+        /// The largest file an agent process may write, in bytes
+        /// (RLIMIT_FSIZE). Default: unlimited.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SANDBOX_FSIZE",
+            value_name = "BYTES",
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox_fsize: Option<u64>,
+        /// Memory of one thread's processes together, in bytes (cgroup
+        /// `memory.max`; needs a delegated cgroup v2). Default: unlimited.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SANDBOX_MEMORY_MAX",
+            value_name = "BYTES",
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox_memory_max: Option<u64>,
+        /// Processes of one thread at once (cgroup `pids.max`; needs a
+        /// delegated cgroup v2). Default: unlimited.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SANDBOX_PIDS_MAX",
+            value_name = "N",
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox_pids_max: Option<u64>,
+        /// CPU of one thread: `QUOTA_US PERIOD_US` (cgroup `cpu.max`, e.g.
+        /// `50000 100000` for half a core; needs a delegated cgroup v2).
+        /// Default: unlimited.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_SANDBOX_CPU_MAX",
+            value_name = "QUOTA PERIOD",
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox_cpu_max: Option<String>,
+    }
 }
 
 /// The sandbox settings, checked.
@@ -90,25 +135,6 @@ impl Default for SandboxConfig {
 }
 
 impl SandboxArgs {
-    /// Each setting from `self`, else from `other` (lists: `self`'s when
-    /// not empty).
-    pub(super) fn or(self, other: Self) -> Self {
-        fn list<T>(a: Vec<T>, b: Vec<T>) -> Vec<T> {
-            if a.is_empty() { b } else { a }
-        }
-        Self {
-            sandbox: self.sandbox.or(other.sandbox),
-            agent_uid: self.agent_uid.or(other.agent_uid),
-            sandbox_read_only: list(self.sandbox_read_only, other.sandbox_read_only),
-            sandbox_env: list(self.sandbox_env, other.sandbox_env),
-            sandbox_nofile: self.sandbox_nofile.or(other.sandbox_nofile),
-            sandbox_fsize: self.sandbox_fsize.or(other.sandbox_fsize),
-            sandbox_memory_max: self.sandbox_memory_max.or(other.sandbox_memory_max),
-            sandbox_pids_max: self.sandbox_pids_max.or(other.sandbox_pids_max),
-            sandbox_cpu_max: self.sandbox_cpu_max.or(other.sandbox_cpu_max),
-        }
-    }
-
     /// Checked settings (defaults for what is not given).
     pub(super) fn resolve(self) -> Result<SandboxConfig, ConfigError> {
         let mut config = SandboxConfig::default();

@@ -1,53 +1,57 @@
 //! Settings of the SDK adapters: the external agent CLIs (codex,
 //! claude-code) and the code-agent adapter.
 
+use super::layer::settings;
 use super::*;
 
-/// Flags of the adapters that drive external agent CLIs. A CLI that is
-/// missing does not stop the runner: its SDK registers as UNCONFIGURED.
-#[derive(Debug, Clone, Default, Args)]
-pub struct ExternalSdkArgs {
-    /// The `codex` executable for the codex SDK. Default: `codex` on PATH.
-    #[arg(long, env = "AGENT_RUNNER_CODEX_BIN")]
-    pub codex_bin: Option<PathBuf>,
-    /// Codex approval policy for every thread: untrusted, on-request or never
-    /// (approval requests are declined, except under `never`, where codex does
-    /// not ask). Default: codex's own config.
-    #[arg(long, env = "AGENT_RUNNER_CODEX_APPROVAL_POLICY")]
-    pub codex_approval_policy: Option<String>,
-    /// Codex sandbox for every thread: read-only, workspace-write or
-    /// danger-full-access. Default: codex's own config.
-    #[arg(long, env = "AGENT_RUNNER_CODEX_SANDBOX")]
-    pub codex_sandbox: Option<String>,
-    /// The `claude` executable for the claude-code SDK. Default: `claude` on PATH.
-    #[arg(long, env = "AGENT_RUNNER_CLAUDE_BIN")]
-    pub claude_bin: Option<PathBuf>,
-    /// Claude Code permission mode: acceptEdits, auto, bypassPermissions,
-    /// default, dontAsk or plan. Permission prompts are allowed only under
-    /// bypassPermissions (which the runner implements itself, so it also works
-    /// as root) and denied otherwise. Default: Claude Code's own.
-    #[arg(long, env = "AGENT_RUNNER_CLAUDE_PERMISSION_MODE")]
-    pub claude_permission_mode: Option<String>,
-    /// Models the claude-code SDK advertises: comma-separated `name` or
-    /// `name:level/level` (levels are passed as --effort).
-    /// Default: sonnet:low/medium/high,opus:low/medium/high,haiku.
-    #[arg(long, env = "AGENT_RUNNER_CLAUDE_MODELS")]
-    pub claude_models: Option<String>,
+settings! {
+    /// Flags of the adapters that drive external agent CLIs. A CLI that is
+    /// missing does not stop the runner: its SDK registers as UNCONFIGURED.
+    #[derive(Debug, Clone, Default, Args)]
+    pub struct ExternalSdkArgs {
+        /// The codex executable for the codex SDK. Default: `codex` on PATH.
+        #[arg(long, env = "AGENT_RUNNER_CODEX_BIN", value_name = "PATH", help_heading = "SDKs")]
+        pub codex_bin: Option<PathBuf>,
+        /// Codex approval policy for every thread: `untrusted`, `on-request` or
+        /// `never` (approval requests are declined, except under `never`, where
+        /// codex does not ask). Default: codex's own configuration.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CODEX_APPROVAL_POLICY",
+            value_name = "POLICY",
+            help_heading = "SDKs",
+        )]
+        pub codex_approval_policy: Option<String>,
+        /// Codex sandbox for every thread (codex's own, inside the runner's):
+        /// `read-only`, `workspace-write` or `danger-full-access`. Default:
+        /// codex's own configuration.
+        #[arg(long, env = "AGENT_RUNNER_CODEX_SANDBOX", value_name = "MODE", help_heading = "SDKs")]
+        pub codex_sandbox: Option<String>,
+        /// The Claude Code executable for the claude-code SDK. Default:
+        /// `claude` on PATH.
+        #[arg(long, env = "AGENT_RUNNER_CLAUDE_BIN", value_name = "PATH", help_heading = "SDKs")]
+        pub claude_bin: Option<PathBuf>,
+        /// Claude Code permission mode: `acceptEdits`, `auto`,
+        /// `bypassPermissions`, `default`, `dontAsk` or `plan`. Permission
+        /// prompts are allowed only under `bypassPermissions` (which the runner
+        /// implements itself, so it also works as root) and denied otherwise.
+        /// Default: Claude Code's own.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CLAUDE_PERMISSION_MODE",
+            value_name = "MODE",
+            help_heading = "SDKs",
+        )]
+        pub claude_permission_mode: Option<String>,
+        /// The models the claude-code SDK advertises, comma-separated: `name` or
+        /// `name:level/level` (levels are passed as --effort). Default:
+        /// `sonnet:low/medium/high,opus:low/medium/high,haiku`.
+        #[arg(long, env = "AGENT_RUNNER_CLAUDE_MODELS", value_name = "LIST", help_heading = "SDKs")]
+        pub claude_models: Option<String>,
+    }
 }
 
 impl ExternalSdkArgs {
-    /// Each setting from `self`, else from `other`.
-    pub(super) fn or(self, other: Self) -> Self {
-        Self {
-            codex_bin: self.codex_bin.or(other.codex_bin),
-            codex_approval_policy: self.codex_approval_policy.or(other.codex_approval_policy),
-            codex_sandbox: self.codex_sandbox.or(other.codex_sandbox),
-            claude_bin: self.claude_bin.or(other.claude_bin),
-            claude_permission_mode: self.claude_permission_mode.or(other.claude_permission_mode),
-            claude_models: self.claude_models.or(other.claude_models),
-        }
-    }
-
     /// Checked adapter settings (defaults for what is not given).
     pub(super) fn resolve(self) -> Result<SdkOptions, ConfigError> {
         let mut options = SdkOptions::default();
@@ -79,26 +83,51 @@ impl ExternalSdkArgs {
     }
 }
 
-/// Flags of the code-agent adapter.
-#[derive(Debug, Clone, Default, Args)]
-pub struct CodeAgentArgs {
-    /// A remote a3s CodeAgentService for the code-agent SDK (`http://host:port`
-    /// or `https://…`, e.g. `agent-runner code-agent serve` elsewhere; it must
-    /// see the same workspace paths). Default: the engine embedded in the
-    /// runner (no port opened).
-    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_ENDPOINT")]
-    pub code_agent_endpoint: Option<String>,
-    /// State directory of the embedded engine (sessions, providers).
-    /// Default: <state dir>/code-agent.
-    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_STATE_DIR")]
-    pub code_agent_state_dir: Option<PathBuf>,
-    /// File holding the remote engine's bearer token (or the token itself
-    /// in AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN; never a flag value).
-    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN_FILE")]
-    pub code_agent_auth_token_file: Option<PathBuf>,
-    /// CA certificate (PEM) of an `https://` engine. Default: system roots.
-    #[arg(long, env = "AGENT_RUNNER_CODE_AGENT_CA_CERT")]
-    pub code_agent_ca_cert: Option<PathBuf>,
+settings! {
+    /// Flags of the code-agent adapter.
+    #[derive(Debug, Clone, Default, Args)]
+    pub struct CodeAgentArgs {
+        /// A remote a3s CodeAgentService for the code-agent SDK (`http://host:port`
+        /// or `https://…`, e.g. `agent-runner code-agent serve` elsewhere); it
+        /// must see the same workspace paths. Default: none: the engine runs
+        /// inside the runner, no port opened.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CODE_AGENT_ENDPOINT",
+            value_name = "URL",
+            help_heading = "SDKs",
+        )]
+        pub code_agent_endpoint: Option<String>,
+        /// The embedded engine's state (sessions, providers). Default:
+        /// STATE_DIR/code-agent.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CODE_AGENT_STATE_DIR",
+            value_name = "DIR",
+            help_heading = "SDKs",
+        )]
+        pub code_agent_state_dir: Option<PathBuf>,
+        /// The file holding the remote engine's bearer token (only with
+        /// --code-agent-endpoint); never a flag value: the token itself may be
+        /// in AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN, used only when no token file
+        /// is set by flag, variable or config file. Default: none.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN_FILE",
+            value_name = "FILE",
+            help_heading = "SDKs",
+        )]
+        pub code_agent_auth_token_file: Option<PathBuf>,
+        /// The CA certificate (PEM) of an `https://` engine (only with
+        /// --code-agent-endpoint). Default: system roots.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CODE_AGENT_CA_CERT",
+            value_name = "PEM",
+            help_heading = "SDKs",
+        )]
+        pub code_agent_ca_cert: Option<PathBuf>,
+    }
 }
 
 /// The environment variable that may hold the remote engine's bearer
@@ -106,18 +135,6 @@ pub struct CodeAgentArgs {
 pub const CODE_AGENT_AUTH_TOKEN_ENV: &str = "AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN";
 
 impl CodeAgentArgs {
-    /// Each setting from `self`, else from `other`.
-    pub(super) fn or(self, other: Self) -> Self {
-        Self {
-            code_agent_endpoint: self.code_agent_endpoint.or(other.code_agent_endpoint),
-            code_agent_state_dir: self.code_agent_state_dir.or(other.code_agent_state_dir),
-            code_agent_auth_token_file: self
-                .code_agent_auth_token_file
-                .or(other.code_agent_auth_token_file),
-            code_agent_ca_cert: self.code_agent_ca_cert.or(other.code_agent_ca_cert),
-        }
-    }
-
     /// Checked settings; the state dir default comes later
     /// ([`default_code_agent_state_dir`]), once the runner's is known.
     pub(super) fn resolve(self) -> Result<sdk_code_agent::CodeAgentConfig, ConfigError> {

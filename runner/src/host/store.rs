@@ -433,7 +433,7 @@ mod tests {
     use super::*;
 
     /// `.cargo/config.toml` builds SQLite without its lookaside allocator
-    /// (48 KB per connection, resident once used; issue 14): a connection
+    /// (48 KB per connection, resident once used): a connection
     /// that has run statements has used none.
     /// The schema is created under `synchronous = OFF` (no `fsync` before
     /// the first registration); every commit after it must be `NORMAL`

@@ -10,8 +10,8 @@
 //!
 //! Written as a [`Stream`] by hand, not an `unfold` of one future per
 //! update: that future was boxed for every update (the compiler cannot
-//! prove the unboxed one `Send`, rust-lang/rust#102211), and the box was
-//! 3.4 % of the runner's CPU in the throughput profile. Here an update
+//! prove the unboxed one `Send`), and that allocation per update showed
+//! in the runner's CPU. Here an update
 //! ready to go costs a pop; a future is made per batch.
 
 use std::collections::VecDeque;

@@ -1,10 +1,10 @@
-//! The ControlChannel call with updates shared, not copied (issue 14).
+//! The ControlChannel call with updates shared, not copied.
 //!
 //! An update sent in acknowledged mode is kept until the control plane
 //! acknowledges it, and the same update goes on the wire. The generated
 //! client's codec takes each message by value, so every kept update was
-//! deep-copied (strings, payload) once per send: a tenth of the runner's
-//! time in an outbox drain. This call is the generated one with a codec
+//! deep-copied (strings, payload) once per send, a large part of an
+//! outbox drain's cost. This call is the generated one with a codec
 //! whose messages are [`Outgoing`]: the shared update and its sequence
 //! number, encoded from the pointer with the number written after it (the
 //! update itself is never changed to number it: its transcript line may
@@ -15,9 +15,7 @@
 //! runner sends) was encoded twice, once by the outbox for the journal and
 //! again here. It now carries the journal's bytes (shared, not copied),
 //! which are written as they are, the number after them: prost's encoder
-//! was 9 % of the runner's CPU in the throughput profile, and 5 % after
-//! (what is left is the updates that are not journaled), with 1 % for
-//! sharing the bytes.
+//! then only runs for the updates that are not journaled.
 
 use std::sync::Arc;
 
@@ -39,7 +37,7 @@ const PATH: &str = "/companyhelm.runner.v1.AgentRunnerControlService/ControlChan
 /// handed to HTTP/2 is split off it; the next is written into the rest.
 /// tonic's default (8 KiB, chunks of 32 KiB) grew it by doubling, copying,
 /// for every chunk of a burst, and each grown buffer came and went with
-/// its pages (a tenth of a drain's time). About three chunks fit in this
+/// its pages. About three chunks fit in this
 /// one, and a 64 KiB block is one of the allocator's reused medium sizes.
 const ENCODE_BUFFER: usize = 64 * 1024;
 

@@ -1,12 +1,15 @@
 //! The admin socket (issue 15): a Unix socket in the state dir
 //! (`admin.sock`, mode 0600: only the runner's user) served by the running
-//! runner for `agent-runner ps`, `threads` and `kill`. Not the health port:
-//! these answers name processes and can interrupt turns, so they are for
-//! the host's operator only.
+//! runner for `agent-runner ps`, `threads`, `interrupt` and `kill`. Not
+//! the health port: these answers name processes and can interrupt turns
+//! and kill processes, so they are for the host's operator only.
 //!
 //! Protocol: the client writes one JSON line (`{"cmd":"ps"}`,
-//! `{"cmd":"threads"}`, `{"cmd":"kill","thread":ID,"tree":bool}`), the
-//! runner answers one JSON line and closes. At most [`MAX_CLIENTS`]
+//! `{"cmd":"threads"}`, `{"cmd":"interrupt","thread":ID}`,
+//! `{"cmd":"kill","thread":ID}`), the runner answers one JSON line and
+//! closes. `kill` interrupts the thread's running turn and kills every
+//! process of the thread (a `"tree"` field, from clients that made that
+//! optional, is ignored). At most [`MAX_CLIENTS`]
 //! connections are served at once; more wait in the kernel's backlog.
 
 use std::collections::HashMap;
@@ -85,16 +88,25 @@ pub fn serve(rt: Arc<Runtime>, state_dir: &Path) -> std::io::Result<AdminSocket>
 }
 
 async fn handle(rt: &Arc<Runtime>, req: &Value) -> Value {
-    match req["cmd"].as_str() {
+    let cmd = req["cmd"].as_str();
+    let thread = || match req["thread"].as_str() {
+        Some(thread) => Ok(thread),
+        None => Err(json!({"error": format!("{}: \"thread\" is required", cmd.unwrap_or("?"))})),
+    };
+    match cmd {
         Some("ps") => ps(rt),
         Some("threads") => threads(rt),
-        Some("kill") => {
-            let Some(thread) = req["thread"].as_str() else {
-                return json!({"error": "kill: \"thread\" is required"});
-            };
-            kill(rt, thread, req["tree"].as_bool().unwrap_or(false)).await
+        Some("interrupt") => match thread() {
+            Ok(thread) => stop(rt, thread, false).await,
+            Err(e) => e,
+        },
+        Some("kill") => match thread() {
+            Ok(thread) => stop(rt, thread, true).await,
+            Err(e) => e,
+        },
+        other => {
+            json!({"error": format!("cmd: unknown {other:?} (known: ps, threads, interrupt, kill)")})
         }
-        other => json!({"error": format!("cmd: unknown {other:?} (known: ps, threads, kill)")}),
     }
 }
 
@@ -121,6 +133,7 @@ fn threads(rt: &Runtime) -> Value {
                         "state": if turn.is_some() { "running" } else { "idle" },
                         "turn_id": turn.map(|t| t.turn_id.clone()),
                         "running_for_s": turn.map(|t| t.started.elapsed().as_secs()),
+                        "running_for_ms": turn.map(|t| t.started.elapsed().as_millis() as u64),
                     })
                 })
                 .collect();
@@ -163,7 +176,12 @@ fn ps(rt: &Runtime) -> Value {
                 "agent_id": t.agent_id,
                 "thread_id": t.thread_id,
                 "sdk": sdk_of.get(&t.agent_id),
-                "turn": turn.map(|r| json!({"turn_id": r.turn_id, "sdk": r.sdk, "running_for_s": r.started.elapsed().as_secs()})),
+                "turn": turn.map(|r| json!({
+                    "turn_id": r.turn_id,
+                    "sdk": r.sdk,
+                    "running_for_s": r.started.elapsed().as_secs(),
+                    "running_for_ms": r.started.elapsed().as_millis() as u64,
+                })),
                 "processes": procs,
             })
         })
@@ -171,10 +189,44 @@ fn ps(rt: &Runtime) -> Value {
     json!({"threads": list})
 }
 
+/// The live processes of `thread_id` (those that left its process group
+/// too: every one carries the thread's tag).
+fn thread_pids(rt: &Runtime, thread_id: &str) -> Vec<i32> {
+    rt.sandboxes
+        .thread_tag(thread_id)
+        .map(|tag| agent_launcher::tagged_pids(&tag))
+        .unwrap_or_default()
+}
+
+/// Every live agent process of the runner's threads: what a shutdown that
+/// kills them all counts before it does (see [`count_gone`]).
+pub fn agent_pids(rt: &Runtime) -> Vec<i32> {
+    rt.store
+        .threads()
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|t| thread_pids(rt, &t.thread_id))
+        .collect()
+}
+
+/// How many of `pids` are gone (or zombies waiting to be reaped): the
+/// processes a kill really ended, whichever way it reached them (a
+/// cgroup's `cgroup.kill` reports no count of its own).
+pub fn count_gone(pids: &[i32]) -> usize {
+    pids.iter()
+        .filter(|pid| {
+            u32::try_from(**pid)
+                .ok()
+                .and_then(|pid| crate::host::procs::describe(pid, None))
+                .is_none()
+        })
+        .count()
+}
+
 /// Interrupt the thread's running turn as the control plane's interrupt
-/// would (its updates go to the control plane); `tree` also kills every
-/// process of the thread.
-async fn kill(rt: &Arc<Runtime>, thread: &str, tree: bool) -> Value {
+/// would (its updates go to the control plane); `kill` also kills every
+/// process of the thread and says how many there were.
+async fn stop(rt: &Arc<Runtime>, thread: &str, kill: bool) -> Value {
     let Some(row) = rt.store.thread(thread).ok().flatten() else {
         return json!({"error": format!("thread: no thread {thread:?}")});
     };
@@ -191,8 +243,22 @@ async fn kill(rt: &Arc<Runtime>, thread: &str, tree: bool) -> Value {
             },
         );
     }
-    if tree {
-        rt.sandboxes.kill_thread(thread).await;
+    if !kill {
+        tracing::info!(
+            thread_id = thread,
+            interrupted = running,
+            "agent-runner interrupt"
+        );
+        return json!({"thread_id": thread, "interrupted": running});
     }
-    json!({"thread_id": thread, "interrupted": running, "killed_tree": tree})
+    let pids = thread_pids(rt, thread);
+    rt.sandboxes.kill_thread(thread).await;
+    let killed = count_gone(&pids);
+    tracing::info!(
+        thread_id = thread,
+        interrupted = running,
+        killed,
+        "agent-runner kill"
+    );
+    json!({"thread_id": thread, "interrupted": running, "killed": killed, "killed_tree": true})
 }

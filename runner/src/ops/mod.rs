@@ -2,10 +2,12 @@
 //!
 //! The health server (`/livez`, `/readyz`, `/metrics`, `/status`), the
 //! `/status` document, the local admin socket behind `agent-runner ps`,
-//! `threads`, `kill` and `logs`, and the process's logging set-up. Nothing
+//! `threads`, `interrupt` and `kill`, the process's logging set-up, and how
+//! durations and sizes are shown to people (`human`). Nothing
 //! below this layer depends on it.
 
 pub(crate) mod admin;
 pub(crate) mod health;
+pub(crate) mod human;
 pub(crate) mod logging;
 pub(crate) mod status;

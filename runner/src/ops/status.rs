@@ -219,7 +219,7 @@ fn sdk_status(status: SdkStatus) -> &'static str {
 }
 
 fn age(seconds: u64) -> String {
-    humantime::format_duration(Duration::from_secs(seconds)).to_string()
+    super::human::duration(Duration::from_secs(seconds))
 }
 
 /// The readable summary `agent-runner status` prints.
@@ -257,7 +257,7 @@ fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
         writeln!(
             out,
             "next try    in {}",
-            humantime::format_duration(Duration::from_millis(ms))
+            super::human::duration(Duration::from_millis(ms))
         )?;
     }
     writeln!(out, "reconnects  {}", c.reconnects)?;
@@ -359,7 +359,7 @@ mod tests {
                 url: "https://cp.example.com/grpc".into(),
                 last_error: Some("lost the control plane at https://cp.example.com/grpc (ControlChannel): h2 protocol error".into()),
                 last_error_seconds_ago: Some(90),
-                next_attempt_in_ms: None,
+                next_attempt_in_ms: Some(1_234),
             },
             draining: false,
             agents: Some(3),
@@ -395,10 +395,11 @@ mod tests {
         };
         let text = render(&s);
         for want in [
-            "agent-runner 1.2.3  pid 42  up 1h 2m 5s",
+            "agent-runner 1.2.3  pid 42  up 1h 2m\n",
             "connection  connected (ready)",
             "control     https://cp.example.com/grpc",
             "last error  lost the control plane at https://cp.example.com/grpc (ControlChannel): h2 protocol error (1m 30s ago)",
+            "next try    in 1.2s\n",
             "reconnects  2",
             "agents      3",
             "threads     4",

@@ -104,6 +104,96 @@ fn start_credentials(
     Ok((server, env))
 }
 
+/// What start-up creates on disk (the two databases, the workspace root,
+/// the transcripts dir), being made on the blocking pool while
+/// [`Runner::start`] builds the launcher: start-up waits for the longest
+/// of them, not their sum. Each file created costs a journal entry of the
+/// filesystem, 0.1 ms on a quiet disk and about 2 ms on a busy one
+/// (README, "Performance").
+struct Opening {
+    store: JoinHandle<Result<Store, crate::host::store::StoreError>>,
+    journal: JoinHandle<
+        Result<
+            (Journal, crate::delivery::journal::Recovered),
+            crate::delivery::journal::JournalError,
+        >,
+    >,
+    workspaces: JoinHandle<std::io::Result<Workspaces>>,
+    transcripts: JoinHandle<std::io::Result<crate::delivery::transcript::Transcripts>>,
+    transcripts_dir: std::path::PathBuf,
+}
+
+impl Opening {
+    /// One runner per state dir: takes its lock (else fails at once), then
+    /// starts making the rest.
+    fn start(config: &RunConfig) -> anyhow::Result<Self> {
+        let lock = Store::lock(&config.state_dir)
+            .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
+        let state_dir = config.state_dir.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open_locked(&state_dir, lock));
+        let state_dir = config.state_dir.clone();
+        let journal = tokio::task::spawn_blocking(move || Journal::open(&state_dir));
+        let root = config.workspace_root.clone();
+        let workspaces = tokio::task::spawn_blocking(move || Workspaces::new(root));
+        let transcripts_dir = crate::delivery::transcript::dir(&config.state_dir);
+        let transcripts = tokio::task::spawn_blocking({
+            let dir = transcripts_dir.clone();
+            move || crate::delivery::transcript::Transcripts::start(dir)
+        });
+        Ok(Self {
+            store,
+            journal,
+            workspaces,
+            transcripts,
+            transcripts_dir,
+        })
+    }
+}
+
+/// The GitHub token broker: control-plane tokens go through `service`'s
+/// client (which connects lazily).
+fn token_broker(
+    config: &RunConfig,
+    service: &crate::host::client::Service,
+) -> anyhow::Result<crate::host::github::TokenBroker> {
+    let redactor = crate::util::redact::Redactor::process();
+    let github = crate::host::github::broker(
+        &config.github,
+        Some(crate::host::client::rpc(service.clone())),
+        redactor,
+        &config.proxy,
+    )
+    .context("github")?;
+    tracing::info!(
+        source = %github.describe_source(),
+        git_host = github.git_host(),
+        "GitHub installation tokens"
+    );
+    Ok(github)
+}
+
+/// Slow SDK probes start once the registration is sent (the link does
+/// it), or after a while if the control plane cannot be reached, so that
+/// `/status` does not say "being probed" forever.
+fn spawn_unregistered_probe(
+    rt: Arc<Runtime>,
+    mut link_state: watch::Receiver<LinkState>,
+    close: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let registered =
+            link_state.wait_for(|s| matches!(s, LinkState::Registered | LinkState::Connected));
+        tokio::select! {
+            () = tokio::time::sleep(PROBE_UNREGISTERED_AFTER) => {
+                crate::tasks::sdk_probe::probe_pending(&rt);
+            }
+            // The link probed them itself.
+            _ = registered => {}
+            () = close.cancelled() => {}
+        }
+    });
+}
+
 /// Held through [`Runner::start`] once the launcher exists: a start-up
 /// that fails after it made its cgroup removes that cgroup (empty: no
 /// thread exists yet), or every failed start with a new state dir would
@@ -130,25 +220,13 @@ impl Runner {
                 None
             }
         };
-        // One runner per state dir: the lock first. Then what creates files
-        // (the two databases, the workspace root, the transcripts dir) is
-        // made on the blocking pool while this thread builds the launcher:
-        // start-up waits for the longest of them, not their sum. Each file
-        // created costs a journal entry of the filesystem, 0.1 ms on a quiet
-        // disk and about 2 ms on a busy one (README, "Performance").
-        let lock = Store::lock(&config.state_dir)
-            .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
-        let state_dir = config.state_dir.clone();
-        let store = tokio::task::spawn_blocking(move || Store::open_locked(&state_dir, lock));
-        let state_dir = config.state_dir.clone();
-        let journal = tokio::task::spawn_blocking(move || Journal::open(&state_dir));
-        let root = config.workspace_root.clone();
-        let workspaces = tokio::task::spawn_blocking(move || Workspaces::new(root));
-        let transcripts_dir = crate::delivery::transcript::dir(&config.state_dir);
-        let transcripts = tokio::task::spawn_blocking({
-            let dir = transcripts_dir.clone();
-            move || crate::delivery::transcript::Transcripts::start(dir)
-        });
+        let Opening {
+            store,
+            journal,
+            workspaces,
+            transcripts,
+            transcripts_dir,
+        } = Opening::start(config)?;
         // The one launcher, before any agent process can exist: probes the
         // host; kills what a previous run left behind on a thread of its
         // own, which every sandbox waits for.
@@ -173,19 +251,7 @@ impl Runner {
         // through that client) → the git credential socket → the runtime,
         // complete → what the store knows → the link.
         let service = crate::host::client::service(config)?;
-        let redactor = crate::util::redact::Redactor::process();
-        let github = crate::host::github::broker(
-            &config.github,
-            Some(crate::host::client::rpc(service.clone())),
-            redactor,
-            &config.proxy,
-        )
-        .context("github")?;
-        tracing::info!(
-            source = %github.describe_source(),
-            git_host = github.git_host(),
-            "GitHub installation tokens"
-        );
+        let github = token_broker(config, &service)?;
         let mailboxes = Arc::new(Mailboxes::new(config.max_queued_requests));
         let (credentials, git_env) = start_credentials(&mailboxes, config, github.clone())?;
         // The outbox journal: what a previous run produced and did not get
@@ -237,23 +303,7 @@ impl Runner {
         let token = close.clone();
         let link = tokio::spawn(async move { link.run(token).await });
         crate::tasks::sdk_probe::spawn(rt.clone(), config.sdk_probe_interval, close.clone());
-        // Slow SDK probes start once the registration is sent (the link
-        // does it), or after a while if the control plane cannot be
-        // reached, so that `/status` does not say "being probed" forever.
-        let (probe_rt, probe_close) = (rt.clone(), close.clone());
-        let mut probe_link = link_state.clone();
-        tokio::spawn(async move {
-            let registered =
-                probe_link.wait_for(|s| matches!(s, LinkState::Registered | LinkState::Connected));
-            tokio::select! {
-                () = tokio::time::sleep(PROBE_UNREGISTERED_AFTER) => {
-                    crate::tasks::sdk_probe::probe_pending(&probe_rt);
-                }
-                // The link probed them itself.
-                _ = registered => {}
-                () = probe_close.cancelled() => {}
-            }
-        });
+        spawn_unregistered_probe(rt.clone(), link_state.clone(), close.clone());
         tokio::spawn(release_startup_pages(
             rt.clone(),
             link_state.clone(),

@@ -1,4 +1,4 @@
-//! Gives back the code pages that only start-up used (issue 14).
+//! Gives back the code pages that only start-up used.
 //!
 //! Most of an idle runner's resident set was its own executable: every page
 //! of code and read-only data that start-up ran through (arguments and

@@ -41,6 +41,7 @@ fn spawn(rt: Arc<Runtime>, agent_id: String) -> AgentTx {
             };
             let result = task.handle(cmd).await;
             if let Err((rid, text)) = result {
+                tracing::warn!(request_id = ?rid, agent_id = %task.agent_id, reason = %text, "request refused");
                 task.rt
                     .outbox
                     .push(messages::request_error(rid, text))

@@ -38,6 +38,7 @@ pub fn handle(rt: &Arc<Runtime>, rid: RequestId, request: CodexConfigurationRequ
     let tracker = rt.tasks.clone();
     tracker.spawn(async move {
         if let Err(text) = configure(&rt, rid.clone(), request).await {
+            tracing::warn!(request_id = ?rid, reason = %text, "codex configuration refused");
             rt.outbox.push(messages::request_error(rid, text)).await;
         }
     });

@@ -1,8 +1,9 @@
 //! The first stop of every `ServerMessage`: validate, then route.
 //!
 //! Runs on the ControlChannel read loop, so it never waits: heartbeats are
-//! answered here, invalid requests get their `RequestError` here, and
-//! everything else is handed to the agent's or thread's task mailbox.
+//! answered here, invalid requests get their `RequestError` here (and a
+//! WARN line: request id, kind, reason), and everything else is handed to
+//! the agent's or thread's task mailbox.
 
 use std::sync::Arc;
 
@@ -37,15 +38,20 @@ fn route(
     kind: &'static str,
 ) -> RequestOutcome {
     if let Err(err) = msg.validate() {
-        reject(rt, rid, format!("invalid {kind}: {}", violations(&err)));
+        reject(
+            rt,
+            rid,
+            kind,
+            format!("invalid {kind}: {}", violations(&err)),
+        );
         return RequestOutcome::Invalid;
     }
     let Some(request) = msg.request else {
-        reject(rt, rid, "request: no request set".to_owned());
+        reject(rt, rid, kind, "request: no request set".to_owned());
         return RequestOutcome::Invalid;
     };
     if let Err(text) = check_ids(&request) {
-        reject(rt, rid, text);
+        reject(rt, rid, kind, text);
         return RequestOutcome::Invalid;
     }
     match request {
@@ -59,24 +65,26 @@ fn route(
         }
         Request::CreateAgentRequest(r) => to_agent(
             rt,
+            kind,
             &r.agent_id,
             AgentCmd::Create {
                 sdk: r.agent_sdk,
                 rid,
             },
         ),
-        Request::DeleteAgentRequest(r) => to_agent(rt, &r.agent_id, AgentCmd::Delete { rid }),
+        Request::DeleteAgentRequest(r) => to_agent(rt, kind, &r.agent_id, AgentCmd::Delete { rid }),
         Request::CreateThreadRequest(r) => {
             let mcp_servers = match crate::tasks::mcp_spec::from_proto(r.mcp_servers) {
                 Ok(servers) => servers,
                 Err(text) => {
-                    reject(rt, rid, text);
+                    reject(rt, rid, kind, text);
                     return RequestOutcome::Invalid;
                 }
             };
             crate::tasks::mcp_spec::register_secrets(&rt.redactor, &mcp_servers);
             to_agent(
                 rt,
+                kind,
                 &r.agent_id,
                 AgentCmd::CreateThread {
                     thread: Box::new(NewThread {
@@ -107,6 +115,7 @@ fn route(
         }
         Request::InstallSkillsMpRequest(r) => to_agent(
             rt,
+            kind,
             &r.agent_id,
             AgentCmd::InstallSkill {
                 package: r.package_name,
@@ -115,13 +124,18 @@ fn route(
         ),
         Request::DeleteThreadRequest(r) => to_thread(
             rt,
+            kind,
             &r.agent_id,
             &r.thread_id,
             ThreadCmd::Delete { rid, done: None },
         ),
-        Request::InterruptTurnRequest(r) => {
-            to_thread(rt, &r.agent_id, &r.thread_id, ThreadCmd::Interrupt { rid })
-        }
+        Request::InterruptTurnRequest(r) => to_thread(
+            rt,
+            kind,
+            &r.agent_id,
+            &r.thread_id,
+            ThreadCmd::Interrupt { rid },
+        ),
         Request::CreateUserMessageRequest(r) => {
             let (agent_id, thread_id) = (r.agent_id.clone(), r.thread_id.clone());
             let msg = UserMessage {
@@ -131,13 +145,18 @@ fn route(
                 reasoning_level: r.model_reasoning_level.filter(|l| !l.is_empty()),
                 rid,
             };
-            to_thread(rt, &agent_id, &thread_id, ThreadCmd::UserMessage(msg))
+            to_thread(rt, kind, &agent_id, &thread_id, ThreadCmd::UserMessage(msg))
         }
     }
 }
 
-fn reject(rt: &Runtime, rid: RequestId, text: String) {
-    mail::reject(&rt.outbox, rid, text);
+/// Answers with a `RequestError` and says so in the log: a refusal the
+/// operator cannot see is one they cannot explain. The reason names ids
+/// and limits, never a secret (the reply is masked on its way out too).
+fn reject(rt: &Runtime, rid: RequestId, kind: &'static str, text: String) {
+    let request_id = rid.as_deref().unwrap_or("-");
+    tracing::warn!(request_id, kind, reason = %text, "request refused");
+    rt.outbox.push_reply(messages::request_error(rid, text));
 }
 
 /// Ids that may become paths (agent ids) or are looked up (thread ids) must
@@ -172,13 +191,19 @@ fn check_ids(request: &Request) -> Result<(), String> {
     }
 }
 
-fn to_agent(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) -> RequestOutcome {
+fn to_agent(
+    rt: &Arc<Runtime>,
+    kind: &'static str,
+    agent_id: &str,
+    cmd: AgentCmd,
+) -> RequestOutcome {
     match crate::tasks::agent::route(rt, agent_id, cmd) {
         Ok(()) => RequestOutcome::Accepted,
         Err(cmd) => {
             reject(
                 rt,
                 cmd.rid(),
+                kind,
                 format!(
                     "the runner has {} requests waiting (--max-queued-requests); retry later",
                     rt.mailboxes.max_queued()
@@ -189,13 +214,20 @@ fn to_agent(rt: &Arc<Runtime>, agent_id: &str, cmd: AgentCmd) -> RequestOutcome 
     }
 }
 
-fn to_thread(rt: &Arc<Runtime>, agent_id: &str, thread_id: &str, cmd: ThreadCmd) -> RequestOutcome {
+fn to_thread(
+    rt: &Arc<Runtime>,
+    kind: &'static str,
+    agent_id: &str,
+    thread_id: &str,
+    cmd: ThreadCmd,
+) -> RequestOutcome {
     match rt.mailboxes.send_thread(agent_id, thread_id, cmd) {
         ThreadRoute::Sent => RequestOutcome::Accepted,
         ThreadRoute::Busy(cmd) => {
             reject(
                 rt,
                 cmd.rid(),
+                kind,
                 format!(
                     "the runner has {} requests waiting (--max-queued-requests); retry later",
                     rt.mailboxes.max_queued()
@@ -207,8 +239,15 @@ fn to_thread(rt: &Arc<Runtime>, agent_id: &str, thread_id: &str, cmd: ThreadCmd)
             reject(
                 rt,
                 cmd.rid(),
+                kind,
                 format!("thread {thread_id} belongs to agent {owner}, not {agent_id}"),
             );
+            RequestOutcome::Rejected
+        }
+        // Deleting an unknown thread is done already (`mail::unknown_thread`);
+        // anything else is refused.
+        ThreadRoute::Unknown(cmd @ (ThreadCmd::Interrupt { .. } | ThreadCmd::UserMessage(_))) => {
+            reject(rt, cmd.rid(), kind, format!("unknown thread {thread_id}"));
             RequestOutcome::Rejected
         }
         ThreadRoute::Unknown(cmd) => mail::unknown_thread(&rt.outbox, thread_id, cmd),

@@ -119,7 +119,7 @@ impl ThreadCmd {
 
 /// Answers a request with a `RequestError` saying why it was refused.
 pub fn reject(outbox: &Outbox, rid: RequestId, text: String) {
-    tracing::info!(request_id = ?rid, error = %text, "request rejected");
+    tracing::warn!(request_id = ?rid, reason = %text, "request refused");
     outbox.push_reply(messages::request_error(rid, text));
 }
 

@@ -1,4 +1,4 @@
-//! A `CreateThreadRequest`'s MCP servers (contract §1, field 6), turned
+//! A `CreateThreadRequest`'s MCP servers (its `mcp_servers` field), turned
 //! from protobuf into the SDK-neutral [`sdk_adapter::McpServer`] values
 //! adapters receive, with the checks the wire rules cannot express: names
 //! usable in tool names and config keys, unique within the thread, a bearer

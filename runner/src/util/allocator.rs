@@ -1,12 +1,11 @@
-//! Gives freed memory back to the OS when a thread is about to wait
-//! (issue 14).
+//! Gives freed memory back to the OS when a thread is about to wait.
 //!
 //! The runner's global allocator is mimalloc (see `main.rs`). It returns a
 //! freed span to the OS after its purge delay (10 ms, mimalloc's default),
 //! so memory freed and needed again soon — every streamed update's — is
 //! reused without a page fault. Returning it at once instead (a delay of 0,
-//! as the runner did before) cost a tenth of the runner's CPU at the
-//! highest update rates: `madvise`, TLB shootdowns, page faults and zeroing.
+//! as the runner did before) was costly at the highest update rates:
+//! `madvise`, TLB shootdowns, page faults and zeroing.
 //!
 //! But a span's delayed purge runs only when the thread that owns it
 //! allocates or frees again: a thread that goes quiet would keep what it

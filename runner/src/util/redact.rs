@@ -8,7 +8,7 @@
 //! pass of an Aho-Corasick automaton over all secrets (`aho-corasick`, the
 //! matcher `regex` is built on), rebuilt when a secret is added; searching
 //! each secret separately set up a substring searcher per secret per
-//! string, a fifth of the runner's CPU in the throughput profile.
+//! string, a large share of the runner's CPU under load.
 //!
 //! A secret is added per thread created (its credential capability), so
 //! with many threads adds are not rare, and building an automaton costs in

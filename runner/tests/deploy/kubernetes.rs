@@ -278,10 +278,11 @@ fn hpa_scales_the_statefulset_on_a_metric_the_runner_exports() {
     let exported = name
         .strip_prefix("agent_runner_")
         .expect("an agent_runner_ metric");
-    let source = read(&repo_root().join("runner/src/metrics.rs"));
+    let catalogue = "runner/src/observe/metrics/catalogue.rs";
+    let source = read(&repo_root().join(catalogue));
     assert!(
         source.contains(&format!("\"{exported}\"")),
-        "{name} is not registered in runner/src/metrics.rs"
+        "{name} is not registered in {catalogue}"
     );
 }
 

@@ -255,7 +255,7 @@ async fn sdk_list_takes_the_settings_of_run() {
 async fn a_demo_whose_turn_fails_exits_non_zero() {
     let out = tokio::process::Command::new(runner_bin())
         .arg("demo")
-        .arg("--script")
+        .arg("--script-text")
         .arg("say before\nfail the model refused")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
@@ -287,14 +287,14 @@ async fn demo_sdk_choice_is_honoured_or_refused() {
         stderr.contains("--sdk code-agent: code-agent is not ready"),
         "{stderr}"
     );
-    let out = demo(&["--sdk", "code-agent", "--script", "say x"]).await;
+    let out = demo(&["--sdk", "code-agent", "--script-text", "say x"]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains("--script is for the scripted SDK"),
         "{stderr}"
     );
-    let out = demo(&["--sdk", "scripted", "--script", "say picked"]).await;
+    let out = demo(&["--sdk", "scripted", "--script-text", "say picked"]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("picked"), "{stdout}");

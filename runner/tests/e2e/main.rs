@@ -29,6 +29,7 @@ mod limits;
 mod link;
 mod logs;
 mod mcp;
+mod operator_cli;
 mod protocol;
 mod proxy;
 mod real_sdk;

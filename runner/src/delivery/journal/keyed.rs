@@ -6,8 +6,8 @@
 //! the journal holds is settled roughly in that order (acknowledgements are
 //! cumulative; a legacy control plane's settle in the order sent). A
 //! `BTreeMap` paid a tree walk, and a node's allocation or rebalancing, for
-//! each append, mark and forget: about 6.5 % of the runner's CPU in the
-//! throughput profile, all on the journal's writer thread. Here the pairs
+//! each append, mark and forget, a visible cost on the journal's writer
+//! thread under load. Here the pairs
 //! sit in a `VecDeque` sorted by key: an append lands at the back (a short
 //! shift when threads' appends interleave out of order), a lookup tries the
 //! key's distance from the first key, then a binary search over contiguous

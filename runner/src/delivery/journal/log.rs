@@ -178,7 +178,7 @@ impl State {
     /// The records of a compacted file holding exactly this state.
     pub fn compacted(&self, out: &mut Vec<u8>) {
         // Sized once: grown by doubling, a compaction of megabytes copied
-        // itself over and over (1.2 % of the throughput profile).
+        // itself over and over.
         out.reserve(MAGIC.len() + 64 + usize::try_from(self.live_bytes).unwrap_or(0));
         out.extend_from_slice(MAGIC);
         encode(

@@ -21,8 +21,8 @@
 //! told (`false`) and decide.
 //!
 //! A writer parked on an empty queue costs the next caller a wake-up (a
-//! futex call and a context switch: 3.5 % of the runner's CPU in the
-//! throughput profile, where nearly every append found the writer parked).
+//! futex call and a context switch; under load nearly every append found
+//! the writer parked).
 //! So after a busy group commit (at least [`BUSY_BATCH`] records) the
 //! writer lets the next ones gather for [`GATHER`] instead of parking; a
 //! quiet runner's commits (single records) are not delayed.

@@ -16,8 +16,6 @@ mod env;
 pub mod limit;
 pub mod protocol;
 mod server;
-#[cfg(test)]
-mod tests;
 
 pub use capability::{Capabilities, capability_file};
 pub use env::{GitEnv, config_entries, inherited_config_count, shell_quote};
@@ -26,3 +24,6 @@ pub use server::{
     CONNECTION_TIMEOUT, CredentialError, CredentialServer, IssuedToken, MAX_CONNECTIONS,
     MAX_SOCKET_PATH, ServerOptions, ThreadCheck, Tokens, socket_path,
 };
+
+#[cfg(test)]
+mod tests;

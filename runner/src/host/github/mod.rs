@@ -14,9 +14,6 @@ pub mod jwt;
 pub mod refresh;
 pub mod source;
 
-#[cfg(test)]
-mod broker_tests;
-
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -81,3 +78,6 @@ pub fn broker(
         BrokerOptions::default(),
     ))
 }
+
+#[cfg(test)]
+mod broker_tests;

@@ -1,4 +1,4 @@
-//! The outbound HTTP(S) proxy (issue 15): which proxy, if any, a connection
+//! The outbound HTTP(S) proxy: which proxy, if any, a connection
 //! to a given host goes through.
 //!
 //! Where it comes from, first found wins: `--proxy` (`AGENT_RUNNER_PROXY`,

@@ -1,0 +1,233 @@
+//! The producers' side: every way an update enters the outbox (one at a
+//! time, a thread's burst, a read-loop reply, an urgent answer), masked,
+//! handed to its transcript and journaled if durable on the way in.
+
+use std::sync::Arc;
+
+use agent_runner_proto::runner::ClientMessage;
+
+use super::classify::{is_intermediate, is_turn_end, outdates};
+use super::{Journaled, Outbox};
+
+impl Outbox {
+    /// Queue an update, making room or waiting as the module doc says. A
+    /// durable update is journaled first: queued on the journal's writer
+    /// thread, in order; a turn's end (`TurnUpdate COMPLETED`) waits until
+    /// it is written, and with it everything the turn journaled before (the
+    /// writer writes in order), so a turn recorded as finished has its
+    /// updates journaled. The link never sends a journaled update before
+    /// its write is done.
+    pub async fn push(&self, msg: ClientMessage) {
+        let journaled = self.journal_for(None, msg).await;
+        self.queue(journaled).await;
+    }
+
+    /// [`Outbox::push`] of an update sent for `thread`: recorded in its
+    /// transcript even if the update does not name it (a thread's request
+    /// errors).
+    pub async fn push_for_thread(&self, thread: &str, msg: ClientMessage) {
+        let journaled = self.journal_for(Some(thread), msg).await;
+        self.queue(journaled).await;
+    }
+
+    /// The first half of [`Outbox::push`]: journals `msg` if it is durable
+    /// (a turn's end: written when this returns). Nothing can send (and so
+    /// settle and forget) it before [`Outbox::queue`]: whatever must be
+    /// recorded before its journal entry may be forgotten goes in between.
+    pub async fn journal(&self, msg: ClientMessage) -> Journaled {
+        self.journal_for(None, msg).await
+    }
+
+    /// [`Outbox::journal`], the transcript falling back to `thread`'s
+    /// ([`Outbox::admit`]).
+    async fn journal_for(&self, thread: Option<&str>, msg: ClientMessage) -> Journaled {
+        let (msg, masked) = self.admit(msg, thread);
+        let mut journal_id = None;
+        let mut encoded = None;
+        if let Some((journal, id, bytes)) = self.for_journal(&msg) {
+            let started = std::time::Instant::now();
+            encoded = Some(bytes.clone());
+            let written = if is_turn_end(&msg) {
+                journal.append(id, bytes).await
+            } else {
+                journal.append_queued(id, bytes).await
+            };
+            match written {
+                Ok(()) => journal_id = Some(id),
+                Err(e) => tracing::error!(
+                    kind = crate::observe::message_kind::kind(&msg),
+                    error = %e,
+                    "journaling an update failed; it is kept in memory only"
+                ),
+            }
+            crate::observe::metrics::journal_append(started.elapsed());
+        }
+        Journaled {
+            message: msg,
+            journal: journal_id,
+            encoded,
+            masked,
+        }
+    }
+
+    /// The second half of [`Outbox::push`]: queues what
+    /// [`Outbox::journal`] returned.
+    pub async fn queue(&self, journaled: Journaled) {
+        let mut slot = Some(journaled);
+        // Most of the time there is room (or room is made): no waiter set
+        // up for that. Else one is, before trying again, so that room made
+        // in between is not missed.
+        if self.try_push_entry(&mut slot) {
+            return;
+        }
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.try_push_entry(&mut slot) {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    /// [`Outbox::push`] for updates that were ready together (a thread's
+    /// burst of at most [`crate::delivery::journal::BURST`]), in order: all recorded
+    /// in their transcript in one push, the durable ones journaled in one
+    /// journal job, and as many as fit queued under one lock with one wake
+    /// of the link; the rest go one by one, making room or waiting as
+    /// [`Outbox::push`] does. A turn's end must be written before it is
+    /// queued: a burst holding one is pushed one by one. Into a full
+    /// outbox, the burst's own outdated intermediate updates are given up
+    /// first ([`Outbox::shed_outdated`]).
+    pub async fn push_burst(&self, mut msgs: Vec<ClientMessage>) {
+        if msgs.iter().any(is_turn_end) {
+            for msg in msgs {
+                self.push(msg).await;
+            }
+            return;
+        }
+        if !self.has_room(&self.lock()) {
+            self.shed_outdated(&mut msgs);
+        }
+        // The generation before the first mask stands for the whole burst.
+        let masked = self.redactor.generation();
+        let msgs: Vec<Arc<ClientMessage>> = msgs
+            .into_iter()
+            .map(|mut msg| {
+                self.mask(&mut msg);
+                Arc::new(msg)
+            })
+            .collect();
+        if let Some(t) = self.transcripts.get() {
+            t.record_all(&msgs);
+        }
+        let mut entries = Vec::with_capacity(msgs.len());
+        let mut appends = Vec::new();
+        for message in msgs {
+            let (journal, encoded) = match self.for_journal(&message) {
+                Some((_, id, bytes)) => {
+                    appends.push((id, bytes.clone()));
+                    (Some(id), Some(bytes))
+                }
+                None => (None, None),
+            };
+            entries.push(Journaled {
+                message,
+                journal,
+                encoded,
+                masked,
+            });
+        }
+        if !appends.is_empty()
+            && let Some(journal) = &self.journal
+        {
+            let started = std::time::Instant::now();
+            if let Err(e) = journal.append_queued_many(appends).await {
+                tracing::error!(
+                    updates = entries.len(),
+                    error = %e,
+                    "journaling updates failed; they are kept in memory only"
+                );
+                entries.iter_mut().for_each(|e| e.journal = None);
+            }
+            crate::observe::metrics::journal_append(started.elapsed());
+        }
+        let mut rest = entries.into_iter();
+        let mut queued = false;
+        {
+            let mut queue = self.lock();
+            while self.has_room(&queue) {
+                let Some(entry) = rest.next() else { break };
+                queue.push_back_journaled(entry);
+                queued = true;
+            }
+        }
+        if queued {
+            self.filled.notify_one();
+        }
+        for journaled in rest {
+            self.queue(journaled).await;
+        }
+    }
+
+    /// A full outbox gives up an intermediate update for every update
+    /// queued; a burst's own outdated ones go first, before they cost a
+    /// mask, a transcript line and a slot: a RUNNING snapshot followed in
+    /// the same burst by a later update of its item (the next snapshot, or
+    /// the item's COMPLETED), a token-usage update followed by its
+    /// thread's next. They carry nothing the later one does not, and they
+    /// are never sent, so their transcript lines are not written either.
+    /// Counted as coalesced. When turns produce faster than the link sends
+    /// (the throughput bench), much of what they produce is never sent;
+    /// this sheds it before it costs the most.
+    fn shed_outdated(&self, msgs: &mut Vec<ClientMessage>) {
+        let outdated: Vec<bool> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, old)| {
+                is_intermediate(old) && msgs[i + 1..].iter().any(|new| outdates(new, old))
+            })
+            .collect();
+        let mut flags = outdated.iter();
+        msgs.retain(|_| flags.next() != Some(&true));
+        for _ in outdated.iter().filter(|&&o| o) {
+            self.count(&self.coalesced, "coalesced");
+            crate::observe::metrics::outbox_coalesced();
+        }
+    }
+
+    /// Queue at once, even past the bound (replies from the read loop). A
+    /// durable one is journaled without waiting for the disk (queued on
+    /// the journal's thread ahead of anything that could send it).
+    pub fn push_reply(&self, msg: ClientMessage) {
+        let (msg, masked) = self.admit(msg, None);
+        let mut journal_id = None;
+        let mut encoded = None;
+        if let Some((journal, id, bytes)) = self.for_journal(&msg) {
+            encoded = Some(bytes.clone());
+            if journal.append_detached(id, bytes) {
+                journal_id = Some(id);
+            } else {
+                tracing::warn!(
+                    kind = crate::observe::message_kind::kind(&msg),
+                    "the journal's queue is full; a reply is kept in memory only"
+                );
+            }
+        }
+        self.lock().push_back_journaled(Journaled {
+            message: msg,
+            journal: journal_id,
+            encoded,
+            masked,
+        });
+        self.filled.notify_one();
+    }
+
+    /// Queue ahead of everything else (heartbeat answers).
+    pub fn push_urgent(&self, msg: ClientMessage) {
+        let (msg, masked) = self.admit(msg, None);
+        self.lock().push_front(msg, masked);
+        self.filled.notify_one();
+    }
+}

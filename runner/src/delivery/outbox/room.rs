@@ -1,0 +1,91 @@
+//! Making room when the bound is reached: coalesce, else drop the oldest
+//! intermediate update, else drop the new one if it is intermediate, else
+//! make the producer wait (the rules of the outbox's module doc).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::classify::is_intermediate;
+use super::queue::Queue;
+use super::{Journaled, Outbox};
+
+impl Outbox {
+    /// Queue the message in `slot` (taking it) or make room for it; leaves
+    /// it there and returns false when the producer must wait.
+    #[cfg(test)]
+    pub(super) fn try_push(
+        &self,
+        slot: &mut Option<agent_runner_proto::runner::ClientMessage>,
+    ) -> bool {
+        let mut entry = slot.take().map(|message| {
+            let (message, masked) = self.admit(message, None);
+            Journaled {
+                masked,
+                message,
+                journal: None,
+                encoded: None,
+            }
+        });
+        let pushed = self.try_push_entry(&mut entry);
+        *slot = entry.map(|j| std::sync::Arc::unwrap_or_clone(j.message));
+        pushed
+    }
+
+    /// [`Outbox::try_push`] of an update with its journal entry.
+    pub(super) fn try_push_entry(&self, slot: &mut Option<Journaled>) -> bool {
+        let Some(entry) = slot.take() else {
+            return true;
+        };
+        let mut queue = self.lock();
+        if self.has_room(&queue) {
+            queue.push_back_journaled(entry);
+            drop(queue);
+            self.filled.notify_one();
+            return true;
+        }
+        if let Some(pos) = queue.superseded(&entry.message) {
+            // Same key, same sequence number: the indexes stay as they are.
+            // An intermediate update has no journal entry.
+            let slot = &mut queue.items[pos];
+            slot.msg = Some(entry.message);
+            slot.encoded = entry.encoded;
+            slot.masked = entry.masked;
+            drop(queue);
+            self.count(&self.coalesced, "coalesced");
+            crate::observe::metrics::outbox_coalesced();
+            return true;
+        }
+        if queue.drop_oldest_intermediate() {
+            queue.push_back_journaled(entry);
+            drop(queue);
+            self.count(&self.dropped, "dropped");
+            crate::observe::metrics::outbox_dropped();
+            self.filled.notify_one();
+            return true;
+        }
+        if is_intermediate(&entry.message) {
+            drop(queue);
+            self.count(&self.dropped, "dropped");
+            crate::observe::metrics::outbox_dropped();
+            return true;
+        }
+        *slot = Some(entry);
+        false
+    }
+
+    /// Whether one more update fits under the bound (queued plus held).
+    pub(super) fn has_room(&self, queue: &Queue) -> bool {
+        queue.len() + self.held.load(Ordering::Relaxed) < self.capacity
+    }
+
+    pub(super) fn count(&self, counter: &AtomicU64, what: &str) {
+        let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+        // Log at 1, 2, 4, 8… so a long disconnect cannot flood the log.
+        if n.is_power_of_two() {
+            tracing::warn!(
+                total = n,
+                capacity = self.capacity,
+                "outbox full: {what} intermediate updates"
+            );
+        }
+    }
+}

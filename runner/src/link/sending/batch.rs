@@ -1,0 +1,304 @@
+//! Taking the next batch for the wire: re-sends first, then the outbox;
+//! each update validated, numbered (acked mode) and recorded as sent in
+//! one critical section, and the batch's journal commit started.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_runner_proto::{Validate, violations};
+
+use super::{BATCH, Inner, Sending, mode_name};
+use crate::delivery::in_flight::{Mode, Sent};
+use crate::link::wire::Outgoing;
+
+impl Sending {
+    /// The next updates to send, waiting for at least one: re-sends first,
+    /// then the outbox (see [`Sending::take_batch`]); returns once the
+    /// batch's journal commit is done.
+    pub async fn next_batch(&self, epoch: u64) -> Vec<Outgoing> {
+        let batch = self.take_batch(epoch).await;
+        batch.committed().await
+    }
+
+    /// The next updates to send, waiting for at least one: re-sends first,
+    /// then the outbox. Each is validated (an invalid one is a runner bug:
+    /// logged, not sent; each was masked by the outbox already), numbered
+    /// in acked mode and recorded as sent before this returns, so a
+    /// session that ends before it goes out still sends it again.
+    /// Cancel-safe: nothing is taken before the last await. The batch may
+    /// go on the wire once [`Batch::committed`] says its journal write
+    /// (sequence marks, or the appends it depends on) is on disk; the
+    /// writes of later batches queue behind it, so a link may prepare the
+    /// next batches meanwhile.
+    ///
+    /// `epoch` is the connection's ([`Sending::epoch`] when its outbound
+    /// half was made): once that connection has ended, this takes nothing
+    /// and returns an empty batch (whatever it had taken goes back, first).
+    pub async fn take_batch(&self, epoch: u64) -> Batch {
+        loop {
+            if self.lock().epoch != epoch {
+                return Batch::default();
+            }
+            self.reserve_numbers().await;
+            if self.lock().resend.is_empty() {
+                // Takes nothing: what is taken is taken below, under the
+                // same lock as the epoch check and the recording.
+                self.outbox.wait_nonempty().await;
+            }
+            let (out, marks, forget, journaled) = {
+                let mut inner = self.lock();
+                if inner.epoch != epoch {
+                    // The connection ended while this waited; nothing taken.
+                    return Batch::default();
+                }
+                // Re-sends and fresh updates are taken, numbered and
+                // recorded in one critical section. Taken in one and
+                // recorded in another, a connection's end in between put
+                // them back ahead of what that connection had sent before
+                // them; numbered after it, they went out first and the
+                // control plane dropped the earlier numbers as already
+                // processed: updates were lost across a drop.
+                let settled = inner.inflight.settle(Instant::now());
+                self.forget(settled.journal);
+                let n = inner.resend.len().min(BATCH);
+                let resends: Vec<Sent> = inner.resend.drain(..n).collect();
+                let fresh = if resends.is_empty() {
+                    self.outbox.try_pop_many(BATCH)
+                } else {
+                    Vec::new()
+                };
+                if resends.is_empty() && fresh.is_empty() {
+                    // Another consumer took it first.
+                    continue;
+                }
+                let mode = inner.inflight.mode();
+                let now = Instant::now();
+                let mut out = Vec::with_capacity(resends.len() + fresh.len());
+                let mut marks = Vec::new();
+                let mut forget = Vec::new();
+                let mut resent = 0;
+                let mut unnumbered: Vec<Sent> = Vec::new();
+                let journaled = resends.iter().any(|s| s.journal.is_some())
+                    || fresh.iter().any(|t| t.journal.is_some());
+                for sent in resends {
+                    resent += 1;
+                    self.take(
+                        &mut inner,
+                        mode,
+                        sent,
+                        now,
+                        &mut out,
+                        &mut marks,
+                        &mut forget,
+                        &mut unnumbered,
+                    );
+                }
+                for taken in fresh {
+                    // Masked by the outbox (as it entered, and again as it
+                    // was taken if a secret came in meanwhile).
+                    let message = taken.message;
+                    if let Err(err) = message.validate() {
+                        crate::observe::metrics::invalid_update(&message);
+                        tracing::error!(
+                            kind = crate::observe::message_kind::kind(&message),
+                            violations = %violations(&err),
+                            "bug: invalid update not sent"
+                        );
+                        forget.extend(taken.journal);
+                        continue;
+                    }
+                    let sent = Sent {
+                        sequence: None,
+                        journal: taken.journal,
+                        message,
+                        encoded: taken.encoded,
+                        at: now,
+                    };
+                    self.take(
+                        &mut inner,
+                        mode,
+                        sent,
+                        now,
+                        &mut out,
+                        &mut marks,
+                        &mut forget,
+                        &mut unnumbered,
+                    );
+                }
+                // Not numbered (the reservation ran out): first next time.
+                for sent in unnumbered.into_iter().rev() {
+                    inner.resend.push_front(sent);
+                }
+                if resent > 0 {
+                    crate::observe::metrics::delivery_resent(mode_name(mode), resent);
+                }
+                self.check_full(&mut inner);
+                self.publish(&inner);
+                (out, marks, forget, journaled)
+            };
+            self.forget(forget);
+            if out.is_empty() {
+                continue;
+            }
+            // Nothing journaled goes on the wire before its entry (and, in
+            // acked mode, its sequence number) is on disk: one commit per
+            // batch, on a task of its own (the outbound half must stay
+            // `Sync`, which the store thread's queue is not).
+            let commit = match (journaled, self.journal.clone()) {
+                (true, Some(j)) => Some(tokio::spawn(async move {
+                    if marks.is_empty() {
+                        j.flush().await
+                    } else {
+                        j.mark_sent(marks).await
+                    }
+                })),
+                _ => None,
+            };
+            return Batch { out, commit };
+        }
+    }
+
+    /// One update on its way out: numbered (acked mode), recorded, added
+    /// to `out`. An update the control plane already acknowledged is
+    /// settled instead.
+    #[allow(clippy::too_many_arguments)]
+    fn take(
+        &self,
+        inner: &mut Inner,
+        mode: Mode,
+        mut sent: Sent,
+        now: Instant,
+        out: &mut Vec<Outgoing>,
+        marks: &mut Vec<(u64, u64)>,
+        forget: &mut Vec<u64>,
+        unnumbered: &mut Vec<Sent>,
+    ) {
+        if !unnumbered.is_empty() {
+            unnumbered.push(sent);
+            return;
+        }
+        let sequence = match mode {
+            Mode::Acked => match sent.sequence {
+                Some(seq) if seq <= inner.inflight.acked() => {
+                    forget.extend(sent.journal);
+                    return;
+                }
+                Some(seq) => Some(seq),
+                None => match inner.sequencer.take() {
+                    Some(seq) => {
+                        inner.inflight.note_sent_through(seq);
+                        Some(seq)
+                    }
+                    None => {
+                        unnumbered.push(sent);
+                        return;
+                    }
+                },
+            },
+            Mode::Legacy { .. } => None,
+        };
+        // The number goes on the wire beside the update, which is shared
+        // (the re-send store, its transcript line) and stays as it is.
+        let number = sequence.unwrap_or(0);
+        sent.sequence = sequence.or(sent.sequence);
+        sent.at = now;
+        if let (Some(id), Some(seq)) = (sent.journal, sequence) {
+            marks.push((id, seq));
+        }
+        // Kept for a re-send: the wire shares it. Not kept (legacy mode,
+        // an intermediate update): the update itself goes out.
+        if inner.inflight.keeps(&sent) {
+            out.push(Outgoing {
+                message: Arc::clone(&sent.message),
+                encoded: sent.encoded.clone(),
+                sequence: number,
+            });
+            inner.inflight.record(sent);
+        } else {
+            inner.inflight.record_unkept(&sent);
+            out.push(Outgoing {
+                message: sent.message,
+                encoded: sent.encoded,
+                sequence: number,
+            });
+        }
+        if let Mode::Legacy { .. } = mode {
+            // Legacy retention is bounded by count too: the oldest settle
+            // early rather than hold producers back.
+            while inner.inflight.len() > self.outbox.capacity() {
+                let settled = inner.inflight.settle_oldest();
+                forget.extend(settled.journal);
+                crate::observe::metrics::delivery_legacy_released_early(settled.updates);
+                inner.released_early += settled.updates as u64;
+                if inner.released_early.is_power_of_two() {
+                    tracing::warn!(
+                        total = inner.released_early,
+                        kept = self.outbox.capacity(),
+                        "legacy control plane: more terminal updates sent within the re-send window than the outbox capacity; the oldest are no longer kept for a re-send"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Acked mode: make sure a batch's worth of numbers is reserved on
+    /// disk before anything is taken (the only await that could lose
+    /// something is thus before the taking).
+    async fn reserve_numbers(&self) {
+        loop {
+            let need = {
+                let inner = self.lock();
+                match inner.inflight.mode() {
+                    Mode::Acked => inner.sequencer.needs_reservation(BATCH as u64),
+                    Mode::Legacy { .. } => None,
+                }
+            };
+            let Some(through) = need else { return };
+            match self.journal.clone() {
+                None => {}
+                Some(j) => {
+                    // A task of its own, as in `next_batch`.
+                    let reserved = tokio::spawn(async move { j.reserve_through(through).await })
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()));
+                    if let Err(e) = reserved {
+                        tracing::error!(error = %e, "reserving sequence numbers failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                }
+            }
+            self.lock().sequencer.reserved(through);
+            return;
+        }
+    }
+}
+
+/// Updates taken for the wire, and the journal write they wait for.
+#[derive(Default)]
+pub struct Batch {
+    out: Vec<Outgoing>,
+    commit: Option<tokio::task::JoinHandle<Result<(), crate::delivery::journal::JournalError>>>,
+}
+
+impl Batch {
+    /// Waits for the batch's journal write; then its updates may be sent.
+    /// A failed write is logged (the updates go anyway: after a crash they
+    /// may be lost or sent again with new numbers).
+    pub async fn committed(self) -> Vec<Outgoing> {
+        if let Some(commit) = self.commit {
+            let done = commit
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            if let Err(e) = done {
+                tracing::error!(
+                    error = %e,
+                    "journal write failed; after a crash these updates may be lost or sent again with new numbers"
+                );
+            }
+        }
+        self.out
+    }
+}
