@@ -6,7 +6,8 @@
 //! a sequence number. The mock processes (logs) a message whose number is
 //! above everything processed so far and drops one at or below it as a
 //! duplicate; a number that skips ahead is processed and the skipped range
-//! is recorded as a gap. [`SequenceReport`] says what it saw.
+//! is recorded as a gap. [`SequenceReport`] says what it saw. A mock serving
+//! several runners keeps one such check per runner.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -71,8 +72,9 @@ pub struct SequenceReport {
     pub acks_sent: u64,
 }
 
-/// The mock's acknowledged-delivery state.
-#[derive(Debug, Default)]
+/// One runner's acknowledged-delivery state (each runner numbers its own
+/// messages: two runners' sequences never meet).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Sequencing {
     pub(crate) mode: AckMode,
     pub(crate) forget_on_restart: bool,

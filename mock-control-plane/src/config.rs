@@ -1,6 +1,6 @@
 //! What a mock control plane is started with: where it listens, how a runner
-//! must address and authenticate to it, and the GitHub installations it
-//! hands out.
+//! must address and authenticate to it (and which secrets name which runner,
+//! when several serve at once), and the GitHub installations it hands out.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -21,8 +21,17 @@ pub struct MockConfig {
     /// prefix.
     pub path_prefix: Option<String>,
     /// When set, every RPC must carry `authorization: Bearer <secret>`, else it
-    /// fails with `UNAUTHENTICATED`.
+    /// fails with `UNAUTHENTICATED`. With [`MockConfig::runners`] as well,
+    /// this secret is one more identity, named [`DEFAULT_RUNNER`].
     pub bearer_secret: Option<String>,
+    /// Several runners at once, each known by its secret (as a real control
+    /// plane knows a runner by its credentials): a call must carry one of
+    /// these secrets (or `bearer_secret`), and it speaks for that runner
+    /// only. Each runner has its own live stream (a new one replaces only
+    /// that runner's), its own sequence numbers and acknowledgements, and
+    /// its own view ([`crate::MockControlPlane::runner`]). Empty (default):
+    /// one runner, [`DEFAULT_RUNNER`], whoever calls.
+    pub runners: Vec<RunnerIdentity>,
     /// `(certificate chain PEM, private key PEM)`: serve TLS instead of
     /// plaintext; [`crate::MockControlPlane::url`] then starts with `https`.
     pub tls: Option<(String, String)>,
@@ -46,6 +55,30 @@ pub struct MockConfig {
     /// Which names the two GitHub RPCs are served under; the others answer
     /// `UNIMPLEMENTED`.
     pub github_rpc_names: GithubRpcNames,
+}
+
+/// The name of the runner identity of an unnamed mock: the only one when no
+/// [`MockConfig::runners`] are configured, and the one `bearer_secret`
+/// names when they are.
+pub const DEFAULT_RUNNER: &str = "default";
+
+/// One runner a mock serving several tells apart by its bearer secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RunnerIdentity {
+    /// How tests and logs name it, e.g. `agent-runner-0` (the secret is
+    /// never logged).
+    pub name: String,
+    /// The bearer secret it authenticates with.
+    pub secret: String,
+}
+
+impl fmt::Debug for RunnerIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunnerIdentity")
+            .field("name", &self.name)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
 }
 
 /// The names a control plane may serve the two GitHub RPCs under (same
@@ -101,6 +134,16 @@ impl MockConfig {
     /// Require `authorization: Bearer <secret>` on every RPC.
     pub fn with_bearer_secret(mut self, secret: impl Into<String>) -> Self {
         self.bearer_secret = Some(secret.into());
+        self
+    }
+
+    /// Accept one more runner, `name`, authenticating with `secret` (see
+    /// [`MockConfig::runners`]).
+    pub fn with_runner(mut self, name: impl Into<String>, secret: impl Into<String>) -> Self {
+        self.runners.push(RunnerIdentity {
+            name: name.into(),
+            secret: secret.into(),
+        });
         self
     }
 
@@ -165,6 +208,7 @@ impl fmt::Debug for MockConfig {
                 "bearer_secret",
                 &self.bearer_secret.as_ref().map(|_| "<redacted>"),
             )
+            .field("runners", &self.runners)
             .field("tls", &self.tls.as_ref().map(|_| "<pem>"))
             .field("github_installations", &self.github_installations)
             .field("delay_headers", &self.delay_headers)

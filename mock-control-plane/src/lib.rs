@@ -7,7 +7,10 @@
 //! `ControlChannel` stream, waits for messages matching a predicate (timeouts
 //! print what did arrive), and injects faults: a broken stream, failing
 //! registrations or streams, a stop and a restart on the same port. It
-//! speaks acknowledged delivery ([`acks`]): accepts it (or refuses it, to
+//! serves several runners at once when configured with a secret per runner
+//! ([`MockConfig::runners`], [`RunnerView`]): a control plane knows a runner
+//! by its credentials, so each secret is one runner with its own stream and
+//! sequence numbers. It speaks acknowledged delivery ([`acks`]): accepts it (or refuses it, to
 //! play a legacy control plane), acknowledges as it processes (or late, or
 //! never), drops duplicates and reports what it saw.
 //!
@@ -23,6 +26,8 @@ pub mod json;
 pub mod matcher;
 mod plane;
 mod prefix;
+mod runner_view;
+mod runners;
 pub mod scenario;
 mod server;
 mod state;
@@ -34,9 +39,10 @@ mod plane_tests;
 mod test_runner;
 
 pub use acks::{AckMode, SequenceReport};
-pub use config::{GithubInstallation, GithubRpcNames, MockConfig};
+pub use config::{DEFAULT_RUNNER, GithubInstallation, GithubRpcNames, MockConfig, RunnerIdentity};
 pub use plane::MockControlPlane;
-pub use state::{Registration, TimelineEvent, TimelineRef};
+pub use runner_view::RunnerView;
+pub use state::{DroppedMessage, Registration, TimelineEvent, TimelineRef};
 
 /// The protocol crate, re-exported so users need not name it separately.
 pub use agent_runner_proto as proto;

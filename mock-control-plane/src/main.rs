@@ -86,6 +86,13 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
 
+    /// Serve several runners, each known by its secret: NAME=FILE, the
+    /// secret being FILE's content (trimmed); repeatable. Each is its own
+    /// runner (own stream, own sequence numbers); in --stdio a line's
+    /// "runner" key says which one it is for, and events name theirs.
+    #[arg(long = "runner", value_name = "NAME=FILE", value_parser = parse_runner)]
+    runners: Vec<(String, PathBuf)>,
+
     /// Serve TLS with this PEM certificate chain (needs --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -131,6 +138,24 @@ fn parse_var(text: &str) -> Result<(String, String), String> {
     }
 }
 
+fn parse_runner(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+            Ok((name.to_owned(), PathBuf::from(file)))
+        }
+        _ => Err(format!("expected NAME=FILE, got {text:?}")),
+    }
+}
+
+/// The trimmed content of the secret file `path`; empty is an error.
+fn read_secret(path: &PathBuf) -> Result<String> {
+    let secret = read(path, "the secret file")?.trim().to_owned();
+    if secret.is_empty() {
+        bail!("the secret file {} is empty", path.display());
+    }
+    Ok(secret)
+}
+
 fn read(path: &PathBuf, what: &str) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {what} {}", path.display()))
 }
@@ -147,11 +172,10 @@ fn config(args: &ServeArgs) -> Result<MockConfig> {
         ..MockConfig::default()
     };
     if let Some(path) = &args.secret_file {
-        let secret = read(path, "the secret file")?.trim().to_owned();
-        if secret.is_empty() {
-            bail!("the secret file {} is empty", path.display());
-        }
-        config.bearer_secret = Some(secret);
+        config.bearer_secret = Some(read_secret(path)?);
+    }
+    for (name, path) in &args.runners {
+        config = config.with_runner(name, read_secret(path)?);
     }
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some((
@@ -275,5 +299,9 @@ mod tests {
         assert!(Cli::try_parse_from(["m", "serve", "--stdio", "--var", "a=b"]).is_err());
         assert!(Cli::try_parse_from(["m", "serve", "--stdio", "--tls-cert", "c"]).is_err());
         assert!(Cli::try_parse_from(["m", "serve", "--script", "x", "--var", "novalue"]).is_err());
+        let two = ["--runner", "r0=/s0", "--runner", "r1=/s1"];
+        assert!(Cli::try_parse_from([&["m", "serve", "--stdio"][..], &two[..]].concat()).is_ok());
+        assert!(Cli::try_parse_from(["m", "serve", "--stdio", "--runner", "r0"]).is_err());
+        assert!(Cli::try_parse_from(["m", "serve", "--stdio", "--runner", "=/s"]).is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! The handle tests hold: starts the tonic server on a socket it binds
 //! itself, stops it and serves again on the same port, and exposes the
-//! recorded state, the live stream and fault injection.
+//! recorded state, the live stream and fault injection. These methods see
+//! every runner at once (with one runner, simply the runner);
+//! [`crate::RunnerView`] sees one runner of several.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -18,9 +20,10 @@ use tonic::Status;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::acks::{AckMode, SequenceReport, Sequencing};
-use crate::auth::BearerAuth;
+use crate::auth::{Identities, RunnerAuth};
 use crate::config::{GithubInstallation, MockConfig};
 use crate::prefix::{PrefixLayer, normalize};
+use crate::runners::merged_report;
 use crate::server::{GithubRpcs, MockService};
 use crate::state::{Pushed, Registration, State, TimelineEvent, TimelineRef};
 
@@ -33,14 +36,32 @@ struct Serving {
     task: JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
+/// The error of a send that did not say which of several connected runners
+/// it is for.
+#[derive(Debug)]
+pub(crate) struct SeveralRunners(pub(crate) Vec<String>);
+
+impl std::fmt::Display for SeveralRunners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "several runners are connected ({:?}): send through MockControlPlane::runner(name)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for SeveralRunners {}
+
 /// A real `AgentRunnerControlService` on a local port. Dropping it stops the
 /// server (without waiting); call [`MockControlPlane::stop`] to wait until the
 /// port is free.
 pub struct MockControlPlane {
-    state: Arc<State>,
+    pub(crate) state: Arc<State>,
     addr: SocketAddr,
     prefix: Option<String>,
-    secret: Option<String>,
+    /// The runners it tells apart, by secret.
+    pub(crate) identities: Arc<Identities>,
     tls: Option<(String, String)>,
     delay_headers: bool,
     github: GithubRpcs,
@@ -71,16 +92,19 @@ impl MockControlPlane {
         let listen = config
             .listen
             .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
+        let identities = Identities::new(config.bearer_secret, config.runners)
+            .map_err(|why| anyhow::anyhow!("the mock's runners: {why}"))?;
         let listener = bind(listen)?;
         let addr = listener.local_addr().context("reading the bound address")?;
         let plane = MockControlPlane {
             state: Arc::new(State::new(
                 config.github_installations,
+                identities.names(),
                 Sequencing::new(config.ack_mode, config.forget_acks_on_restart),
             )),
             addr,
             prefix: normalize(config.path_prefix.as_deref()),
-            secret: config.bearer_secret,
+            identities: Arc::new(identities),
             tls: config.tls,
             delay_headers: config.delay_headers,
             github: GithubRpcs::new(config.github_rpc_names),
@@ -105,7 +129,7 @@ impl MockControlPlane {
         let service = AgentRunnerControlServiceServer::with_interceptor(
             MockService::new(self.state.clone(), self.delay_headers)
                 .with_github(self.github.clone()),
-            BearerAuth::new(self.secret.clone()),
+            RunnerAuth::new(self.identities.clone()),
         );
         let router = builder
             .layer(PrefixLayer::new(self.prefix.clone()))
@@ -154,14 +178,14 @@ impl MockControlPlane {
     }
 
     /// Shuts the server down gracefully and returns once the port is
-    /// released. The live stream ends with `UNAVAILABLE`. Connections that do
-    /// not drain within a few seconds are cut. Stopping twice is a no-op.
+    /// released. Every live stream ends with `UNAVAILABLE`. Connections that
+    /// do not drain within a few seconds are cut. Stopping twice is a no-op.
     pub async fn stop(&self) -> Result<()> {
         let Some(serving) = self.serving.lock().await.take() else {
             return Ok(());
         };
         self.state
-            .kill_stream(Status::unavailable("mock control plane stopped"));
+            .kill_stream(None, Status::unavailable("mock control plane stopped"));
         let _ = serving.shutdown.send(());
         let mut task = serving.task;
         let outcome = match tokio::time::timeout(GRACEFUL_STOP, &mut task).await {
@@ -198,7 +222,8 @@ impl MockControlPlane {
 
     // ---- registration ----
 
-    /// Every successful `RegisterRunner` call so far, oldest first.
+    /// Every successful `RegisterRunner` call so far (of every runner; see
+    /// [`Registration::runner`]), oldest first.
     pub fn registrations(&self) -> Vec<Registration> {
         self.state.lock().registrations.clone()
     }
@@ -222,7 +247,7 @@ impl MockControlPlane {
 
     // ---- the ControlChannel stream ----
 
-    /// Whether a runner's `ControlChannel` stream is live.
+    /// Whether a runner's (any runner's) `ControlChannel` stream is live.
     pub fn is_connected(&self) -> bool {
         self.state.lock().is_connected()
     }
@@ -245,7 +270,7 @@ impl MockControlPlane {
             .await;
     }
 
-    /// Waits until no `ControlChannel` stream is live.
+    /// Waits until no `ControlChannel` stream (of any runner) is live.
     pub async fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
         self.state
             .wait_until(Some(timeout), |inner| (!inner.is_connected()).then_some(()))
@@ -256,8 +281,8 @@ impl MockControlPlane {
             })
     }
 
-    /// How many `ControlChannel` streams were accepted so far (reconnects
-    /// count; rejected ones do not).
+    /// How many `ControlChannel` streams were accepted so far, over all
+    /// runners (reconnects count; rejected ones do not).
     pub fn connection_count(&self) -> u64 {
         self.state.lock().streams_opened
     }
@@ -278,21 +303,29 @@ impl MockControlPlane {
     }
 
     /// Pushes `message` into the live stream. Fails when no runner is
-    /// connected or the stream has just closed.
+    /// connected, when several are (say which: [`crate::RunnerView::send`]),
+    /// or when the stream has just closed.
     pub async fn send(&self, message: ServerMessage) -> Result<()> {
-        tracing::debug!(?message, "sending");
-        match self.state.push(message) {
+        self.send_to(None, message).await
+    }
+
+    /// Pushes `message` into runner `r`'s live stream (`None`: the only
+    /// live one).
+    pub(crate) async fn send_to(&self, r: Option<usize>, message: ServerMessage) -> Result<()> {
+        tracing::debug!(?message, runner = ?r, "sending");
+        match self.state.push(r, message) {
             Pushed::Done => Ok(()),
             Pushed::NotConnected => bail!("no runner is connected to the ControlChannel"),
+            Pushed::Ambiguous(names) => Err(SeveralRunners(names).into()),
             Pushed::Closed => {
                 bail!("the ControlChannel stream closed before the message could be sent")
             }
-            Pushed::Full(tx, message) => {
+            Pushed::Full(r, tx, message) => {
                 let message = *message;
                 if tx.send(message.clone()).await.is_err() {
                     bail!("the ControlChannel stream closed before the message could be sent");
                 }
-                self.state.record_sent(message);
+                self.state.record_sent(r, message);
                 Ok(())
             }
         }
@@ -312,21 +345,27 @@ impl MockControlPlane {
         .await
     }
 
-    /// Every `ServerMessage` handed to a live stream so far.
+    /// Every `ServerMessage` handed to a live stream (of any runner) so far.
     pub fn sent(&self) -> Vec<ServerMessage> {
-        self.state.lock().sent.clone()
+        self.state
+            .lock()
+            .sent
+            .iter()
+            .map(|(_, m)| m.clone())
+            .collect()
     }
 
     // ---- received messages ----
 
-    /// Every `ClientMessage` received so far; a message's position is its
-    /// index.
+    /// Every `ClientMessage` received (and processed) so far, from every
+    /// runner; a message's position is its index
+    /// ([`MockControlPlane::runner_of`] says who sent it).
     pub fn received(&self) -> Vec<ClientMessage> {
         self.state
             .lock()
             .received
             .iter()
-            .map(|(m, _)| m.clone())
+            .map(|r| r.message.clone())
             .collect()
     }
 
@@ -344,7 +383,7 @@ impl MockControlPlane {
             .received
             .iter()
             .enumerate()
-            .filter_map(|(i, (_, v))| v.clone().map(|v| (i, v)))
+            .filter_map(|(i, r)| r.violations.clone().map(|v| (i, v)))
             .collect()
     }
 
@@ -376,8 +415,8 @@ impl MockControlPlane {
                     .iter()
                     .enumerate()
                     .skip(next)
-                    .find(|(_, (m, _))| pred(m))
-                    .map(|(i, (m, _))| (i, m.clone()));
+                    .find(|(_, r)| pred(&r.message))
+                    .map(|(i, r)| (i, r.message.clone()));
                 next = next.max(inner.received.len());
                 found
             })
@@ -400,9 +439,9 @@ impl MockControlPlane {
         let mut found = Vec::new();
         self.state
             .wait_until(Some(timeout), |inner| {
-                for (m, _) in inner.received.iter().skip(next) {
-                    if found.len() < n && pred(m) {
-                        found.push(m.clone());
+                for r in inner.received.iter().skip(next) {
+                    if found.len() < n && pred(&r.message) {
+                        found.push(r.message.clone());
                     }
                 }
                 next = next.max(inner.received.len());
@@ -457,17 +496,19 @@ impl MockControlPlane {
 
     // ---- fault injection ----
 
-    /// Ends the live server→runner stream with `UNAVAILABLE`, as a broken
-    /// link would. Returns whether a stream was live.
+    /// Ends the live server→runner stream (every runner's) with
+    /// `UNAVAILABLE`, as a broken link would. Returns whether a stream was
+    /// live.
     pub fn drop_stream(&self) -> bool {
         self.drop_stream_with(Status::unavailable(
             "stream dropped by the mock control plane",
         ))
     }
 
-    /// Ends the live stream with `status`. Returns whether a stream was live.
+    /// Ends the live stream (every runner's) with `status`. Returns whether
+    /// a stream was live.
     pub fn drop_stream_with(&self, status: Status) -> bool {
-        self.state.kill_stream(status)
+        self.state.kill_stream(None, status)
     }
 
     /// From now on `RegisterRunner` fails with `status` (`None`: succeeds
@@ -488,15 +529,22 @@ impl MockControlPlane {
     /// acceptance applies from the next registration; acknowledging starts
     /// or stops at once).
     pub fn set_ack_mode(&self, mode: AckMode) {
-        self.state.update(|inner| inner.sequencing.mode = mode);
+        self.state.update(|inner| {
+            for runner in &mut inner.runners {
+                runner.sequencing.mode = mode;
+            }
+        });
         // Wake the acknowledgers so a switch to acknowledging acts now.
         self.state.nudge_acks();
     }
 
     /// What the sequence check saw so far: the highest processed number,
     /// duplicates dropped, gaps, unnumbered messages, acknowledgements sent.
+    /// With several runners, their reports summed (duplicates, unnumbered,
+    /// acknowledgements added up, gaps of each, the highest mark of any):
+    /// [`crate::RunnerView::sequence_report`] gives one runner's.
     pub fn sequence_report(&self) -> SequenceReport {
-        self.state.lock().sequencing.report.clone()
+        merged_report(&self.state.lock().runners)
     }
 
     // ---- GitHub ----
@@ -523,7 +571,7 @@ impl Drop for MockControlPlane {
     fn drop(&mut self) {
         if let Some(serving) = self.serving.get_mut().take() {
             self.state
-                .kill_stream(Status::unavailable("mock control plane dropped"));
+                .kill_stream(None, Status::unavailable("mock control plane dropped"));
             let _ = serving.shutdown.send(());
         }
     }

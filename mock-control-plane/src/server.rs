@@ -1,7 +1,9 @@
 //! The tonic implementation of `AgentRunnerControlService`: records
-//! registrations, turns each `ControlChannel` call into the live stream
-//! (reading the runner's messages into the log, writing what tests send),
-//! honours injected faults, and serves the configured GitHub installations.
+//! registrations, turns each `ControlChannel` call into its runner's live
+//! stream (reading the runner's messages into the log, writing what tests
+//! send, acknowledging what it processed), honours injected faults, and
+//! serves the configured GitHub installations. Which runner a call speaks
+//! for comes from its secret ([`crate::auth`]).
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -18,11 +20,12 @@ use agent_runner_proto::runner::{
 };
 use agent_runner_proto::{Validate, violations};
 use futures::{FutureExt as _, Stream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tonic::metadata::{KeyAndValueRef, MetadataMap};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::acks::AckMode;
+use crate::auth::RunnerIndex;
 use crate::config::{GithubInstallation as ConfiguredInstallation, GithubRpcNames};
 use crate::state::{OpenedStream, Registration, State};
 
@@ -183,10 +186,18 @@ fn checked(message: ClientMessage) -> (ClientMessage, Option<String>) {
     (message, violations)
 }
 
-/// The runner→server half: every message goes into the log until the
-/// runner closes its side, the call breaks, or the mock ends the stream.
+/// The runner the request speaks for (the auth interceptor names it; an
+/// untagged call can only come from an open mock's only runner).
+fn runner_of<T>(request: &Request<T>) -> usize {
+    request.extensions().get::<RunnerIndex>().map_or(0, |r| r.0)
+}
+
+/// The runner→server half of runner `r`'s stream: every message goes into
+/// the log until the runner closes its side, the call breaks, or the mock
+/// ends the stream.
 async fn read_inbound(
     state: Arc<State>,
+    r: usize,
     mut inbound: Streaming<ClientMessage>,
     opened_id: u64,
     cancel: tokio_util::sync::CancellationToken,
@@ -235,29 +246,31 @@ async fn read_inbound(
             }
         }
         if !batch.is_empty() {
-            state.record_received(batch);
+            state.record_received(r, batch);
         }
         if ended {
             break;
         }
     }
-    state.close_stream(opened_id);
+    state.close_stream(r, opened_id);
 }
 
-/// Sends acknowledgement-only `ServerMessage`s into one stream as the
-/// processed mark rises (cumulative: a burst gets few), at once or late as
-/// the ack mode says, until the stream ends.
+/// Sends acknowledgement-only `ServerMessage`s into one stream of runner
+/// `r` as its processed mark rises (cumulative: a burst gets few), at once
+/// or late as the ack mode says, until the stream ends.
 async fn acknowledge(
     state: Arc<State>,
+    r: usize,
     tx: mpsc::Sender<ServerMessage>,
+    mut processed: watch::Receiver<u64>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
-    let mut processed = state.processed();
     let mut acked = 0;
     loop {
         let (mode, session_acked) = {
             let inner = state.lock();
-            (inner.sequencing.mode, inner.sequencing.session_acked)
+            let sequencing = &inner.runners[r].sequencing;
+            (sequencing.mode, sequencing.session_acked)
         };
         let mark = *processed.borrow_and_update();
         if session_acked && mark != acked && matches!(mode, AckMode::Immediate | AckMode::Late(_)) {
@@ -278,7 +291,7 @@ async fn acknowledge(
                 return;
             }
             acked = mark;
-            state.update(|inner| inner.sequencing.report.acks_sent += 1);
+            state.update(|inner| inner.runners[r].sequencing.report.acks_sent += 1);
             continue;
         }
         tokio::select! {
@@ -299,19 +312,26 @@ impl AgentRunnerControlService for MockService {
             tracing::info!(%status, "failing RegisterRunner as configured");
             return Err(status);
         }
+        let r = runner_of(&request);
         let metadata = metadata_map(request.metadata());
         let request = request.into_inner();
         let violations = check(&request);
         let sdks: Vec<&str> = request.agent_sdks.iter().map(|s| s.name.as_str()).collect();
-        tracing::info!(?sdks, "runner registered");
-        let (features, acked_sequence) = self
-            .state
-            .update(|inner| inner.sequencing.registration(&request.features));
-        self.state.record_registration(Registration {
-            request,
-            metadata,
-            violations,
+        let (features, acked_sequence, runner) = self.state.update(|inner| {
+            let runner = &mut inner.runners[r];
+            let (features, acked) = runner.sequencing.registration(&request.features);
+            (features, acked, runner.name.clone())
         });
+        tracing::info!(?sdks, %runner, "runner registered");
+        self.state.record_registration(
+            r,
+            Registration {
+                request,
+                metadata,
+                violations,
+                runner,
+            },
+        );
         Ok(Response::new(RegisterRunnerResponse {
             features,
             acked_sequence,
@@ -329,17 +349,27 @@ impl AgentRunnerControlService for MockService {
             tracing::info!(%status, "rejecting ControlChannel as configured");
             return Err(status);
         }
+        let r = runner_of(&request);
         let OpenedStream {
             id,
             tx,
             outbound,
             kill,
             cancel,
-        } = self.state.open_stream();
-        tracing::info!(stream = id, "runner connected its ControlChannel");
-        tokio::spawn(acknowledge(self.state.clone(), tx, cancel.clone()));
+            processed,
+            runner,
+        } = self.state.open_stream(r);
+        tracing::info!(stream = id, %runner, "runner connected its ControlChannel");
+        tokio::spawn(acknowledge(
+            self.state.clone(),
+            r,
+            tx,
+            processed,
+            cancel.clone(),
+        ));
         tokio::spawn(read_inbound(
             self.state.clone(),
+            r,
             request.into_inner(),
             id,
             cancel,

@@ -1,6 +1,7 @@
 //! Everything a mock control plane remembers and everything a test waits on:
-//! the registrations, the log of received `ClientMessage`s, the one live
-//! `ControlChannel` stream, fault settings, and the wakeups that let waiters
+//! the registrations, the log of received `ClientMessage`s (each tagged
+//! with the runner that sent it), each runner's live `ControlChannel` stream
+//! ([`crate::runners`]), fault settings, and the wakeups that let waiters
 //! sleep until something changes (a `watch` generation counter, no polling).
 //!
 //! The state outlives the tonic server: `stop()`/`restart()` keep it, so a
@@ -18,6 +19,7 @@ use tonic::Status;
 
 use crate::acks::Sequencing;
 use crate::config::GithubInstallation;
+use crate::runners::{LiveStream, RunnerState};
 
 /// How many ServerMessages may wait in a live stream before `send` waits.
 const OUTBOUND_BUFFER: usize = 1024;
@@ -34,6 +36,22 @@ pub struct Registration {
     pub metadata: BTreeMap<String, String>,
     /// `buf.validate` violations of the request, if it broke any rule.
     pub violations: Option<String>,
+    /// The runner it registered as (its secret's name, see
+    /// [`crate::MockConfig::runners`]; [`crate::DEFAULT_RUNNER`] unless
+    /// several are configured).
+    pub runner: String,
+}
+
+/// A `ClientMessage` the mock received and did not process, and why: never
+/// dropped without a word (it is in the timeline and logged).
+#[derive(Clone, Debug)]
+pub struct DroppedMessage {
+    /// The runner that sent it.
+    pub runner: String,
+    /// Why it was dropped, e.g. `duplicate of sequence 7 (processed up to 9)`.
+    pub reason: String,
+    /// The message.
+    pub message: ClientMessage,
 }
 
 /// Everything that happened, in order: what the binary's `--stdio` mode
@@ -42,15 +60,21 @@ pub struct Registration {
 pub enum TimelineEvent {
     /// A `RegisterRunner` call succeeded.
     Registered(Registration),
-    /// A `ControlChannel` stream became the live one (`stream` counts from 1).
+    /// A `ControlChannel` stream became its runner's live one (`stream`
+    /// counts from 1, over all runners).
     Connected {
         /// Which stream (1 for the first).
         stream: u64,
+        /// Whose (see [`Registration::runner`]).
+        runner: String,
     },
-    /// The live stream ended (runner left, `drop_stream`, `stop`, replaced).
+    /// A live stream ended (runner left, `drop_stream`, `stop`, replaced by
+    /// the same runner's newer stream).
     Disconnected {
         /// Which stream.
         stream: u64,
+        /// Whose.
+        runner: String,
     },
     /// A `ClientMessage` arrived; `index` is its position in the log.
     Received {
@@ -61,8 +85,10 @@ pub enum TimelineEvent {
         /// Its buf.validate violations, if any (a runner bug).
         violations: Option<String>,
     },
-    /// A `ServerMessage` was handed to the live stream.
+    /// A `ServerMessage` was handed to a live stream.
     Sent(ServerMessage),
+    /// A `ClientMessage` arrived and was not processed (not in the log).
+    Dropped(DroppedMessage),
 }
 
 /// A timeline event seen in place ([`crate::MockControlPlane::visit_timeline`]):
@@ -101,25 +127,6 @@ impl TimelineRef<'_> {
     }
 }
 
-/// The sending half of the live stream, kept so tests can push into it and
-/// end it.
-struct LiveStream {
-    id: u64,
-    tx: mpsc::Sender<ServerMessage>,
-    /// Ends the server→runner stream with this status.
-    kill: oneshot::Sender<Status>,
-    /// Stops the task reading the runner→server half.
-    cancel: CancellationToken,
-}
-
-impl LiveStream {
-    fn end(self, status: Status) {
-        // The receiver may already be gone (runner left): nothing to end then.
-        let _ = self.kill.send(status);
-        self.cancel.cancel();
-    }
-}
-
 /// One timeline entry as kept (see [`Inner::timeline`]).
 enum Logged {
     /// Boxed: the other events are rare, received messages are not.
@@ -127,23 +134,37 @@ enum Logged {
     Received(usize),
 }
 
+/// One processed `ClientMessage` in the shared log.
+pub(crate) struct Received {
+    pub(crate) message: ClientMessage,
+    /// Its buf.validate violations, if any.
+    pub(crate) violations: Option<String>,
+    /// Which runner sent it (a position in [`Inner::runners`]).
+    pub(crate) runner: usize,
+}
+
 #[derive(Default)]
 pub(crate) struct Inner {
-    pub(crate) received: Vec<(ClientMessage, Option<String>)>,
-    pub(crate) sent: Vec<ServerMessage>,
+    /// Every processed message, of every runner, in arrival order.
+    pub(crate) received: Vec<Received>,
+    /// Every ServerMessage handed to a stream, with the runner it went to.
+    pub(crate) sent: Vec<(usize, ServerMessage)>,
     pub(crate) registrations: Vec<Registration>,
     /// What happened, in order. A received message is kept once, in
     /// `received`, and named here by its index: the log of a long run holds
     /// millions of updates, and a second copy of each was a third of the
     /// mock's cost per message.
     timeline: Vec<Logged>,
-    live: Option<LiveStream>,
+    /// One per runner identity, in the order of [`crate::auth::Identities`]
+    /// (never empty, never resized: positions are runner indices).
+    pub(crate) runners: Vec<RunnerState>,
+    /// Streams accepted so far, over all runners.
     pub(crate) streams_opened: u64,
+    pub(crate) dropped: Vec<DroppedMessage>,
     pub(crate) fail_register: Option<Status>,
     pub(crate) fail_stream: Option<Status>,
     pub(crate) github: Vec<GithubInstallation>,
     pub(crate) token_requests: Vec<i64>,
-    pub(crate) sequencing: Sequencing,
     /// Time spent on each received message (a slow control plane).
     pub(crate) read_delay: Duration,
 }
@@ -166,11 +187,11 @@ impl Inner {
             match entry {
                 Logged::Event(event) => visit(TimelineRef::Other(event)),
                 Logged::Received(index) => {
-                    if let Some((message, violations)) = self.received.get(*index) {
+                    if let Some(r) = self.received.get(*index) {
                         visit(TimelineRef::Received {
                             index: *index,
-                            message,
-                            violations: violations.as_deref(),
+                            message: &r.message,
+                            violations: r.violations.as_deref(),
                         });
                     }
                 }
@@ -186,11 +207,40 @@ impl Inner {
         self.visit_from(from, |event| events.push(event.to_event()));
         events
     }
-}
 
-impl Inner {
+    /// Whether any runner's stream is live.
     pub(crate) fn is_connected(&self) -> bool {
-        self.live.is_some()
+        self.runners.iter().any(RunnerState::is_connected)
+    }
+
+    /// The names of the runners whose stream is live.
+    pub(crate) fn live_runners(&self) -> Vec<&str> {
+        self.runners
+            .iter()
+            .filter(|r| r.is_connected())
+            .map(|r| r.name.as_str())
+            .collect()
+    }
+
+    /// Ends runner `r`'s live stream with `status`; false when it had none.
+    fn end_stream(&mut self, r: usize, status: Status) -> bool {
+        let Some(live) = self.runners[r].live.take() else {
+            return false;
+        };
+        let runner = self.runners[r].name.clone();
+        self.log(TimelineEvent::Disconnected {
+            stream: live.id,
+            runner,
+        });
+        live.end(status);
+        true
+    }
+
+    /// Records `message` as sent to runner `r`.
+    fn note_sent(&mut self, r: usize, message: ServerMessage) {
+        self.runners[r].sent.push(self.sent.len());
+        self.sent.push((r, message.clone()));
+        self.log(TimelineEvent::Sent(message));
     }
 }
 
@@ -198,9 +248,12 @@ impl Inner {
 pub(crate) enum Pushed {
     Done,
     NotConnected,
+    /// Several runners are connected and none was named: these.
+    Ambiguous(Vec<String>),
     Closed,
-    /// The stream's buffer is full: send through this sender, waiting.
-    Full(mpsc::Sender<ServerMessage>, Box<ServerMessage>),
+    /// The stream's buffer is full: send through this sender (to runner
+    /// `.0`), waiting.
+    Full(usize, mpsc::Sender<ServerMessage>, Box<ServerMessage>),
 }
 
 /// What the new live stream's handler needs.
@@ -211,37 +264,45 @@ pub(crate) struct OpenedStream {
     pub(crate) outbound: mpsc::Receiver<ServerMessage>,
     pub(crate) kill: oneshot::Receiver<Status>,
     pub(crate) cancel: CancellationToken,
+    /// The runner's highest processed sequence number, for its acknowledger.
+    pub(crate) processed: watch::Receiver<u64>,
+    /// The runner's name.
+    pub(crate) runner: String,
 }
 
 pub(crate) struct State {
     inner: Mutex<Inner>,
     /// Bumped on every change; waiters re-check their condition on each bump.
     generation: watch::Sender<u64>,
-    /// The highest sequence number processed; acknowledgers watch it.
-    processed: watch::Sender<u64>,
 }
 
 impl State {
-    pub(crate) fn new(github: Vec<GithubInstallation>, sequencing: Sequencing) -> Self {
+    /// The state of a mock serving the runners `names` (at least one), each
+    /// starting with `sequencing`.
+    pub(crate) fn new(
+        github: Vec<GithubInstallation>,
+        names: &[String],
+        sequencing: Sequencing,
+    ) -> Self {
+        let runners = names
+            .iter()
+            .map(|name| RunnerState::new(name.clone(), sequencing.clone()))
+            .collect();
         State {
             inner: Mutex::new(Inner {
                 github,
-                sequencing,
+                runners,
                 ..Inner::default()
             }),
             generation: watch::Sender::new(0),
-            processed: watch::Sender::new(0),
         }
     }
 
     /// Wakes every acknowledger (the ack mode changed).
     pub(crate) fn nudge_acks(&self) {
-        self.processed.send_modify(|_| {});
-    }
-
-    /// Watches the highest processed sequence number.
-    pub(crate) fn processed(&self) -> watch::Receiver<u64> {
-        self.processed.subscribe()
+        for runner in &self.lock().runners {
+            runner.processed.send_modify(|_| {});
+        }
     }
 
     /// The state's lock; a panic elsewhere while holding it does not poison
@@ -261,34 +322,44 @@ impl State {
         self.generation.subscribe()
     }
 
-    pub(crate) fn record_registration(&self, registration: Registration) {
+    /// Records a registration of runner `r` (named in `registration`).
+    pub(crate) fn record_registration(&self, r: usize, registration: Registration) {
         self.update(|inner| {
+            inner.runners[r].registrations += 1;
             inner.registrations.push(registration.clone());
             inner.log(TimelineEvent::Registered(registration));
         });
     }
 
-    /// Makes a new stream the live one; a previous live stream is ended
-    /// with `ABORTED`.
-    pub(crate) fn open_stream(&self) -> OpenedStream {
+    /// Makes a new stream runner `r`'s live one; that runner's previous live
+    /// stream is ended with `ABORTED` (other runners' streams are left
+    /// alone).
+    pub(crate) fn open_stream(&self, r: usize) -> OpenedStream {
         let (tx, outbound) = mpsc::channel(OUTBOUND_BUFFER);
         let (kill_tx, kill) = oneshot::channel();
         let cancel = CancellationToken::new();
-        let id = self.update(|inner| {
+        let (id, processed, name) = self.update(|inner| {
             inner.streams_opened += 1;
             let id = inner.streams_opened;
-            if let Some(old) = inner.live.take() {
-                inner.log(TimelineEvent::Disconnected { stream: old.id });
-                old.end(Status::aborted("replaced by a newer ControlChannel stream"));
-            }
-            inner.live = Some(LiveStream {
+            inner.end_stream(
+                r,
+                Status::aborted("replaced by a newer ControlChannel stream of the same runner"),
+            );
+            let runner = &mut inner.runners[r];
+            runner.streams_opened += 1;
+            runner.live = Some(LiveStream {
                 id,
                 tx: tx.clone(),
                 kill: kill_tx,
                 cancel: cancel.clone(),
             });
-            inner.log(TimelineEvent::Connected { stream: id });
-            id
+            let processed = runner.processed.subscribe();
+            let name = runner.name.clone();
+            inner.log(TimelineEvent::Connected {
+                stream: id,
+                runner: name.clone(),
+            });
+            (id, processed, name)
         });
         OpenedStream {
             id,
@@ -296,31 +367,38 @@ impl State {
             outbound,
             kill,
             cancel,
+            processed,
+            runner: name,
         }
     }
 
-    /// The stream `id` ended on its own (runner closed or went away).
-    pub(crate) fn close_stream(&self, id: u64) {
+    /// Runner `r`'s stream `id` ended on its own (runner closed or went away).
+    pub(crate) fn close_stream(&self, r: usize, id: u64) {
         self.update(|inner| {
-            if inner.live.as_ref().is_some_and(|l| l.id == id)
-                && let Some(live) = inner.live.take()
+            let runner = &mut inner.runners[r];
+            if runner.live.as_ref().is_some_and(|l| l.id == id)
+                && let Some(live) = runner.live.take()
             {
-                inner.log(TimelineEvent::Disconnected { stream: id });
+                let runner = runner.name.clone();
+                inner.log(TimelineEvent::Disconnected { stream: id, runner });
                 // Dropping the sender ends the server→runner half cleanly.
                 live.cancel.cancel();
             }
         });
     }
 
-    /// Ends the live stream with `status`; false when there was none.
-    pub(crate) fn kill_stream(&self, status: Status) -> bool {
-        self.update(|inner| match inner.live.take() {
-            Some(live) => {
-                inner.log(TimelineEvent::Disconnected { stream: live.id });
-                live.end(status);
-                true
+    /// Ends runner `r`'s live stream (every runner's, with `None`) with
+    /// `status`; false when there was none.
+    pub(crate) fn kill_stream(&self, r: Option<usize>, status: Status) -> bool {
+        self.update(|inner| match r {
+            Some(r) => inner.end_stream(r, status),
+            None => {
+                // Every one, not just the first live one.
+                let ended: Vec<bool> = (0..inner.runners.len())
+                    .map(|r| inner.end_stream(r, status.clone()))
+                    .collect();
+                ended.contains(&true)
             }
-            None => false,
         })
     }
 
@@ -328,70 +406,104 @@ impl State {
     /// its acknowledgers must not go on acknowledging the old high mark
     /// (the copy they watch follows the report).
     pub(crate) fn restarted(&self) {
-        let processed = self.update(|inner| {
-            inner.sequencing.restarted();
-            inner.sequencing.report.processed
+        self.update(|inner| {
+            for runner in &mut inner.runners {
+                runner.sequencing.restarted();
+                runner
+                    .processed
+                    .send_replace(runner.sequencing.report.processed);
+            }
         });
-        self.processed.send_replace(processed);
     }
 
-    /// Logs messages the runner sent, in order, unless the sequence check
-    /// drops one as a duplicate; then acknowledgers learn the new high mark.
-    /// A batch (what the stream had ready at once) takes the lock and wakes
-    /// the timeline's followers once, not once per message.
+    /// Logs messages runner `r` sent, in order, unless its sequence check
+    /// drops one as a duplicate (recorded as `Dropped` and logged); then its
+    /// acknowledgers learn the new high mark. A batch (what the stream had
+    /// ready at once) takes the lock and wakes the timeline's followers
+    /// once, not once per message.
     pub(crate) fn record_received(
         &self,
+        r: usize,
         messages: impl IntoIterator<Item = (ClientMessage, Option<String>)>,
     ) {
-        let processed = self.update(|inner| {
-            let mut any = false;
+        self.update(|inner| {
             for (message, violations) in messages {
-                if !inner.sequencing.arrived(message.sequence) {
+                let runner = &mut inner.runners[r];
+                let before = runner.sequencing.report.processed;
+                if runner.sequencing.arrived(message.sequence) {
+                    let index = inner.received.len();
+                    inner.runners[r].received.push(index);
+                    inner.received.push(Received {
+                        message,
+                        violations,
+                        runner: r,
+                    });
+                    inner.timeline.push(Logged::Received(index));
                     continue;
                 }
-                let index = inner.received.len();
-                inner.received.push((message, violations));
-                inner.timeline.push(Logged::Received(index));
-                any = true;
+                let drop = DroppedMessage {
+                    runner: runner.name.clone(),
+                    reason: format!(
+                        "duplicate of sequence {} (processed up to {before})",
+                        message.sequence
+                    ),
+                    message,
+                };
+                tracing::info!(
+                    runner = %drop.runner,
+                    sequence = drop.message.sequence,
+                    "dropped a ClientMessage: {}",
+                    drop.reason
+                );
+                inner.dropped.push(drop.clone());
+                inner.log(TimelineEvent::Dropped(drop));
             }
-            any.then_some(inner.sequencing.report.processed)
+            inner.runners[r].publish_processed();
         });
-        if let Some(p) = processed {
-            self.processed.send_if_modified(|old| {
-                let changed = *old != p;
-                *old = p;
-                changed
-            });
-        }
     }
 
-    /// Pushes `message` into the live stream without waiting, recording it
-    /// as sent under the same lock, so the timeline never shows a reply
-    /// before the request it answers.
-    pub(crate) fn push(&self, message: ServerMessage) -> Pushed {
+    /// Pushes `message` into runner `r`'s live stream (with `None`: the only
+    /// live one) without waiting, recording it as sent under the same lock,
+    /// so the timeline never shows a reply before the request it answers.
+    pub(crate) fn push(&self, r: Option<usize>, message: ServerMessage) -> Pushed {
         self.update(|inner| {
-            let Some(live) = &inner.live else {
+            let r = match r {
+                Some(r) => r,
+                None => {
+                    let live: Vec<usize> = (0..inner.runners.len())
+                        .filter(|&i| inner.runners[i].is_connected())
+                        .collect();
+                    match live[..] {
+                        [only] => only,
+                        [] => return Pushed::NotConnected,
+                        _ => {
+                            let names = inner.live_runners();
+                            return Pushed::Ambiguous(
+                                names.into_iter().map(str::to_owned).collect(),
+                            );
+                        }
+                    }
+                }
+            };
+            let Some(live) = &inner.runners[r].live else {
                 return Pushed::NotConnected;
             };
             match live.tx.try_send(message.clone()) {
                 Ok(()) => {
-                    inner.sent.push(message.clone());
-                    inner.log(TimelineEvent::Sent(message));
+                    inner.note_sent(r, message);
                     Pushed::Done
                 }
                 Err(mpsc::error::TrySendError::Full(message)) => {
-                    Pushed::Full(live.tx.clone(), Box::new(message))
+                    Pushed::Full(r, live.tx.clone(), Box::new(message))
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => Pushed::Closed,
             }
         })
     }
 
-    pub(crate) fn record_sent(&self, message: ServerMessage) {
-        self.update(|inner| {
-            inner.sent.push(message.clone());
-            inner.log(TimelineEvent::Sent(message));
-        });
+    /// Records `message` as sent to runner `r` (after a waiting send).
+    pub(crate) fn record_sent(&self, r: usize, message: ServerMessage) {
+        self.update(|inner| inner.note_sent(r, message));
     }
 
     /// Waits until `check` returns `Some` (re-checked after every change), or
@@ -437,11 +549,22 @@ impl State {
             inner.is_connected(),
             inner.registrations.len(),
         );
+        if inner.runners.len() > 1 {
+            let _ = write!(text, "; live runners: {:?}", inner.live_runners());
+        }
+        if !inner.dropped.is_empty() {
+            let _ = write!(text, "; dropped {}", inner.dropped.len());
+        }
         if total > 0 {
             let first = total.saturating_sub(RECENT_IN_ERRORS);
             let _ = write!(text, ", the last {}:", total - first);
-            for (index, (message, _)) in inner.received.iter().enumerate().skip(first) {
-                let _ = write!(text, "\n  #{index} {message:?}");
+            let named = inner.runners.len() > 1;
+            for (index, r) in inner.received.iter().enumerate().skip(first) {
+                let _ = write!(text, "\n  #{index} ");
+                if named {
+                    let _ = write!(text, "[{}] ", inner.runners[r.runner].name);
+                }
+                let _ = write!(text, "{:?}", r.message);
             }
         }
         anyhow::anyhow!(text)

@@ -2,8 +2,10 @@
 //! mock through JSON lines. Each stdin line is a `ServerMessage` in protobuf
 //! JSON (or a `{"command": ...}` control line); each stdout line is one event
 //! (`listening`, `registered`, `connected`, `disconnected`, `message`,
-//! `sent`, `error`). Messages written before a runner connects are queued
-//! and delivered in order once one does. At stdin EOF, lines already read are
+//! `sent`, `dropped`, `error`). Messages written before a runner connects
+//! are queued and delivered in order once one does. A mock serving several
+//! runners takes a `"runner"` key on a line to say which one it is for, and
+//! says whose each event is. At stdin EOF, lines already read are
 //! still handled while a runner is connected; the mock then returns.
 //!
 //! See `README.md` for the exact format.
@@ -17,18 +19,20 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWrite, AsyncWriteExt as
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::MockControlPlane;
 use crate::json::{
     client_message_to_json, register_request_to_json, server_message_from_json,
     server_message_to_json,
 };
+use crate::plane::SeveralRunners;
 use crate::state::{Registration, TimelineEvent};
+use crate::{MockControlPlane, RunnerView};
 
-/// One parsed stdin line.
+/// One parsed stdin line. `Option<String>`: the runner it is for (a
+/// `"runner"` key), when the mock serves several.
 #[derive(Debug)]
 enum Work {
-    Send(Box<ServerMessage>),
-    DropConnection,
+    Send(Box<ServerMessage>, Option<String>),
+    DropConnection(Option<String>),
     Restart,
     SetAckMode(crate::AckMode),
     SequenceReport,
@@ -36,10 +40,15 @@ enum Work {
 
 /// A stdin line: a control command or a ServerMessage.
 fn parse_line(line: &str) -> Result<Work> {
-    let value: Value = serde_json::from_str(line).context("not valid JSON")?;
+    let mut value: Value = serde_json::from_str(line).context("not valid JSON")?;
+    let runner = match value.as_object_mut().and_then(|o| o.remove("runner")) {
+        None => None,
+        Some(Value::String(name)) => Some(name),
+        Some(other) => anyhow::bail!("\"runner\" must be a runner's name, got {other}"),
+    };
     if let Some(command) = value.get("command") {
         return match command.as_str() {
-            Some("drop_connection") => Ok(Work::DropConnection),
+            Some("drop_connection") => Ok(Work::DropConnection(runner)),
             Some("restart") => Ok(Work::Restart),
             Some("ack_mode") => {
                 let mode = value
@@ -56,17 +65,30 @@ fn parse_line(line: &str) -> Result<Work> {
             }
         };
     }
-    Ok(Work::Send(Box::new(server_message_from_json(value)?)))
+    Ok(Work::Send(
+        Box::new(server_message_from_json(value)?),
+        runner,
+    ))
 }
 
 /// The stdout line for one timeline event.
 pub fn event_json(event: &TimelineEvent) -> Value {
     match event {
         TimelineEvent::Registered(registration) => registered_json(registration),
-        TimelineEvent::Connected { stream } => json!({"event": "connected", "stream": stream}),
-        TimelineEvent::Disconnected { stream } => {
-            json!({"event": "disconnected", "stream": stream})
+        TimelineEvent::Connected { stream, runner } => {
+            with_runner(json!({"event": "connected", "stream": stream}), runner)
         }
+        TimelineEvent::Disconnected { stream, runner } => {
+            with_runner(json!({"event": "disconnected", "stream": stream}), runner)
+        }
+        TimelineEvent::Dropped(dropped) => with_runner(
+            json!({
+                "event": "dropped",
+                "reason": dropped.reason,
+                "message": client_message_to_json(&dropped.message),
+            }),
+            &dropped.runner,
+        ),
         TimelineEvent::Received {
             index,
             message,
@@ -85,6 +107,28 @@ pub fn event_json(event: &TimelineEvent) -> Value {
         TimelineEvent::Sent(message) => {
             json!({"event": "sent", "message": server_message_to_json(message)})
         }
+    }
+}
+
+/// `line` with `"runner": runner`, unless that is the only runner of an
+/// unnamed mock (whose lines stay as they always were).
+fn with_runner(mut line: Value, runner: &str) -> Value {
+    if runner != crate::DEFAULT_RUNNER {
+        line["runner"] = json!(runner);
+    }
+    line
+}
+
+/// The stdout line for `event`; on a mock with `named` runners, a received
+/// message's line says which runner sent it.
+fn line_of(plane: &MockControlPlane, named: bool, event: &TimelineEvent) -> Value {
+    let line = event_json(event);
+    match event {
+        TimelineEvent::Received { index, .. } if named => match plane.runner_of(*index) {
+            Some(runner) => with_runner(line, &runner),
+            None => line,
+        },
+        _ => line,
     }
 }
 
@@ -126,7 +170,7 @@ fn registered_json(registration: &Registration) -> Value {
     if let Some(v) = &registration.violations {
         line.insert("violations".into(), json!(v));
     }
-    Value::Object(line)
+    with_runner(Value::Object(line), &registration.runner)
 }
 
 async fn write_line<W: AsyncWrite + Unpin>(out: &mut W, value: &Value) -> Result<()> {
@@ -138,6 +182,110 @@ async fn write_line<W: AsyncWrite + Unpin>(out: &mut W, value: &Value) -> Result
     out.flush().await.context("flushing stdout")
 }
 
+/// Handles the parsed lines in order, until the reader is done (or stdin
+/// closed while a message could not be delivered).
+async fn work(
+    plane: &MockControlPlane,
+    mut work_rx: mpsc::UnboundedReceiver<Work>,
+    extra_tx: mpsc::UnboundedSender<Value>,
+    eof: &CancellationToken,
+    stdin_closed: &AtomicBool,
+) {
+    let error = |text: String| {
+        let _ = extra_tx.send(json!({"event": "error", "error": text}));
+    };
+    while let Some(work) = work_rx.recv().await {
+        match work {
+            Work::Send(message, runner) => {
+                let view = match runner.as_deref().map(|name| plane.runner(name)).transpose() {
+                    Ok(view) => view,
+                    Err(err) => {
+                        error(format!("{err:#}"));
+                        continue;
+                    }
+                };
+                match deliver(plane, view, &message, eof, stdin_closed).await {
+                    Delivery::Sent => {}
+                    Delivery::Refused(err) => error(format!("{err:#}")),
+                    Delivery::StdinClosed => {
+                        let left = 1 + std::iter::from_fn(|| work_rx.try_recv().ok()).count();
+                        error(format!(
+                            "stdin closed with {left} line(s) not delivered: no runner connected"
+                        ));
+                        return;
+                    }
+                }
+            }
+            Work::DropConnection(None) => {
+                plane.drop_stream();
+            }
+            Work::DropConnection(Some(name)) => match plane.runner(&name) {
+                Ok(view) => {
+                    view.drop_stream();
+                }
+                Err(err) => error(format!("{err:#}")),
+            },
+            Work::Restart => {
+                if let Err(err) = plane.restart().await {
+                    error(format!("restart: {err:#}"));
+                }
+            }
+            Work::SetAckMode(mode) => plane.set_ack_mode(mode),
+            Work::SequenceReport => {
+                let _ = extra_tx.send(sequence_report_json(&plane.sequence_report()));
+            }
+        }
+    }
+}
+
+/// How [`deliver`] ended.
+enum Delivery {
+    Sent,
+    /// Waiting would not help (several runners connected, none named).
+    Refused(anyhow::Error),
+    /// Nobody to deliver to, and no more input coming.
+    StdinClosed,
+}
+
+/// Sends `message` to `view`'s runner (`None`: the connected one), queued
+/// until it is connected, and retried after a reconnect if the stream
+/// closes under it.
+async fn deliver(
+    plane: &MockControlPlane,
+    view: Option<RunnerView<'_>>,
+    message: &ServerMessage,
+    eof: &CancellationToken,
+    stdin_closed: &AtomicBool,
+) -> Delivery {
+    loop {
+        let connected = async {
+            match &view {
+                Some(view) => view.wait_connected_forever().await,
+                None => plane.wait_connected_forever().await,
+            }
+        };
+        tokio::select! {
+            () = connected => {}
+            () = eof.cancelled() => {}
+        }
+        let is_connected = view
+            .as_ref()
+            .map_or_else(|| plane.is_connected(), |v| v.is_connected());
+        if !is_connected && stdin_closed.load(Ordering::SeqCst) {
+            return Delivery::StdinClosed;
+        }
+        let sent = match &view {
+            Some(view) => view.send(message.clone()).await,
+            None => plane.send(message.clone()).await,
+        };
+        match sent {
+            Ok(()) => return Delivery::Sent,
+            Err(err) if err.is::<SeveralRunners>() => return Delivery::Refused(err),
+            Err(err) => tracing::debug!("send failed, waiting for a reconnect: {err:#}"),
+        }
+    }
+}
+
 /// Runs the stdio protocol until `input` ends (and the lines read before
 /// have been handled), printing events to `output`.
 pub async fn run<R, W>(plane: &MockControlPlane, input: R, mut output: W) -> Result<()>
@@ -146,7 +294,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let (extra_tx, mut extra_rx) = mpsc::unbounded_channel::<Value>();
-    let (work_tx, mut work_rx) = mpsc::unbounded_channel::<Work>();
+    let (work_tx, work_rx) = mpsc::unbounded_channel::<Work>();
     let eof = CancellationToken::new();
     let stdin_closed = AtomicBool::new(false);
 
@@ -190,57 +338,11 @@ where
         }
     };
 
-    let worker = {
-        let extra_tx = extra_tx.clone();
-        let stdin_closed = &stdin_closed;
-        async move {
-            while let Some(work) = work_rx.recv().await {
-                match work {
-                    Work::Send(message) => {
-                        // Queue until a runner is connected; retry once it
-                        // reconnects if the stream closes under us.
-                        loop {
-                            tokio::select! {
-                                _ = plane.wait_connected_forever() => {}
-                                _ = eof.cancelled() => {}
-                            }
-                            if !plane.is_connected() && stdin_closed.load(Ordering::SeqCst) {
-                                let left =
-                                    1 + std::iter::from_fn(|| work_rx.try_recv().ok()).count();
-                                let _ = extra_tx.send(json!({
-                                    "event": "error",
-                                    "error": format!("stdin closed with {left} line(s) not delivered: no runner connected"),
-                                }));
-                                return;
-                            }
-                            match plane.send((*message).clone()).await {
-                                Ok(()) => break,
-                                Err(err) => {
-                                    tracing::debug!("send failed, waiting for a reconnect: {err:#}")
-                                }
-                            }
-                        }
-                    }
-                    Work::DropConnection => {
-                        plane.drop_stream();
-                    }
-                    Work::Restart => {
-                        if let Err(err) = plane.restart().await {
-                            let _ = extra_tx.send(
-                                json!({"event": "error", "error": format!("restart: {err:#}")}),
-                            );
-                        }
-                    }
-                    Work::SetAckMode(mode) => plane.set_ack_mode(mode),
-                    Work::SequenceReport => {
-                        let _ = extra_tx.send(sequence_report_json(&plane.sequence_report()));
-                    }
-                }
-            }
-        }
-    };
+    let worker = work(plane, work_rx, extra_tx.clone(), &eof, &stdin_closed);
     drop(extra_tx);
 
+    // A mock with named runners says whose each message is.
+    let named = plane.runner_names() != [crate::DEFAULT_RUNNER];
     let printer = async {
         write_line(
             &mut output,
@@ -258,7 +360,7 @@ where
                 events = plane.wait_timeline(cursor, None) => {
                     cursor += events.len();
                     for event in &events {
-                        write_line(&mut output, &event_json(event)).await?;
+                        write_line(&mut output, &line_of(plane, named, event)).await?;
                     }
                 }
             }
@@ -268,7 +370,7 @@ where
             .wait_timeline(cursor, Some(std::time::Duration::ZERO))
             .await;
         for event in &events {
-            write_line(&mut output, &event_json(event)).await?;
+            write_line(&mut output, &line_of(plane, named, event)).await?;
         }
         anyhow::Ok(())
     };
@@ -285,11 +387,20 @@ mod tests {
     fn parses_messages_and_commands() {
         assert!(matches!(
             parse_line(r#"{"requestId":"r","heartbeatRequest":{}}"#),
-            Ok(Work::Send(_))
+            Ok(Work::Send(_, None))
         ));
         assert!(matches!(
+            parse_line(r#"{"runner":"r1","requestId":"r","heartbeatRequest":{}}"#),
+            Ok(Work::Send(_, Some(r))) if r == "r1"
+        ));
+        assert!(matches!(
+            parse_line(r#"{"command":"drop_connection","runner":"r0"}"#),
+            Ok(Work::DropConnection(Some(r))) if r == "r0"
+        ));
+        assert!(parse_line(r#"{"runner":1,"heartbeatRequest":{}}"#).is_err());
+        assert!(matches!(
             parse_line(r#"{"command":"drop_connection"}"#),
-            Ok(Work::DropConnection)
+            Ok(Work::DropConnection(None))
         ));
         assert!(matches!(
             parse_line(r#"{"command":"restart"}"#),
@@ -310,6 +421,7 @@ mod tests {
             ]
             .into(),
             violations: None,
+            runner: crate::DEFAULT_RUNNER.to_owned(),
         };
         let line = registered_json(&registration);
         assert_eq!(

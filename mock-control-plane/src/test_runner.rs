@@ -198,12 +198,18 @@ pub(crate) async fn respond_like_scripted(mut stream: Stream) {
 /// Registers with `scripted` and answers on a ControlChannel stream in the
 /// background, like a runner would.
 pub(crate) async fn spawn_scripted_runner(url: &str) {
+    spawn_scripted_runner_as(url, None).await;
+}
+
+/// [`spawn_scripted_runner`] authenticating with `secret` (one runner of a
+/// mock serving several).
+pub(crate) async fn spawn_scripted_runner_as(url: &str, secret: Option<&str>) {
     let mut client = client(url).await;
     client
-        .register_runner(scripted_sdk())
+        .register_runner(request(scripted_sdk(), secret))
         .await
         .expect("registers");
-    let stream = Stream::open(&mut client, None)
+    let stream = Stream::open(&mut client, secret)
         .await
         .expect("opens the stream");
     tokio::spawn(async move {

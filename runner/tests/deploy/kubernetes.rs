@@ -122,9 +122,14 @@ fn statefulset_fits_the_runner_and_the_image() {
     let c = &containers[0];
     let settings = run_env_names();
 
-    // Every variable set is a real setting.
+    // Every variable set is a real setting, but the pod's own name (from
+    // the downward API, for the secret file's path).
     for e in c["env"].as_sequence().expect("env") {
         let name = str_of(&e["name"], "env name");
+        if name == "POD_NAME" {
+            assert_eq!(e["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+            continue;
+        }
         assert!(settings.contains(name), "{name} is not a runner setting");
     }
     let config = manifest("configmap.yaml");
@@ -228,9 +233,11 @@ fn statefulset_fits_the_runner_and_the_image() {
         assert_eq!(env_value(c, env).as_deref(), Some(path.as_str()));
     }
 
-    // The secret file the runner reads sits in the mounted Secret.
+    // The secret file the runner reads sits in the mounted Secret: each
+    // replica its own, the key named after its pod.
     let secret_file = env_value(c, "AGENT_RUNNER_SECRET_FILE").expect("secret file");
     let (dir, key) = secret_file.rsplit_once('/').unwrap();
+    assert_eq!(key, "$(POD_NAME)", "one secret per replica, by pod name");
     let volume = mount_of(dir);
     let secret_name = pod["volumes"]
         .as_sequence()
@@ -242,7 +249,14 @@ fn statefulset_fits_the_runner_and_the_image() {
         .to_owned();
     let secret = manifest("secret.yaml");
     assert_eq!(str_of(&secret["metadata"]["name"], "secret"), secret_name);
-    assert!(secret["stringData"][key].is_string(), "secret key {key}");
+    let sts_name = str_of(&sts["metadata"]["name"], "name");
+    for ordinal in 0..sts["spec"]["replicas"].as_u64().expect("replicas") {
+        let key = format!("{sts_name}-{ordinal}");
+        assert!(
+            secret["stringData"][key.as_str()].is_string(),
+            "secret key {key}"
+        );
+    }
     assert!(
         secret["stringData"]["github-app-private-key.pem"].is_string(),
         "the GitHub App key is in the Secret"

@@ -33,6 +33,7 @@ mod operator_cli;
 mod protocol;
 mod proxy;
 mod real_sdk;
+mod replicas;
 mod sandbox;
 mod scale;
 mod skills;
