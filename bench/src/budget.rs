@@ -1,4 +1,4 @@
-//! Where the update throughput's CPU goes, against the floor (issue 14).
+//! Where the update throughput's CPU goes, against the floor.
 //!
 //! In the throughput runs the runner and the mock control plane share the
 //! machine's two cores and keep them busy, so the rate is set by CPU per
@@ -15,11 +15,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::Table;
 use crate::floor::FloorRun;
 use crate::scenarios::Throughput;
+use crate::table::Table;
 
-/// Issue 14's throughput target, as a fraction of the bare stream.
+/// The throughput target, as a fraction of the bare stream.
 pub const TARGET: f64 = 0.70;
 
 /// CPU per message in the throughput runs and the floor runs beside them.

@@ -5,7 +5,7 @@
 //! a reply after one `bash` tool call), and what engine sessions cost in
 //! memory.
 //!
-//! Issue 14 asks for the engine's overhead net of the model: the same run
+//! The engine's overhead is reported net of the model: the same run
 //! times the mock model itself on the very requests the engine sent during
 //! the timed turns ([`ModelReplay`]: each recorded body encoded before the
 //! clock starts, request sent → stream ended, the same replies), and

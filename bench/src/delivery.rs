@@ -1,4 +1,4 @@
-//! What delivery costs (issue 18): update throughput against a control
+//! What delivery costs: update throughput against a control
 //! plane that acknowledges and one that does not, the outbox journal's own
 //! cost per update (read from the runner's `/metrics`: the store thread's
 //! busy time, off the async workers), and optionally the same throughput

@@ -1,4 +1,4 @@
-//! The table rows of the `code-agent` engine and its peer (issue 14): turn
+//! The table rows of the `code-agent` engine and its peer: turn
 //! latency, the model's own time and the engine's overhead net of it, the
 //! session save per step, memory, and the codex app-server row beside the
 //! engine's with their ratios.
@@ -6,7 +6,7 @@
 use crate::code_agent::CodeAgentFigures;
 use crate::peers::{PeerFigures, Peers};
 use crate::stats::Summary;
-use crate::{Table, mib, pct};
+use crate::table::{Table, mib, pct};
 
 /// Microseconds as milliseconds, two decimals.
 fn ms(us: f64) -> String {

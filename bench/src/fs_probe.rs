@@ -1,5 +1,5 @@
 //! How long this machine's filesystem takes to create a directory and a
-//! file in it, sampled while a scenario runs (issue 14's start-up).
+//! file in it, sampled while a scenario runs (start-up's, mostly).
 //!
 //! A fresh runner creates about ten files and directories before it
 //! registers (its state dir, lock, databases, sockets). On this machine's

@@ -1,4 +1,4 @@
-//! Heartbeat under load (issue 14): the control plane's `HeartbeatRequest`
+//! Heartbeat under load: the control plane's `HeartbeatRequest`
 //! round trip (sent → `HeartbeatResponse`) while 1,000 threads are being
 //! created and 100 turns stream at once — the read loop must not starve.
 //! Compared with the bare tonic round trip of the same run (`floor`), and

@@ -1,4 +1,4 @@
-//! The floor for idle memory (issue 14): `bare-client`, a bare tonic client
+//! The floor for idle memory: `bare-client`, a bare tonic client
 //! holding one `ControlChannel` to a mock control plane, measured the same
 //! way as the idle runner (from /proc at the same moments). Both RSS and its
 //! anonymous part: much of an idle runner's RSS is clean pages of its own

@@ -13,9 +13,9 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
         "startup" => {
             let runs = if quick { 5 } else { 20 };
             let starts = crate::startup::starts(bin, runs).await?;
-            let summary = Summary::of(&crate::ms_samples(&starts.start_ms));
-            let restarts = Summary::of(&crate::ms_samples(&starts.restart_ms));
-            let bare = Summary::of(&crate::ms_samples(&starts.bare_ms));
+            let summary = Summary::of(&crate::table::ms_samples(&starts.start_ms));
+            let restarts = Summary::of(&crate::table::ms_samples(&starts.restart_ms));
+            let bare = Summary::of(&crate::table::ms_samples(&starts.bare_ms));
             serde_json::json!({
                 "starts": starts,
                 "first_start_us": summary,

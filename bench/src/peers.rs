@@ -1,4 +1,4 @@
-//! The peer rows of issue 14: the real `codex app-server` (the pinned
+//! The peer rows: the real `codex app-server` (the pinned
 //! `@openai/codex` the tests install into the target directory) driven by
 //! the runner against a mock Responses API, beside the runner's own
 //! `code-agent` engine against the mock Chat Completions API, with the same

@@ -1,4 +1,4 @@
-//! A CPU profile of the runner while the bench drives it (issue 14): `perf
+//! A CPU profile of the runner while the bench drives it: `perf
 //! record` attached to the runner's pid, rendered as a flame graph SVG by
 //! inferno (`inferno-collapse-perf` + `inferno-flamegraph`, installed into
 //! `target/bench-tools` by `bench/run.sh`), plus the functions that take

@@ -1,4 +1,4 @@
-//! Scale (issue 14): many threads in one runner, each with a running turn
+//! Scale: many threads in one runner, each with a running turn
 //! at the same moment; the runner's RSS at that peak, the bytes each thread
 //! costs, and whether every turn then completes. The 10,000-thread form
 //! lives here, not in CI (`runner/tests/e2e/scale.rs` has smaller counts).

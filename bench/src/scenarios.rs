@@ -1,15 +1,15 @@
 //! The measurements against the real runner: each drives it through the
-//! mock control plane with the `scripted` adapter.
+//! mock control plane with the `scripted` adapter. The runner process and
+//! the requests come from the shared test kit (`test-kit/`, through
+//! [`crate::proc`]); the collector here times what comes back.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agent_runner_proto::runner::ThreadStatus;
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
-use agent_runner_proto::runner::{
-    CreateAgentRequest, CreateThreadRequest, CreateUserMessageRequest, ThreadStatus,
-};
 use anyhow::{Context as _, Result, bail};
 use futures::StreamExt as _;
 use mock_control_plane::{AckMode, MockConfig, MockControlPlane};
@@ -77,10 +77,7 @@ impl Rig {
 
     pub async fn create_agent_with(&self, agent: &str, sdk: &str) -> Result<()> {
         let rid = self.rid("ca");
-        let request = Request::CreateAgentRequest(CreateAgentRequest {
-            agent_id: agent.into(),
-            agent_sdk: sdk.into(),
-        });
+        let request = test_kit::requests::create_agent_request(agent, sdk);
         self.collector
             .request(&rid, request, Until::FirstReply)
             .await?;
@@ -102,12 +99,7 @@ impl Rig {
         let results: Vec<Result<String>> = futures::stream::iter(0..n)
             .map(|_| async move {
                 let rid = self.rid("ct");
-                let request = Request::CreateThreadRequest(CreateThreadRequest {
-                    agent_id: agent.into(),
-                    model: model.into(),
-                    reasoning_level: None,
-                    ..Default::default()
-                });
+                let request = test_kit::requests::create_thread_request(agent, model);
                 let (reply, ..) = self
                     .collector
                     .request(&rid, request, Until::FirstReply)
@@ -126,15 +118,9 @@ impl Rig {
     }
 }
 
+/// A user message (no steering) on `thread` of `agent`.
 pub fn user_message(agent: &str, thread: &str, text: &str) -> Request {
-    Request::CreateUserMessageRequest(CreateUserMessageRequest {
-        agent_id: agent.into(),
-        thread_id: thread.into(),
-        text: text.into(),
-        allow_steer: false,
-        model: None,
-        model_reasoning_level: None,
-    })
+    test_kit::requests::user_message(agent, thread, text, false)
 }
 
 /// `turns` single-step turns (`say x`) spread over `threads`, each thread

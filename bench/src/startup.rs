@@ -1,4 +1,4 @@
-//! Start-up (issue 14): process spawned → `RegisterRunner` received, over
+//! Start-up: process spawned → `RegisterRunner` received, over
 //! many starts with every built-in SDK enabled — codex pointed at the real
 //! `@openai/codex` the tests install into `target/codex-npm` when it is
 //! there, so its app-server probe is real — and, for each start, when the

@@ -52,6 +52,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("mock-control-plane", &["agent-runner-proto"]),
+    // Test support: every other crate takes it as a dev-dependency only,
+    // except the benchmarks (a binary that starts runners).
+    ("test-kit", &["agent-runner-proto", "mock-control-plane"]),
     (
         "agent-runner",
         &[
@@ -82,6 +85,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "code-agent-engine",
             "mock-control-plane",
             "sdk-codex",
+            "test-kit",
         ],
     ),
 ];

@@ -1,4 +1,4 @@
-//! `bare-client URL`: the floor for the runner's idle memory (issue 14) —
+//! `bare-client URL`: the floor for the runner's idle memory —
 //! a bare tonic client that registers with the control plane at `URL` and
 //! holds one `ControlChannel` open, reading whatever comes, doing nothing
 //! else. The benchmark reads its RSS from /proc beside the runner's.

@@ -11,10 +11,14 @@
 //! - podman, runc and mmdebstrap: Debian packages, installed with apt when
 //!   the test runs as root and they are missing. Without root and without
 //!   podman it cannot run at all and says so (SKIPPED).
-//! - the release binaries: `cargo build --release --locked -p agent-runner
-//!   -p mock-control-plane` on the host (fresh after the first run), handed to
-//!   the Dockerfile as its `build` stage with `--build-context build=DIR`, so
-//!   nothing compiles inside the image build and no Rust image is pulled.
+//! - the binaries this test build already made, not a second (release)
+//!   build of the whole tree: this target's own `agent-runner` (debug
+//!   profile, `CARGO_BIN_EXE_agent-runner`) and `mock-control-plane` linked
+//!   beside it from the library the tests built (`cargo build -p
+//!   mock-control-plane`, same profile), handed to the Dockerfile as its
+//!   `build` stage with `--build-context build=DIR`, so nothing compiles
+//!   inside the image build and no Rust image is pulled. (Without
+//!   `--build-context` the Dockerfile still compiles them from source.)
 //! - the `debian:bookworm-slim` base: bootstrapped with mmdebstrap from the
 //!   mirror this machine's apt uses (read from its sources), cached as a tar
 //!   under `target/image-test/`, and `podman import`ed.
@@ -26,13 +30,18 @@
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{have, is_root, repo_root, skip};
+use podman::{DirLock, Podman, base_image, build_image, run_ok, text, tools};
+use test_kit::{free_port, target_dir};
+
+use crate::support::{is_root, repo_root, runner_bin, skip};
+
+mod podman;
 
 /// The image's user (the Dockerfile's `USER`; `dockerfile.rs` checks it).
 const IMAGE_UID: u32 = 10001;
@@ -44,331 +53,38 @@ const BASE_IMAGE: &str = "docker.io/library/debian:bookworm-slim";
 const RUNNER_IMAGE: &str = "localhost/agent-runner:image-test";
 const MOCK_IMAGE: &str = "localhost/agent-runner-mock-control-plane:image-test";
 
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"))
+/// The cargo profile that built `bin` (`target/<dir>/bin`): `dev` for
+/// `debug`, else the directory's name.
+fn profile_of(bin: &Path) -> String {
+    let dir = bin
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .unwrap_or("debug");
+    if dir == "debug" { "dev" } else { dir }.to_owned()
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Run `cmd`, panic with its output unless it succeeds. The message ends
-/// with the free space where this test writes, since a full disk is the
-/// likeliest cause of a failure that is nobody's bug.
-fn run_ok(cmd: &mut Command, what: &str) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}\nfree space:\n{}",
-        text(&out),
-        free_space()
-    );
-    out
-}
-
-/// `df -h` of the target dir and the system's temporary directory.
-fn free_space() -> String {
-    Command::new("df")
-        .arg("-h")
-        .arg(target_dir())
-        .arg(std::env::temp_dir())
-        .output()
-        .map(|out| text(&out))
-        .unwrap_or_else(|e| format!("df: {e}"))
-}
-
-/// podman, runc and mmdebstrap, installed with apt when root and missing.
-/// `Err` says why the image cannot be built and run here at all.
-fn tools() -> Result<(), String> {
-    let missing: Vec<&str> = ["podman", "runc", "mmdebstrap"]
-        .into_iter()
-        .filter(|t| !have(t))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if !is_root() {
-        return Err(format!(
-            "{} not installed and not root (cannot apt-get install them)",
-            missing.join(", ")
-        ));
-    }
-    if !have("apt-get") {
-        return Err(format!(
-            "{} not installed and no apt-get",
-            missing.join(", ")
-        ));
-    }
-    // Other tests may run apt at the same time: wait for dpkg's lock.
-    let lock = "DPkg::Lock::Timeout=600";
-    let update = Command::new("apt-get")
-        .args(["-o", lock, "update", "-qq"])
-        .output()
-        .map_err(|e| format!("apt-get update: {e}"))?;
-    if !update.status.success() {
-        return Err(format!("apt-get update failed:\n{}", text(&update)));
-    }
-    let install = Command::new("apt-get")
-        .args([
-            "-o",
-            lock,
-            "install",
-            "-y",
-            "-qq",
-            "--no-install-recommends",
-        ])
-        .args(["podman", "runc", "mmdebstrap"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .output()
-        .map_err(|e| format!("apt-get install: {e}"))?;
-    // A failed install is a failure, not a skip: root with apt should work.
-    assert!(
-        install.status.success(),
-        "apt-get install podman runc mmdebstrap failed:\n{}",
-        text(&install)
-    );
-    Ok(())
-}
-
-/// An exclusive lock on `path`, held until dropped: one run at a time uses
-/// the shared podman storage.
-struct DirLock {
-    _file: std::fs::File,
-}
-
-impl DirLock {
-    fn take(path: &Path) -> Self {
-        use std::os::fd::AsRawFd as _;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        // SAFETY: flock on a descriptor we own; blocks until the lock is ours.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        assert_eq!(rc, 0, "flock {}", path.display());
-        Self { _file: file }
-    }
-}
-
-/// The `deb URI SUITE COMPONENTS` lines of this machine's apt sources
-/// (deb822 `.sources` files and one-line `sources.list`), so the base image
-/// comes from the mirror apt is configured for, whatever host that is.
-fn apt_mirror_lines() -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir("/etc/apt/sources.list.d")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    for file in files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "sources"))
-    {
-        let Ok(content) = std::fs::read_to_string(file) else {
-            continue;
-        };
-        for stanza in content.split("\n\n") {
-            let field = |name: &str| -> Vec<String> {
-                stanza
-                    .lines()
-                    .filter(|l| !l.starts_with('#'))
-                    .find_map(|l| l.strip_prefix(&format!("{name}:")))
-                    .map(|v| v.split_whitespace().map(str::to_owned).collect())
-                    .unwrap_or_default()
-            };
-            if !field("Types").iter().any(|t| t == "deb") {
-                continue;
-            }
-            let components = field("Components").join(" ");
-            for uri in field("URIs") {
-                for suite in field("Suites") {
-                    lines.push(format!("deb {uri} {suite} {components}"));
-                }
-            }
-        }
-    }
-    for file in files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "list"))
-        .chain(std::iter::once(&PathBuf::from("/etc/apt/sources.list")))
-    {
-        let Ok(content) = std::fs::read_to_string(file) else {
-            continue;
-        };
-        for line in content.lines().map(str::trim) {
-            if line.starts_with("deb ") {
-                lines.push(line.to_owned());
-            }
-        }
-    }
-    lines
-}
-
-/// podman with this test's own settings and storage.
-struct Podman {
-    conf: PathBuf,
-    storage_conf: PathBuf,
-}
-
-impl Podman {
-    fn setup(dir: &Path) -> Self {
-        // Root here lacks CAP_SYS_RESOURCE: podman's default nofile/nproc
-        // (1048576) fail with "setrlimit: Operation not permitted", so ask for
-        // no more than the hard limits allow.
-        let hard = |resource| {
-            let mut limit = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: getrlimit writes into the struct we pass.
-            let rc = unsafe { libc::getrlimit(resource, &mut limit) };
-            assert_eq!(rc, 0, "getrlimit");
-            limit.rlim_max
-        };
-        let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(4096);
-        let nofile = hard(libc::RLIMIT_NOFILE).min(65536);
-        let nproc = hard(libc::RLIMIT_NPROC).min(pid_max).min(65536);
-        let conf = dir.join("containers.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "[containers]\n\
-                 default_ulimits = [\"nofile={nofile}:{nofile}\", \"nproc={nproc}:{nproc}\"]\n\
-                 [engine]\n\
-                 # crun refuses hybrid cgroups (\"cgroups in hybrid mode not supported\").\n\
-                 runtime = \"runc\"\n\
-                 cgroup_manager = \"cgroupfs\"\n\
-                 events_logger = \"file\"\n\
-                 tmp_dir = \"{tmp}\"\n",
-                tmp = dir.join("tmp").display()
-            ),
-        )
-        .unwrap();
-        let storage_conf = dir.join("storage.conf");
-        std::fs::write(
-            &storage_conf,
-            format!(
-                "[storage]\ndriver = \"overlay\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
-                dir.join("storage").display(),
-                dir.join("run").display()
-            ),
-        )
-        .unwrap();
-        Self { conf, storage_conf }
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("podman");
-        c.env("CONTAINERS_CONF", &self.conf)
-            .env("CONTAINERS_STORAGE_CONF", &self.storage_conf)
-            .stdin(Stdio::null());
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd()
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("podman {args:?}: {e}"))
-    }
-
-    fn image_exists(&self, name: &str) -> bool {
-        self.run(&["image", "exists", name]).status.success()
-    }
-}
-
-/// `debian:bookworm-slim` in podman's storage, from the cached tar or a
-/// fresh mmdebstrap.
-fn base_image(podman: &Podman, dir: &Path) {
-    if podman.image_exists(BASE_IMAGE) {
-        return;
-    }
-    let tar = dir.join("debian-bookworm-slim.tar");
-    if !tar.exists() {
-        let mirrors = apt_mirror_lines();
-        assert!(
-            !mirrors.is_empty(),
-            "no deb lines in /etc/apt/sources.list(.d): cannot tell where Debian packages come from"
-        );
-        let partial = dir.join("debian-bookworm-slim.tar.partial");
-        let mut cmd = Command::new("mmdebstrap");
-        cmd.args([
-            "--variant=minbase",
-            if is_root() {
-                "--mode=root"
-            } else {
-                "--mode=unshare"
-            },
-            "--format=tar",
-            // Without it mmdebstrap pulls in perl (121 MB) for usrmerge.
-            "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
-            // As the slim images: no docs, man pages, info or locales.
-            "--dpkgopt=path-exclude=/usr/share/man/*",
-            "--dpkgopt=path-exclude=/usr/share/doc/*",
-            "--dpkgopt=path-include=/usr/share/doc/*/copyright",
-            "--dpkgopt=path-exclude=/usr/share/info/*",
-            "--dpkgopt=path-exclude=/usr/share/locale/*",
-            // A dated snapshot mirror has expired Release files.
-            "--aptopt=Acquire::Check-Valid-Until \"false\"",
-            "--quiet",
-            "bookworm",
-        ])
-        .arg(&partial)
-        .args(&mirrors)
-        // Its chroot goes beside the tar, on the target dir's disk, not in
-        // the system's /tmp, which may be small.
-        .env("TMPDIR", dir.join("tmp"))
-        .stdin(Stdio::null());
-        run_ok(&mut cmd, "mmdebstrap of debian:bookworm-slim");
-        std::fs::rename(&partial, &tar).unwrap();
-    }
-    run_ok(
-        podman
-            .cmd()
-            .args([
-                "import",
-                "--change",
-                "CMD [\"bash\"]",
-                "--change",
-                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            ])
-            .arg(&tar)
-            .arg(BASE_IMAGE),
-        "podman import of the base tar",
-    );
-}
-
-/// The release binaries in `DIR/out/`, the Dockerfile's `build` stage.
-fn release_binaries(dir: &Path) -> PathBuf {
+/// The binaries of this test build in `DIR/build-context/out/`, the
+/// Dockerfile's `build` stage: this target's `agent-runner`, and
+/// `mock-control-plane` built beside it in the same profile (only linked:
+/// its library is already built for the tests; a no-op once fresh).
+fn prebuilt_binaries(dir: &Path) -> PathBuf {
+    let runner = PathBuf::from(runner_bin());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run_ok(
         Command::new(cargo)
             .current_dir(repo_root())
-            .args(["build", "--quiet", "--release", "--locked"])
-            .args(["-p", "agent-runner", "-p", "mock-control-plane"]),
-        "cargo build --release",
+            .args(["build", "--quiet", "--locked", "--profile"])
+            .arg(profile_of(&runner))
+            .args(["-p", "mock-control-plane", "--bin", "mock-control-plane"]),
+        "cargo build -p mock-control-plane",
     );
     let context = dir.join("build-context");
     let out = context.join("out");
     std::fs::create_dir_all(&out).unwrap();
-    for bin in ["agent-runner", "mock-control-plane"] {
-        let from = target_dir().join("release").join(bin);
-        let to = out.join(bin);
+    for from in [runner.clone(), runner.with_file_name("mock-control-plane")] {
+        assert!(from.exists(), "{} was not built", from.display());
+        let to = out.join(from.file_name().unwrap());
         // Copied only when changed, so buildah's cache holds.
         let same = std::fs::read(&to).ok() == std::fs::read(&from).ok();
         if !same {
@@ -376,38 +92,6 @@ fn release_binaries(dir: &Path) -> PathBuf {
         }
     }
     context
-}
-
-fn build_image(podman: &Podman, context: &Path, target: &str, tag: &str) {
-    run_ok(
-        podman
-            .cmd()
-            .current_dir(repo_root())
-            .args(["build", "--pull=never", "--network", "host"])
-            // The OCI format drops HEALTHCHECK.
-            .args(["--format", "docker", "--layers"])
-            .arg("--build-context")
-            .arg(format!("build={}", context.display()))
-            .args([
-                "-f",
-                "deploy/Dockerfile",
-                "--target",
-                target,
-                "-t",
-                tag,
-                ".",
-            ]),
-        &format!("podman build --target {target}"),
-    );
-}
-
-/// A free TCP port on loopback (closed again; the runner binds it).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The mock control plane's container, driven through `--stdio`.
@@ -524,39 +208,9 @@ impl Drop for Containers<'_> {
     }
 }
 
-#[test]
-fn the_real_image_registers_works_is_healthy_sandboxed_and_drains() {
-    if let Err(why) = tools() {
-        skip(&format!("the real image: {why}"));
-        return;
-    }
-    let started = Instant::now();
-    let dir = target_dir().join("image-test");
-    std::fs::create_dir_all(dir.join("tmp")).unwrap();
-    let _lock = DirLock::take(&dir.join("lock"));
-    let podman = Podman::setup(&dir);
-
-    base_image(&podman, &dir);
-    let context = release_binaries(&dir);
-    build_image(&podman, &context, "mock-control-plane", MOCK_IMAGE);
-    build_image(&podman, &context, "runtime", RUNNER_IMAGE);
-    let built = started.elapsed();
-
-    // Unique names: other runs of the suite share the host network and
-    // podman's runtime dirs.
-    let suffix = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
-    let runner_name = format!("agent-runner-{suffix}");
-    let mock_name = format!("mock-cp-{suffix}");
-    let _cleanup = Containers {
-        podman: &podman,
-        names: vec![runner_name.clone(), mock_name.clone()],
-    };
-
-    let mut mock = Mock::start(&podman, &mock_name);
-    let listening = mock.wait_for(LONG, "listening", |v| v["event"] == "listening");
-    let url = listening["url"].as_str().expect("url").to_owned();
-
-    // The two volumes, owned by the image's user, as the README says.
+/// The two volumes (state, workspaces) in a temporary directory, owned by
+/// the image's user, as the README says.
+fn volumes() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let volumes = tempfile::tempdir().unwrap();
     std::fs::set_permissions(volumes.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let state = volumes.path().join("state");
@@ -569,11 +223,17 @@ fn the_real_image_registers_works_is_healthy_sandboxed_and_drains() {
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
         }
     }
+    (volumes, state, workspaces)
+}
+
+/// `podman run` of the runner image, hardened as the README says, against
+/// the control plane at `url`, health endpoints on a free loopback port.
+fn run_runner(podman: &Podman, name: &str, url: &str, state: &Path, workspaces: &Path) {
     let health = format!("127.0.0.1:{}", free_port());
     run_ok(
         podman
             .cmd()
-            .args(["run", "-d", "--name", &runner_name, "--network", "host"])
+            .args(["run", "-d", "--name", name, "--network", "host"])
             .args([
                 "--read-only",
                 "--tmpfs",
@@ -594,16 +254,13 @@ fn the_real_image_registers_works_is_healthy_sandboxed_and_drains() {
             .arg(RUNNER_IMAGE),
         "podman run the runner image",
     );
-    let logs = || text(&podman.run(&["logs", &runner_name]));
+}
 
-    // It registers and opens its ControlChannel.
-    mock.wait_for(WAIT, "registered", |v| v["event"] == "registered");
-    mock.wait_for(WAIT, "connected", |v| v["event"] == "connected");
-
-    // tini is PID 1; the runner is uid 10001 with no capabilities.
+/// PID 1 is tini; the runner is uid 10001 with no capabilities.
+fn check_processes(podman: &Podman, name: &str) {
     let ps = podman.run(&[
         "exec",
-        &runner_name,
+        name,
         "sh",
         "-c",
         "cat /proc/1/comm; for p in /proc/[0-9]*; do \
@@ -622,6 +279,69 @@ fn the_real_image_registers_works_is_healthy_sandboxed_and_drains() {
         ps.contains("CapEff:\t0000000000000000"),
         "capabilities left:\n{ps}"
     );
+}
+
+/// `agent-runner status` works inside, and shows the sandbox active.
+fn check_status(podman: &Podman, name: &str) {
+    let status = podman.run(&["exec", name, "agent-runner", "status"]);
+    assert!(status.status.success(), "status:\n{}", text(&status));
+    assert!(text(&status).contains("connected"), "{}", text(&status));
+    let json_status = podman.run(&["exec", name, "agent-runner", "status", "--json"]);
+    assert!(json_status.status.success(), "{}", text(&json_status));
+    let doc: Value = serde_json::from_slice(&json_status.stdout).unwrap();
+    let sandbox = &doc["sandbox"];
+    assert_ne!(sandbox["mode"], "off", "{sandbox:#}");
+    assert!(sandbox["refused"].is_null(), "{sandbox:#}");
+    assert!(
+        sandbox["host"].as_array().is_some_and(|h| h
+            .iter()
+            .any(|f| f.as_str().is_some_and(|f| f.starts_with("landlock: ABI")))),
+        "Landlock not active inside the container: {sandbox:#}"
+    );
+}
+
+#[test]
+fn the_real_image_registers_works_is_healthy_sandboxed_and_drains() {
+    if let Err(why) = tools() {
+        skip(&format!("the real image: {why}"));
+        return;
+    }
+    let started = Instant::now();
+    let dir = target_dir().join("image-test");
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    let _lock = DirLock::take(&dir.join("lock"));
+    let podman = Podman::setup(&dir);
+
+    base_image(&podman, &dir);
+    let context = prebuilt_binaries(&dir);
+    build_image(&podman, &context, "mock-control-plane", MOCK_IMAGE);
+    build_image(&podman, &context, "runtime", RUNNER_IMAGE);
+    let built = started.elapsed();
+
+    // Unique names: other runs of the suite share the host network and
+    // podman's runtime dirs.
+    let suffix = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
+    let runner_name = format!("agent-runner-{suffix}");
+    let mock_name = format!("mock-cp-{suffix}");
+    let _cleanup = Containers {
+        podman: &podman,
+        names: vec![runner_name.clone(), mock_name.clone()],
+    };
+
+    let mut mock = Mock::start(&podman, &mock_name);
+    let listening = mock.wait_for(LONG, "listening", |v| v["event"] == "listening");
+    let url = listening["url"].as_str().expect("url").to_owned();
+
+    let (_volumes, state, workspaces) = volumes();
+    run_runner(&podman, &runner_name, &url, &state, &workspaces);
+    let logs = || text(&podman.run(&["logs", &runner_name]));
+
+    // It registers and opens its ControlChannel.
+    mock.wait_for(WAIT, "registered", |v| v["event"] == "registered");
+    mock.wait_for(WAIT, "connected", |v| v["event"] == "connected");
+
+    // tini is PID 1; the runner is uid 10001 with no capabilities.
+    check_processes(&podman, &runner_name);
 
     // The image's HEALTHCHECK, run once (no systemd here to schedule it).
     let check = podman.run(&["healthcheck", "run", &runner_name]);
@@ -667,21 +387,7 @@ fn the_real_image_registers_works_is_healthy_sandboxed_and_drains() {
     );
 
     // `agent-runner status` works inside, and shows the sandbox active.
-    let status = podman.run(&["exec", &runner_name, "agent-runner", "status"]);
-    assert!(status.status.success(), "status:\n{}", text(&status));
-    assert!(text(&status).contains("connected"), "{}", text(&status));
-    let json_status = podman.run(&["exec", &runner_name, "agent-runner", "status", "--json"]);
-    assert!(json_status.status.success(), "{}", text(&json_status));
-    let doc: Value = serde_json::from_slice(&json_status.stdout).unwrap();
-    let sandbox = &doc["sandbox"];
-    assert_ne!(sandbox["mode"], "off", "{sandbox:#}");
-    assert!(sandbox["refused"].is_null(), "{sandbox:#}");
-    assert!(
-        sandbox["host"].as_array().is_some_and(|h| h
-            .iter()
-            .any(|f| f.as_str().is_some_and(|f| f.starts_with("landlock: ABI")))),
-        "Landlock not active inside the container: {sandbox:#}"
-    );
+    check_status(&podman, &runner_name);
 
     // SIGTERM (podman stop → tini → runner) drains a running turn: it
     // finishes, then the runner exits 0.

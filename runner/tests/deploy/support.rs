@@ -1,5 +1,7 @@
 //! What the deploy checks share: paths, the binary, its settings, the
-//! Dockerfile parser, skipping, and a few process and HTTP helpers.
+//! Dockerfile parser, and a few HTTP and /proc helpers; starting processes,
+//! skipping and the machine's tools come from the shared test kit
+//! (`test-kit/`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -8,15 +10,14 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+pub use test_kit::{Logs, have, is_root, spawn_logged};
+
 /// Generous: machines are shared and noisy; nothing here asserts timings.
-pub const WAIT: Duration = Duration::from_secs(30);
+pub const WAIT: Duration = test_kit::WAIT;
 pub const POLL: Duration = Duration::from_millis(50);
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("runner/ has a parent")
-        .to_path_buf()
+    test_kit::workspace_root()
 }
 
 pub fn deploy_dir() -> PathBuf {
@@ -35,24 +36,11 @@ pub fn yaml(path: &Path) -> serde_yaml::Value {
     serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Print why a check did not run (visible with `--nocapture` and in CI logs
-/// of failing runs).
+/// Say why (part of) the running check did not run: on stderr (visible
+/// with `--nocapture` and in CI logs of failing runs) and in the skip
+/// ledger `.ci/run` prints (see `test_kit::skip`).
 pub fn skip(why: &str) {
-    eprintln!("SKIPPED: {why}");
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-pub fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    test_kit::skip_this_test(why);
 }
 
 /// Every `AGENT_RUNNER_*` variable `agent-runner run` reads, from its help.
@@ -233,36 +221,4 @@ pub fn proc_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let close = stat.rfind(')')?;
     stat[close + 1..].split_whitespace().next()?.chars().next()
-}
-
-/// A child's stderr, collected line by line as it runs.
-#[derive(Clone, Default)]
-pub struct Logs(std::sync::Arc<std::sync::Mutex<String>>);
-
-impl Logs {
-    pub fn text(&self) -> String {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-/// Spawn `cmd` with stderr piped into [`Logs`] (stdout and stdin null).
-pub fn spawn_logged(cmd: &mut tokio::process::Command) -> (tokio::process::Child, Logs) {
-    use tokio::io::AsyncBufReadExt;
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("spawn");
-    let logs = Logs::default();
-    let sink = logs.0.clone();
-    let stderr = child.stderr.take().expect("stderr piped");
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let mut l = sink.lock().unwrap();
-            l.push_str(&line);
-            l.push('\n');
-        }
-    });
-    (child, logs)
 }

@@ -16,8 +16,9 @@ use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use mock_control_plane::{AckMode, MockConfig, MockControlPlane};
+use test_kit::faults::{BlackholeProxy, Fault, Faults, Plan, Rng, Settle, Waves, rounds};
+use test_kit::runner::threads_of_a;
 
-use crate::soak::{Proxy, Rng, Step, by_rid, expected_shape, kill_and_restart, rounds, step};
 use crate::support::*;
 
 async fn mock_with(mode: AckMode) -> MockControlPlane {
@@ -31,6 +32,16 @@ fn streaming_script(lines: u32) -> String {
     (0..lines)
         .map(|i| format!("say s{i}\nsleep 10\n"))
         .collect()
+}
+
+/// A dropped stream after an even number of faults, a control-plane
+/// restart (down up to 200 ms) after an odd one.
+fn drop_then_restart(done: usize, rng: &mut Rng) -> Fault {
+    if done.is_multiple_of(2) {
+        Fault::Drop
+    } else {
+        Fault::Restart { down: rng.ms(200) }
+    }
 }
 
 /// Every turn in `rids` arrived whole, each update exactly once and in
@@ -68,44 +79,28 @@ async fn acked_drops_and_restarts_while_streaming_lose_and_repeat_nothing() {
     const THREADS: usize = 50;
     const LINES: u32 = 20;
     let mut rng = Rng::new("acked_soak");
-    let faults = 2 * rounds();
-    let (cp, runner) = agent_with(|opts| opts).await;
-    let mut threads = Vec::new();
-    for i in 0..THREADS {
-        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
-    }
+    let (cp, mut runner) = agent_with(|opts| opts).await;
+    let threads = threads_of_a(&cp, THREADS).await;
     let script = streaming_script(LINES);
-    let (mut rids, mut done, mut wave) = (Vec::new(), 0, 0);
-    while done < faults {
-        let wave_rids: Vec<String> = (0..THREADS).map(|i| format!("w{wave}-t{i}")).collect();
-        for (rid, t) in wave_rids.iter().zip(&threads) {
-            send(&cp, rid, user_message("a", t, &script, false)).await;
-        }
-        // Two faults per wave at random moments while items stream: a
-        // dropped stream, then a control-plane restart.
-        for _ in 0..2 {
-            tokio::time::sleep(Duration::from_millis(30) + rng.ms(200)).await;
-            let streams = cp.connection_count();
-            if done % 2 == 0 {
-                if !cp.drop_stream() {
-                    continue;
-                }
-            } else {
-                cp.stop().await.expect("stop");
-                tokio::time::sleep(rng.ms(200)).await;
-                cp.restart().await.expect("restart");
-            }
-            done += 1;
-            cp.wait_for_connections(streams + 1, WAIT)
-                .await
-                .unwrap_or_else(|e| panic!("no reconnect: {e:#}\n{}", runner.logs()));
-        }
-        for rid in &wave_rids {
-            turn_completed(&cp, rid).await;
-        }
-        rids.extend(wave_rids);
-        wave += 1;
-    }
+    // Two faults per wave at random moments while items stream: a dropped
+    // stream, then a control-plane restart.
+    let waves = Waves {
+        agent: "a",
+        threads: &threads,
+        script: &script,
+        prefix: "w",
+        settle: Settle::Completed,
+    };
+    let plan = Plan {
+        faults: 2 * rounds(),
+        per_wave: 2,
+        pause: Duration::from_millis(30),
+        jitter_ms: 200,
+        fault: drop_then_restart,
+    };
+    let mut faults = Faults::new(&cp, &mut runner);
+    let rids = faults.during_waves(&waves, &plan, &mut rng, |_| {}).await;
+    let done = faults.done();
     // A late duplicate would show up here.
     let hb = "late-hb";
     send(&cp, hb, Request::HeartbeatRequest(HeartbeatRequest {})).await;
@@ -133,9 +128,9 @@ async fn acked_blackholed_connection_loses_nothing() {
     let mut rng = Rng::new("acked_blackhole");
     let stalls = (rounds() / 2).max(2);
     let cp = mock().await;
-    let proxy = Proxy::start(cp.addr()).await;
-    let runner = RunnerProc::start(
-        RunnerOpts::new(format!("http://{}", proxy.addr))
+    let proxy = BlackholeProxy::start(cp.addr()).await;
+    let mut runner = RunnerProc::start(
+        RunnerOpts::new(proxy.url())
             .arg("--keepalive-interval")
             .arg("1s")
             .arg("--keepalive-timeout")
@@ -145,28 +140,27 @@ async fn acked_blackholed_connection_loses_nothing() {
         .await
         .expect("connects via the proxy");
     create_agent(&cp, "a").await;
-    let mut threads = Vec::new();
-    for i in 0..THREADS {
-        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
-    }
+    let threads = threads_of_a(&cp, THREADS).await;
     let script = streaming_script(LINES);
-    let mut rids = Vec::new();
-    for round in 0..stalls {
-        let wave: Vec<String> = (0..THREADS).map(|i| format!("b{round}-t{i}")).collect();
-        for (rid, t) in wave.iter().zip(&threads) {
-            send(&cp, rid, user_message("a", t, &script, false)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50) + rng.ms(250)).await;
-        let streams = cp.connection_count();
-        proxy.blackhole();
-        cp.wait_for_connections(streams + 1, WAIT)
-            .await
-            .unwrap_or_else(|e| panic!("stall {round} not noticed: {e:#}\n{}", runner.logs()));
-        for rid in &wave {
-            turn_completed(&cp, rid).await;
-        }
-        rids.extend(wave);
-    }
+    // One stall per wave, noticed by keepalive.
+    let waves = Waves {
+        agent: "a",
+        threads: &threads,
+        script: &script,
+        prefix: "b",
+        settle: Settle::Completed,
+    };
+    let plan = Plan {
+        faults: stalls,
+        per_wave: 1,
+        pause: Duration::from_millis(50),
+        jitter_ms: 250,
+        fault: |_, _| Fault::Blackhole,
+    };
+    let rids = Faults::new(&cp, &mut runner)
+        .through(&proxy)
+        .during_waves(&waves, &plan, &mut rng, |_| {})
+        .await;
     assert_exact(&cp, &rids, LINES + 1, &runner);
     println!(
         "acked_blackhole: {stalls} stalls over {} streaming turns: 0 lost, 0 processed twice ({} re-sends dropped as already processed)",
@@ -217,36 +211,30 @@ async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, u
     let mut rng = Rng::new(name);
     let kills = rounds().max(3);
     let cp = mock_with(mode).await;
-    let dirs = RunnerDirs::new();
-    let opts = || RunnerOpts::new(cp.url());
-    let mut runner = RunnerProc::start_in(opts(), dirs.clone());
+    let mut runner = RunnerProc::start_in(RunnerOpts::new(cp.url()), RunnerDirs::new());
     cp.wait_connected(WAIT).await.expect("runner connects");
     create_agent(&cp, "a").await;
-    let mut threads = Vec::new();
-    for i in 0..THREADS {
-        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
-    }
+    let threads = threads_of_a(&cp, THREADS).await;
     let script: String = (0..30).map(|i| format!("say s{i}\nsleep 5\n")).collect();
-    let mut rids = Vec::new();
-    for round in 0..kills {
-        let wave: Vec<String> = (0..THREADS).map(|i| format!("k{round}-t{i}")).collect();
-        for (rid, t) in wave.iter().zip(&threads) {
-            send(&cp, rid, user_message("a", t, &script, false)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(20) + rng.ms(300)).await;
-        runner = kill_and_restart(&cp, &mut runner, || {
-            RunnerProc::start_in(opts(), dirs.clone())
-        })
+    // Every killed turn is over after its wave (completed or reported): the
+    // threads take new turns.
+    let waves = Waves {
+        agent: "a",
+        threads: &threads,
+        script: &script,
+        prefix: "k",
+        settle: Settle::FollowUp,
+    };
+    let plan = Plan {
+        faults: kills,
+        per_wave: 1,
+        pause: Duration::from_millis(20),
+        jitter_ms: 300,
+        fault: |_, _| Fault::Kill,
+    };
+    let rids = Faults::new(&cp, &mut runner)
+        .during_waves(&waves, &plan, &mut rng, |_| {})
         .await;
-        // Every killed turn is over now (completed or reported); the
-        // threads take new turns.
-        for (i, t) in threads.iter().enumerate() {
-            let r = format!("k{round}-end-t{i}");
-            send(&cp, &r, user_message("a", t, "say end", false)).await;
-            turn_completed(&cp, &r).await;
-        }
-        rids.extend(wave);
-    }
     let seen = turns_seen(&cp, &rids);
     let (mut started, mut extra_turn, mut extra_items) = (0, 0, 0);
     for (rid, s) in &seen {
@@ -312,37 +300,29 @@ async fn legacy_drops_while_streaming_deliver_every_terminal_update() {
     )
     .await
     .expect("mock starts");
-    let runner = RunnerProc::start(RunnerOpts::new(cp.url()));
+    let mut runner = RunnerProc::start(RunnerOpts::new(cp.url()));
     cp.wait_connected(WAIT).await.expect("runner connects");
     create_agent(&cp, "a").await;
-    let mut threads = Vec::new();
-    for i in 0..THREADS {
-        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
-    }
+    let threads = threads_of_a(&cp, THREADS).await;
     let script = streaming_script(LINES);
-    let (mut rids, mut done, mut wave) = (Vec::new(), 0, 0);
-    while done < drops {
-        let wave_rids: Vec<String> = (0..THREADS).map(|i| format!("l{wave}-t{i}")).collect();
-        for (rid, t) in wave_rids.iter().zip(&threads) {
-            send(&cp, rid, user_message("a", t, &script, false)).await;
-        }
-        for _ in 0..2 {
-            tokio::time::sleep(Duration::from_millis(30) + rng.ms(200)).await;
-            let streams = cp.connection_count();
-            if cp.drop_stream() {
-                done += 1;
-                cp.wait_for_connections(streams + 1, WAIT)
-                    .await
-                    .unwrap_or_else(|e| panic!("no reconnect: {e:#}\n{}", runner.logs()));
-            }
-        }
-        // The turn's COMPLETED must arrive (re-sent if it died in flight).
-        for rid in &wave_rids {
-            turn_completed(&cp, rid).await;
-        }
-        rids.extend(wave_rids);
-        wave += 1;
-    }
+    // The turn's COMPLETED must arrive (re-sent if it died in flight).
+    let waves = Waves {
+        agent: "a",
+        threads: &threads,
+        script: &script,
+        prefix: "l",
+        settle: Settle::Completed,
+    };
+    let plan = Plan {
+        faults: drops,
+        per_wave: 2,
+        pause: Duration::from_millis(30),
+        jitter_ms: 200,
+        fault: |_, _| Fault::Drop,
+    };
+    let mut faults = Faults::new(&cp, &mut runner);
+    let rids = faults.during_waves(&waves, &plan, &mut rng, |_| {}).await;
+    let done = faults.done();
     // Let the last re-sends land before counting.
     let hb = "late-hb";
     send(&cp, hb, Request::HeartbeatRequest(HeartbeatRequest {})).await;

@@ -167,7 +167,7 @@ async fn the_real_codex_logs_in_with_an_api_key() {
             if std::env::var_os("AGENT_RUNNER_REQUIRE_REAL_CODEX").is_some() {
                 panic!("the real codex login test cannot run: {reason}");
             }
-            eprintln!("SKIPPED real codex login test: {reason}");
+            test_kit::skip_this_test(&format!("real codex login test: {reason}"));
             return;
         }
     };

@@ -139,7 +139,7 @@ async fn the_control_channel_and_agents_go_through_http_proxy() {
     let bin = match tinyproxy() {
         Ok(b) => b,
         Err(why) => {
-            eprintln!("SKIPPED: proxy e2e: {why}");
+            test_kit::skip_this_test(&format!("proxy e2e: {why}"));
             return;
         }
     };
@@ -207,7 +207,7 @@ async fn a_refusing_proxy_is_named_in_the_error_without_its_credentials() {
     let bin = match tinyproxy() {
         Ok(b) => b,
         Err(why) => {
-            eprintln!("SKIPPED: proxy e2e: {why}");
+            test_kit::skip_this_test(&format!("proxy e2e: {why}"));
             return;
         }
     };
@@ -300,7 +300,7 @@ async fn the_github_app_api_goes_through_the_proxy() {
     let bin = match tinyproxy() {
         Ok(b) => b,
         Err(why) => {
-            eprintln!("SKIPPED: proxy e2e: {why}");
+            test_kit::skip_this_test(&format!("proxy e2e: {why}"));
             return;
         }
     };
@@ -352,7 +352,7 @@ async fn the_embedded_engines_model_calls_go_through_the_proxy_flag() {
     let bin = match tinyproxy() {
         Ok(b) => b,
         Err(why) => {
-            eprintln!("SKIPPED: proxy e2e: {why}");
+            test_kit::skip_this_test(&format!("proxy e2e: {why}"));
             return;
         }
     };

@@ -8,7 +8,7 @@
 //! replays the random moments of an earlier run (every test prints its seed).
 //!
 //! "Exactly once" has one limit no runner can lift without acknowledgements
-//! in the protocol (runner/src/outbox.rs): frames already handed to HTTP/2
+//! in the protocol (runner/src/delivery/outbox): frames already handed to HTTP/2
 //! when a connection dies are lost with it. So the strict checks inject each
 //! fault while every turn is inside a `sleep` step (nothing in flight), and
 //! `random_moment_drops_lose_only_in_flight_frames` measures separately how
@@ -18,123 +18,19 @@
 //! No test asserts a timing: waits are generous and measured durations are
 //! printed, not checked.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use mock_control_plane::MockControlPlane;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+use test_kit::faults::{BlackholeProxy, Fault, Faults, Plan, Rng, Settle, Waves, rounds};
+use test_kit::runner::threads_of_a;
 
 use crate::support::*;
 
-/// Rounds of each fault kind (`SOAK_ROUNDS`, default 6).
-pub(crate) fn rounds() -> usize {
-    std::env::var("SOAK_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(6)
-}
-
-/// A small deterministic generator (xorshift64*): random moments without a
-/// dependency, replayable with `SOAK_SEED`.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(test: &str) -> Self {
-        let seed = std::env::var("SOAK_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        println!("{test}: SOAK_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `0..=max_ms` milliseconds.
-    pub(crate) fn ms(&mut self, max_ms: u64) -> Duration {
-        Duration::from_millis(self.next() % (max_ms + 1))
-    }
-}
-
-pub(crate) fn rss_bytes(r: &RunnerProc) -> u64 {
-    let pid = r.child.id().expect("runner is running");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kib| kib.parse::<u64>().ok())
-        .expect("VmRSS")
-        * 1024
-}
-
-/// One step of a turn as the control plane sees it, for comparing shapes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Step {
-    Turn(i32),
-    Item(u32, i32),
-    Error(String),
-    Other,
-}
-
-pub(crate) fn step(m: &ClientMessage) -> Step {
-    match payload(m) {
-        Some(Payload::TurnUpdate(t)) => Step::Turn(t.status),
-        Some(Payload::ItemUpdate(i)) => {
-            let n = i
-                .sdk_item_id
-                .rsplit("-item-")
-                .next()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
-            Step::Item(n, i.status)
-        }
-        Some(Payload::RequestError(e)) => Step::Error(e.error_message.clone()),
-        _ => Step::Other,
-    }
-}
-
-/// What a turn of `items` items (the user message included) must look like:
-/// RUNNING, each item RUNNING then COMPLETED, COMPLETED.
-pub(crate) fn expected_shape(items: u32) -> Vec<Step> {
-    let mut v = vec![Step::Turn(TurnStatus::Running as i32)];
-    for n in 1..=items {
-        v.push(Step::Item(n, ItemStatus::Running as i32));
-        v.push(Step::Item(n, ItemStatus::Completed as i32));
-    }
-    v.push(Step::Turn(TurnStatus::Completed as i32));
-    v
-}
-
-/// Every message per request id, in arrival order (one pass over the log).
-pub(crate) fn by_rid(cp: &MockControlPlane) -> HashMap<String, Vec<ClientMessage>> {
-    let mut map: HashMap<String, Vec<ClientMessage>> = HashMap::new();
-    for m in cp.received() {
-        if let Some(rid) = &m.request_id {
-            map.entry(rid.clone()).or_default().push(m);
-        }
-    }
-    map
-}
-
 /// Wait until every rid in `rids` has a message matching `pred`.
-pub(crate) async fn wait_all(
+async fn wait_all(
     cp: &MockControlPlane,
     rids: &[String],
     pred: impl Fn(&ClientMessage) -> bool,
@@ -148,7 +44,7 @@ pub(crate) async fn wait_all(
         .map_err(|e| format!("{e:#}"))
 }
 
-pub(crate) fn item_completed_with(m: &ClientMessage, text: &str) -> bool {
+fn item_completed_with(m: &ClientMessage, text: &str) -> bool {
     matches!(payload(m), Some(Payload::ItemUpdate(i))
         if i.status == ItemStatus::Completed as i32 && i.text.as_deref() == Some(text))
 }
@@ -164,11 +60,8 @@ async fn restarts_and_drops_while_turns_sleep_lose_nothing() {
     const SLEEP_MS: u64 = 2500;
     let mut rng = Rng::new("restarts_and_drops");
     let n_rounds = 2 * rounds();
-    let (cp, runner) = agent_with(|opts| opts).await;
-    let mut threads = Vec::new();
-    for i in 0..THREADS {
-        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
-    }
+    let (cp, mut runner) = agent_with(|opts| opts).await;
+    let threads = threads_of_a(&cp, THREADS).await;
     let mut rss = Vec::new();
     let mut outages = Vec::new();
     for round in 0..n_rounds {
@@ -184,23 +77,21 @@ async fn restarts_and_drops_while_turns_sleep_lose_nothing() {
             .await
             .unwrap_or_else(|e| panic!("round {round}: {e}\n{}", runner.logs()));
         tokio::time::sleep(rng.ms(400)).await;
-        let streams = cp.connection_count();
-        let fault = Instant::now();
-        if round % 2 == 0 {
-            cp.stop().await.expect("stop");
-            tokio::time::sleep(rng.ms(400)).await;
-            cp.restart().await.expect("restart");
+        let fault = if round % 2 == 0 {
+            Fault::Restart { down: rng.ms(400) }
         } else {
-            assert!(cp.drop_stream(), "round {round}: no live stream to drop");
-        }
-        cp.wait_for_connections(streams + 1, WAIT)
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: no reconnect: {e:#}\n{}", runner.logs()));
-        outages.push(fault.elapsed());
+            Fault::Drop
+        };
+        let started = Instant::now();
+        assert!(
+            Faults::new(&cp, &mut runner).inject(fault).await,
+            "round {round}: no live stream to drop"
+        );
+        outages.push(started.elapsed());
         for rid in &rids {
             turn_completed(&cp, rid).await;
         }
-        rss.push(rss_bytes(&runner));
+        rss.push(runner.rss_bytes());
     }
     // A late duplicate would show up here.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -249,55 +140,33 @@ async fn random_moment_drops_lose_only_in_flight_frames() {
     const THREADS: usize = 20;
     const LINES: u32 = 60;
     let mut rng = Rng::new("random_moment_drops");
-    let drops = rounds();
-    let (cp, runner) = agent_with(|opts| opts).await;
-    let mut threads = Vec::new();
-    for i in 0..THREADS {
-        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
-    }
+    let (cp, mut runner) = agent_with(|opts| opts).await;
+    let threads = threads_of_a(&cp, THREADS).await;
     // Each turn: LINES items, 10 ms apart (~0.6 s of streaming per turn).
     let script: String = (0..LINES)
         .map(|i| format!("say s{i}\nsleep 10\n"))
         .collect();
-    let mut rids = Vec::new();
-    let mut done_drops = 0;
-    let mut wave = 0;
-    while done_drops < drops {
-        let wave_rids: Vec<String> = (0..THREADS).map(|i| format!("w{wave}-t{i}")).collect();
-        for (rid, t) in wave_rids.iter().zip(&threads) {
-            send(&cp, rid, user_message("a", t, &script, false)).await;
-        }
-        // Two drops per wave, at random moments while items stream.
-        for _ in 0..2 {
-            tokio::time::sleep(Duration::from_millis(50) + rng.ms(200)).await;
-            let streams = cp.connection_count();
-            if cp.drop_stream() {
-                done_drops += 1;
-                cp.wait_for_connections(streams + 1, WAIT)
-                    .await
-                    .unwrap_or_else(|e| panic!("no reconnect: {e:#}\n{}", runner.logs()));
-            }
-        }
-        // The turn's COMPLETED may itself be lost; a follow-up message on the
-        // same thread completing proves the turn is over either way.
-        let ends: Vec<String> = (0..THREADS).map(|i| format!("w{wave}-end-t{i}")).collect();
-        for (rid, t) in ends.iter().zip(&threads) {
-            // Wait until the thread is free: the follow-up is refused while
-            // a turn runs, so retry on a RequestError.
-            for attempt in 0.. {
-                let r = format!("{rid}-{attempt}");
-                send(&cp, &r, user_message("a", t, "say end", false)).await;
-                let m = reply(&cp, &r).await;
-                if error_text(&m).is_none() {
-                    turn_completed(&cp, &r).await;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        rids.extend(wave_rids);
-        wave += 1;
-    }
+    // Two drops per wave, at random moments while items stream. The turn's
+    // COMPLETED may itself be lost; a follow-up message on the same thread
+    // completing (sent again while the thread's turn still runs) proves the
+    // turn is over either way.
+    let waves = Waves {
+        agent: "a",
+        threads: &threads,
+        script: &script,
+        prefix: "w",
+        settle: Settle::FollowUpWhenFree,
+    };
+    let plan = Plan {
+        faults: rounds(),
+        per_wave: 2,
+        pause: Duration::from_millis(50),
+        jitter_ms: 200,
+        fault: |_, _| Fault::Drop,
+    };
+    let mut faults = Faults::new(&cp, &mut runner);
+    let rids = faults.during_waves(&waves, &plan, &mut rng, |_| {}).await;
+    let done_drops = faults.done();
     let all = by_rid(&cp);
     let want = expected_shape(LINES + 1);
     let (mut lost, mut turns_with_loss, mut lost_completed) = (0, 0, 0);
@@ -341,83 +210,6 @@ async fn random_moment_drops_lose_only_in_flight_frames() {
     );
 }
 
-/// A TCP proxy on loopback that can blackhole every connection open at the
-/// time (no more bytes either way, nothing closed); new connections flow.
-pub(crate) struct Proxy {
-    pub(crate) addr: std::net::SocketAddr,
-    stall: watch::Sender<u64>,
-    close: CancellationToken,
-}
-
-impl Proxy {
-    pub(crate) async fn start(upstream: std::net::SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy addr");
-        let (stall, _) = watch::channel(0u64);
-        let close = CancellationToken::new();
-        let (s, c) = (stall.clone(), close.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    () = c.cancelled() => return,
-                };
-                let Ok((down, _)) = accepted else { continue };
-                let Ok(up) = TcpStream::connect(upstream).await else {
-                    continue;
-                };
-                let _ = (down.set_nodelay(true), up.set_nodelay(true));
-                let born = *s.borrow();
-                let (dr, dw) = down.into_split();
-                let (ur, uw) = up.into_split();
-                tokio::spawn(pump(dr, uw, born, s.subscribe(), c.clone()));
-                tokio::spawn(pump(ur, dw, born, s.subscribe(), c.clone()));
-            }
-        });
-        Proxy { addr, stall, close }
-    }
-
-    /// Freeze every connection open now.
-    pub(crate) fn blackhole(&self) {
-        self.stall.send_modify(|g| *g += 1);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.close.cancel();
-    }
-}
-
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    born: u64,
-    mut stall: watch::Receiver<u64>,
-    close: CancellationToken,
-) {
-    let mut buf = vec![0u8; 16 * 1024];
-    while *stall.borrow() == born {
-        tokio::select! {
-            n = from.read(&mut buf) => match n {
-                Ok(0) | Err(_) => {
-                    let _ = to.shutdown().await;
-                    return;
-                }
-                Ok(n) => {
-                    if to.write_all(&buf[..n]).await.is_err() {
-                        return;
-                    }
-                }
-            },
-            _ = stall.changed() => {}
-            () = close.cancelled() => return,
-        }
-    }
-    // Blackholed: hold both ends open and move nothing, as a dead route would.
-    close.cancelled().await;
-}
-
 /// A stalled connection (no bytes, no close) is noticed through HTTP/2
 /// keepalive (1 s interval, 1 s timeout here) and the runner reconnects; a
 /// turn sleeping through the first stall completes after it, exactly once.
@@ -430,9 +222,9 @@ async fn pump(
 async fn stalled_connection_is_noticed_by_keepalive() {
     let stalls = (rounds() / 2).max(3);
     let cp = mock().await;
-    let proxy = Proxy::start(cp.addr()).await;
-    let runner = RunnerProc::start(
-        RunnerOpts::new(format!("http://{}", proxy.addr))
+    let proxy = BlackholeProxy::start(cp.addr()).await;
+    let mut runner = RunnerProc::start(
+        RunnerOpts::new(proxy.url())
             .arg("--keepalive-interval")
             .arg("1s")
             .arg("--keepalive-timeout")
@@ -461,12 +253,11 @@ async fn stalled_connection_is_noticed_by_keepalive() {
             .await
             .expect("turn reaches its sleep");
         }
-        let streams = cp.connection_count();
         let stalled = Instant::now();
-        proxy.blackhole();
-        cp.wait_for_connections(streams + 1, WAIT)
-            .await
-            .unwrap_or_else(|e| panic!("stall {round} not noticed: {e:#}\n{}", runner.logs()));
+        Faults::new(&cp, &mut runner)
+            .through(&proxy)
+            .inject(Fault::Blackhole)
+            .await;
         noticed.push(stalled.elapsed());
         let hb = format!("hb{round}");
         send(&cp, &hb, Request::HeartbeatRequest(HeartbeatRequest {})).await;
@@ -483,23 +274,6 @@ async fn stalled_connection_is_noticed_by_keepalive() {
     );
 }
 
-/// SIGKILL `runner` and wait until it is gone; start `restart()` in its
-/// place and wait until it connected. The new runner.
-pub(crate) async fn kill_and_restart(
-    cp: &MockControlPlane,
-    runner: &mut RunnerProc,
-    restart: impl FnOnce() -> RunnerProc,
-) -> RunnerProc {
-    let streams = cp.connection_count();
-    runner.signal(libc::SIGKILL);
-    assert!(runner.wait_exit(WAIT).await.is_some(), "runner died");
-    let restarted = restart();
-    cp.wait_for_connections(streams + 1, WAIT)
-        .await
-        .unwrap_or_else(|e| panic!("restarted runner did not connect: {e:#}"));
-    restarted
-}
-
 /// SIGKILL while turns sleep: after a restart on the same state, every
 /// killed turn is reported (`RequestError` "restarted…" then `TurnUpdate
 /// COMPLETED`, both with the turn's request id), exactly once, and the
@@ -512,15 +286,10 @@ async fn sigkill_at_random_moments_reports_lost_turns() {
     let mut rng = Rng::new("sigkill");
     let kills = (rounds() / 2).max(2);
     let cp = mock().await;
-    let dirs = RunnerDirs::new();
-    let opts = || RunnerOpts::new(cp.url());
-    let mut runner = RunnerProc::start_in(opts(), dirs.clone());
+    let mut runner = RunnerProc::start_in(RunnerOpts::new(cp.url()), RunnerDirs::new());
     cp.wait_connected(WAIT).await.expect("runner connects");
     create_agent(&cp, "a").await;
-    let mut threads = Vec::new();
-    for i in 0..THREADS {
-        threads.push(create_thread(&cp, "a", &format!("t{i}")).await);
-    }
+    let threads = threads_of_a(&cp, THREADS).await;
     let restarted = |m: &ClientMessage| error_text(m).is_some_and(|e| e.contains("restarted"));
 
     // Strict: kill while every turn sleeps.
@@ -533,10 +302,7 @@ async fn sigkill_at_random_moments_reports_lost_turns() {
             .await
             .unwrap_or_else(|e| panic!("kill round {round}: {e}"));
         tokio::time::sleep(rng.ms(300)).await;
-        runner = kill_and_restart(&cp, &mut runner, || {
-            RunnerProc::start_in(opts(), dirs.clone())
-        })
-        .await;
+        Faults::new(&cp, &mut runner).inject(Fault::Kill).await;
         for rid in &rids {
             turn_completed(&cp, rid).await;
         }
@@ -562,28 +328,28 @@ async fn sigkill_at_random_moments_reports_lost_turns() {
         assert_eq!(got, expected_shape(2), "{rid}");
     }
 
-    // Measured: kills at random moments while items stream.
+    // Measured: kills at random moments while items stream. Every thread is
+    // freed again before counting (a message that was still in a mailbox at
+    // the kill is lost with the process: no reply).
     let script: String = (0..40).map(|i| format!("say s{i}\nsleep 5\n")).collect();
+    let waves = Waves {
+        agent: "a",
+        threads: &threads,
+        script: &script,
+        prefix: "rk",
+        settle: Settle::FollowUp,
+    };
+    let plan = Plan {
+        faults: kills,
+        per_wave: 1,
+        pause: Duration::from_millis(20),
+        jitter_ms: 300,
+        fault: |_, _| Fault::Kill,
+    };
     let (mut completed, mut reported, mut neither, mut twice) = (0, 0, 0, 0);
-    for round in 0..kills {
-        let rids: Vec<String> = (0..THREADS).map(|i| format!("rk{round}-t{i}")).collect();
-        for (rid, t) in rids.iter().zip(&threads) {
-            send(&cp, rid, user_message("a", t, &script, false)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(20) + rng.ms(300)).await;
-        runner = kill_and_restart(&cp, &mut runner, || {
-            RunnerProc::start_in(opts(), dirs.clone())
-        })
-        .await;
-        // Free every thread again before counting (a message that was still
-        // in a mailbox at the kill is lost with the process: no reply).
-        for (i, t) in threads.iter().enumerate() {
-            let r = format!("rk{round}-end-t{i}");
-            send(&cp, &r, user_message("a", t, "say end", false)).await;
-            turn_completed(&cp, &r).await;
-        }
+    let count = |rids: &[String]| {
         let all = by_rid(&cp);
-        for rid in &rids {
+        for rid in rids {
             let got = all.get(rid).cloned().unwrap_or_default();
             let completes = got
                 .iter()
@@ -599,7 +365,10 @@ async fn sigkill_at_random_moments_reports_lost_turns() {
                 _ => twice += 1,
             }
         }
-    }
+    };
+    Faults::new(&cp, &mut runner)
+        .during_waves(&waves, &plan, &mut rng, count)
+        .await;
     println!(
         "sigkill: {kills} strict kills ({THREADS} sleeping turns each, all reported); random kills: {completed} turns completed before the kill, {reported} reported lost, {neither} started but never completed nor reported, {twice} completed twice"
     );

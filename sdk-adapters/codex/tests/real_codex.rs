@@ -26,7 +26,7 @@ fn skip(reason: &str) {
     if std::env::var_os("AGENT_RUNNER_REQUIRE_REAL_CODEX").is_some() {
         panic!("the real codex test cannot run: {reason}");
     }
-    eprintln!("SKIPPED real codex test: {reason}");
+    test_kit::skip_this_test(&format!("real codex test: {reason}"));
 }
 
 async fn turn_events(adapter: &CodexAdapter, spec: &ThreadSpec, text: &str) -> Vec<TurnEvent> {

@@ -18,7 +18,7 @@ fn site() -> Option<PathBuf> {
     match install_python_mcp() {
         Ok(site) => Some(site),
         Err(why) => {
-            eprintln!("SKIP: the Python MCP SDK cannot be installed: {why}");
+            test_kit::skip_this_test(&format!("the Python MCP SDK cannot be installed: {why}"));
             None
         }
     }

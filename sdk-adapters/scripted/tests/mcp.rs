@@ -39,7 +39,7 @@ async fn mcp_steps_call_stdio_and_http_servers() {
     let site = match install_python_mcp() {
         Ok(site) => site,
         Err(why) => {
-            eprintln!("SKIP: the Python MCP SDK cannot be installed: {why}");
+            test_kit::skip_this_test(&format!("the Python MCP SDK cannot be installed: {why}"));
             return;
         }
     };
