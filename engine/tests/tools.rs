@@ -1,5 +1,6 @@
 //! The built-in tools through the public registry, as the agent loop calls
-//! them: path escapes refused by every path-taking tool, and the `bash`
+//! them: path escapes refused by every path-taking tool (also while the
+//! agent swaps a directory for a symlink leading out), and the `bash`
 //! environment scrubbed of the engine's secrets.
 //!
 //! Its own test binary because one test sets process environment variables.
@@ -7,8 +8,13 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use code_agent_engine::tools::{ToolContext, ToolOutput, ToolRegistry};
 use serde_json::{Value, json};
@@ -194,4 +200,154 @@ async fn bash_env_has_no_secrets_but_has_the_session_env() {
     // The launcher's allowlist: the engine's other variables stay out too.
     assert!(!out.output.contains("H4_PLAIN_VAR"), "{}", out.output);
     assert!(out.output.contains("PATH="));
+}
+
+#[tokio::test]
+async fn symlinks_leading_out_are_refused_and_inside_ones_work() {
+    let (_dir, ctx) = workspace();
+    let outside = tempfile::tempdir().unwrap();
+    let outside_root = outside.path().canonicalize().unwrap();
+    std::fs::write(outside_root.join("f.txt"), "root:outside\n").unwrap();
+    symlink(&outside_root, ctx.workspace.join("out")).unwrap();
+    symlink(outside_root.join("f.txt"), ctx.workspace.join("out-file")).unwrap();
+    for (tool, path) in [
+        ("read", "out/f.txt"),
+        ("read", "out-file"),
+        ("write", "out/f.txt"),
+        ("write", "out/new.txt"),
+        ("write", "out/deeper/new.txt"),
+        ("write", "out-file"),
+        ("edit", "out/f.txt"),
+        ("edit", "out-file"),
+        ("ls", "out"),
+    ] {
+        let out = call(&ctx, tool, args_for(tool, path)).await;
+        let error = out.error.unwrap_or_default();
+        assert!(
+            error.contains(&format!("{path} leads outside the workspace")),
+            "{tool} {path}: {error}"
+        );
+    }
+    assert_eq!(files_in(&outside_root), vec!["f.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(outside_root.join("f.txt")).unwrap(),
+        "root:outside\n"
+    );
+
+    // Relative symlinks that stay inside are followed.
+    std::fs::create_dir(ctx.workspace.join("real")).unwrap();
+    std::fs::write(ctx.workspace.join("real/a.txt"), "root:a\n").unwrap();
+    symlink("real", ctx.workspace.join("alias")).unwrap();
+    symlink("../inside.txt", ctx.workspace.join("real/up")).unwrap();
+    let out = call(&ctx, "read", json!({"path": "alias/a.txt"})).await;
+    assert_eq!(out.output, "     1\troot:a\n", "{out:?}");
+    let out = call(&ctx, "read", json!({"path": "alias/up"})).await;
+    assert_eq!(out.output, "     1\troot:inside\n", "{out:?}");
+    let out = call(&ctx, "edit", args_for("edit", "alias/up")).await;
+    assert!(out.success, "{out:?}");
+    let out = call(
+        &ctx,
+        "write",
+        json!({"path": "alias/new/b.txt", "content": "b"}),
+    )
+    .await;
+    assert!(out.success, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(ctx.workspace.join("real/new/b.txt")).unwrap(),
+        "b"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ctx.workspace.join("inside.txt")).unwrap(),
+        "pwned:inside\n"
+    );
+    let out = call(&ctx, "ls", json!({"path": "alias"})).await;
+    assert_eq!(out.output, "a.txt\nnew/\nup -> ../inside.txt\n", "{out:?}");
+    let out = call(&ctx, "grep", json!({"pattern": "root:a", "path": "alias"})).await;
+    assert_eq!(out.output, "real/a.txt:1:root:a\n", "{out:?}");
+}
+
+/// `renameat2(RENAME_EXCHANGE)` of two absolute paths.
+fn exchange(a: &CString, b: &CString) -> bool {
+    // SAFETY: both are NUL-terminated paths that outlive the call.
+    unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        ) == 0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_a_directory_for_a_symlink_never_leads_out() {
+    let (_dir, ctx) = workspace();
+    let outside = tempfile::tempdir().unwrap();
+    let outside_root = outside.path().canonicalize().unwrap();
+    std::fs::write(outside_root.join("f.txt"), "OUTSIDE-SECRET\n").unwrap();
+    std::fs::create_dir(ctx.workspace.join("sub")).unwrap();
+    std::fs::write(ctx.workspace.join("sub/f.txt"), "inside\n").unwrap();
+    symlink(&outside_root, ctx.workspace.join("swap")).unwrap();
+
+    // What the agent's own `bash` would run: swap `sub` and the symlink in
+    // a tight loop, for at most ~2 s.
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicUsize::new(0));
+    let sub = CString::new(ctx.workspace.join("sub").as_os_str().as_bytes()).unwrap();
+    let swap = CString::new(ctx.workspace.join("swap").as_os_str().as_bytes()).unwrap();
+    let swapper = {
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(2) {
+                if exchange(&sub, &swap) {
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+
+    let (mut writes, mut reads, mut refused) = (0, 0, 0);
+    let started = Instant::now();
+    for round in 0..400 {
+        if started.elapsed() > Duration::from_millis(1900) {
+            break;
+        }
+        let content = format!("round {round}\n");
+        let out = call(
+            &ctx,
+            "write",
+            json!({"path": "sub/f.txt", "content": content}),
+        )
+        .await;
+        if out.success {
+            writes += 1;
+        } else {
+            refused += 1;
+        }
+        let out = call(&ctx, "read", json!({"path": "sub/f.txt"})).await;
+        assert!(
+            !out.output.contains("OUTSIDE-SECRET"),
+            "read outside: {out:?}"
+        );
+        if out.success {
+            reads += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        swaps.load(Ordering::Relaxed) > 0,
+        "the swapper never swapped"
+    );
+    assert!(writes > 0 && reads > 0, "writes {writes}, reads {reads}");
+    // Nothing was written outside: the only file there is unchanged.
+    assert_eq!(files_in(&outside_root), vec!["f.txt"], "refused {refused}");
+    assert_eq!(
+        std::fs::read_to_string(outside_root.join("f.txt")).unwrap(),
+        "OUTSIDE-SECRET\n"
+    );
 }

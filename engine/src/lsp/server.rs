@@ -205,17 +205,9 @@ impl LspServer {
     /// (false: the server already had this content).
     async fn sync_changed(&self, path: &Path) -> Result<(Url, bool), String> {
         let uri = Self::uri(path)?;
-        let size = std::fs::metadata(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-            .len();
-        if size > MAX_DOCUMENT_BYTES {
-            return Err(format!(
-                "{} is {size} bytes, over the {MAX_DOCUMENT_BYTES}-byte limit for the language server",
-                path.display()
-            ));
-        }
-        let bytes =
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        // Opened beneath the root's fd (openat2 RESOLVE_BENEATH), so a
+        // symlink swapped in after the path was checked cannot lead out.
+        let bytes = crate::tools::beneath::read_under(&self.root, path, MAX_DOCUMENT_BYTES)?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         enum Step {
             Unchanged,

@@ -11,9 +11,12 @@
 //! Dangling symlinks are refused too: writing through one would create its
 //! target wherever it points.
 //!
-//! The check happens before the tool touches the file; a symlink swapped in
-//! between the check and the use (a race the model itself would have to
-//! win) is outside what this guards against.
+//! This is a check by name, so a symlink swapped in between the check and
+//! a later use by name would defeat it. The file tools therefore do not
+//! open anything through it: they resolve beneath the workspace's directory
+//! fd (`beneath`, `openat2(RESOLVE_BENEATH)`). It remains for what only
+//! needs a name: permission matching and the LSP tools' paths (whose
+//! document reads are again opened beneath the server root's fd).
 
 use std::ffi::OsString;
 use std::io;

@@ -6,7 +6,10 @@ use serde_json::{Value, json};
 
 use super::args::{file_path_schema, object_schema, optional_bool, required_str};
 use super::diff::file_changed;
-use super::file_tool::{Confined, FileTool, Workspace};
+use std::io::Read;
+
+use super::beneath::replace_content;
+use super::file_tool::{FileTool, Workspace};
 use super::{Lane, ToolInfo, ToolOutput};
 
 /// `edit`: replaces one exact, unambiguous piece of a file.
@@ -35,11 +38,15 @@ impl FileTool for EditTool {
                 "`old_string` and `new_string` are the same; nothing to change".to_string(),
             );
         }
-        let Confined { path, shown } = workspace.confine(requested)?;
-        if path.is_dir() {
-            return Err(format!("{shown} is a directory"));
-        }
-        let bytes = std::fs::read(&path).map_err(|err| format!("cannot read {shown}: {err}"))?;
+        let (root, target) = workspace.open(requested)?;
+        let shown = target.shown.clone();
+        // Read and rewritten through one fd resolved beneath the workspace.
+        let (mut file, _) = root
+            .rw_file(&target, false)
+            .map_err(|err| err.replace("cannot open", "cannot read"))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|err| format!("cannot read {shown}: {err}"))?;
         let old = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
         let count = old.matches(old_string).count();
         if count == 0 {
@@ -56,7 +63,8 @@ impl FileTool for EditTool {
         } else {
             old.replacen(old_string, new_string, 1)
         };
-        std::fs::write(&path, &new).map_err(|err| format!("cannot write {shown}: {err}"))?;
+        replace_content(&mut file, new.as_bytes())
+            .map_err(|err| format!("cannot write {shown}: {err}"))?;
         let noun = if count == 1 {
             "occurrence"
         } else {

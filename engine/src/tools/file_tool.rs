@@ -1,7 +1,8 @@
 //! What the file tools (`read`, `write`, `edit`, `grep`, `glob`, `ls`) have
 //! in common, written once: a call is blocking file work run off the async
 //! runtime, its arguments must be a JSON object, every path it takes is
-//! confined to the workspace and shown relative to it, and an error it
+//! resolved beneath the workspace's directory fd (see `beneath`) and shown
+//! relative to it, and an error it
 //! returns becomes the failed [`ToolOutput`] the model reads.
 
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::args::object;
-use super::confine::{confine, relative_display};
+use super::beneath::{Target, WorkspaceRoot};
 use super::{Tool, ToolContext, ToolInfo, ToolOutput};
 
 /// A tool whose call is blocking work on the workspace's files; it is a
@@ -57,29 +58,13 @@ pub(crate) struct Workspace {
     pub(crate) cancel: CancellationToken,
 }
 
-/// A path a tool was asked for, inside the workspace.
-pub(crate) struct Confined {
-    /// Where it is (symlinks resolved).
-    pub(crate) path: PathBuf,
-    /// How the model sees it: relative to the workspace, `.` for the root.
-    pub(crate) shown: String,
-}
-
 impl Workspace {
-    /// `requested` (relative to the workspace, or absolute inside it)
-    /// confined to the workspace, or why it is refused.
-    pub(crate) fn confine(&self, requested: &str) -> Result<Confined, String> {
-        let path = confine(&self.root, requested)?;
-        let shown = relative_display(&self.root, &path);
-        Ok(Confined { path, shown })
-    }
-
-    /// Like [`Workspace::confine`], for a path that must be a directory.
-    pub(crate) fn confine_dir(&self, requested: &str) -> Result<Confined, String> {
-        let confined = self.confine(requested)?;
-        if !confined.path.is_dir() {
-            return Err(format!("{} is not a directory", confined.shown));
-        }
-        Ok(confined)
+    /// The workspace root opened as a directory fd, and `requested`
+    /// (relative to the workspace, or absolute inside it) as a path to
+    /// resolve beneath it; every open goes through the root's fd.
+    pub(crate) fn open(&self, requested: &str) -> Result<(WorkspaceRoot, Target), String> {
+        let root = WorkspaceRoot::open(&self.root)?;
+        let target = root.target(requested)?;
+        Ok((root, target))
     }
 }

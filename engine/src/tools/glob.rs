@@ -48,11 +48,15 @@ impl FileTool for GlobTool {
             .build()
             .map_err(|err| format!("argument `pattern` is not a valid glob: {err}"))?
             .compile_matcher();
-        let root = workspace.confine_dir(requested)?;
-        let mut found: Vec<String> = files(&workspace.root, &root.path)
+        let (workspace_root, target) = workspace.open(requested)?;
+        let (walk_root, is_dir) = workspace_root.real_path(&target)?;
+        if !is_dir {
+            return Err(format!("{} is not a directory", target.shown));
+        }
+        let mut found: Vec<String> = files(&workspace_root, &walk_root)
             .filter(|file| {
                 file.walked
-                    .strip_prefix(&root.path)
+                    .strip_prefix(&walk_root)
                     .is_ok_and(|relative| matcher.is_match(relative))
             })
             .map(|file| file.display)
@@ -69,7 +73,7 @@ impl FileTool for GlobTool {
         }
         Ok(ToolOutput::ok(output)
             .with("pattern", pattern)
-            .with("path", root.shown)
+            .with("path", target.shown)
             .with("count", total.to_string()))
     }
 }

@@ -10,9 +10,10 @@ use regex::{Regex, RegexBuilder};
 use serde_json::{Value, json};
 
 use super::args::{object_schema, optional_bool, optional_str, required_str};
+use super::beneath::{Target, WorkspaceRoot};
 use super::file_tool::{FileTool, Workspace};
 use super::lines::{cut_chars, line_text};
-use super::walk::files;
+use super::walk::{WalkedFile, files};
 use super::{Lane, ToolInfo, ToolOutput};
 
 /// Matching lines returned at most.
@@ -100,16 +101,14 @@ fn grep(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
         .map_err(|err| format!("argument `pattern` is not a valid regex: {err}"))?;
-    let root = workspace.confine(requested)?;
-    if !root.path.exists() {
-        return Err(format!("{} does not exist", root.shown));
-    }
+    let (workspace_root, target) = workspace.open(requested)?;
+    let (walk_root, _) = workspace_root.real_path(&target)?;
 
     let mut output = String::new();
     let mut matches = 0usize;
     let mut files_matched = 0usize;
     let mut truncated = false;
-    'files: for file in files(&workspace.root, &root.path) {
+    'files: for file in files(&workspace_root, &walk_root) {
         if workspace.cancel.is_cancelled() {
             return Err("grep cancelled".to_string());
         }
@@ -117,7 +116,7 @@ fn grep(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
         if !filter.keeps(relative) {
             continue;
         }
-        let found = search_file(&file.real, &regex);
+        let found = search_file(&workspace_root, &file, &regex);
         if !found.is_empty() {
             files_matched += 1;
         }
@@ -140,15 +139,20 @@ fn grep(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
     }
     Ok(ToolOutput::ok(output)
         .with("pattern", pattern)
-        .with("path", root.shown)
+        .with("path", target.shown)
         .with("matches", matches.to_string())
         .with("files", files_matched.to_string())
         .with("truncated", truncated.to_string()))
 }
 
-/// Matching lines of one file (empty for unreadable, binary or huge files).
-fn search_file(path: &Path, regex: &Regex) -> Vec<(u64, String)> {
-    let Ok(file) = std::fs::File::open(path) else {
+/// Matching lines of one file (empty for unreadable, binary or huge files,
+/// and for one that no longer resolves inside the workspace).
+fn search_file(root: &WorkspaceRoot, walked: &WalkedFile, regex: &Regex) -> Vec<(u64, String)> {
+    let target = Target {
+        rel: walked.rel.clone(),
+        shown: walked.display.clone(),
+    };
+    let Ok(file) = root.read_file(&target, "read") else {
         return Vec::new();
     };
     if file.metadata().map(|meta| meta.len()).unwrap_or(0) > MAX_FILE_BYTES {

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::args::{object_schema, optional_str};
-use super::file_tool::{Confined, FileTool, Workspace};
+use super::file_tool::{FileTool, Workspace};
 use super::lines::capped_lines;
 use super::{Lane, ToolInfo, ToolOutput};
 
@@ -25,23 +25,22 @@ impl FileTool for LsTool {
 
     fn call(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
         let requested = optional_str(args, "path")?.unwrap_or(".");
-        let Confined { path: dir, shown } = workspace.confine_dir(requested)?;
-        let reading =
-            std::fs::read_dir(&dir).map_err(|err| format!("cannot list {shown}: {err}"))?;
-        let mut entries: Vec<String> = Vec::new();
-        for entry in reading {
-            let entry = entry.map_err(|err| format!("cannot list {shown}: {err}"))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let line = match entry.file_type() {
-                Ok(kind) if kind.is_dir() => format!("{name}/"),
-                Ok(kind) if kind.is_symlink() => match std::fs::read_link(entry.path()) {
-                    Ok(target) => format!("{name} -> {}", target.display()),
-                    Err(_) => format!("{name} -> ?"),
-                },
-                _ => name,
-            };
-            entries.push(line);
-        }
+        let (root, target) = workspace.open(requested)?;
+        // Listed through the directory's own fd, resolved beneath the root.
+        let mut entries: Vec<String> = root
+            .list(&target)?
+            .into_iter()
+            .map(|entry| {
+                let name = entry.name.to_string_lossy().into_owned();
+                match entry.link {
+                    Some(Some(link)) => format!("{name} -> {}", link.display()),
+                    Some(None) => format!("{name} -> ?"),
+                    None if entry.is_dir => format!("{name}/"),
+                    None => name,
+                }
+            })
+            .collect();
+        let shown = target.shown;
         entries.sort();
         let total = entries.len();
         let (mut output, listed) = capped_lines(&entries, MAX_ENTRIES, workspace.cap);

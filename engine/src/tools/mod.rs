@@ -4,12 +4,15 @@
 //! tools through `file_tool::FileTool`, which holds what they share); the
 //! [`ToolRegistry`] holds the built-in set (`bash`, `read`, `write`, `edit`,
 //! `grep`, `glob`, `ls`, `todo`) and turns it into the specs sent to the
-//! model. Every path a tool touches goes through [`confine`]. A tool never
+//! model. Every path a file tool touches is opened beneath the workspace's
+//! directory fd with `openat2(RESOLVE_BENEATH)` (`beneath`); [`confine`]
+//! remains for checks that only need a name (permissions, LSP requests). A tool never
 //! panics on bad input: it answers a [`ToolOutput`] with `success = false`
 //! and an error the model can read.
 
 pub(crate) mod args;
 mod bash;
+pub(crate) mod beneath;
 pub(crate) mod cap;
 mod child_env;
 mod confine;

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 
 use super::args::{file_path_schema, object_schema, optional_u64, required_str};
-use super::file_tool::{Confined, FileTool, Workspace};
+use super::file_tool::{FileTool, Workspace};
 use super::lines::{cut_chars, line_text};
 use super::{Lane, ToolInfo, ToolOutput};
 
@@ -41,11 +41,11 @@ impl FileTool for ReadTool {
         if limit == 0 {
             return Err("argument `limit` must be at least 1".to_string());
         }
-        let Confined { path, shown } = workspace.confine(requested)?;
-        if path.is_dir() {
-            return Err(format!("{shown} is a directory (use ls)"));
-        }
-        let mut file = File::open(&path).map_err(|err| format!("cannot open {shown}: {err}"))?;
+        let (root, target) = workspace.open(requested)?;
+        let mut file = root
+            .read_file(&target, "open")
+            .map_err(|err| err.replace(" is a directory", " is a directory (use ls)"))?;
+        let shown = target.shown;
         let mut sniff = vec![0u8; SNIFF_BYTES];
         let sniffed = read_up_to(&mut file, &mut sniff)
             .map_err(|err| format!("cannot read {shown}: {err}"))?;

@@ -1,20 +1,25 @@
 //! The file walk grep and glob share: `.gitignore`-aware (with or without a
 //! git repository, via the `ignore` crate), hidden files included, `.git`
 //! skipped, and symlinks only when they resolve inside the workspace.
+//!
+//! The `ignore` crate walks by name; every file it yields is checked again
+//! by resolving its workspace-relative path beneath the workspace fd
+//! (`beneath`), and whoever opens it (grep) opens it the same way, so a
+//! directory swapped for a symlink mid-walk cannot make a tool read outside.
 
 use std::path::{Path, PathBuf};
 
 use ignore::gitignore::Gitignore;
 use ignore::{Match, WalkBuilder};
 
-use super::confine::confine;
+use super::beneath::WorkspaceRoot;
 
 /// One file found by the walk.
 pub(crate) struct WalkedFile {
     /// Path relative to the workspace, as shown to the model.
     pub(crate) display: String,
-    /// Path to open (a symlink's target, checked to be inside).
-    pub(crate) real: PathBuf,
+    /// Path relative to the workspace, to open beneath its fd.
+    pub(crate) rel: PathBuf,
     /// Path as walked (under the walk root).
     pub(crate) walked: PathBuf,
 }
@@ -27,10 +32,11 @@ pub(crate) struct WalkedFile {
 /// `.ignore` files of the directories from the workspace down to `root`'s
 /// parent apply too; those above the workspace (a parent repository's) do
 /// not.
-pub(crate) fn files(workspace: &Path, root: &Path) -> impl Iterator<Item = WalkedFile> {
-    let workspace = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
+pub(crate) fn files<'a>(
+    workspace_root: &'a WorkspaceRoot,
+    root: &Path,
+) -> impl Iterator<Item = WalkedFile> + 'a {
+    let workspace = workspace_root.path().to_path_buf();
     let outer = outer_ignores(&workspace, root);
     let root = root.to_path_buf();
     WalkBuilder::new(&root)
@@ -47,25 +53,19 @@ pub(crate) fn files(workspace: &Path, root: &Path) -> impl Iterator<Item = Walke
         .filter_map(Result::ok)
         .filter_map(move |entry| {
             let file_type = entry.file_type()?;
-            let walked = entry.into_path();
-            let real = if file_type.is_file() {
-                walked.clone()
-            } else if file_type.is_symlink() {
-                let resolved = confine(&workspace, walked.to_str()?).ok()?;
-                if !resolved.is_file() {
-                    return None;
-                }
-                resolved
-            } else {
+            if !file_type.is_file() && !file_type.is_symlink() {
                 return None;
-            };
-            let display = walked
-                .strip_prefix(&workspace)
-                .map(|rel| rel.display().to_string())
-                .unwrap_or_else(|_| walked.display().to_string());
+            }
+            let walked = entry.into_path();
+            let rel = walked.strip_prefix(&workspace).ok()?.to_path_buf();
+            // Resolved beneath the workspace fd: a symlink leading out (or a
+            // directory swapped for one) is skipped.
+            if rel.as_os_str().is_empty() || !workspace_root.is_file(&rel) {
+                return None;
+            }
             Some(WalkedFile {
-                display,
-                real,
+                display: rel.display().to_string(),
+                rel,
                 walked,
             })
         })
@@ -136,8 +136,12 @@ mod tests {
         std::fs::write(root.join("target/out.rs"), "").unwrap();
         std::fs::write(root.join(".git/config"), "").unwrap();
         symlink("/etc/hostname", root.join("host")).unwrap();
-        symlink(root.join("a.rs"), root.join("b.rs")).unwrap();
-        let mut found: Vec<String> = files(&root, &root).map(|f| f.display).collect();
+        symlink("a.rs", root.join("b.rs")).unwrap();
+        // RESOLVE_BENEATH refuses absolute symlinks, even into the workspace.
+        symlink(root.join("a.rs"), root.join("c.rs")).unwrap();
+        let mut found: Vec<String> = files(&WorkspaceRoot::open(&root).unwrap(), &root)
+            .map(|f| f.display)
+            .collect();
         found.sort();
         assert_eq!(found, vec![".gitignore", "a.rs", "b.rs"]);
     }
@@ -155,16 +159,22 @@ mod tests {
         std::fs::write(root.join("sub/a.rs"), "").unwrap();
         std::fs::write(root.join("sub/gen/b.rs"), "").unwrap();
         std::fs::write(root.join("other/c.rs"), "").unwrap();
-        let found: Vec<String> = files(&root, &root.join("sub")).map(|f| f.display).collect();
-        assert_eq!(found, vec!["sub/a.rs"]);
-        let single: Vec<String> = files(&root, &root.join("other/c.rs"))
+        let found: Vec<String> = files(&WorkspaceRoot::open(&root).unwrap(), &root.join("sub"))
             .map(|f| f.display)
             .collect();
+        assert_eq!(found, vec!["sub/a.rs"]);
+        let single: Vec<String> = files(
+            &WorkspaceRoot::open(&root).unwrap(),
+            &root.join("other/c.rs"),
+        )
+        .map(|f| f.display)
+        .collect();
         assert_eq!(single, vec!["other/c.rs"]);
         // An explicitly named ignored directory is searched (as ripgrep does).
-        let explicit: Vec<String> = files(&root, &root.join("sub/gen"))
-            .map(|f| f.display)
-            .collect();
+        let explicit: Vec<String> =
+            files(&WorkspaceRoot::open(&root).unwrap(), &root.join("sub/gen"))
+                .map(|f| f.display)
+                .collect();
         assert_eq!(explicit, vec!["sub/gen/b.rs"]);
     }
 }

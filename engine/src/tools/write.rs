@@ -1,13 +1,17 @@
 //! The `write` tool: create or replace a file in the workspace with the
 //! given content. Missing parent directories are created (inside the
-//! workspace only: the path is confined first). Metadata says whether the
+//! workspace only: each is made with `mkdirat` in a directory resolved beneath
+//! the workspace fd, and the file is written through its own fd). Metadata says whether the
 //! file was added or updated and carries a unified diff.
 
 use serde_json::{Value, json};
 
 use super::args::{file_path_schema, object_schema, required_str};
 use super::diff::file_changed;
-use super::file_tool::{Confined, FileTool, Workspace};
+use std::io::Read;
+
+use super::beneath::replace_content;
+use super::file_tool::{FileTool, Workspace};
 use super::{Lane, ToolInfo, ToolOutput};
 
 /// `write`: writes a whole file (creating directories).
@@ -25,22 +29,21 @@ impl FileTool for WriteTool {
     fn call(args: &Value, workspace: &Workspace) -> Result<ToolOutput, String> {
         let requested = required_str(args, "path")?;
         let content = required_str(args, "content")?;
-        let Confined { path, shown } = workspace.confine(requested)?;
-        if path.is_dir() {
-            return Err(format!("{shown} is a directory"));
-        }
-        let old = if path.exists() {
-            let bytes =
-                std::fs::read(&path).map_err(|err| format!("cannot read {shown}: {err}"))?;
+        let (root, target) = workspace.open(requested)?;
+        let shown = target.shown.clone();
+        // One fd, resolved beneath the workspace, for the old content and
+        // the new: nothing is reopened by name.
+        let (mut file, existed) = root.rw_file(&target, true)?;
+        let old = if existed {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)
+                .map_err(|err| format!("cannot read {shown}: {err}"))?;
             Some(String::from_utf8_lossy(&bytes).into_owned())
         } else {
             None
         };
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|err| format!("cannot create the directories of {shown}: {err}"))?;
-        }
-        std::fs::write(&path, content).map_err(|err| format!("cannot write {shown}: {err}"))?;
+        replace_content(&mut file, content.as_bytes())
+            .map_err(|err| format!("cannot write {shown}: {err}"))?;
         let verb = if old.is_some() { "Updated" } else { "Created" };
         let summary = format!("{verb} {shown} ({} bytes)", content.len());
         Ok(file_changed(
