@@ -79,7 +79,12 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
     super::sdk::warn_unready(&runner.rt.sdks, !config.sdks.is_empty());
     // `agent-runner threads/ps/interrupt/kill`: the admin socket in the state dir
     // (0600), removed when this returns.
-    let _admin = crate::ops::admin::serve(runner.rt.clone(), &config.state_dir)?;
+    // Agents are refused (their uid, their cgroup, their tag, their ancestry).
+    let agent_uid = match config.sandbox.mode {
+        agent_launcher::Mode::Off => None,
+        _ => config.sandbox.agent_user.map(|u| u.uid),
+    };
+    let _admin = crate::ops::admin::serve(runner.rt.clone(), &config.state_dir, agent_uid)?;
     let idle_rt = runner.rt.clone();
     // This future runs on the main thread, which waits from here on: what
     // it allocated starting the runner and freed goes back now.

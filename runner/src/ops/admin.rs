@@ -11,6 +11,10 @@
 //! process of the thread (a `"tree"` field, from clients that made that
 //! optional, is ignored). At most [`MAX_CLIENTS`]
 //! connections are served at once; more wait in the kernel's backlog.
+//!
+//! Agents may not use it (they could list and stop other tenants' threads):
+//! each client's `SO_PEERCRED` is checked first ([`super::admin_peer`]); a
+//! refused one gets `{"error":"refused: …"}` and a WARN in the log.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,12 +23,16 @@ use std::sync::Arc;
 use agent_runner_proto::runner::{InterruptTurnRequest, ServerMessage, server_message::Request};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
 
+use super::admin_peer::Guard;
 use crate::tasks::context::Runtime;
 
 /// Connections served at once.
 pub const MAX_CLIENTS: usize = 8;
+/// How long an admitted client may take to send its request (a silent one
+/// would otherwise hold one of the [`MAX_CLIENTS`] slots).
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Longest request line accepted.
 const MAX_REQUEST: usize = 4096;
 
@@ -47,8 +55,13 @@ impl Drop for AdminSocket {
     }
 }
 
-/// Bind `<state_dir>/admin.sock` (0600) and serve it until dropped.
-pub fn serve(rt: Arc<Runtime>, state_dir: &Path) -> std::io::Result<AdminSocket> {
+/// Bind `<state_dir>/admin.sock` (0600) and serve it until dropped,
+/// refusing agents (`agent_uid`: the agents' uid, `--agent-uid`).
+pub fn serve(
+    rt: Arc<Runtime>,
+    state_dir: &Path,
+    agent_uid: Option<u32>,
+) -> std::io::Result<AdminSocket> {
     use std::os::unix::fs::PermissionsExt as _;
     let path = socket_path(state_dir);
     // A stale socket of a previous run (the state dir is this runner's).
@@ -56,6 +69,7 @@ pub fn serve(rt: Arc<Runtime>, state_dir: &Path) -> std::io::Result<AdminSocket>
     let listener = UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CLIENTS));
+    let guard = Arc::new(Guard::current(agent_uid));
     let task = tokio::spawn(async move {
         loop {
             let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -65,17 +79,26 @@ pub fn serve(rt: Arc<Runtime>, state_dir: &Path) -> std::io::Result<AdminSocket>
                 continue;
             };
             let rt = rt.clone();
+            let guard = guard.clone();
             tokio::spawn(async move {
                 let _permit = permit;
+                if let Err(why) = admit(&guard, &stream).await {
+                    let (_, mut write) = stream.into_split();
+                    let text = format!("{}\n", json!({"error": format!("refused: {why}")}));
+                    let _ = write.write_all(text.as_bytes()).await;
+                    return;
+                }
                 let (read, mut write) = stream.into_split();
                 let mut line = String::new();
                 let mut reader = BufReader::new(read).take(MAX_REQUEST as u64);
-                let answer = match reader.read_line(&mut line).await {
-                    Ok(_) => match serde_json::from_str::<Value>(&line) {
+                let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line));
+                let answer = match read.await {
+                    Err(_) => json!({"error": "request: none within 5s"}),
+                    Ok(Ok(_)) => match serde_json::from_str::<Value>(&line) {
                         Ok(req) => handle(&rt, &req).await,
                         Err(e) => json!({"error": format!("request: not JSON: {e}")}),
                     },
-                    Err(e) => json!({"error": format!("request: {e}")}),
+                    Ok(Err(e)) => json!({"error": format!("request: {e}")}),
                 };
                 let mut text = answer.to_string();
                 text.push('\n');
@@ -85,6 +108,27 @@ pub fn serve(rt: Arc<Runtime>, state_dir: &Path) -> std::io::Result<AdminSocket>
     });
     tracing::info!(path = %path.display(), "admin socket listening");
     Ok(AdminSocket { path, task })
+}
+
+/// Whether the client on `stream` may use the socket; a refusal is logged.
+async fn admit(guard: &Arc<Guard>, stream: &UnixStream) -> Result<(), String> {
+    let cred = match stream.peer_cred() {
+        Ok(cred) => cred,
+        Err(e) => {
+            let why = format!("no peer credentials: {e}");
+            tracing::warn!(reason = %why, "admin socket: client refused");
+            return Err(why);
+        }
+    };
+    let (uid, pid) = (cred.uid(), cred.pid());
+    let check = guard.clone();
+    let verdict = tokio::task::spawn_blocking(move || check.check(uid, pid))
+        .await
+        .unwrap_or_else(|e| Err(format!("checking the peer: {e}")));
+    if let Err(why) = &verdict {
+        tracing::warn!(uid, pid = ?pid, reason = %why, "admin socket: client refused (agents may not use it)");
+    }
+    verdict
 }
 
 async fn handle(rt: &Arc<Runtime>, req: &Value) -> Value {

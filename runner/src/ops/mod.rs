@@ -7,6 +7,7 @@
 //! below this layer depends on it.
 
 pub(crate) mod admin;
+pub(crate) mod admin_peer;
 pub(crate) mod health;
 pub(crate) mod human;
 pub(crate) mod logging;

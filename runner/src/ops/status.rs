@@ -5,7 +5,13 @@
 //! command, so the two cannot disagree about field names. Everything in it
 //! is cheap to collect: in-memory tables, one small SQLite count, one walk
 //! of `/proc`.
+//!
+//! The health port answers anyone who can reach it (agents included), so
+//! `/status` holds counts only: no agent, thread or turn id, no command
+//! line. Which threads exist and what runs in them is the admin socket's
+//! (`agent-runner threads`, `ps`), which refuses agents.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -34,8 +40,14 @@ pub struct Status {
     pub threads: usize,
     /// Turns allowed at once.
     pub max_concurrent_turns: usize,
-    /// Turns running now.
-    pub running_turns: Vec<Turn>,
+    /// Turns running now (a count: no ids on the health port).
+    pub running_turns: usize,
+    /// Running turns by SDK name.
+    #[serde(default)]
+    pub running_turns_by_sdk: BTreeMap<String, usize>,
+    /// How long the longest-running turn has run; `None` when none runs.
+    #[serde(default)]
+    pub oldest_turn_seconds: Option<u64>,
     /// The outbox.
     pub outbox: Outbox,
     /// `None` where `/proc` cannot tell.
@@ -70,21 +82,6 @@ pub struct Connection {
     /// While waiting to retry: in how long.
     #[serde(default)]
     pub next_attempt_in_ms: Option<u64>,
-}
-
-/// A running turn, as `/status` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Turn {
-    /// Its agent.
-    pub agent_id: String,
-    /// Its thread.
-    pub thread_id: String,
-    /// The SDK's turn id.
-    pub turn_id: String,
-    /// The SDK running it.
-    pub sdk: String,
-    /// How long it has run.
-    pub age_seconds: u64,
 }
 
 /// The outbox, as `/status` shows it.
@@ -163,6 +160,11 @@ pub fn collect(
             },
         })
         .collect();
+    let turns = rt.running_turn_list();
+    let mut running_turns_by_sdk = BTreeMap::new();
+    for t in &turns {
+        *running_turns_by_sdk.entry(t.sdk.clone()).or_insert(0) += 1;
+    }
     Status {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         pid: std::process::id(),
@@ -186,17 +188,9 @@ pub fn collect(
         agents: rt.store.agents().ok().map(|a| a.len()),
         threads: rt.mailboxes.thread_count(),
         max_concurrent_turns: rt.max_turns,
-        running_turns: rt
-            .running_turn_list()
-            .into_iter()
-            .map(|t| Turn {
-                age_seconds: t.started.elapsed().as_secs(),
-                agent_id: t.agent_id,
-                thread_id: t.thread_id,
-                turn_id: t.turn_id,
-                sdk: t.sdk,
-            })
-            .collect(),
+        running_turns: turns.len(),
+        running_turns_by_sdk,
+        oldest_turn_seconds: turns.iter().map(|t| t.started.elapsed().as_secs()).max(),
         outbox: Outbox {
             depth: stats.depth,
             capacity: rt.outbox.capacity(),
@@ -270,18 +264,18 @@ fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
     writeln!(
         out,
         "turns       {} running (limit {})",
-        s.running_turns.len(),
-        s.max_concurrent_turns
+        s.running_turns, s.max_concurrent_turns
     )?;
-    for t in &s.running_turns {
+    for (sdk, n) in &s.running_turns_by_sdk {
+        writeln!(out, "  {sdk}  {n} running")?;
+    }
+    if let Some(oldest) = s.oldest_turn_seconds {
+        writeln!(out, "  oldest running for {}", age(oldest))?;
+    }
+    if s.running_turns > 0 {
         writeln!(
             out,
-            "  {}  agent {}  thread {}  turn {}  running for {}",
-            t.sdk,
-            t.agent_id,
-            t.thread_id,
-            t.turn_id,
-            age(t.age_seconds)
+            "  (which threads: `agent-runner threads` or `ps` on this host)"
         )?;
     }
     let o = &s.outbox;
@@ -365,13 +359,9 @@ mod tests {
             agents: Some(3),
             threads: 4,
             max_concurrent_turns: 256,
-            running_turns: vec![Turn {
-                agent_id: "a1".into(),
-                thread_id: "thr-1".into(),
-                turn_id: "turn-9".into(),
-                sdk: "scripted".into(),
-                age_seconds: 75,
-            }],
+            running_turns: 1,
+            running_turns_by_sdk: BTreeMap::from([("scripted".to_owned(), 1)]),
+            oldest_turn_seconds: Some(75),
             outbox: Outbox {
                 depth: 5,
                 capacity: 10_000,
@@ -404,7 +394,8 @@ mod tests {
             "agents      3",
             "threads     4",
             "turns       1 running (limit 256)",
-            "scripted  agent a1  thread thr-1  turn turn-9  running for 1m 15s",
+            "  scripted  1 running\n",
+            "  oldest running for 1m 15s\n",
             "outbox      5 queued (capacity 10000), 3 sent unsettled, 1 dropped, 0 coalesced",
             "processes   2 alive",
             "  scripted  ready  models: scripted-fast",

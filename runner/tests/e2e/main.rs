@@ -27,6 +27,7 @@ mod idle;
 mod lifecycle;
 mod limits;
 mod link;
+mod local_endpoints;
 mod logs;
 mod mcp;
 mod operator_cli;

@@ -14,9 +14,10 @@
 
 pub mod client;
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,7 +27,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -35,11 +36,18 @@ use crate::observe::link_state::{LinkReport, LinkState};
 use crate::tasks::context::Runtime;
 use crate::{host::procs, observe::metrics, ops::status};
 
-/// Connections served at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 32;
+/// Connections open at once. The accept loop never waits for a free slot:
+/// at the limit the oldest open connection is closed, so idle or slow
+/// clients (agents can reach this port too) cannot keep `/livez` and
+/// `/readyz` from being answered.
+const MAX_CONNECTIONS: usize = 64;
 
 /// How long a client may take to send its request headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long any one connection may stay open (one request each: no
+/// keep-alive), whether or not hyper's header timer has started.
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(15);
 
 /// Listen on `listen`. A taken default address is only a warning (`None`:
 /// the runner goes on without endpoints); a taken explicit one is an error.
@@ -103,19 +111,13 @@ impl HealthServer {
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(Open::default());
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
-            permit = slots.clone().acquire_owned() => match permit {
-                Ok(permit) => tokio::select! {
-                    () = stop.cancelled() => return,
-                    accepted = listener.accept() => accepted.map(|a| (a, permit)),
-                },
-                Err(_) => return,
-            },
+            accepted = listener.accept() => accepted,
         };
-        let ((stream, _peer), permit) = match accepted {
+        let (stream, _peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // Out of descriptors and the like: pause instead of spinning.
@@ -124,9 +126,10 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Cancellat
                 continue;
             }
         };
+        let (id, closed) = open.admit(MAX_CONNECTIONS);
         let shared = shared.clone();
+        let open = open.clone();
         tokio::spawn(async move {
-            let _permit = permit;
             let service = service_fn(move |req| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(handle(&shared, req).await) }
@@ -134,12 +137,54 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Cancellat
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "health endpoints: connection ended with an error");
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                () = closed.cancelled() => {
+                    tracing::debug!("health endpoints: oldest connection closed for a new one");
+                }
+                served = tokio::time::timeout(CONNECTION_DEADLINE, served) => match served {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::debug!(error = %e, "health endpoints: connection ended with an error"),
+                    Err(_) => tracing::debug!("health endpoints: connection past its deadline closed"),
+                },
             }
+            open.leave(id);
         });
+    }
+}
+
+/// The open connections, oldest first, each with the token that closes it.
+#[derive(Default)]
+struct Open {
+    by_id: Mutex<(u64, BTreeMap<u64, CancellationToken>)>,
+}
+
+impl Open {
+    /// Registers a new connection, closing the oldest ones beyond `max`.
+    fn admit(&self, max: usize) -> (u64, CancellationToken) {
+        let mut guard = self.by_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let (next, open) = &mut *guard;
+        while open.len() >= max.max(1) {
+            match open.pop_first() {
+                Some((_, oldest)) => oldest.cancel(),
+                None => break,
+            }
+        }
+        let id = *next;
+        *next += 1;
+        let token = CancellationToken::new();
+        open.insert(id, token.clone());
+        (id, token)
+    }
+
+    /// Forgets a connection that ended.
+    fn leave(&self, id: u64) {
+        self.by_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+            .remove(&id);
     }
 }
 
@@ -220,6 +265,19 @@ async fn count_processes() -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_table_closes_the_oldest_connection() {
+        let open = Open::default();
+        let (a, ta) = open.admit(2);
+        let (_b, tb) = open.admit(2);
+        assert!(!ta.is_cancelled());
+        let (_c, tc) = open.admit(2);
+        assert!(ta.is_cancelled() && !tb.is_cancelled() && !tc.is_cancelled());
+        open.leave(a);
+        let (_d, _) = open.admit(2);
+        assert!(tb.is_cancelled() && !tc.is_cancelled());
+    }
 
     #[tokio::test]
     async fn taken_default_port_is_a_warning_taken_explicit_port_an_error() {
