@@ -13,7 +13,7 @@ use agent_runner::config::Secret;
 /// of freed chunks (`malloc_consolidate`, `unlink_chunk`) was a sixth of the
 /// runner's samples in the throughput profile. Measured with
 /// `runner-bench --only throughput`: a third less runner CPU for the same
-/// updates (issue 14, README "Performance"). Its freed memory goes back
+/// updates (docs/performance.md). Its freed memory goes back
 /// to the OS when threads wait: see `agent_runner::allocator`.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

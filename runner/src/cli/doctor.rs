@@ -1,4 +1,4 @@
-//! `agent-runner doctor` (issue 15): with the same settings `run` would use,
+//! `agent-runner doctor`: with the same settings `run` would use,
 //! checks everything the runner needs before it starts and says what to fix.
 //!
 //! Each check is `ok`, `warn` (the runner starts, something is missing) or

@@ -1,4 +1,4 @@
-//! Settings of the agent sandbox (issue 17): the mode, the uid agents run
+//! Settings of the agent sandbox: the mode, the uid agents run
 //! as, what they may read besides the system, which more of the runner's
 //! environment they get, and per-thread limits. Flag > env > file, each
 //! error naming its key.

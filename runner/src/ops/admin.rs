@@ -1,4 +1,4 @@
-//! The admin socket (issue 15): a Unix socket in the state dir
+//! The admin socket: a Unix socket in the state dir
 //! (`admin.sock`, mode 0600: only the runner's user) served by the running
 //! runner for `agent-runner ps`, `threads`, `interrupt` and `kill`. Not
 //! the health port: these answers name processes and can interrupt turns

@@ -109,7 +109,7 @@ fn start_credentials(
 /// [`Runner::start`] builds the launcher: start-up waits for the longest
 /// of them, not their sum. Each file created costs a journal entry of the
 /// filesystem, 0.1 ms on a quiet disk and about 2 ms on a busy one
-/// (README, "Performance").
+/// (docs/performance.md).
 struct Opening {
     store: JoinHandle<Result<Store, crate::host::store::StoreError>>,
     journal: JoinHandle<

@@ -91,8 +91,8 @@ pub struct Runtime {
     pub sandboxes: Arc<AgentSandboxes>,
     /// Each live thread's MCP servers, by thread id: in memory only, never
     /// in the store (their tokens, headers and environment are secrets), so
-    /// a thread re-opened after a restart has none (README, "Behaviour the
-    /// control plane can rely on").
+    /// a thread re-opened after a restart has none (docs/protocol.md, "Behaviour
+    /// the control plane can rely on").
     mcp_servers: std::sync::Mutex<HashMap<String, Arc<[McpServer]>>>,
     /// Per-thread transcripts (set by the runner at start; bare runtimes
     /// keep none).

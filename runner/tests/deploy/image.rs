@@ -1,4 +1,4 @@
-//! The real image (issue 15): `deploy/Dockerfile`, unmodified, built with
+//! The real image: `deploy/Dockerfile`, unmodified, built with
 //! podman and run the way `deploy/README.md` tells operators to run it, next
 //! to the mock control plane's image on loopback.
 //!

@@ -1,4 +1,4 @@
-//! Acknowledged delivery and the durable outbox (issue 18), through the real
+//! Acknowledged delivery and the durable outbox, through the real
 //! binary over loopback: faults at random moments while threads stream,
 //! with a control plane that acknowledges (exactly once, in order) and one
 //! that does not (terminal updates at least once).

@@ -1,4 +1,4 @@
-//! The admin socket through the real binary (issue 15): `ps` shows a
+//! The admin socket through the real binary: `ps` shows a
 //! running turn's process tree, `threads` its state, `kill --tree`
 //! interrupts the turn (the control plane sees it end) and kills the
 //! processes; the socket is 0600 in the state dir.

@@ -1,4 +1,4 @@
-//! `agent-runner doctor` (issue 15) through the real binary: against the
+//! `agent-runner doctor` through the real binary: against the
 //! mock it passes (exit 0) and says where settings came from; a wrong secret
 //! and an unreachable URL each fail the control-plane check (exit 1).
 

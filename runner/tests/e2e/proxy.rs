@@ -1,4 +1,4 @@
-//! Outbound proxies (issue 15): the ControlChannel through a real HTTP
+//! Outbound proxies: the ControlChannel through a real HTTP
 //! proxy on loopback (Debian's `tinyproxy`, installed by the test with apt
 //! when root and missing; skipped with the reason otherwise), a `NO_PROXY`
 //! match going direct, and a proxy that refuses giving an error that names

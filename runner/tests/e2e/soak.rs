@@ -1,4 +1,4 @@
-//! Soak and fault injection (issue 7): the real runner keeps every turn's
+//! Soak and fault injection: the real runner keeps every turn's
 //! updates exactly once and in order through control-plane restarts, stream
 //! drops, a stalled (blackholed) connection and SIGKILL.
 //!

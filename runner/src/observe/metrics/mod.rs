@@ -16,7 +16,7 @@
 //! ([`render`]), so they cannot drift from what they mirror.
 //!
 //! Every name starts with `agent_runner_` and carries its unit; counters get
-//! `_total` from the encoder. The exact list is in `deploy/README.md`.
+//! `_total` from the encoder. The exact list is in `docs/operating.md`.
 //!
 //! The parts: this file holds the registry and renders it; [`catalogue`]
 //! names and describes every metric; [`requests`] follows a request to its
