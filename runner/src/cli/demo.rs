@@ -62,28 +62,59 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         crate::ops::logging::init(LogFormat::Text, level).map_err(anyhow::Error::msg)?;
     }
     super::code_agent::redact_provider_keys();
-    let provider_in_env = [
+    let chosen = DemoSdk::choose(&args, provider_in_env())?;
+    let dir = tempfile_dir()?;
+    let cp = MockControlPlane::start(MockConfig::default()).await?;
+    println!("mock control plane listening on {}", cp.url());
+    let config = demo_config(&dir, &cp.url(), &chosen.name)?;
+    let runner = Runner::start(&config).await?;
+    cp.wait_connected(WAIT).await?;
+    print_registrations(&cp);
+    let plan = match Plan::for_chosen(&cp, &chosen) {
+        Ok(plan) => plan,
+        Err(why) => {
+            runner.shutdown(Duration::from_secs(5)).await?;
+            cp.stop().await?;
+            let _ = std::fs::remove_dir_all(&dir);
+            anyhow::bail!("--sdk {}: {why}", chosen.name);
+        }
+    };
+    let failure = run_thread(&cp, plan).await?;
+    runner.shutdown(Duration::from_secs(5)).await?;
+    cp.stop().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(why) = failure {
+        anyhow::bail!("the demo turn failed: {why}");
+    }
+    println!("\ndemo finished");
+    Ok(())
+}
+
+/// Whether a model provider is configured in the environment.
+fn provider_in_env() -> bool {
+    [
         "OPENAI_API_KEY",
         "OPENAI_BASE_URL",
         "ANTHROPIC_API_KEY",
         "ANTHROPIC_BASE_URL",
     ]
     .iter()
-    .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));
-    let chosen = DemoSdk::choose(&args, provider_in_env)?;
-    let dir = tempfile_dir()?;
-    let cp = MockControlPlane::start(MockConfig::default()).await?;
-    println!("mock control plane listening on {}", cp.url());
-    let config = RunConfig {
-        control_plane: ControlPlaneUrl::parse(&cp.url()).map_err(anyhow::Error::msg)?,
+    .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()))
+}
+
+/// The demo runner's settings: against the mock at `url`, its state and
+/// workspaces in `dir`, driving the scripted SDK and `sdk`.
+fn demo_config(dir: &std::path::Path, url: &str, sdk: &str) -> anyhow::Result<RunConfig> {
+    Ok(RunConfig {
+        control_plane: ControlPlaneUrl::parse(url).map_err(anyhow::Error::msg)?,
         ca_cert_pem: None,
         secret: None,
         state_dir: dir.join("state"),
         workspace_root: dir.join("workspaces"),
-        sdks: if chosen.name == "scripted" {
+        sdks: if sdk == "scripted" {
             vec!["scripted".into()]
         } else {
-            vec!["scripted".into(), chosen.name.clone()]
+            vec!["scripted".into(), sdk.to_owned()]
         },
         max_concurrent_turns: 16,
         max_queued_requests: crate::tasks::mailboxes::DEFAULT_MAX_QUEUED,
@@ -111,9 +142,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             },
             ..Default::default()
         },
-    };
-    let runner = Runner::start(&config).await?;
-    cp.wait_connected(WAIT).await?;
+    })
+}
+
+/// One line per SDK the runner registered, with its models.
+fn print_registrations(cp: &MockControlPlane) {
     for reg in cp.registrations() {
         for sdk in reg.request.agent_sdks {
             let models: Vec<String> = sdk.models.iter().map(|m| m.name.clone()).collect();
@@ -124,14 +157,30 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             );
         }
     }
-    // (sdk, model, reasoning level, message) of the demo thread.
-    let mut plan = (
-        "scripted".to_owned(),
-        "scripted-fast".to_owned(),
-        Some("low".to_owned()),
-        chosen.message.clone(),
-    );
-    if chosen.name != "scripted" {
+}
+
+/// The demo thread's SDK, model, reasoning level and message.
+struct Plan {
+    sdk: String,
+    model: String,
+    reasoning_level: Option<String>,
+    message: String,
+}
+
+impl Plan {
+    /// The plan for `chosen`, on the first model the runner advertises for
+    /// it. When it is not usable a default choice falls back to the scripted
+    /// SDK (and script); an asked-for SDK is an error, saying why.
+    fn for_chosen(cp: &MockControlPlane, chosen: &DemoSdk) -> Result<Self, String> {
+        let mut plan = Self {
+            sdk: "scripted".to_owned(),
+            model: "scripted-fast".to_owned(),
+            reasoning_level: Some("low".to_owned()),
+            message: chosen.message.clone(),
+        };
+        if chosen.name == "scripted" {
+            return Ok(plan);
+        }
         let advertised = cp
             .registrations()
             .into_iter()
@@ -139,39 +188,41 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             .find(|s| s.name == chosen.name);
         let why = match advertised {
             Some(sdk) if sdk.status == AgentSdkStatus::Ready as i32 && !sdk.models.is_empty() => {
-                plan = (
-                    sdk.name.clone(),
-                    sdk.models[0].name.clone(),
-                    None,
-                    chosen.message.clone(),
-                );
-                None
+                return Ok(Self {
+                    sdk: sdk.name.clone(),
+                    model: sdk.models[0].name.clone(),
+                    reasoning_level: None,
+                    message: chosen.message.clone(),
+                });
             }
-            Some(sdk) => Some(format!(
+            Some(sdk) => format!(
                 "{} is not ready ({})",
                 sdk.name,
                 sdk.error_message
                     .as_deref()
                     .unwrap_or("it advertises no model")
-            )),
-            None => Some(format!("{} was not advertised", chosen.name)),
+            ),
+            None => format!("{} was not advertised", chosen.name),
         };
-        match why {
-            None => {}
-            // Only a default choice falls back; an asked-for SDK fails.
-            Some(why) if chosen.implicit => {
-                println!("{why}; the demo uses the scripted SDK");
-                plan.3 = SCRIPT.to_owned();
-            }
-            Some(why) => {
-                runner.shutdown(Duration::from_secs(5)).await?;
-                cp.stop().await?;
-                let _ = std::fs::remove_dir_all(&dir);
-                anyhow::bail!("--sdk {}: {why}", chosen.name);
-            }
+        // Only a default choice falls back; an asked-for SDK fails.
+        if !chosen.implicit {
+            return Err(why);
         }
+        println!("{why}; the demo uses the scripted SDK");
+        plan.message = SCRIPT.to_owned();
+        Ok(plan)
     }
-    let (sdk, model, reasoning_level, message) = plan;
+}
+
+/// Create the demo agent and thread, send the message and print every
+/// update until the turn completes; the turn's error, if it failed.
+async fn run_thread(cp: &MockControlPlane, plan: Plan) -> anyhow::Result<Option<String>> {
+    let Plan {
+        sdk,
+        model,
+        reasoning_level,
+        message,
+    } = plan;
     let mut cursor = 0;
 
     cp.send_request(
@@ -182,7 +233,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         }),
     )
     .await?;
-    print_until(&cp, &mut cursor, |m| {
+    print_until(cp, &mut cursor, |m| {
         m.request_id.as_deref() == Some("req-1")
     })
     .await?;
@@ -197,7 +248,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         }),
     )
     .await?;
-    let created = print_until(&cp, &mut cursor, |m| {
+    let created = print_until(cp, &mut cursor, |m| {
         m.request_id.as_deref() == Some("req-2")
     })
     .await?;
@@ -222,29 +273,21 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     )
     .await?;
     let turn_start = cursor;
-    print_until(&cp, &mut cursor, |m| {
+    print_until(cp, &mut cursor, |m| {
         m.request_id.as_deref() == Some("req-3")
             && matches!(&m.payload, Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32)
     })
     .await?;
     // A turn that failed ends with COMPLETED too, after a RequestError:
     // the demo failed then, and says so with its exit code.
-    let failure = cp.received()[turn_start..cursor]
+    Ok(cp.received()[turn_start..cursor]
         .iter()
         .find_map(|m| match &m.payload {
             Some(Payload::RequestError(e)) if m.request_id.as_deref() == Some("req-3") => {
                 Some(e.error_message.clone())
             }
             _ => None,
-        });
-    runner.shutdown(Duration::from_secs(5)).await?;
-    cp.stop().await?;
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Some(why) = failure {
-        anyhow::bail!("the demo turn failed: {why}");
-    }
-    println!("\ndemo finished");
-    Ok(())
+        }))
 }
 
 /// The demo agent's SDK and what it is sent, from the options.

@@ -369,18 +369,12 @@ done
 exec setpriv --reuid "$uid" --regid "$gid" --clear-groups -- "$bin" run
 "#;
 
-#[tokio::test]
-async fn binary_runs_like_the_image() {
-    let how = isolation();
-    let (all, runtime) = runtime_instructions();
-    let (uid, gid) = image_user();
-    let volumes = image_volumes();
-
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+/// The two volume stand-ins (`state`, `workspaces`) in `dir`, owned by the
+/// image's user when the uid is switched.
+fn volume_stand_ins(dir: &Path, how: &Isolation, uid: u32, gid: u32) -> Vec<PathBuf> {
     let stand_in: Vec<PathBuf> = ["state", "workspaces"]
         .iter()
-        .map(|n| dir.path().join(n))
+        .map(|n| dir.join(n))
         .collect();
     for d in &stand_in {
         std::fs::create_dir(d).unwrap();
@@ -388,22 +382,24 @@ async fn binary_runs_like_the_image() {
             std::os::unix::fs::chown(d, Some(uid), Some(gid)).unwrap();
         }
     }
-    // A copy any uid can run, wherever the target dir is.
-    let bin = dir.path().join("agent-runner");
-    std::fs::copy(runner_bin(), &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    stand_in
+}
 
-    // Exactly the image's environment: its ENV lines (volume paths moved to
-    // their stand-ins, the health port made free), the base image's PATH,
-    // and the one setting the image cannot know: the control plane URL.
-    let cp = MockControlPlane::start(MockConfig::default())
-        .await
-        .unwrap();
+/// Exactly the image's environment: its ENV lines (volume paths moved to
+/// their stand-ins, the health port made free), the base image's PATH,
+/// and the one setting the image cannot know: the control plane URL.
+fn image_env(
+    all: &[Instruction],
+    runtime: usize,
+    volumes: &[String],
+    stand_in: &[PathBuf],
+    cp_url: String,
+) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), BASE_IMAGE_PATH.into()),
-        ("AGENT_RUNNER_CONTROL_PLANE_URL".into(), cp.url()),
+        ("AGENT_RUNNER_CONTROL_PLANE_URL".into(), cp_url),
     ];
-    for (k, v) in env_of(&all, runtime) {
+    for (k, v) in env_of(all, runtime) {
         let v = match volumes.iter().position(|p| *p == v) {
             Some(i) => stand_in[i].display().to_string(),
             None if k == "AGENT_RUNNER_HEALTH_ADDR" => {
@@ -414,15 +410,25 @@ async fn binary_runs_like_the_image() {
         };
         env.push((k, v));
     }
+    env
+}
 
-    let mut cmd = if how.read_only_root {
+/// The command that starts `bin` as the image would, as far as `how` allows.
+fn runner_command(
+    how: &Isolation,
+    bin: &Path,
+    stand_in: &[PathBuf],
+    uid: u32,
+    gid: u32,
+) -> tokio::process::Command {
+    if how.read_only_root {
         let mut c = tokio::process::Command::new("unshare");
         c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
             .arg(READ_ONLY_ROOT)
             .arg("sh")
             .arg(&stand_in[0])
             .arg(&stand_in[1])
-            .arg(&bin)
+            .arg(bin)
             .arg(uid.to_string())
             .arg(gid.to_string());
         c
@@ -430,21 +436,25 @@ async fn binary_runs_like_the_image() {
         let mut c = tokio::process::Command::new("setpriv");
         c.args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])
             .args(["--clear-groups", "--"])
-            .arg(&bin)
+            .arg(bin)
             .arg("run");
         c
     } else {
-        let mut c = tokio::process::Command::new(&bin);
+        let mut c = tokio::process::Command::new(bin);
         c.arg("run");
         c
-    };
-    cmd.env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&stand_in[1]);
-    let (mut child, logs) = spawn_logged(&mut cmd);
-    let logs_now = || logs.text();
+    }
+}
 
-    // It listens (the image's HEALTHCHECK passes) and registers.
+/// It listens (the image's HEALTHCHECK passes) and registers.
+async fn check_listens_and_registers(
+    child: &mut tokio::process::Child,
+    logs: &Logs,
+    bin: &Path,
+    env: &[(String, String)],
+    cp: &MockControlPlane,
+) {
+    let logs_now = || logs.text();
     let deadline = tokio::time::Instant::now() + WAIT;
     let addr = loop {
         if let Some(addr) = logged_health_addr(&logs_now()) {
@@ -460,7 +470,7 @@ async fn binary_runs_like_the_image() {
         http_get(&addr, "/livez").await.unwrap(),
         (200, "ok\n".to_owned())
     );
-    let healthcheck = std::process::Command::new(&bin)
+    let healthcheck = std::process::Command::new(bin)
         .args(["status", "--probe", "livez"])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -469,9 +479,10 @@ async fn binary_runs_like_the_image() {
         .unwrap();
     assert!(healthcheck.status.success(), "{healthcheck:?}");
     cp.wait_connected(WAIT).await.unwrap();
+}
 
-    // As the image's user, with no capabilities left.
-    let pid = child.id().expect("running");
+/// As the image's user, with no capabilities left; returns the uid checked.
+fn check_user_and_capabilities(pid: u32, how: &Isolation, uid: u32) -> u32 {
     let status = read(Path::new(&format!("/proc/{pid}/status")));
     let line = |name: &str| {
         status
@@ -496,11 +507,14 @@ async fn binary_runs_like_the_image() {
     if how.switch_uid {
         assert!(line("CapEff:").ends_with("0000000000000000"), "{status}");
     }
+    expected_uid
+}
 
-    // An agent works: its command writes in its workspace, on the volume.
+/// An agent works: its command writes in its workspace, on the volume.
+async fn check_an_agent_works(cp: &MockControlPlane, logs: &Logs, stand_in: &[PathBuf]) {
+    let logs_now = || logs.text();
     let send = |rid: &str, r: Request| {
         let rid = rid.to_owned();
-        let cp = &cp;
         async move { cp.send_request(rid, r).await.unwrap() }
     };
     send(
@@ -575,18 +589,53 @@ async fn binary_runs_like_the_image() {
         .join(&thread.thread_id)
         .join("made-here");
     assert!(made.exists(), "{} is missing", made.display());
+}
 
-    // SIGTERM drains and exits 0.
+/// SIGTERM drains and exits 0, with nothing refused by the file system.
+async fn check_sigterm_drains(child: &mut tokio::process::Child, pid: u32, logs: &Logs) {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let exit = tokio::time::timeout(WAIT, child.wait())
         .await
         .unwrap()
         .unwrap();
-    assert!(exit.success(), "{exit}\n{}", logs_now());
-    let logs = logs_now();
+    assert!(exit.success(), "{exit}\n{}", logs.text());
+    let logs = logs.text();
     assert!(!logs.contains("Read-only file system"), "{logs}");
     assert!(!logs.contains("Permission denied"), "{logs}");
+}
+
+#[tokio::test]
+async fn binary_runs_like_the_image() {
+    let how = isolation();
+    let (all, runtime) = runtime_instructions();
+    let (uid, gid) = image_user();
+    let volumes = image_volumes();
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let stand_in = volume_stand_ins(dir.path(), &how, uid, gid);
+    // A copy any uid can run, wherever the target dir is.
+    let bin = dir.path().join("agent-runner");
+    std::fs::copy(runner_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let cp = MockControlPlane::start(MockConfig::default())
+        .await
+        .unwrap();
+    let env = image_env(&all, runtime, &volumes, &stand_in, cp.url());
+
+    let mut cmd = runner_command(&how, &bin, &stand_in, uid, gid);
+    cmd.env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&stand_in[1]);
+    let (mut child, logs) = spawn_logged(&mut cmd);
+
+    check_listens_and_registers(&mut child, &logs, &bin, &env, &cp).await;
+    let pid = child.id().expect("running");
+    let expected_uid = check_user_and_capabilities(pid, &how, uid);
+    check_an_agent_works(&cp, &logs, &stand_in).await;
+    check_sigterm_drains(&mut child, pid, &logs).await;
     eprintln!(
         "checked: env = the image's ENV (+PATH, control plane URL, volume stand-ins, health port 0); \
          uid {expected_uid}{}; {}",

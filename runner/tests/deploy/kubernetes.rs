@@ -113,17 +113,22 @@ fn env_value(container: &Value, name: &str) -> Option<String> {
         .and_then(|e| e["value"].as_str().map(str::to_owned))
 }
 
-#[test]
-fn statefulset_fits_the_runner_and_the_image() {
-    let sts = manifest("statefulset.yaml");
-    let pod = &sts["spec"]["template"]["spec"];
-    let containers = pod["containers"].as_sequence().expect("containers");
-    assert_eq!(containers.len(), 1);
-    let c = &containers[0];
-    let settings = run_env_names();
+/// The name of the volume mounted at `path` in `container`.
+fn mount_of(container: &Value, path: &str) -> String {
+    container["volumeMounts"]
+        .as_sequence()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some(path))
+        .and_then(|m| m["name"].as_str())
+        .unwrap_or_else(|| panic!("nothing mounted at {path}"))
+        .to_owned()
+}
 
-    // Every variable set is a real setting, but the pod's own name (from
-    // the downward API, for the secret file's path).
+/// Every variable set is a real setting, but the pod's own name (from the
+/// downward API, for the secret file's path); so is every ConfigMap key.
+fn check_env_is_runner_settings(c: &Value) {
+    let settings = run_env_names();
     for e in c["env"].as_sequence().expect("env") {
         let name = str_of(&e["name"], "env name");
         if name == "POD_NAME" {
@@ -144,8 +149,10 @@ fn statefulset_fits_the_runner_and_the_image() {
         c["envFrom"][0]["configMapRef"]["name"],
         config["metadata"]["name"]
     );
+}
 
-    // Health on all interfaces, on the named port the probes use.
+/// Health on all interfaces, on the named port the probes use.
+fn check_health_port_and_probes(c: &Value) {
     let health = env_value(c, "AGENT_RUNNER_HEALTH_ADDR").expect("AGENT_RUNNER_HEALTH_ADDR");
     let (host, port) = health.rsplit_once(':').unwrap();
     assert_eq!(
@@ -164,8 +171,10 @@ fn statefulset_fits_the_runner_and_the_image() {
         assert_eq!(c[probe]["httpGet"]["path"], path, "{probe}");
         assert_eq!(c[probe]["httpGet"]["port"], "metrics", "{probe}");
     }
+}
 
-    // The grace period outlasts the whole drain.
+/// The grace period outlasts the whole drain.
+fn check_grace_outlasts_drain(pod: &Value, c: &Value) {
     let drain = env_value(c, "AGENT_RUNNER_DRAIN_TIMEOUT").expect("drain timeout set");
     let drain = humantime::parse_duration(&drain).unwrap();
     let grace = pod["terminationGracePeriodSeconds"]
@@ -175,8 +184,10 @@ fn statefulset_fits_the_runner_and_the_image() {
         Duration::from_secs(grace) > drain + AFTER_DRAIN,
         "terminationGracePeriodSeconds {grace} must exceed the drain {drain:?} + {AFTER_DRAIN:?}"
     );
+}
 
-    // Non-root as the image's user, read-only root, nothing to escalate.
+/// Non-root as the image's user, read-only root, nothing to escalate.
+fn check_hardening(pod: &Value, c: &Value) {
     let (uid, gid) = image_user();
     for sc in [&pod["securityContext"], &c["securityContext"]] {
         assert_eq!(sc["runAsNonRoot"].as_bool(), Some(true));
@@ -191,8 +202,10 @@ fn statefulset_fits_the_runner_and_the_image() {
     assert!(sc["capabilities"]["add"].is_null());
     assert!(c["resources"]["requests"]["memory"].is_string());
     assert!(c["resources"]["limits"]["memory"].is_string());
+}
 
-    // No API access.
+/// No API access.
+fn check_no_api_access(pod: &Value) {
     assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(false));
     let sa = manifest("serviceaccount.yaml");
     assert_eq!(sa["automountServiceAccountToken"].as_bool(), Some(false));
@@ -205,17 +218,10 @@ fn statefulset_fits_the_runner_and_the_image() {
             entry.path().display()
         );
     }
+}
 
-    // The state and workspaces volumes are the image's, per-pod claims.
-    let mounts = c["volumeMounts"].as_sequence().expect("volumeMounts");
-    let mount_of = |path: &str| {
-        mounts
-            .iter()
-            .find(|m| m["mountPath"].as_str() == Some(path))
-            .and_then(|m| m["name"].as_str())
-            .unwrap_or_else(|| panic!("nothing mounted at {path}"))
-            .to_owned()
-    };
+/// The state and workspaces volumes are the image's, per-pod claims.
+fn check_volumes_are_per_pod_claims(sts: &Value, c: &Value) {
     let claims: Vec<&str> = sts["spec"]["volumeClaimTemplates"]
         .as_sequence()
         .expect("volumeClaimTemplates")
@@ -227,18 +233,20 @@ fn statefulset_fits_the_runner_and_the_image() {
         .zip(["AGENT_RUNNER_STATE_DIR", "AGENT_RUNNER_WORKSPACE_ROOT"])
     {
         assert!(
-            claims.contains(&mount_of(path).as_str()),
+            claims.contains(&mount_of(c, path).as_str()),
             "{path}: a per-pod claim"
         );
         assert_eq!(env_value(c, env).as_deref(), Some(path.as_str()));
     }
+}
 
-    // The secret file the runner reads sits in the mounted Secret: each
-    // replica its own, the key named after its pod.
+/// The secret file the runner reads sits in the mounted Secret: each
+/// replica its own, the key named after its pod.
+fn check_secret_per_replica(sts: &Value, pod: &Value, c: &Value) {
     let secret_file = env_value(c, "AGENT_RUNNER_SECRET_FILE").expect("secret file");
     let (dir, key) = secret_file.rsplit_once('/').unwrap();
     assert_eq!(key, "$(POD_NAME)", "one secret per replica, by pod name");
-    let volume = mount_of(dir);
+    let volume = mount_of(c, dir);
     let secret_name = pod["volumes"]
         .as_sequence()
         .unwrap()
@@ -261,8 +269,10 @@ fn statefulset_fits_the_runner_and_the_image() {
         secret["stringData"]["github-app-private-key.pem"].is_string(),
         "the GitHub App key is in the Secret"
     );
+}
 
-    // Disruptions one at a time; metrics port named for a ServiceMonitor.
+/// Disruptions one at a time; metrics port named for a ServiceMonitor.
+fn check_pdb_and_service_select_the_pods(sts: &Value) {
     let pod_labels = &sts["spec"]["template"]["metadata"]["labels"];
     let pdb = manifest("poddisruptionbudget.yaml");
     for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
@@ -275,6 +285,24 @@ fn statefulset_fits_the_runner_and_the_image() {
     for (k, v) in svc["spec"]["selector"].as_mapping().unwrap() {
         assert_eq!(&pod_labels[k], v, "Service selects the pods");
     }
+}
+
+#[test]
+fn statefulset_fits_the_runner_and_the_image() {
+    let sts = manifest("statefulset.yaml");
+    let pod = &sts["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_sequence().expect("containers");
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+
+    check_env_is_runner_settings(c);
+    check_health_port_and_probes(c);
+    check_grace_outlasts_drain(pod, c);
+    check_hardening(pod, c);
+    check_no_api_access(pod);
+    check_volumes_are_per_pod_claims(&sts, c);
+    check_secret_per_replica(&sts, pod, c);
+    check_pdb_and_service_select_the_pods(&sts);
 }
 
 #[test]
