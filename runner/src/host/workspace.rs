@@ -116,13 +116,12 @@ impl Workspaces {
         self.create(&dir)?;
         let skills = self.agent_skills(agent_id);
         std::fs::create_dir_all(&skills)?;
+        // The agent can write the workspace: beneath its fd, a link planted
+        // at `.agents`/`.claude` is replaced, not followed.
+        let root = sdk_adapter::beneath::open_root(&dir)?;
         for sdk_dir in [".agents", ".claude"] {
-            let parent = dir.join(sdk_dir);
-            std::fs::create_dir_all(&parent)?;
-            match std::os::unix::fs::symlink(&skills, parent.join("skills")) {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                other => other?,
-            }
+            let parent = sdk_adapter::beneath::ensure_dir(&root, sdk_dir, None, None)?;
+            sdk_adapter::beneath::symlink_if_missing(&skills, &parent, "skills")?;
         }
         Ok(dir)
     }
@@ -184,6 +183,24 @@ mod tests {
         }
         // Re-opening is harmless.
         ws.create_thread("a", "t").unwrap();
+    }
+
+    /// The agent linked `.agents` to a directory outside its workspace: the
+    /// next open replaces the link, nothing is created outside.
+    #[test]
+    fn a_planted_sdk_dir_link_is_replaced_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        let t = ws.create_thread("a", "t").unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::remove_file(t.join(".agents/skills")).unwrap();
+        std::fs::remove_dir(t.join(".agents")).unwrap();
+        std::os::unix::fs::symlink(&outside, t.join(".agents")).unwrap();
+        ws.create_thread("a", "t").unwrap();
+        assert!(std::fs::read_dir(&outside).unwrap().next().is_none());
+        assert!(!t.join(".agents").is_symlink());
+        assert!(t.join(".agents/skills").is_symlink());
     }
 
     #[test]

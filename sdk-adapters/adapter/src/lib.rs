@@ -17,6 +17,7 @@
 //! Every process an adapter starts for a thread goes through the thread's
 //! [`Sandbox`] (the `agent-launcher` crate, re-exported as [`launcher`]).
 
+pub mod beneath;
 pub mod cap;
 mod event;
 mod mcp;

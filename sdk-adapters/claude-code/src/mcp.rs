@@ -7,12 +7,10 @@
 //! header, other header values, a stdio server's env) from that file and
 //! from nowhere else we could use: a secret on argv is visible to every
 //! process on the host, so the 0600 file in the thread's own HOME is where
-//! the runner must put them (README, "Behaviour the control plane can rely
-//! on"). It is rewritten at each start of the thread's claude process and
+//! the runner must put them (docs/protocol.md, "Behaviour the control plane
+//! can rely on"). It is rewritten at each start of the thread's claude process and
 //! goes with the thread's HOME when the thread is deleted.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use sdk_adapter::{McpServer, McpTransport};
@@ -58,28 +56,21 @@ pub(crate) fn document(servers: &[McpServer]) -> Value {
 
 /// Writes the thread's file into `home` (0600, owned like `home`) and
 /// returns its path; with no servers, removes a stale one and returns
-/// `None`.
+/// `None`. The agent can write `home`: the file is written beneath a
+/// directory fd to a fresh name renamed over [`FILE_NAME`] and chowned by
+/// fd ([`sdk_adapter::beneath`]), so a link planted there is replaced.
 pub(crate) fn write(home: &Path, servers: &[McpServer]) -> std::io::Result<Option<PathBuf>> {
+    use sdk_adapter::beneath;
     let path = home.join(FILE_NAME);
-    if servers.is_empty() {
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => return Ok(None),
-        }
-    }
     std::fs::create_dir_all(home)?;
+    let root = beneath::open_root(home)?;
+    if servers.is_empty() {
+        beneath::remove_file(&root, FILE_NAME)?;
+        return Ok(None);
+    }
     let text = document(servers).to_string();
-    // A fresh file each time: created 0600 before any byte is written.
-    let _ = std::fs::remove_file(&path);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    file.write_all(text.as_bytes())?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    let owner = std::fs::metadata(home)?;
-    std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid()))?;
+    let owner = beneath::owner_of(&root)?;
+    beneath::write_file(&root, FILE_NAME, text.as_bytes(), 0o600, Some(owner))?;
     Ok(Some(path))
 }
 
@@ -87,7 +78,40 @@ pub(crate) fn write(home: &Path, servers: &[McpServer]) -> std::io::Result<Optio
 mod tests {
     use sdk_adapter::Secret;
 
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
+
+    /// A link the agent planted at the file's name is replaced: the file it
+    /// pointed at keeps its bytes (and its owner), the MCP file is written.
+    #[test]
+    fn a_planted_link_is_replaced_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, b"precious").unwrap();
+        std::os::unix::fs::symlink(&outside, home.join(FILE_NAME)).unwrap();
+        let servers = [McpServer {
+            server_id: "1".into(),
+            name: "remote".into(),
+            transport: McpTransport::StreamableHttp {
+                url: "https://h/mcp".into(),
+                bearer_token: None,
+                headers: vec![],
+            },
+        }];
+        let path = write(&home, &servers).unwrap().unwrap();
+        assert_eq!(std::fs::read(&outside).unwrap(), b"precious");
+        assert!(!path.is_symlink());
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .contains("https://h/mcp")
+        );
+        assert_eq!(write(&home, &[]).unwrap(), None);
+        assert_eq!(std::fs::read(&outside).unwrap(), b"precious");
+    }
 
     #[test]
     fn the_file_is_private_and_holds_claudes_schema() {

@@ -93,16 +93,15 @@ fn operator_home_dir(config: &CodexConfig) -> std::io::Result<std::path::PathBuf
 
 /// `<home>/.codex` (0700, owned like `home`), with the [`SEEDED`] files
 /// copied from the operator's CODEX_HOME at each start of the app-server.
+/// The agent can write `home`, so everything here goes through
+/// [`sdk_adapter::beneath`]: a link planted at `.codex` or at a seeded name
+/// is replaced, never followed.
 fn thread_codex_home(config: &CodexConfig, home: &Path) -> std::io::Result<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
+    use sdk_adapter::beneath;
     let dir = home.join(".codex");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    let owner = std::fs::metadata(home).map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        (m.uid(), m.gid())
-    })?;
-    std::os::unix::fs::chown(&dir, Some(owner.0), Some(owner.1))?;
+    let root = beneath::open_root(home)?;
+    let owner = beneath::owner_of(&root)?;
+    let dir_fd = beneath::ensure_dir(&root, ".codex", Some(0o700), Some(owner))?;
     let Some(source) = operator_codex_home(config) else {
         return Ok(dir);
     };
@@ -114,10 +113,8 @@ fn thread_codex_home(config: &CodexConfig, home: &Path) -> std::io::Result<std::
         if !from.is_file() {
             continue;
         }
-        let to = dir.join(name);
-        std::fs::copy(&from, &to)?;
-        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))?;
-        std::os::unix::fs::chown(&to, Some(owner.0), Some(owner.1))?;
+        let bytes = std::fs::read(&from)?;
+        beneath::write_file(&dir_fd, name, &bytes, 0o600, Some(owner))?;
     }
     Ok(dir)
 }
@@ -276,4 +273,65 @@ async fn route(mut inbound: Inbound, rpc: Arc<Rpc>, sink: Arc<Sink>, accept: boo
         .exit_reason()
         .unwrap_or_else(|| "it went away".to_owned());
     sink.send(TurnMsg::Exited(reason));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The agent ran `ln -sf <outside> ~/.codex/auth.json` (and linked
+    /// `config.toml` too): the next start replaces the links, the outside
+    /// files stay as they were.
+    #[test]
+    fn seeding_replaces_planted_links_instead_of_writing_through_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let operator = tmp.path().join("operator");
+        std::fs::create_dir(&operator).unwrap();
+        std::fs::write(operator.join("auth.json"), b"{\"token\":1}").unwrap();
+        std::fs::write(operator.join("config.toml"), b"model = \"x\"").unwrap();
+        let outside = tmp.path().join("state.db");
+        std::fs::write(&outside, b"precious").unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(home.join(".codex")).unwrap();
+        std::os::unix::fs::symlink(&outside, home.join(".codex/auth.json")).unwrap();
+        std::os::unix::fs::symlink(&outside, home.join(".codex/config.toml")).unwrap();
+        let config = CodexConfig {
+            env: vec![("CODEX_HOME".into(), operator.display().to_string())],
+            ..CodexConfig::default()
+        };
+        let dir = thread_codex_home(&config, &home).unwrap();
+        assert_eq!(std::fs::read(&outside).unwrap(), b"precious");
+        assert_eq!(
+            std::fs::read(dir.join("auth.json")).unwrap(),
+            b"{\"token\":1}"
+        );
+        assert_eq!(
+            std::fs::read(dir.join("config.toml")).unwrap(),
+            b"model = \"x\""
+        );
+        assert!(!dir.join("auth.json").is_symlink());
+    }
+
+    /// `~/.codex` itself linked to a directory outside: replaced by a
+    /// directory of its own; nothing lands outside.
+    #[test]
+    fn seeding_replaces_a_planted_codex_home_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let operator = tmp.path().join("operator");
+        std::fs::create_dir(&operator).unwrap();
+        std::fs::write(operator.join("auth.json"), b"a").unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, home.join(".codex")).unwrap();
+        let config = CodexConfig {
+            env: vec![("CODEX_HOME".into(), operator.display().to_string())],
+            ..CodexConfig::default()
+        };
+        let dir = thread_codex_home(&config, &home).unwrap();
+        assert!(!elsewhere.join("auth.json").exists());
+        assert!(!dir.is_symlink());
+        assert_eq!(std::fs::read(dir.join("auth.json")).unwrap(), b"a");
+    }
 }

@@ -19,6 +19,8 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use sdk_adapter::beneath;
+
 use super::coordinate::{self, Source};
 use super::fetch::{fetch_git, git};
 use super::package::find_skills;
@@ -210,58 +212,46 @@ fn cached(
 }
 
 /// Gives `workspace` a skills directory of its own (see the module doc).
+/// The agent can write `workspace`: every step goes beneath a directory fd
+/// ([`sdk_adapter::beneath`]), so a link planted at `.agents`, `.claude` or
+/// a skill's name is replaced (or refused), never followed.
 fn link(workspace: &Path, agent_skills: &Path, skills: &[ThreadSkill]) -> io::Result<()> {
-    let own = workspace.join(".agents").join("skills");
-    if std::fs::symlink_metadata(&own).is_ok_and(|m| m.file_type().is_symlink()) {
-        std::fs::remove_file(&own)?;
-    }
-    std::fs::create_dir_all(&own)?;
+    let root = beneath::open_root(workspace)?;
+    let agents = beneath::ensure_dir(&root, ".agents", None, None)?;
+    let own = beneath::ensure_dir(&agents, "skills", None, None)?;
     for skill in skills {
-        replace_link(&skill.dir, &own.join(&skill.name))?;
+        beneath::replace_symlink(&skill.dir, &own, &skill.name)?;
     }
     link_agent_skills(agent_skills, workspace)?;
-    let claude = workspace.join(".claude");
-    std::fs::create_dir_all(&claude)?;
-    replace_link(Path::new("../.agents/skills"), &claude.join("skills"))
+    let claude = beneath::ensure_dir(&root, ".claude", None, None)?;
+    beneath::replace_symlink(Path::new("../.agents/skills"), &claude, "skills")
 }
 
 /// Links every skill of the agent (in `agent_skills`) that `workspace`'s own
 /// skills directory lacks; a workspace whose skills directory is the
 /// agent's (a link) needs nothing. Called after each agent skill install.
 pub fn link_agent_skills(agent_skills: &Path, workspace: &Path) -> io::Result<()> {
-    let own = workspace.join(".agents").join("skills");
-    match std::fs::symlink_metadata(&own) {
-        Ok(m) if m.is_dir() => {}
-        _ => return Ok(()),
-    }
+    let root = beneath::open_root(workspace)?;
+    let Some(agents) = beneath::open_dir(&root, ".agents")? else {
+        return Ok(());
+    };
+    let Some(own) = beneath::open_dir(&agents, "skills")? else {
+        return Ok(());
+    };
     let Ok(entries) = std::fs::read_dir(agent_skills) else {
         return Ok(());
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if name.starts_with('.') || name.contains('/') {
             continue;
         }
-        match std::os::unix::fs::symlink(entry.path(), own.join(&name)) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            other => other?,
-        }
+        beneath::symlink_if_missing(&entry.path(), &own, name)?;
     }
     Ok(())
-}
-
-fn replace_link(target: &Path, link: &Path) -> io::Result<()> {
-    match std::fs::symlink_metadata(link) {
-        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(link)?,
-        Ok(_) => {
-            return Err(io::Error::other(format!(
-                "{} exists and is not a link",
-                link.display()
-            )));
-        }
-        Err(_) => {}
-    }
-    std::os::unix::fs::symlink(target, link)
 }
 
 #[cfg(test)]
@@ -283,5 +273,37 @@ mod tests {
         let sha = "0123456789abcdef0123456789abcdef01234567";
         assert_eq!(resolve("file:///nowhere", sha, &[]).unwrap(), sha);
         assert!(resolve("file:///nowhere", "-x", &[]).is_err());
+    }
+
+    /// Links planted at `.agents`, `.claude` and `.claude/skills` lead
+    /// outside: linking replaces them and creates nothing outside.
+    #[test]
+    fn planted_links_are_replaced_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let workspace = tmp.path().join("w");
+        let agent_skills = tmp.path().join("agent-skills");
+        let outside = tmp.path().join("outside");
+        for d in [&workspace, &agent_skills, &outside] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::create_dir(agent_skills.join("lint")).unwrap();
+        std::fs::write(outside.join("keep"), b"precious").unwrap();
+        std::os::unix::fs::symlink(&outside, workspace.join(".agents")).unwrap();
+        std::fs::create_dir(workspace.join(".claude")).unwrap();
+        std::os::unix::fs::symlink(outside.join("keep"), workspace.join(".claude/skills")).unwrap();
+        super::link(&workspace, &agent_skills, &[]).unwrap();
+        let names: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("keep")]);
+        assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"precious");
+        assert!(!workspace.join(".agents").is_symlink());
+        assert!(workspace.join(".agents/skills/lint").is_symlink());
+        assert_eq!(
+            std::fs::read_link(workspace.join(".claude/skills")).unwrap(),
+            std::path::Path::new("../.agents/skills")
+        );
     }
 }
