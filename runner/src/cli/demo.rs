@@ -306,7 +306,7 @@ impl DemoSdk {
             Some(name) if KNOWN.contains(&name.as_str()) => (name.clone(), false),
             Some(name) => anyhow::bail!(
                 "--sdk {name:?}: not an SDK this runner drives ({}one of {})",
-                super::sdk::suggest(name)
+                crate::tasks::sdks::suggest(name)
                     .map(|known| format!("did you mean {known}? "))
                     .unwrap_or_default(),
                 KNOWN.join(", ")

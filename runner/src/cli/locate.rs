@@ -28,10 +28,7 @@ impl RunnerLocation {
         if let Some(dir) = crate::config::file_state_dir(self.config.as_deref())? {
             return Ok(dir);
         }
-        Ok(std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."))
-            .join(".agent-runner/state"))
+        Ok(crate::config::default_state_dir())
     }
 }
 

@@ -22,42 +22,13 @@ pub struct ListArgs {
     run: RunArgs,
 }
 
-/// Every name in `names` is a built-in SDK; the error names the first
-/// that is not, with the closest built-in one when it looks like a typo or
-/// a short form (`claude` → `claude-code`).
+/// Every name in `names` (blank ones aside) is a built-in SDK; the error
+/// names the first that is not ([`sdks::check_name`]).
 pub fn check_names(names: &[String]) -> anyhow::Result<()> {
     for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
-        if sdks::BUILT_IN.contains(&name) {
-            continue;
-        }
-        let hint = suggest(name)
-            .map(|known| format!("did you mean {known}? "))
-            .unwrap_or_default();
-        anyhow::bail!(
-            "sdk: unknown SDK {name:?} ({hint}built in: {})",
-            sdks::BUILT_IN.join(", ")
-        );
+        sdks::check_name(name).map_err(anyhow::Error::msg)?;
     }
     Ok(())
-}
-
-/// The built-in SDK `name` most likely meant: one it starts or ends
-/// (`claude`, `agent`), or one a few letters away (`codx`, `scriptd`).
-pub(super) fn suggest(name: &str) -> Option<&'static str> {
-    let lower = name.to_ascii_lowercase();
-    if lower.len() >= 4
-        && let Some(known) = sdks::BUILT_IN
-            .iter()
-            .find(|k| k.starts_with(&lower) || k.ends_with(&lower) || lower.starts_with(*k))
-    {
-        return Some(known);
-    }
-    sdks::BUILT_IN
-        .iter()
-        .map(|known| (strsim::damerau_levenshtein(&lower, known), *known))
-        .filter(|(distance, _)| *distance * 3 <= lower.len().max(3))
-        .min()
-        .map(|(_, known)| known)
 }
 
 /// Logs each enabled SDK that cannot take agents, as far as that is known
@@ -191,10 +162,10 @@ mod tests {
             err.starts_with("sdk: unknown SDK \"claude\" (did you mean claude-code? built in: "),
             "{err}"
         );
-        assert_eq!(suggest("codx"), Some("codex"));
-        assert_eq!(suggest("Claude"), Some("claude-code"));
-        assert_eq!(suggest("code-agents"), Some("code-agent"));
-        assert_eq!(suggest("scriptd"), Some("scripted"));
+        assert_eq!(sdks::suggest("codx"), Some("codex"));
+        assert_eq!(sdks::suggest("Claude"), Some("claude-code"));
+        assert_eq!(sdks::suggest("code-agents"), Some("code-agent"));
+        assert_eq!(sdks::suggest("scriptd"), Some("scripted"));
         let err = check_names(&names(&["gpt"])).unwrap_err().to_string();
         assert!(!err.contains("did you mean"), "{err}");
     }

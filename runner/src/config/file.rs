@@ -137,16 +137,9 @@ fn reason(error: &clap::Error) -> String {
 /// one is close enough to be a typo.
 fn unknown_key(unknown: &str, known: &[&str]) -> String {
     let message = format!("unknown key `{unknown}`");
-    let best = known
-        .iter()
-        .map(|known| (strsim::damerau_levenshtein(unknown, known), *known))
-        .min();
-    match best {
-        // At most a third of the key's letters wrong.
-        Some((distance, known)) if distance > 0 && distance * 3 <= unknown.len().max(3) => {
-            format!("{message}\ndid you mean `{known}`?")
-        }
-        _ => format!("{message} (every key: docs/configuration.md)"),
+    match crate::util::closest::closest(unknown, known) {
+        Some(known) => format!("{message}\ndid you mean `{known}`?"),
+        None => format!("{message} (every key: docs/configuration.md)"),
     }
 }
 

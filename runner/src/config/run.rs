@@ -149,9 +149,7 @@ impl RunConfig {
             control_plane,
             ca_cert_pem,
             secret,
-            state_dir: s
-                .state_dir
-                .unwrap_or_else(|| home.join(".agent-runner/state")),
+            state_dir: s.state_dir.unwrap_or_else(default_state_dir),
             workspace_root: s
                 .workspace_root
                 .unwrap_or_else(|| home.join(".agent-runner/workspaces")),
@@ -233,6 +231,15 @@ pub fn file_control_plane_url(path: Option<&Path>) -> Result<Option<String>, Con
 /// `agent-runner status` reads when neither its flag nor env says.
 pub fn file_health_addr(path: Option<&Path>) -> Result<Option<String>, ConfigError> {
     Ok(FileLayer::load(path)?.args.health_addr)
+}
+
+/// The state dir when no setting names one: `~/.agent-runner/state`
+/// (`run`, and the commands that find a running runner, share it).
+pub fn default_state_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".agent-runner/state")
 }
 
 /// The `state_dir` key of the config file at `path`, if any: where

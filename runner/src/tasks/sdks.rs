@@ -16,6 +16,41 @@ pub const BUILT_IN: &[&str] = &["scripted", "codex", "claude-code", "code-agent"
 
 pub use crate::config::SdkOptions;
 
+/// `Err` naming `name` when it is not a built-in SDK, with the one it most
+/// likely meant (`claude` → `claude-code`). Every place that takes SDK
+/// names (`--sdk` of `run`, `sdk list`, `demo`) says the same.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if BUILT_IN.contains(&name) {
+        Ok(())
+    } else {
+        Err(unknown(name))
+    }
+}
+
+fn unknown(name: &str) -> String {
+    let hint = suggest(name)
+        .map(|known| format!("did you mean {known}? "))
+        .unwrap_or_default();
+    format!(
+        "sdk: unknown SDK {name:?} ({hint}built in: {})",
+        BUILT_IN.join(", ")
+    )
+}
+
+/// The built-in SDK `name` most likely meant: one it starts or ends
+/// (`claude`, `agent`), or one a few letters away (`codx`, `scriptd`).
+pub fn suggest(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if lower.len() >= 4
+        && let Some(known) = BUILT_IN
+            .iter()
+            .find(|k| k.starts_with(&lower) || k.ends_with(&lower) || lower.starts_with(*k))
+    {
+        return Some(known);
+    }
+    crate::util::closest::closest(&lower, BUILT_IN)
+}
+
 fn build(name: &str, options: &SdkOptions) -> Option<Arc<dyn SdkAdapter>> {
     match name {
         "scripted" => Some(Arc::new(sdk_scripted::ScriptedAdapter::new())),
@@ -81,12 +116,8 @@ impl Sdks {
         };
         let mut adapters = BTreeMap::new();
         for name in names {
-            let adapter = build(&name, options).ok_or_else(|| {
-                format!(
-                    "sdk: unknown SDK {name:?} (built in: {})",
-                    BUILT_IN.join(", ")
-                )
-            })?;
+            check_name(&name)?;
+            let adapter = build(&name, options).ok_or_else(|| unknown(&name))?;
             adapters.insert(name, adapter);
         }
         Ok(Self::from_adapters(adapters.into_values().collect()))

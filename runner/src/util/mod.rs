@@ -1,6 +1,8 @@
 //! Small utilities with no knowledge of the runner: secret redaction, the
-//! global allocator, and HTTP CONNECT proxy support.
+//! global allocator, HTTP CONNECT proxy support, and the closest known
+//! word to a mistyped one.
 
 pub(crate) mod allocator;
+pub(crate) mod closest;
 pub mod proxy;
 pub mod redact;
