@@ -509,10 +509,21 @@ impl ThreadSandbox {
     pub fn kill_all(&self) -> KillReport {
         let mut survivors = Vec::new();
         let mut cgroups = Vec::new();
+        // `cgroup.kill` ends the whole group without a count: the members
+        // before it, less those still there after, are what it killed.
+        let mut killed_in_cgroup = 0;
         if let Some(cg) = &self.cgroup {
+            let before = cg.pids().unwrap_or_default();
             match cg.kill(KILL_WAIT) {
-                Ok(0) => {}
-                Ok(_) => survivors.extend(cg.pids().unwrap_or_default()),
+                Ok(left) => {
+                    let after = if left == 0 {
+                        Vec::new()
+                    } else {
+                        cg.pids().unwrap_or_default()
+                    };
+                    killed_in_cgroup = before.iter().filter(|p| !after.contains(p)).count();
+                    survivors.extend(after);
+                }
                 Err(e) => {
                     tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cgroup kill failed")
                 }
@@ -520,6 +531,7 @@ impl ThreadSandbox {
             cgroups.push(cg.dir().to_path_buf());
         }
         let mut report = kill_tagged(&self.tag, KILL_WAIT);
+        report.killed += killed_in_cgroup;
         report.survivors.extend(survivors);
         report.cgroups = cgroups;
         report

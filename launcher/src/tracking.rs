@@ -60,7 +60,8 @@ fn scan(matches: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
 /// What a kill pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KillReport {
-    /// Distinct processes signalled.
+    /// Distinct processes killed (signalled by tag, or gone with the
+    /// thread's cgroup).
     pub killed: usize,
     /// Processes still present at the end (could not be killed in time).
     pub survivors: Vec<i32>,

@@ -233,40 +233,6 @@ fn ps(rt: &Runtime) -> Value {
     json!({"threads": list})
 }
 
-/// The live processes of `thread_id` (those that left its process group
-/// too: every one carries the thread's tag).
-fn thread_pids(rt: &Runtime, thread_id: &str) -> Vec<i32> {
-    rt.sandboxes
-        .thread_tag(thread_id)
-        .map(|tag| agent_launcher::tagged_pids(&tag))
-        .unwrap_or_default()
-}
-
-/// Every live agent process of the runner's threads: what a shutdown that
-/// kills them all counts before it does (see [`count_gone`]).
-pub fn agent_pids(rt: &Runtime) -> Vec<i32> {
-    rt.store
-        .threads()
-        .unwrap_or_default()
-        .iter()
-        .flat_map(|t| thread_pids(rt, &t.thread_id))
-        .collect()
-}
-
-/// How many of `pids` are gone (or zombies waiting to be reaped): the
-/// processes a kill really ended, whichever way it reached them (a
-/// cgroup's `cgroup.kill` reports no count of its own).
-pub fn count_gone(pids: &[i32]) -> usize {
-    pids.iter()
-        .filter(|pid| {
-            u32::try_from(**pid)
-                .ok()
-                .and_then(|pid| crate::host::procs::describe(pid, None))
-                .is_none()
-        })
-        .count()
-}
-
 /// Interrupt the thread's running turn as the control plane's interrupt
 /// would (its updates go to the control plane); `kill` also kills every
 /// process of the thread and says how many there were.
@@ -295,9 +261,7 @@ async fn stop(rt: &Arc<Runtime>, thread: &str, kill: bool) -> Value {
         );
         return json!({"thread_id": thread, "interrupted": running});
     }
-    let pids = thread_pids(rt, thread);
-    rt.sandboxes.kill_thread(thread).await;
-    let killed = count_gone(&pids);
+    let killed = rt.sandboxes.kill_thread(thread).await;
     tracing::info!(
         thread_id = thread,
         interrupted = running,
