@@ -233,6 +233,29 @@ fn ps(rt: &Runtime) -> Value {
     json!({"threads": list})
 }
 
+/// The live processes of `thread_id` (those that left its process group
+/// too: every one carries the thread's tag).
+fn thread_pids(rt: &Runtime, thread_id: &str) -> Vec<i32> {
+    rt.sandboxes
+        .thread_tag(thread_id)
+        .map(|tag| agent_launcher::tagged_pids(&tag))
+        .unwrap_or_default()
+}
+
+/// How many of `pids` are gone (or zombies waiting to be reaped): the
+/// processes a kill really ended, whichever way it reached them (a
+/// cgroup's `cgroup.kill` reports no count of its own).
+pub fn count_gone(pids: &[i32]) -> usize {
+    pids.iter()
+        .filter(|pid| {
+            u32::try_from(**pid)
+                .ok()
+                .and_then(|pid| crate::host::procs::describe(pid, None))
+                .is_none()
+        })
+        .count()
+}
+
 /// Interrupt the thread's running turn as the control plane's interrupt
 /// would (its updates go to the control plane); `kill` also kills every
 /// process of the thread and says how many there were.
@@ -261,7 +284,11 @@ async fn stop(rt: &Arc<Runtime>, thread: &str, kill: bool) -> Value {
         );
         return json!({"thread_id": thread, "interrupted": running});
     }
-    let killed = rt.sandboxes.kill_thread(thread).await;
+    // Counted by who is gone afterwards, not by the kill's own report: the
+    // interrupt just dispatched kills the turn's processes too, racing it.
+    let pids = thread_pids(rt, thread);
+    rt.sandboxes.kill_thread(thread).await;
+    let killed = count_gone(&pids);
     tracing::info!(
         thread_id = thread,
         interrupted = running,

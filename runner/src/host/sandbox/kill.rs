@@ -63,15 +63,13 @@ impl AgentSandboxes {
 
     /// Kills every process of `thread_id` (those that left the process
     /// group too); the thread stays usable. Runs on the blocking pool.
-    pub async fn kill_thread(&self, thread_id: &str) -> usize {
+    pub async fn kill_thread(&self, thread_id: &str) {
         let Some(sandbox) = self.get(thread_id) else {
-            return 0;
+            return;
         };
         let thread_id = thread_id.to_owned();
         let report = tokio::task::spawn_blocking(move || sandbox.kill_all()).await;
-        let killed = report.as_ref().map_or(0, |r| r.killed);
         log_kill(&thread_id, "interrupt", report);
-        killed
     }
 
     /// Kills every process of `thread_id` and forgets its sandbox (thread
