@@ -125,6 +125,7 @@ fn demo_config(dir: &std::path::Path, url: &str, sdk: &str) -> anyhow::Result<Ru
         reconnect_min_delay: Duration::from_millis(250),
         reconnect_max_delay: Duration::from_secs(30),
         skill_max_bytes: crate::host::skills::DEFAULT_MAX_BYTES,
+        skills: Default::default(),
         sdk_probe_interval: crate::config::DEFAULT_SDK_PROBE_INTERVAL,
         log_format: LogFormat::Text,
         log_level: "info".into(),

@@ -156,8 +156,9 @@ settings! {
             help_heading = "Directories and limits",
         )]
         pub exit_when_idle: Option<Duration>,
-        /// The largest skill package an InstallSkillsMpRequest may install, in
-        /// bytes. Default: `16777216` (16 MiB).
+        /// The largest skill package (an InstallSkillsMpRequest's or a thread's),
+        /// in bytes; a fetch is stopped as soon as what it wrote (`.git`
+        /// included) is larger. Default: `16777216` (16 MiB).
         #[arg(
             long,
             env = "AGENT_RUNNER_SKILL_MAX_BYTES",
@@ -165,6 +166,9 @@ settings! {
             help_heading = "Directories and limits",
         )]
         pub skill_max_bytes: Option<u64>,
+        /// Where skill packages may come from (see `SkillArgs`).
+        #[command(flatten)]
+        pub skills: SkillArgs,
         /// An SDK adapter to enable: `scripted`, `codex`, `claude-code` or
         /// `code-agent` (what each needs installed: docs/sdks.md); repeatable,
         /// comma-separated in the variable. Default: every built-in SDK.

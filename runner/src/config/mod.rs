@@ -43,6 +43,7 @@ mod run;
 mod sandbox;
 mod sdks;
 pub(crate) mod secret;
+mod skills;
 pub mod source;
 #[cfg(test)]
 mod tests;
@@ -56,6 +57,7 @@ pub use run::*;
 pub use sandbox::*;
 pub use sdks::*;
 pub use secret::Secret;
+pub use skills::*;
 pub use source::{Given, Source, Sources};
 pub use url::*;
 

@@ -38,6 +38,8 @@ pub struct RunConfig {
     pub reconnect_max_delay: Duration,
     /// Largest skill package accepted.
     pub skill_max_bytes: u64,
+    /// Where skill packages may come from; the skill cache's bound.
+    pub skills: SkillConfig,
     /// How often SDKs are probed for changes (zero: never).
     pub sdk_probe_interval: Duration,
     /// How log lines are written.
@@ -120,6 +122,7 @@ impl RunConfig {
             None => env_secret,
         };
         let sandbox = s.sandbox.resolve()?;
+        let skills = s.skills.resolve()?;
         let sdks = s
             .sdk
             .into_iter()
@@ -163,6 +166,7 @@ impl RunConfig {
             reconnect_min_delay: s.reconnect_min_delay.unwrap_or(Duration::from_millis(250)),
             reconnect_max_delay: s.reconnect_max_delay.unwrap_or(Duration::from_secs(30)),
             skill_max_bytes: s.skill_max_bytes.unwrap_or(DEFAULT_SKILL_MAX_BYTES),
+            skills,
             sdk_probe_interval: s.sdk_probe_interval.unwrap_or(DEFAULT_SDK_PROBE_INTERVAL),
             log_format: s.log_format.unwrap_or_default(),
             log_level: s.log_level.unwrap_or_else(|| "info".to_owned()),

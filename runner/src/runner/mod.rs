@@ -278,7 +278,11 @@ impl Runner {
             outbox,
             mailboxes,
             max_turns: config.max_concurrent_turns,
-            skill_max_bytes: config.skill_max_bytes,
+            skills: crate::host::skills::SkillSettings::new(
+                config.skill_max_bytes,
+                &config.skills,
+                github.git_host(),
+            ),
             git_env: Some(git_env),
             github: Some(github),
             sandboxes,

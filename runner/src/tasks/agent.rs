@@ -195,11 +195,11 @@ impl AgentTask {
         }
         let rt = &self.rt;
         let home = rt.workspaces.agent_home(&self.agent_id);
-        let max = rt.skill_max_bytes;
+        let settings = rt.skills.clone();
         let pkg = package.clone();
         let git_env = self.skill_git_env(&package).await;
         let result = tokio::task::spawn_blocking(move || {
-            skills::install_package(&home, &pkg, max, &git_env)
+            skills::install_package(&home, &pkg, &settings, &git_env)
         })
         .await;
         match result {
@@ -458,9 +458,16 @@ impl AgentTask {
         let root = home.parent().map(std::path::Path::to_owned).unwrap_or(home);
         let agent_skills = rt.workspaces.agent_skills(&self.agent_id);
         let (workspace, packages) = (workspace.to_owned(), packages.to_vec());
-        let max = rt.skill_max_bytes;
+        let settings = rt.skills.clone();
         let linked = tokio::task::spawn_blocking(move || {
-            skills::thread::install(&root, &agent_skills, &workspace, &packages, &envs, max)
+            skills::thread::install(
+                &root,
+                &agent_skills,
+                &workspace,
+                &packages,
+                &envs,
+                &settings,
+            )
         })
         .await
         .map_err(|join| format!("fetching the thread's skill packages crashed: {join}"))??;

@@ -22,6 +22,7 @@ use crate::delivery::outbox::Outbox;
 use crate::host::credentials::GitEnv;
 use crate::host::github::TokenBroker;
 use crate::host::sandbox::AgentSandboxes;
+use crate::host::skills::SkillSettings;
 use crate::host::store::{Store, ThreadRow};
 use crate::host::workspace::Workspaces;
 use crate::tasks::mail::ThreadCmd;
@@ -65,8 +66,8 @@ pub struct Runtime {
     pub turn_slots: Arc<Semaphore>,
     /// Turns allowed at once.
     pub max_turns: usize,
-    /// Largest skill package accepted (`--skill-max-bytes`).
-    pub skill_max_bytes: u64,
+    /// Skill package limits and sources (`--skill-*`).
+    pub skills: SkillSettings,
     draining: AtomicBool,
     /// When the last request (heartbeats aside) arrived or a turn started or
     /// ended: `--exit-when-idle` counts from it.
@@ -114,8 +115,8 @@ pub struct RuntimeParts {
     pub mailboxes: Arc<Mailboxes>,
     /// Turns allowed at once.
     pub max_turns: usize,
-    /// Largest skill package accepted.
-    pub skill_max_bytes: u64,
+    /// Skill package limits and sources.
+    pub skills: SkillSettings,
     /// The git credential-helper environment for agents, if any.
     pub git_env: Option<GitEnv>,
     /// The GitHub token broker, if any.
@@ -136,7 +137,7 @@ impl Runtime {
             mailboxes: parts.mailboxes,
             turn_slots: Arc::new(Semaphore::new(parts.max_turns)),
             max_turns: parts.max_turns,
-            skill_max_bytes: parts.skill_max_bytes,
+            skills: parts.skills,
             draining: AtomicBool::new(false),
             last_activity: std::sync::Mutex::new(Instant::now()),
             running: watch::Sender::new(HashMap::new()),
@@ -168,7 +169,7 @@ impl Runtime {
             outbox: Arc::new(Outbox::new(outbox_capacity, Redactor::process())),
             mailboxes: Arc::new(Mailboxes::new(DEFAULT_MAX_QUEUED)),
             max_turns,
-            skill_max_bytes,
+            skills: SkillSettings::with_max_bytes(skill_max_bytes),
             git_env: None,
             github: None,
             sandboxes: Arc::new(AgentSandboxes::unconfined("bare-runtime")),

@@ -303,7 +303,7 @@ mod tests {
             )),
             mailboxes: Arc::new(crate::tasks::mailboxes::Mailboxes::new(BOUND)),
             max_turns: 8,
-            skill_max_bytes: 1024,
+            skills: crate::host::skills::SkillSettings::with_max_bytes(1024),
             git_env: None,
             github: None,
             sandboxes: Arc::new(crate::host::sandbox::AgentSandboxes::unconfined(

@@ -1,6 +1,8 @@
 //! Skill packages (`InstallSkillsMpRequest`) from local directories and
 //! local git repositories: single and multi-skill, re-install no-op,
-//! upgrade, and every rejection.
+//! upgrade, and every rejection, sources the runner does not fetch from
+//! (`file://` outside `--skill-local-dir`, plain http, ssh, git transports)
+//! included.
 
 use std::path::Path;
 use std::process::Command;
@@ -41,6 +43,15 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(ok, "git {args:?}");
 }
 
+/// A runner whose `file://` packages may come from `dir`, with agent `a`.
+async fn agent_reading(
+    dir: &Path,
+    configure: impl FnOnce(RunnerOpts) -> RunnerOpts,
+) -> (MockControlPlane, RunnerProc) {
+    let dir = dir.to_str().unwrap().to_owned();
+    agent_with(move |opts| configure(opts.arg("--skill-local-dir").arg(&dir))).await
+}
+
 async fn install(cp: &MockControlPlane, rid: &str, agent: &str, package: &str) -> ClientMessage {
     send(
         cp,
@@ -66,11 +77,10 @@ fn lock(ws: &Path, agent: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn single_skill_from_a_directory() {
-    let (cp, r) = connected().await;
-    create_agent(&cp, "a").await;
+    let src = tempfile::tempdir().unwrap();
+    let (cp, r) = agent_reading(src.path(), |o| o).await;
     // A thread that exists before the install sees the skill too.
     let thread = create_thread(&cp, "a", "t1").await;
-    let src = tempfile::tempdir().unwrap();
     write(&src.path().join("SKILL.md"), &skill_md("lint"));
     write(&src.path().join("scripts/run.sh"), "echo lint\n");
     let pkg = format!("file://{}", src.path().display());
@@ -110,9 +120,8 @@ async fn single_skill_from_a_directory() {
 
 #[tokio::test]
 async fn multi_skill_git_package_reinstall_is_a_noop_and_a_new_ref_upgrades() {
-    let (cp, r) = connected().await;
-    create_agent(&cp, "a").await;
     let repo = tempfile::tempdir().unwrap();
+    let (cp, r) = agent_reading(repo.path(), |o| o).await;
     let root = repo.path();
     git(root, &["init", "-q"]);
     write(&root.join("skills/one/SKILL.md"), &skill_md("one"));
@@ -172,8 +181,8 @@ async fn multi_skill_git_package_reinstall_is_a_noop_and_a_new_ref_upgrades() {
 
 #[tokio::test]
 async fn bad_packages_are_rejected_with_clear_errors() {
-    let (cp, r) = agent_with(|opts| opts.arg("--skill-max-bytes").arg("1000")).await;
     let base = tempfile::tempdir().unwrap();
+    let (cp, r) = agent_reading(base.path(), |o| o.arg("--skill-max-bytes").arg("1000")).await;
     let case = |name: &str| base.path().join(name);
 
     write(&case("empty/README.md"), "nothing here\n");
@@ -213,4 +222,71 @@ async fn bad_packages_are_rejected_with_clear_errors() {
     assert!(expect_error(&cp, "coord").await.contains("package_name"));
     install(&cp, "missing", "a", "file:///no/such/dir").await;
     assert!(expect_error(&cp, "missing").await.contains("/no/such/dir"));
+}
+
+/// Sources the runner does not fetch from are refused before anything is
+/// fetched, the error naming the scheme and the setting that would allow
+/// it; a listed directory cannot be left through `..` or a symlink; a URL's
+/// credentials never come back in the error.
+#[tokio::test]
+async fn sources_outside_the_policy_are_refused_naming_the_setting() {
+    let base = tempfile::tempdir().unwrap();
+    let listed = base.path().join("listed");
+    let outside = base.path().join("outside");
+    write(&outside.join("SKILL.md"), &skill_md("outside"));
+    write(&listed.join("ok/SKILL.md"), &skill_md("ok"));
+    std::os::unix::fs::symlink(&outside, listed.join("link")).unwrap();
+    let (cp, r) = agent_reading(&listed, |o| o).await;
+    let cases = [
+        (
+            format!("file://{}", outside.display()),
+            "is outside every --skill-local-dir",
+        ),
+        (
+            format!("file://{}/../outside", listed.display()),
+            "is outside every --skill-local-dir",
+        ),
+        (
+            format!("file://{}/link", listed.display()),
+            "is outside every --skill-local-dir",
+        ),
+        (
+            "http://git.example.com/skills.git".to_owned(),
+            "scheme http is never allowed",
+        ),
+        (
+            "git://git.example.com/skills.git".to_owned(),
+            "scheme git is not allowed",
+        ),
+        (
+            "ssh://git@git.example.com/skills.git".to_owned(),
+            "scheme ssh is not allowed: add ssh to --skill-sources",
+        ),
+        (
+            "git@git.example.com:skills.git".to_owned(),
+            "scheme ssh is not allowed: add ssh to --skill-sources",
+        ),
+        (
+            "ext::git-remote-x".to_owned(),
+            "git transport ext:: is never allowed",
+        ),
+        (
+            "https://x-access-token:ghs_e2eSkillUrlSecret01@git.example.com/s.git".to_owned(),
+            "credentials in a package URL are not accepted",
+        ),
+    ];
+    for (i, (package, needle)) in cases.iter().enumerate() {
+        let rid = format!("refused-{i}");
+        install(&cp, &rid, "a", package).await;
+        let text = expect_error(&cp, &rid).await;
+        assert!(
+            text.contains("install_skills_mp_request.package_name") && text.contains(needle),
+            "{package}: {text}"
+        );
+        assert!(!text.contains("ghs_e2eSkillUrlSecret01"), "{text}");
+    }
+    assert!(!r.workspace_root().join("a/.agents/skills/outside").exists());
+    // Inside the listed directory: installed.
+    let ok = format!("file://{}/ok", listed.display());
+    assert!(installed(&install(&cp, "ok", "a", &ok).await, "a", &ok));
 }

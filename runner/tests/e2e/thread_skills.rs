@@ -2,7 +2,8 @@
 //! from a local git repository at a commit, linked into that thread's
 //! `.agents/skills` and `.claude/skills` only, fetched once per (repository,
 //! commit) for every thread, refused with a RequestError naming the package
-//! when fetching or checking fails; agent skills stay visible beside them.
+//! when fetching or checking fails (a `file://` repository outside
+//! `--skill-local-dir` too); agent skills stay visible beside them.
 
 use std::path::Path;
 use std::process::Command;
@@ -76,6 +77,14 @@ async fn create(cp: &MockControlPlane, rid: &str, packages: Vec<ThreadGitSkillPa
     .await;
 }
 
+/// A runner whose `file://` packages may come from the temporary
+/// directory (where every test's repositories are), with agent `a`.
+async fn agent_reading_tmp() -> (MockControlPlane, RunnerProc) {
+    let tmp = std::env::temp_dir();
+    let tmp = tmp.to_str().unwrap().to_owned();
+    agent_with(move |o| o.arg("--skill-local-dir").arg(&tmp)).await
+}
+
 async fn ready(cp: &MockControlPlane, rid: &str, packages: Vec<ThreadGitSkillPackage>) {
     create(cp, rid, packages).await;
     let m = reply(cp, rid).await;
@@ -108,7 +117,7 @@ fn seen(runner: &RunnerProc, thread: &str, dir: &str) -> Vec<String> {
 async fn thread_skill_packages_are_linked_into_that_thread_only_and_cached() {
     let repo = tempfile::tempdir().unwrap();
     let (url, commit) = repository(repo.path());
-    let (cp, runner) = agent_with(|o| o).await;
+    let (cp, runner) = agent_reading_tmp().await;
     // An agent-level skill, visible to every thread.
     let agent_skill = tempfile::tempdir().unwrap();
     write(&agent_skill.path().join("SKILL.md"), &skill_md("review"));
@@ -146,6 +155,8 @@ async fn thread_skill_packages_are_linked_into_that_thread_only_and_cached() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        // `.users`: which thread uses which checkout.
+        .filter(|name| !name.starts_with('.'))
         .collect();
     assert_eq!(cache.len(), 1, "{cache:?}");
     assert!(cache[0].ends_with(&commit), "{cache:?}");
@@ -184,7 +195,7 @@ async fn thread_skill_packages_are_linked_into_that_thread_only_and_cached() {
 async fn bad_thread_skill_packages_are_refused_naming_the_package() {
     let repo = tempfile::tempdir().unwrap();
     let (url, commit) = repository(repo.path());
-    let (cp, runner) = agent_with(|o| o).await;
+    let (cp, runner) = agent_reading_tmp().await;
     let cases = [
         (
             "broken",
@@ -207,7 +218,17 @@ async fn bad_thread_skill_packages_are_refused_naming_the_package() {
         (
             "repo",
             package("file:///no/such/repo.git", &commit, &["skills"]),
-            "fetching file:///no/such/repo.git",
+            "\"file:///no/such/repo.git\": /no/such/repo.git: ",
+        ),
+        (
+            "outside",
+            package("file:///usr", &commit, &["skills"]),
+            "/usr is outside every --skill-local-dir (AGENT_RUNNER_SKILL_LOCAL_DIR)",
+        ),
+        (
+            "http",
+            package("http://git.example.com/s.git", &commit, &["skills"]),
+            "scheme http is never allowed",
         ),
     ];
     for (rid, pkg, needle) in cases {
@@ -228,4 +249,73 @@ async fn bad_thread_skill_packages_are_refused_naming_the_package() {
     send(&cp, "m", user_message("a", "broken", "say hi", false)).await;
     let text = expect_error(&cp, "m").await;
     assert!(text.contains("unknown thread"), "{text}");
+}
+
+/// What a thread's sandbox may read of the skill cache is the runner's
+/// record of the packages the thread was created with, not the links in
+/// its workspace (the agent can write those): a link another thread's
+/// package planted in a workspace reads nothing, also after a restart
+/// (when the sandbox is made again from what is on disk), while the
+/// package's own thread still reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_link_to_another_threads_package_reads_nothing() {
+    let repo = tempfile::tempdir().unwrap();
+    let (url, commit) = repository(repo.path());
+    let tmp = std::env::temp_dir();
+    let opts = |cp: &MockControlPlane| {
+        RunnerOpts::new(cp.url())
+            .arg("--sandbox")
+            .arg("enforce")
+            .arg("--skill-local-dir")
+            .arg(tmp.to_str().unwrap())
+    };
+    let cp = mock().await;
+    let mut runner = RunnerProc::start(opts(&cp));
+    cp.wait_connected(WAIT).await.expect("connects");
+    create_agent(&cp, "a").await;
+    ready(&cp, "owner", vec![package(&url, &commit, &["skills/lint"])]).await;
+    ready(&cp, "other", vec![]).await;
+    // As the agent of `other` could: its own skills directory, with a link
+    // into the cache entry of `owner`'s package.
+    let lint = std::fs::canonicalize(
+        runner
+            .thread_workspace("a", "owner")
+            .join(".agents/skills/lint"),
+    )
+    .unwrap();
+    let other = runner.thread_workspace("a", "other");
+    std::fs::remove_file(other.join(".agents/skills")).unwrap();
+    std::fs::create_dir(other.join(".agents/skills")).unwrap();
+    std::os::unix::fs::symlink(&lint, other.join(".agents/skills/stolen")).unwrap();
+
+    runner.signal(libc::SIGTERM);
+    assert_eq!(runner.wait_exit(WAIT).await, Some(0), "{}", runner.logs());
+    let cp = mock().await;
+    let runner = RunnerProc::start_in(opts(&cp), runner.dirs.clone());
+    cp.wait_connected(WAIT).await.expect("reconnects");
+    let read = |rid: &'static str, thread: &'static str, path: &'static str| {
+        let cp = &cp;
+        async move {
+            send(
+                cp,
+                rid,
+                user_message(
+                    "a",
+                    thread,
+                    &format!("run cat {path} 2>&1 || echo DENIED"),
+                    false,
+                ),
+            )
+            .await;
+            turn_completed(cp, rid).await;
+            command_outputs(&replies(cp, rid)).join("\n")
+        }
+    };
+    let own = read("m1", "owner", ".agents/skills/lint/SKILL.md").await;
+    assert!(own.contains("name: lint"), "{own}\n{}", runner.logs());
+    let stolen = read("m2", "other", ".agents/skills/stolen/SKILL.md").await;
+    assert!(
+        stolen.contains("DENIED") && !stolen.contains("name: lint"),
+        "{stolen}"
+    );
 }

@@ -46,26 +46,14 @@ pub(super) fn program_dir(real: &Path) -> Option<PathBuf> {
     node_modules.or(real.parent()).map(Path::to_path_buf)
 }
 
-/// The skills of the thread's own packages (`git_skill_packages`): the
-/// entries of the shared skill cache its `.agents/skills` links to, and
-/// only those, so a thread reads no other thread's packages. The links are
-/// made before the thread's sandbox (at creation; on disk after a restart).
+/// The checkouts of the thread's own packages (`git_skill_packages`) in
+/// the shared skill cache, and only those, so a thread reads no other
+/// thread's packages. They come from the runner's record of the packages
+/// the thread was created with (written before the thread's sandbox, kept
+/// across restarts; [`crate::host::skills::cache`]), never from the links
+/// in its workspace, which the agent can change.
 pub(super) fn thread_package_skills(workspaces: &Workspaces, workspace: &Path) -> Vec<PathBuf> {
-    let Ok(cache) = workspaces
-        .root()
-        .join(crate::host::skills::thread::CACHE_DIR)
-        .canonicalize()
-    else {
-        return Vec::new();
-    };
-    let Ok(entries) = std::fs::read_dir(workspace.join(".agents").join("skills")) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.path().canonicalize().ok())
-        .filter(|target| target.starts_with(&cache))
-        .collect()
+    crate::host::skills::cache::thread_entries(workspaces.root(), workspace)
 }
 
 /// The SDK homes the operator configured, created if missing, as

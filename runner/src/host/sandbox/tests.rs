@@ -128,7 +128,7 @@ async fn enforce_without_landlock_refuses_turns_with_a_request_error() {
         )),
         mailboxes: Arc::new(crate::tasks::mailboxes::Mailboxes::new(64)),
         max_turns: 4,
-        skill_max_bytes: 1024,
+        skills: crate::host::skills::SkillSettings::with_max_bytes(1024),
         git_env: None,
         github: None,
         sandboxes,

@@ -5,7 +5,10 @@
 //! | `owner/repo[/path/to/skill][@ref]` | GitHub repository (`https://github.com/owner/repo.git`) |
 //! | `https://github.com/owner/repo[/tree/REF[/path]]` | the same, as a browser URL |
 //! | `file:///abs/dir` | a local directory (a git work tree is read at its HEAD) |
-//! | `<git URL>[#ref]` (`https://…`, `http://…`, `ssh://…`, `git@host:…`, `file:///….git`) | any git repository; `#ref` picks a branch, tag or commit |
+//! | `<git URL>[#ref]` (`https://…`, `http://…`, `ssh://…`, `user@host:…`, `file:///….git`) | any git repository; `#ref` picks a branch, tag or commit |
+//!
+//! This is only the syntax: which of these the runner fetches is
+//! [`super::policy`]'s decision.
 
 /// Where a package comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,9 +71,10 @@ fn parse_source(text: &str) -> Result<Source, String> {
             path: path.to_owned(),
         });
     }
-    if ["https://", "http://", "ssh://", "git@"]
+    if ["https://", "http://", "ssh://"]
         .iter()
         .any(|p| text.starts_with(p))
+        || is_scp_like(text)
     {
         let (url, git_ref) = split_ref(text, '#');
         return Ok(Source::Git {
@@ -83,6 +87,15 @@ fn parse_source(text: &str) -> Result<Source, String> {
         return Err(format!("{text:?}: unsupported scheme"));
     }
     shorthand(text)
+}
+
+/// git's scp-like syntax `[user@]host:path`: not a URL, and a ':' before
+/// any '/'.
+pub fn is_scp_like(text: &str) -> bool {
+    !text.contains("://")
+        && text
+            .split_once(':')
+            .is_some_and(|(head, _)| !head.is_empty() && !head.contains('/'))
 }
 
 fn split_ref(text: &str, sep: char) -> (&str, Option<String>) {

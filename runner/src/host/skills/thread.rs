@@ -1,9 +1,11 @@
 //! Skill packages for one thread (`CreateThreadRequest.git_skill_packages`):
 //! each package is a git repository at a commit and the directories of it
-//! that hold skills. They are fetched once per (repository, commit) into a
-//! cache shared by every thread (`<workspace root>/.skill-cache/`), checked
-//! like any skill package ([`super::package::find_skills`]), and linked into
-//! that thread's skills only.
+//! that hold skills. Each repository is admitted by the source policy
+//! ([`super::policy`]), fetched once per (repository, commit) into the
+//! cache shared by every thread ([`super::cache`], which records which
+//! thread uses which checkout), checked like any skill package
+//! ([`super::package::find_skills`]), and linked into that thread's skills
+//! only.
 //!
 //! A thread without packages sees the agent's skills directory itself
 //! (`.agents/skills` and `.claude/skills` are links to it). A thread with
@@ -21,13 +23,12 @@ use std::path::{Component, Path, PathBuf};
 
 use sdk_adapter::beneath;
 
-use super::coordinate::{self, Source};
-use super::fetch::{fetch_git, git};
+use super::SkillSettings;
+use super::cache::Cache;
+use super::coordinate::Source;
+use super::fetch::{GitFetch, fetch_git, git};
 use super::package::find_skills;
-
-/// The cache's directory name under the workspace root (agent ids may not
-/// start with `.`, so no agent's home can take it).
-pub const CACHE_DIR: &str = ".skill-cache";
+use super::policy::{Transport, redact_url};
 
 /// One package of a thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,16 +48,22 @@ impl ThreadPackage {
     pub fn label(&self, index: usize) -> String {
         format!(
             "create_thread_request.git_skill_packages[{index}] ({} at {})",
-            self.repository_url, self.commit_reference
+            redact_url(&self.repository_url),
+            self.commit_reference
         )
     }
 }
 
-/// The git URL and the path prefix inside it that `repository_url` names.
-pub fn repository(repository_url: &str) -> Result<(String, String), String> {
-    match coordinate::parse(repository_url)? {
-        Source::Git { url, subpath, .. } => Ok((url, subpath)),
-        Source::Dir { path } => Ok((format!("file://{path}"), String::new())),
+/// The git URL, the path prefix inside it and the transport that
+/// `repository_url` names, if the source policy admits it.
+fn repository(
+    settings: &SkillSettings,
+    repository_url: &str,
+) -> Result<(String, String, Transport), String> {
+    let admitted = settings.sources.admit(repository_url)?;
+    match admitted.source {
+        Source::Git { url, subpath, .. } => Ok((url, subpath, admitted.transport)),
+        Source::Dir { path } => Ok((format!("file://{path}"), String::new(), Transport::File)),
     }
 }
 
@@ -70,22 +77,23 @@ pub struct ThreadSkill {
 }
 
 /// Fetches (or finds in the cache under `workspace_root`) and checks every
-/// package, then links their skills into `workspace`. `git_envs[i]` is the
-/// git environment of package `i` (an installation token, or nothing).
-/// Blocking (git and file system work). The error names the package.
+/// package, records them as the thread's, then links their skills into
+/// `workspace`. `git_envs[i]` is the git environment of package `i` (an
+/// installation token, or nothing). Blocking (git and file system work).
+/// The error names the package.
 pub fn install(
     workspace_root: &Path,
     agent_skills: &Path,
     workspace: &Path,
     packages: &[ThreadPackage],
     git_envs: &[Vec<(String, String)>],
-    max_bytes: u64,
+    settings: &SkillSettings,
 ) -> Result<Vec<ThreadSkill>, String> {
-    let cache = workspace_root.join(CACHE_DIR);
+    let cache = Cache::new(workspace_root, settings.cache_max_bytes);
     let mut skills: Vec<ThreadSkill> = Vec::new();
     for (index, package) in packages.iter().enumerate() {
         let env = git_envs.get(index).map(Vec::as_slice).unwrap_or_default();
-        let found = package_skills(&cache, package, env, max_bytes)
+        let found = package_skills(&cache, workspace, package, env, settings)
             .map_err(|e| format!("{}: {e}", package.label(index)))?;
         for skill in found {
             if skills.iter().any(|s| s.name == skill.name) {
@@ -105,14 +113,25 @@ pub fn install(
 
 /// The skills of one package, fetched into the cache if not there yet.
 fn package_skills(
-    cache: &Path,
+    cache: &Cache,
+    workspace: &Path,
     package: &ThreadPackage,
     env: &[(String, String)],
-    max_bytes: u64,
+    settings: &SkillSettings,
 ) -> Result<Vec<ThreadSkill>, String> {
-    let (url, prefix) = repository(&package.repository_url)?;
-    let commit = resolve(&url, &package.commit_reference, env)?;
-    let checkout = cached(cache, &url, &commit, env)?;
+    let max_bytes = settings.max_bytes;
+    let (url, prefix, transport) = repository(settings, &package.repository_url)?;
+    let how = GitFetch {
+        transport,
+        env,
+        max_bytes,
+    };
+    let commit = resolve(&url, &package.commit_reference, &how)?;
+    let checkout = cache.checkout(&url, &commit, workspace, |staging| {
+        fetch_git(&url, Some(&commit), "", staging, &how)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })?;
     let mut skills = Vec::new();
     // No directory listed: the repository is one package (its root).
     let root_only = [".".to_owned()];
@@ -155,7 +174,7 @@ fn is_commit_id(text: &str) -> bool {
 }
 
 /// The commit `reference` names in the repository at `url`.
-fn resolve(url: &str, reference: &str, env: &[(String, String)]) -> Result<String, String> {
+fn resolve(url: &str, reference: &str, how: &GitFetch<'_>) -> Result<String, String> {
     if reference.starts_with('-') {
         return Err(format!(
             "commit_reference {reference:?} may not start with '-'"
@@ -164,7 +183,7 @@ fn resolve(url: &str, reference: &str, env: &[(String, String)]) -> Result<Strin
     if is_commit_id(reference) {
         return Ok(reference.to_ascii_lowercase());
     }
-    let listed = git(&["ls-remote", "--", url, reference], None, env)
+    let listed = git(&["ls-remote", "--", url, reference], None, how, None)
         .map_err(|m| format!("resolving {reference:?}: {m}"))?;
     listed
         .lines()
@@ -172,43 +191,6 @@ fn resolve(url: &str, reference: &str, env: &[(String, String)]) -> Result<Strin
         .find(|sha| is_commit_id(sha))
         .map(str::to_owned)
         .ok_or_else(|| format!("no branch or tag {reference:?} in the repository"))
-}
-
-/// The checkout of `url` at `commit` in the cache, fetched first if missing.
-/// A checkout only appears complete (renamed into place once fetched), so
-/// threads created at the same time never see half of one.
-fn cached(
-    cache: &Path,
-    url: &str,
-    commit: &str,
-    env: &[(String, String)],
-) -> Result<PathBuf, String> {
-    let digest = ring::digest::digest(&ring::digest::SHA256, url.as_bytes());
-    let repo: String = digest.as_ref()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let dir = cache.join(format!("{repo}-{commit}"));
-    if dir.is_dir() {
-        tracing::debug!(%url, %commit, "thread skill package found in the cache");
-        return Ok(dir);
-    }
-    std::fs::create_dir_all(cache).map_err(|e| format!("creating the cache: {e}"))?;
-    let staging = cache.join(format!(".fetch-{}", uuid::Uuid::new_v4().simple()));
-    let fetched = fetch_git(url, Some(commit), "", &staging, env).map_err(|e| e.to_string());
-    let result = fetched.and_then(|_| match std::fs::rename(&staging, &dir) {
-        Ok(()) => {
-            tracing::info!(%url, %commit, "thread skill package fetched into the cache");
-            Ok(())
-        }
-        // Another thread put it there meanwhile: theirs is as good.
-        Err(_) if dir.is_dir() => Ok(()),
-        Err(e) => Err(format!("caching the checkout: {e}")),
-    });
-    if staging.exists() {
-        let _ = std::fs::remove_dir_all(&staging);
-    }
-    result.map(|()| dir)
 }
 
 /// Gives `workspace` a skills directory of its own (see the module doc).
@@ -271,8 +253,13 @@ mod tests {
     #[test]
     fn commit_ids_are_used_as_is() {
         let sha = "0123456789abcdef0123456789abcdef01234567";
-        assert_eq!(resolve("file:///nowhere", sha, &[]).unwrap(), sha);
-        assert!(resolve("file:///nowhere", "-x", &[]).is_err());
+        let how = GitFetch {
+            transport: Transport::File,
+            env: &[],
+            max_bytes: 1,
+        };
+        assert_eq!(resolve("file:///nowhere", sha, &how).unwrap(), sha);
+        assert!(resolve("file:///nowhere", "-x", &how).is_err());
     }
 
     /// Links planted at `.agents`, `.claude` and `.claude/skills` lead
