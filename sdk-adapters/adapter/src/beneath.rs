@@ -187,6 +187,46 @@ pub fn write_file(
     written
 }
 
+/// Reads the regular file `name` (one component) in `dir`, at most `limit`
+/// bytes: `None` when it is missing, or is anything but a regular file (a
+/// symlink is not followed), or is larger. For reading a file an agent may
+/// once have been able to replace (an operator's SDK home of an older
+/// runner): a link planted there never makes the runner copy its target.
+pub fn read_file(dir: impl AsFd, name: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let fd = match rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+        resolve(),
+    ) {
+        Ok(fd) => fd,
+        Err(e)
+            if e == rustix::io::Errno::NOENT
+                || e == rustix::io::Errno::LOOP
+                || e == rustix::io::Errno::NOTDIR =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+        || u64::try_from(st.st_size).unwrap_or(u64::MAX) > limit
+    {
+        return Ok(None);
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Ok(None);
+    }
+    Ok(Some(bytes))
+}
+
 /// Removes `name` (one component) from `dir` if present; a symlink there is
 /// removed itself (its target is never touched).
 pub fn remove_file(dir: impl AsFd, name: &str) -> std::io::Result<()> {
@@ -238,6 +278,26 @@ mod tests {
         assert_eq!(std::fs::read(&outside).unwrap(), b"precious");
         assert_eq!(std::fs::read(home.join(".d/auth.json")).unwrap(), b"seed");
         assert!(!home.join(".d/auth.json").is_symlink());
+    }
+
+    #[test]
+    fn reading_follows_no_link_and_takes_regular_files_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::write(&outside, b"precious").unwrap();
+        let dir = tmp.path().join("d");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("f"), b"mine").unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("link")).unwrap();
+        let root = open_root(&dir).unwrap();
+        assert_eq!(
+            read_file(&root, "f", 4).unwrap().as_deref(),
+            Some(&b"mine"[..])
+        );
+        assert_eq!(read_file(&root, "f", 3).unwrap(), None, "too large");
+        assert_eq!(read_file(&root, "link", 64).unwrap(), None);
+        assert_eq!(read_file(&root, "sub", 64).unwrap(), None);
+        assert_eq!(read_file(&root, "missing", 64).unwrap(), None);
     }
 
     #[test]

@@ -14,6 +14,10 @@
 //! - A turn writes the message as a `user` line; steering writes another
 //!   into the running session; interrupt is the `interrupt` control request
 //!   (module `control`). Output becomes events in module `turn`.
+//! - Each thread's claude has a config dir (`CLAUDE_CONFIG_DIR`) of its
+//!   own in the thread's HOME, seeded with the operator's login and
+//!   nothing else (module `config_dir`): settings and hooks one thread
+//!   writes there never reach another; its transcripts live there too.
 //! - Permission prompts (`--permission-prompt-tool stdio`) are answered at
 //!   once by policy ([`ClaudeConfig::permission_mode`]).
 //! - Registration advertises [`ClaudeConfig::models`]: Claude Code has no
@@ -22,6 +26,7 @@
 //!   process trees.
 
 mod config;
+mod config_dir;
 mod control;
 mod mcp;
 mod protocol;
@@ -43,6 +48,7 @@ use tokio::sync::mpsc;
 pub use config::{
     ClaudeConfig, DEFAULT_MODELS, PERMISSION_MODES, check_permission_mode, parse_models,
 };
+pub use config_dir::{CREDENTIALS, operator_config_dir};
 
 use crate::control::ClaudeControl;
 use crate::session::{Flavor, Session, has_transcript};
@@ -137,8 +143,14 @@ impl ClaudeAdapter {
         flavor: Flavor,
     ) -> Result<Session, SdkError> {
         let sandbox = spec.sandbox.get()?;
+        let home = &sandbox.spec().home_dir;
         let resume = slot.shared.resumable.load(Ordering::SeqCst)
-            || has_transcript(&self.config, &sandbox.spec().home_dir, &slot.session_id);
+            || has_transcript(home, &slot.session_id)
+            || config_dir::adopt_transcript(&self.config, home, &slot.session_id)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(thread_id = %spec.thread_id, error = %e, "could not adopt the session's transcript from the operator's config dir");
+                    false
+                });
         Session::start(
             &self.config,
             spec,
@@ -278,7 +290,6 @@ impl SdkAdapter for ClaudeAdapter {
             ),
             control: control.clone(),
             shared: slot.shared.clone(),
-            config: self.config.clone(),
             home: spec.sandbox.get()?.spec().home_dir.clone(),
         };
         tokio::spawn(task.run());

@@ -16,12 +16,11 @@ use sdk_adapter::launcher::ThreadSandbox;
 use sdk_process::{ChildError, ChildSpec, Inbound, JsonChild, TurnSink};
 
 /// The runner's variables Claude Code documents it reads, passed on top of
-/// the launcher's allowlist: its config dir and these prefixes (Anthropic
-/// API key, token and endpoint; Claude Code switches; Bedrock and Vertex).
-/// Without `CLAUDE_CONFIG_DIR` claude uses `$HOME/.claude`, and `HOME` is
-/// the thread's own.
+/// the launcher's allowlist, and these prefixes (Anthropic API key, token
+/// and endpoint; Claude Code switches; Bedrock and Vertex).
+/// `CLAUDE_CONFIG_DIR` is not among them: [`Session::start`] always sets
+/// it to the thread's own (module `config_dir`).
 pub(crate) const PASS_ENV: &[&str] = &[
-    "CLAUDE_CONFIG_DIR",
     "CLOUD_ML_REGION",
     "DISABLE_TELEMETRY",
     "DISABLE_AUTOUPDATER",
@@ -83,7 +82,9 @@ impl Session {
     /// with the sandbox's environment plus what Claude Code documents it
     /// reads ([`PASS_ENV`]) plus `config.env` plus the thread's
     /// `ThreadSpec::env` (which wins), so every tool command claude runs
-    /// inherits them. The thread's additional instructions go to
+    /// inherits them; then `CLAUDE_CONFIG_DIR`, the thread's own, seeded
+    /// with the operator's login (module `config_dir`), over any of those.
+    /// The thread's additional instructions go to
     /// `--append-system-prompt`, so they join Claude Code's own system
     /// prompt on every turn.
     pub(crate) fn start(
@@ -139,6 +140,16 @@ impl Session {
         for (key, value) in documented.iter().chain(&config.env).chain(thread_env) {
             spec = spec.env(key, value);
         }
+        // Its own config dir, never the operator's nor another thread's:
+        // settings (hooks) written there reach this thread's claude only.
+        let config_dir =
+            crate::config_dir::prepare(config, &sandbox.spec().home_dir).map_err(|e| {
+                ChildError::Spawn {
+                    program: config.bin.display().to_string(),
+                    message: format!("preparing the thread's CLAUDE_CONFIG_DIR: {e}"),
+                }
+            })?;
+        spec = spec.env("CLAUDE_CONFIG_DIR", config_dir);
         let (child, inbound) = JsonChild::spawn(spec, sandbox, protocol::response_key())?;
         let sink = Arc::new(Sink::default());
         let router = tokio::spawn(route(
@@ -211,27 +222,18 @@ async fn route(
 }
 
 /// Whether Claude Code has a transcript for `session_id` (so `--resume`
-/// works): `<config dir>/projects/<any project>/<session_id>.jsonl`, where
-/// the config dir is `CLAUDE_CONFIG_DIR` (the adapter's extra environment
-/// first, then the runner's), else `<home>/.claude` with `home` the
-/// thread's HOME (the sandbox's).
-pub(crate) fn has_transcript(config: &ClaudeConfig, home: &Path, session_id: &str) -> bool {
-    transcript(config, home, session_id).is_some()
+/// works): `<config dir>/projects/<any project>/<session_id>.jsonl`, the
+/// config dir being the thread's own, `<home>/.claude` with `home` the
+/// thread's HOME (the sandbox's); it outlives the runner, so a restarted
+/// runner resumes the session.
+pub(crate) fn has_transcript(home: &Path, session_id: &str) -> bool {
+    transcript(home, session_id).is_some()
 }
 
 /// The session's transcript file, if Claude Code wrote one (see
 /// [`has_transcript`] for where it looks).
-pub(crate) fn transcript(config: &ClaudeConfig, home: &Path, session_id: &str) -> Option<PathBuf> {
-    let env = |key: &str| {
-        config
-            .env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| PathBuf::from(v))
-            .or_else(|| std::env::var_os(key).map(PathBuf::from))
-    };
-    let dir = env("CLAUDE_CONFIG_DIR").unwrap_or_else(|| home.join(".claude"));
+pub(crate) fn transcript(home: &Path, session_id: &str) -> Option<PathBuf> {
+    let dir = crate::config_dir::thread_config_dir(home);
     let file = format!("{session_id}.jsonl");
     std::fs::read_dir(dir.join("projects"))
         .ok()?

@@ -53,9 +53,8 @@ pub(crate) struct TurnTask {
     pub inbox: TurnInbox<TurnMsg>,
     pub control: Arc<ClaudeControl>,
     pub shared: Arc<ThreadShared>,
-    /// Where to find the session's transcript (its title): the config,
-    /// and the thread's HOME (the sandbox's) when it names no config dir.
-    pub config: crate::ClaudeConfig,
+    /// The thread's HOME (the sandbox's): its config dir holds the
+    /// session's transcript (its title).
     pub home: std::path::PathBuf,
 }
 
@@ -85,13 +84,9 @@ impl TurnTask {
     /// Claude Code's title for the session, read from its transcript after
     /// the turn, when it differs from the last one reported.
     async fn new_title(&self) -> Option<String> {
-        let (config, home, session) = (
-            self.config.clone(),
-            self.home.clone(),
-            self.session_id.clone(),
-        );
+        let (home, session) = (self.home.clone(), self.session_id.clone());
         let title = tokio::task::spawn_blocking(move || {
-            crate::session::transcript(&config, &home, &session)
+            crate::session::transcript(&home, &session)
                 .and_then(|path| crate::session::transcript_title(&path))
         })
         .await

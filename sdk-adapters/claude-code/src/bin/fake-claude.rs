@@ -26,6 +26,10 @@
 //! | `name TEXT` | appends a `custom-title` entry with TEXT to the transcript (as `/rename` does), says `named` |
 //! | `instructions` | an assistant text with the `--append-system-prompt` value (`(no instructions)` when absent) |
 //! | `mcp` | an assistant text describing the `--mcp-config` file: `strict` when `--strict-mcp-config` was given too, the file's mode (`0600`), then per server `NAME stdio COMMAND ARGS env K=V…` or `NAME http URL header K=V…`; `(no mcp config)` without the flag. A `--mcp-config` without `--strict-mcp-config`, or a file that is not valid JSON, fails the start |
+//! | `env NAME` | an assistant text with the value of the variable NAME (`(unset)` when absent) |
+//! | `cat PATH` | an assistant text with the file's text, or `cannot read PATH: ERROR` (a relative PATH is under `$CLAUDE_CONFIG_DIR`) |
+//! | `write PATH TEXT` | writes TEXT to the file (made with its parents), says `wrote PATH` or `cannot write PATH: ERROR` (relative as for `cat`) |
+//! | `hooks` | the hook commands of `$CLAUDE_CONFIG_DIR/settings.json`, as the real CLI would run them, joined with `; ` (`(no hooks)` without any) |
 //! | anything else | an assistant text `echo: LINE` |
 //!
 //! Every result carries usage 100 in (+10 cache read) / 20 out and the
@@ -95,8 +99,58 @@ fn mcp_description(file: Option<String>, strict: bool) -> String {
     entries.join("; ")
 }
 
+/// The `hooks` step's text: every `command` of a hook in `settings.json`
+/// of the config dir `config_dir`.
+fn hook_commands(config_dir: &std::path::Path) -> String {
+    let settings: Value = std::fs::read(config_dir.join("settings.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    let mut commands = Vec::new();
+    if let Some(events) = settings["hooks"].as_object() {
+        for matchers in events.values() {
+            for matcher in matchers.as_array().into_iter().flatten() {
+                for hook in matcher["hooks"].as_array().into_iter().flatten() {
+                    if let Some(command) = hook["command"].as_str() {
+                        commands.push(command.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    if commands.is_empty() {
+        return "(no hooks)".into();
+    }
+    commands.join("; ")
+}
+
+/// The `cat` and `write` steps: file work as an agent's tool would do it.
+fn file_step(config_dir: &std::path::Path, word: &str, rest: &str) -> String {
+    let (path, text) = match word {
+        "write" => rest.split_once(' ').unwrap_or((rest, "")),
+        _ => (rest, ""),
+    };
+    let full = config_dir.join(path);
+    if word == "cat" {
+        return match std::fs::read_to_string(&full) {
+            Ok(text) => text,
+            Err(e) => format!("cannot read {path}: {e}"),
+        };
+    }
+    let written = full
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&full, text));
+    match written {
+        Ok(()) => format!("wrote {path}"),
+        Err(e) => format!("cannot write {path}: {e}"),
+    }
+}
+
 struct Fake {
     input: mpsc::Receiver<Value>,
+    /// `$CLAUDE_CONFIG_DIR`.
+    config_dir: PathBuf,
     /// `$CLAUDE_CONFIG_DIR/fake.log`.
     log: FakeLog,
     transcript: PathBuf,
@@ -163,6 +217,7 @@ fn main() {
     let mut fake = Fake {
         input: read_stdin("fake-claude"),
         log: FakeLog::new(config_dir.join("fake.log")),
+        config_dir: config_dir.clone(),
         transcript,
         session,
         model: value("--model").unwrap_or_else(|| "default".into()),
@@ -328,6 +383,18 @@ impl Fake {
                         .instructions
                         .clone()
                         .unwrap_or_else(|| "(no instructions)".into());
+                    self.say(&text);
+                }
+                "env" => {
+                    let value = std::env::var(rest).unwrap_or_else(|_| "(unset)".into());
+                    self.say(&value);
+                }
+                "cat" | "write" => {
+                    let text = file_step(&self.config_dir, word, rest);
+                    self.say(&text);
+                }
+                "hooks" => {
+                    let text = hook_commands(&self.config_dir);
                     self.say(&text);
                 }
                 "think" => self
