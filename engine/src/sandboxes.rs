@@ -23,10 +23,16 @@ use anyhow::Context as _;
 /// Where the engine's sandboxes come from.
 #[derive(Debug, Clone)]
 pub enum EngineLauncher {
-    /// The engine builds its own launcher at start in this mode: the state
-    /// dir protected, the language servers' directories read-only, no
-    /// cgroups (standalone `code-agent serve --sandbox MODE`).
-    Own(Mode),
+    /// The engine builds its own launcher at start in `mode`: the state
+    /// dir and `protected` (the secret files the server read) hidden, the
+    /// language servers' directories read-only, no cgroups (standalone
+    /// `code-agent serve --sandbox MODE`).
+    Own {
+        /// How strictly.
+        mode: Mode,
+        /// Paths besides the state dir no sandbox shows.
+        protected: Vec<PathBuf>,
+    },
     /// The engine makes its own sandboxes with this launcher.
     Given(Arc<Launcher>),
     /// Only workspaces the embedder registered get a sandbox; tools that
@@ -38,7 +44,10 @@ pub enum EngineLauncher {
 impl Default for EngineLauncher {
     /// An own launcher in best-effort mode.
     fn default() -> Self {
-        Self::Own(Mode::BestEffort)
+        Self::Own {
+            mode: Mode::BestEffort,
+            protected: Vec::new(),
+        }
     }
 }
 
@@ -76,10 +85,14 @@ impl Sandboxes {
             })),
         };
         let launcher = match launcher {
-            EngineLauncher::Own(mode) => {
+            EngineLauncher::Own { mode, protected } => {
                 let mut config = LauncherConfig::new(*mode, "code-agent");
                 config.cgroups = false;
-                config.protected = state_dir.map(Path::to_path_buf).into_iter().collect();
+                config.protected = state_dir
+                    .map(Path::to_path_buf)
+                    .into_iter()
+                    .chain(protected.iter().cloned())
+                    .collect();
                 config.read_only.extend(read_only.iter().cloned());
                 let launcher =
                     Launcher::new(config).with_context(|| format!("the {mode} bash sandbox"))?;

@@ -90,6 +90,38 @@ pub enum LogFormat {
 }
 
 impl ServeArgs {
+    /// The files this server reads that its sandboxes must never show,
+    /// besides its state dir: the token file, the TLS key, and systemd's
+    /// `$CREDENTIALS_DIRECTORY` (`LoadCredential=`) when it has one. Every
+    /// path-valued flag is classified in [`Self::file_flags`].
+    pub fn secret_files(&self) -> Vec<PathBuf> {
+        self.file_flags()
+            .into_iter()
+            .filter(|(_, secret, _)| *secret)
+            .flat_map(|(_, _, path)| path)
+            .chain(
+                std::env::var_os("CREDENTIALS_DIRECTORY")
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute()),
+            )
+            .collect()
+    }
+
+    /// Every path-valued flag: its name, whether it is secret, its value.
+    /// The state dir is secret too, and protected by the engine itself;
+    /// the workspaces are what the sandboxes work in; a certificate is
+    /// public.
+    fn file_flags(&self) -> Vec<(&'static str, bool, Option<PathBuf>)> {
+        vec![
+            ("auth_token_file", true, self.auth_token_file.clone()),
+            ("tls_key", true, self.tls_key.clone()),
+            ("tls_cert", false, self.tls_cert.clone()),
+            ("state_dir", true, self.state_dir.clone()),
+            ("workspace_root", false, self.workspace_root.clone()),
+            ("workspace", false, self.workspace.clone()),
+        ]
+    }
+
     /// The guard the flags name: the bearer token from `--auth-token-file`,
     /// else from [`AUTH_TOKEN_ENV`] (required unless `--insecure-no-auth`),
     /// and TLS when both files are given. Errors name the setting; none
@@ -159,6 +191,42 @@ mod tests {
         assert_eq!(args.cron_utc_offset, 0);
         assert_eq!(args.max_steps, 50);
         assert_eq!(args.log_format, LogFormat::Text);
+    }
+
+    /// Every path-valued flag is classified, and the secret ones (token
+    /// file, TLS key) are what the sandboxes are told to hide.
+    #[test]
+    fn every_file_flag_is_classified_and_secrets_are_hidden() {
+        use clap::CommandFactory;
+        let mut flags: Vec<String> = Cli::command()
+            .get_arguments()
+            .filter(|a| a.get_value_parser().type_id() == std::any::TypeId::of::<PathBuf>())
+            .map(|a| a.get_id().as_str().to_owned())
+            .collect();
+        let args = Cli::try_parse_from([
+            "serve",
+            "--auth-token-file=/s/token",
+            "--tls-key=/s/key",
+            "--tls-cert=/p/cert",
+            "--state-dir=/s/state",
+            "--workspace-root=/p/ws",
+            "--workspace=/p/ws/one",
+        ])
+        .unwrap()
+        .serve;
+        let mut table: Vec<String> = args
+            .file_flags()
+            .iter()
+            .map(|(name, _, _)| (*name).to_owned())
+            .collect();
+        flags.sort();
+        table.sort();
+        assert_eq!(flags, table);
+        for (name, secret, path) in args.file_flags() {
+            let path = path.unwrap_or_else(|| panic!("{name} not read"));
+            assert_eq!(path.starts_with("/s"), secret, "{name}");
+            assert_eq!(args.secret_files().contains(&path), secret, "{name}");
+        }
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub async fn run_with(args: ServeArgs, guard: ServeOptions) -> anyhow::Result<()
             "serving WITHOUT authentication (--insecure-no-auth): whoever reaches this port can run commands in its workspaces"
         );
     }
+    // Its own files, before `args` is taken apart: the sandboxes hide them.
+    let secret_files = args.secret_files();
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
@@ -58,7 +60,10 @@ pub async fn run_with(args: ServeArgs, guard: ServeOptions) -> anyhow::Result<()
         default_workspace: args.workspace,
         workspace_root: Some(workspace_root),
         max_steps: args.max_steps,
-        launcher: EngineLauncher::Own(args.sandbox),
+        launcher: EngineLauncher::Own {
+            mode: args.sandbox,
+            protected: secret_files,
+        },
         cron_utc_offset_seconds: args.cron_utc_offset,
         ..EngineConfig::default()
     })
