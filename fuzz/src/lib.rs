@@ -54,6 +54,10 @@ use agent_runner_proto::runner::*;
 use prost::Message as _;
 use sdk_adapter::{AgentSpec, SdkAdapter, SdkDescription, SdkError, ThreadHandle, ThreadSpec};
 
+mod seeds;
+
+pub use seeds::seeds;
+
 /// The agent and thread every fresh harness starts with (planted in its
 /// state before the runtime restores it), so inputs can reach real threads.
 pub const KNOWN_AGENT: &str = "fuzz-agent";
@@ -576,142 +580,6 @@ pub fn mutate(msg: &mut ServerMessage, rng: &mut Rng, bytes: &mut dyn FnMut(&mut
             *fields[i] = String::from_utf8_lossy(&raw).into_owned();
         }
     }
-}
-
-/// The seed corpus: one message of every kind, valid and invalid ones.
-pub fn seeds() -> Vec<(String, ServerMessage)> {
-    let um = |text: &str, steer: bool| {
-        Request::CreateUserMessageRequest(CreateUserMessageRequest {
-            agent_id: KNOWN_AGENT.into(),
-            thread_id: KNOWN_THREAD.into(),
-            text: text.into(),
-            allow_steer: steer,
-            model: None,
-            model_reasoning_level: None,
-        })
-    };
-    let m = |rid: &str, r: Option<Request>| ServerMessage {
-        request_id: rid.into(),
-        request: r,
-        acked_sequence: 0,
-    };
-    vec![
-        (
-            "heartbeat".into(),
-            m("hb", Some(Request::HeartbeatRequest(HeartbeatRequest {}))),
-        ),
-        ("no_request".into(), m("r0", None)),
-        (
-            "create_agent".into(),
-            m(
-                "r1",
-                Some(Request::CreateAgentRequest(CreateAgentRequest {
-                    agent_id: "a".into(),
-                    agent_sdk: "scripted".into(),
-                })),
-            ),
-        ),
-        (
-            "create_agent_bad_id".into(),
-            m(
-                "r2",
-                Some(Request::CreateAgentRequest(CreateAgentRequest {
-                    agent_id: "../etc".into(),
-                    agent_sdk: "scripted".into(),
-                })),
-            ),
-        ),
-        (
-            "create_thread".into(),
-            m(
-                "r3",
-                Some(Request::CreateThreadRequest(CreateThreadRequest {
-                    agent_id: KNOWN_AGENT.into(),
-                    model: "scripted-fast".into(),
-                    reasoning_level: Some("high".into()),
-                    ..Default::default()
-                })),
-            ),
-        ),
-        (
-            "user_message".into(),
-            m("r4", Some(um("say hi\nthink hmm\nusage 3 4\nhello", false))),
-        ),
-        (
-            "user_message_steer".into(),
-            m("r5", Some(um("say more", true))),
-        ),
-        (
-            "user_message_fail".into(),
-            m("r6", Some(um("say x\nfail boom", false))),
-        ),
-        (
-            "user_message_empty_text".into(),
-            m("r7", Some(um("", false))),
-        ),
-        (
-            "interrupt".into(),
-            m(
-                "r8",
-                Some(Request::InterruptTurnRequest(InterruptTurnRequest {
-                    agent_id: KNOWN_AGENT.into(),
-                    thread_id: KNOWN_THREAD.into(),
-                })),
-            ),
-        ),
-        (
-            "delete_thread_unknown".into(),
-            m(
-                "r9",
-                Some(Request::DeleteThreadRequest(DeleteThreadRequest {
-                    agent_id: KNOWN_AGENT.into(),
-                    thread_id: "thr-ffffffffffffffffffffffffffffffff".into(),
-                })),
-            ),
-        ),
-        (
-            "delete_agent".into(),
-            m(
-                "r10",
-                Some(Request::DeleteAgentRequest(DeleteAgentRequest {
-                    agent_id: "a".into(),
-                })),
-            ),
-        ),
-        (
-            "ack_only".into(),
-            ServerMessage {
-                request_id: String::new(),
-                request: None,
-                acked_sequence: 3,
-            },
-        ),
-        (
-            "ack_beyond_what_was_sent_with_a_request".into(),
-            ServerMessage {
-                acked_sequence: u64::MAX,
-                ..m("r12", Some(Request::HeartbeatRequest(HeartbeatRequest {})))
-            },
-        ),
-        (
-            "ack_going_backwards".into(),
-            ServerMessage {
-                request_id: String::new(),
-                request: None,
-                acked_sequence: 1,
-            },
-        ),
-        (
-            "install_skills".into(),
-            m(
-                "r11",
-                Some(Request::InstallSkillsMpRequest(InstallSkillsMpRequest {
-                    agent_id: KNOWN_AGENT.into(),
-                    package_name: "pkg".into(),
-                })),
-            ),
-        ),
-    ]
 }
 
 #[cfg(test)]

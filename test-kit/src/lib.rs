@@ -11,7 +11,8 @@
 //!
 //! Used as a dev-dependency by the runner's test targets (`runner/tests/e2e`,
 //! `runner/tests/deploy`) and the test suites that skip, and as a normal
-//! dependency by the benchmarks (`bench/`); it depends only on the mock
+//! dependency by the benchmarks (`bench/`) and the fuzz harness (`fuzz/`, its
+//! seed requests); it depends only on the mock
 //! control plane and the protocol (runner/tests/architecture.rs checks it).
 
 // Test support: a failed unwrap here is a failed test (or benchmark run)
