@@ -35,17 +35,11 @@ pub fn seeds() -> Vec<(String, ServerMessage)> {
         ("no_request".into(), m("r0", None)),
         (
             "create_agent".into(),
-            m(
-                "r1",
-                Some(create_agent_request("a", "scripted")),
-            ),
+            m("r1", Some(create_agent_request("a", "scripted"))),
         ),
         (
             "create_agent_bad_id".into(),
-            m(
-                "r2",
-                Some(create_agent_request("../etc", "scripted")),
-            ),
+            m("r2", Some(create_agent_request("../etc", "scripted"))),
         ),
         (
             "create_thread".into(),
