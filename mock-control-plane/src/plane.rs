@@ -126,6 +126,9 @@ impl MockControlPlane {
                 .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
                 .context("loading the TLS certificate and key")?;
         }
+        // gRPC's default limits, on purpose: a message from the runner over
+        // 4 MiB ends its stream, as it would with any control plane left at
+        // its defaults (the runner caps every update under that).
         let service = AgentRunnerControlServiceServer::with_interceptor(
             MockService::new(self.state.clone(), self.delay_headers)
                 .with_github(self.github.clone()),

@@ -199,3 +199,26 @@ async fn runner_closing_its_stream_disconnects() {
     plane.wait_disconnected(WAIT).await.expect("disconnected");
     assert!(!plane.is_connected());
 }
+
+/// The mock keeps gRPC's default receive limit (4 MiB), as a control plane
+/// left at its defaults does: the runner's large-message tests rely on it
+/// to catch an update too large for such a peer.
+#[tokio::test]
+async fn a_message_over_grpcs_default_4_mib_ends_the_stream() {
+    let plane = plain().await;
+    let stream = connected(&plane).await;
+    let is = |rid: &'static str| move |m: &ClientMessage| m.request_id.as_deref() == Some(rid);
+    // Just under the runner's outbound limit (4 MiB − 64 KiB): received.
+    let fits = "a".repeat(4 * 1024 * 1024 - 64 * 1024 - 64);
+    stream.send(agent_ready("fits", &fits)).await;
+    plane.wait_for(is("fits"), WAIT).await.expect("received");
+    // Over 4 MiB: refused, and the stream ends.
+    let over = "a".repeat(4 * 1024 * 1024 + 1);
+    stream.send(agent_ready("over", &over)).await;
+    plane
+        .wait_disconnected(WAIT)
+        .await
+        .expect("the stream ends");
+    assert!(!plane.received().iter().any(is("over")));
+    assert_eq!(plane.connection_count(), 1);
+}

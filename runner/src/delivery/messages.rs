@@ -1,14 +1,18 @@
 //! Every `ClientMessage` the runner sends is built here: the one place where
-//! SDK-neutral events meet the wire contract.
+//! SDK-neutral events meet the wire contract. Each builder caps the fields
+//! it fills (`delivery::fit`), so no update is ever too large for
+//! a gRPC peer with default limits.
 
 use agent_runner_proto::runner::{
-    AgentSdk, AgentSdkStatus, AgentStatus, AgentUpdate, ClientMessage, CommandExecutionItem,
-    HeartbeatResponse, ItemStatus, ItemType, ItemUpdate, LlmModel, RequestError, SkillMpStatus,
-    SkillMpUpdate, ThreadNameUpdate, ThreadStatus, ThreadTokenUsageUpdate, ThreadUpdate,
-    TokenUsageBreakdown, TurnStatus, TurnUpdate, client_message::Payload,
+    AgentSdk, AgentSdkStatus, AgentStatus, AgentUpdate, ClientMessage, CodexDeviceCode,
+    CommandExecutionItem, HeartbeatResponse, ItemStatus, ItemType, ItemUpdate, LlmModel,
+    RequestError, SkillMpStatus, SkillMpUpdate, ThreadNameUpdate, ThreadStatus,
+    ThreadTokenUsageUpdate, ThreadUpdate, TokenUsageBreakdown, TurnStatus, TurnUpdate,
+    client_message::Payload,
 };
 use sdk_adapter::{ItemEvent, ItemKind, TokenUsage};
 
+use crate::delivery::fit::{self, id};
 use crate::util::redact::Redactor;
 
 /// The request id a reply carries: none when the request had none.
@@ -19,7 +23,10 @@ pub fn request_id(raw: &str) -> RequestId {
     (!raw.is_empty()).then(|| raw.to_owned())
 }
 
-fn message(request_id: RequestId, payload: Payload) -> ClientMessage {
+fn message(mut request_id: RequestId, payload: Payload) -> ClientMessage {
+    if let Some(rid) = &mut request_id {
+        fit::cap_id(rid);
+    }
     ClientMessage {
         request_id,
         payload: Some(payload),
@@ -33,6 +40,7 @@ pub fn request_error(request_id: RequestId, text: impl Into<String>) -> ClientMe
     if error_message.is_empty() {
         error_message = "request failed".to_owned();
     }
+    fit::cap_text(&mut error_message, fit::ERROR_CAP);
     message(
         request_id,
         Payload::RequestError(RequestError { error_message }),
@@ -49,15 +57,16 @@ pub fn agent(request_id: RequestId, agent_id: &str, status: AgentStatus) -> Clie
     message(
         request_id,
         Payload::AgentUpdate(AgentUpdate {
-            agent_id: agent_id.to_owned(),
+            agent_id: id(agent_id),
             status: status.into(),
         }),
     )
 }
 
-/// What registration (and `agent_sdk_update`) says about one SDK.
+/// What registration (and `agent_sdk_update`) says about one SDK, within
+/// the caps of `fit::fit_sdk`.
 pub fn agent_sdk(d: sdk_adapter::SdkDescription) -> AgentSdk {
-    AgentSdk {
+    let mut sdk = AgentSdk {
         name: d.name,
         models: d
             .models
@@ -74,7 +83,9 @@ pub fn agent_sdk(d: sdk_adapter::SdkDescription) -> AgentSdk {
         }
         .into(),
         error_message: d.error_message,
-    }
+    };
+    fit::fit_sdk(&mut sdk);
+    sdk
 }
 
 /// An `agent_sdk_update`: `d` changed since the control plane was told.
@@ -83,11 +94,16 @@ pub fn agent_sdk_update(request_id: RequestId, d: sdk_adapter::SdkDescription) -
 }
 
 /// A `ThreadNameUpdate`: the SDK's title for the thread (`None`: cleared).
-pub fn thread_name(request_id: RequestId, thread_id: &str, name: Option<String>) -> ClientMessage {
+pub fn thread_name(
+    request_id: RequestId,
+    thread_id: &str,
+    mut name: Option<String>,
+) -> ClientMessage {
+    fit::cap_opt(&mut name, fit::NAME_CAP);
     message(
         request_id,
         Payload::ThreadNameUpdate(ThreadNameUpdate {
-            thread_id: thread_id.to_owned(),
+            thread_id: id(thread_id),
             thread_name: name,
         }),
     )
@@ -98,7 +114,7 @@ pub fn thread(request_id: RequestId, thread_id: &str, status: ThreadStatus) -> C
     message(
         request_id,
         Payload::ThreadUpdate(ThreadUpdate {
-            thread_id: thread_id.to_owned(),
+            thread_id: id(thread_id),
             status: status.into(),
         }),
     )
@@ -114,9 +130,9 @@ pub fn turn(
     message(
         request_id,
         Payload::TurnUpdate(TurnUpdate {
-            sdk_turn_id: sdk_turn_id.to_owned(),
+            sdk_turn_id: id(sdk_turn_id),
             status: status.into(),
-            thread_id: thread_id.to_owned(),
+            thread_id: id(thread_id),
         }),
     )
 }
@@ -126,9 +142,19 @@ pub fn skill_installed(request_id: RequestId, agent_id: &str, package: &str) -> 
     message(
         request_id,
         Payload::SkillMpUpdate(SkillMpUpdate {
-            agent_id: agent_id.to_owned(),
+            agent_id: id(agent_id),
             status: SkillMpStatus::Installed.into(),
-            package_name: package.to_owned(),
+            package_name: id(package),
+        }),
+    )
+}
+
+/// A `CodexDeviceCode`: the code a person enters to finish a codex login.
+pub fn codex_device_code(request_id: RequestId, device_code: String) -> ClientMessage {
+    message(
+        request_id,
+        Payload::CodexDeviceCode(CodexDeviceCode {
+            device_code: id(&device_code),
         }),
     )
 }
@@ -152,7 +178,8 @@ pub fn item_type(kind: ItemKind) -> ItemType {
     }
 }
 
-/// An `ItemUpdate` for an adapter's item.
+/// An `ItemUpdate` for an adapter's item, its text, command line, directory
+/// and output capped (`delivery::fit`).
 pub fn item(
     request_id: RequestId,
     thread_id: &str,
@@ -167,43 +194,62 @@ pub fn item(
     // and codex only sometimes does: the item id stands in (stable for the
     // item, unique in the thread) rather than the update being invalid.
     let completed = status == ItemStatus::Completed;
+    let mut item_id = event.item_id;
+    fit::cap_id(&mut item_id);
     let command_execution_item = event.command.map(|c| {
         // The protocol has no exit status: a finished command's output ends
         // with a marker saying how it ended, unless it exited 0.
         let marker = c.end_marker().filter(|_| completed);
+        let mut command = c.command;
+        fit::cap_text(&mut command, fit::COMMAND_CAP);
+        let mut cwd = c.cwd;
+        fit::cap_text(&mut cwd, fit::CWD_CAP);
         CommandExecutionItem {
             process_id: if c.process_id.is_empty() {
-                event.item_id.clone()
+                item_id.clone()
             } else {
-                c.process_id
+                id(&c.process_id)
             },
-            output: match (c.output, marker) {
-                (output, None) => output,
-                (None, Some(marker)) => Some(marker),
-                (Some(mut output), Some(marker)) => {
-                    if !output.is_empty() && !output.ends_with('\n') {
-                        output.push('\n');
-                    }
-                    output.push_str(&marker);
-                    Some(output)
-                }
-            },
-            command: c.command,
-            cwd: c.cwd,
+            output: command_output(c.output, marker),
+            command,
+            cwd,
         }
     });
+    let mut text = event.text;
+    fit::cap_opt(&mut text, fit::TEXT_CAP);
     message(
         request_id,
         Payload::ItemUpdate(ItemUpdate {
-            sdk_item_id: event.item_id,
+            sdk_item_id: item_id,
             status: status.into(),
             item_type: item_type(event.kind).into(),
-            text: event.text,
+            text,
             command_execution_item,
-            thread_id: thread_id.to_owned(),
-            sdk_turn_id: sdk_turn_id.to_owned(),
+            thread_id: id(thread_id),
+            sdk_turn_id: id(sdk_turn_id),
         }),
     )
+}
+
+/// A command's output, capped, then the marker saying how it ended (kept
+/// whole: it is what tells failure from success).
+fn command_output(output: Option<String>, marker: Option<String>) -> Option<String> {
+    let mut output = match (output, marker) {
+        (output, None) => output,
+        (None, Some(marker)) => Some(marker),
+        (Some(mut output), Some(marker)) => {
+            fit::cap_text(&mut output, fit::OUTPUT_CAP - fit::MARKER_ROOM);
+            if !output.is_empty() && !output.ends_with('\n') {
+                output.push('\n');
+            }
+            output.push_str(&marker);
+            Some(output)
+        }
+    };
+    // Without a marker this is the cut; with one, a no-op (markers are
+    // shorter than their room) that keeps the bound whatever they say.
+    fit::cap_opt(&mut output, fit::OUTPUT_CAP);
+    output
 }
 
 fn breakdown(b: sdk_adapter::TokenUsageBreakdown) -> TokenUsageBreakdown {
@@ -226,8 +272,8 @@ pub fn token_usage(
     message(
         request_id,
         Payload::ThreadTokenUsageUpdate(ThreadTokenUsageUpdate {
-            thread_id: thread_id.to_owned(),
-            sdk_turn_id: sdk_turn_id.to_owned(),
+            thread_id: id(thread_id),
+            sdk_turn_id: id(sdk_turn_id),
             total_usage: Some(breakdown(usage.total)),
             last_usage: Some(breakdown(usage.last)),
             model_context_window: usage.model_context_window,
@@ -301,6 +347,190 @@ mod tests {
                 .unwrap_or_default(),
             other => panic!("not an item update: {other:?}"),
         }
+    }
+
+    /// Longer than gRPC's default limit on its own.
+    const HUGE: usize = 5 * 1024 * 1024;
+
+    fn huge(c: char) -> String {
+        c.to_string().repeat(HUGE)
+    }
+
+    /// `m` is valid and, with the largest sequence number, encodes to at
+    /// most the limit every gRPC peer accepts.
+    fn assert_fits(what: &str, m: &ClientMessage) {
+        let mut numbered = m.clone();
+        numbered.sequence = u64::MAX;
+        let len = prost::Message::encoded_len(&numbered);
+        assert!(len <= fit::MESSAGE_LIMIT, "{what}: {len} bytes");
+        assert!(m.validate().is_ok(), "{what}: {:?}", m.validate());
+    }
+
+    fn item_update(m: &ClientMessage) -> &ItemUpdate {
+        match &m.payload {
+            Some(Payload::ItemUpdate(u)) => u,
+            other => panic!("not an item update: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_item_with_every_part_huge_fits() {
+        let m = item(
+            Some(huge('r')),
+            &huge('t'),
+            &huge('u'),
+            ItemEvent {
+                item_id: huge('i'),
+                kind: ItemKind::CommandExecution,
+                status: SdkStatus::Completed,
+                text: Some(huge('x')),
+                command: Some(CommandInfo {
+                    command: huge('c'),
+                    cwd: huge('d'),
+                    process_id: huge('p'),
+                    output: Some(huge('o')),
+                    exit_code: Some(3),
+                    ..Default::default()
+                }),
+            },
+        );
+        assert_fits("command item", &m);
+        let u = item_update(&m);
+        let text = u.text.as_deref().unwrap_or_default();
+        assert!(
+            text.ends_with("… [truncated: 5,242,880 bytes, 1,048,526 shown]"),
+            "{}",
+            &text[text.len() - 80..]
+        );
+        let output = u
+            .command_execution_item
+            .as_ref()
+            .and_then(|c| c.output.as_deref())
+            .unwrap_or_default();
+        assert!(
+            output.contains("… [truncated: 5,242,880 bytes,"),
+            "{}",
+            &output[output.len() - 100..]
+        );
+        assert!(
+            output.ends_with("\n[exit status 3]"),
+            "{}",
+            &output[output.len() - 100..]
+        );
+    }
+
+    #[test]
+    fn an_item_of_every_kind_with_a_huge_text_fits() {
+        let kinds = [
+            ItemKind::UserMessage,
+            ItemKind::AgentMessage,
+            ItemKind::Reasoning,
+            ItemKind::CommandExecution,
+            ItemKind::Plan,
+            ItemKind::FileChange,
+            ItemKind::McpToolCall,
+            ItemKind::CollabAgentToolCall,
+            ItemKind::WebSearch,
+            ItemKind::ImageView,
+            ItemKind::EnteredReviewMode,
+            ItemKind::ExitedReviewMode,
+            ItemKind::ContextCompaction,
+        ];
+        let text = huge('é');
+        for kind in kinds {
+            let event = |status| ItemEvent {
+                item_id: "turn-1-item-1".into(),
+                kind,
+                status,
+                text: Some(text.clone()),
+                command: None,
+            };
+            for status in [SdkStatus::Running, SdkStatus::Completed] {
+                let m = item(request_id("r1"), "thr-1", "turn-1", event(status));
+                assert_fits(&format!("{kind:?}"), &m);
+                let kept = item_update(&m).text.as_deref().unwrap_or_default();
+                assert!(kept.starts_with("éé") && kept.contains("[truncated: 10,485,760 bytes,"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_error_fits() {
+        let m = request_error(Some(huge('r')), huge('e'));
+        assert_fits("request error", &m);
+    }
+
+    #[test]
+    fn a_huge_thread_name_fits() {
+        let m = thread_name(Some(huge('r')), &huge('t'), Some(huge('n')));
+        assert_fits("thread name", &m);
+        match &m.payload {
+            Some(Payload::ThreadNameUpdate(n)) => {
+                let name = n.thread_name.as_deref().unwrap_or_default();
+                assert!(name.len() <= fit::NAME_CAP, "{}", name.len());
+                assert!(
+                    name.ends_with("… [truncated: 5,242,880 bytes, 4,050 shown]"),
+                    "{name:.80}"
+                );
+            }
+            other => panic!("not a thread name: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn updates_of_huge_ids_fit() {
+        let rid = || Some(huge('r'));
+        let usage = sdk_adapter::TokenUsage::default();
+        for (what, m) in [
+            ("agent", agent(rid(), &huge('a'), AgentStatus::Ready)),
+            ("thread", thread(rid(), &huge('t'), ThreadStatus::Ready)),
+            (
+                "turn",
+                turn(rid(), &huge('t'), &huge('u'), TurnStatus::Running),
+            ),
+            ("skill", skill_installed(rid(), &huge('a'), &huge('p'))),
+            ("device code", codex_device_code(rid(), huge('d'))),
+            (
+                "token usage",
+                token_usage(rid(), &huge('t'), &huge('u'), usage),
+            ),
+            ("heartbeat", heartbeat(rid())),
+        ] {
+            assert_fits(what, &m);
+        }
+    }
+
+    fn huge_sdk(name: char) -> sdk_adapter::SdkDescription {
+        let levels = (0..40).map(|i| format!("level-{i}")).collect::<Vec<_>>();
+        sdk_adapter::SdkDescription {
+            name: huge(name),
+            status: sdk_adapter::SdkStatus::Error,
+            error_message: Some(huge('e')),
+            models: (0..1_000)
+                .map(|i| sdk_adapter::ModelInfo {
+                    name: format!("model-{i}-{}", "m".repeat(200)),
+                    reasoning_levels: levels.clone(),
+                })
+                .chain(std::iter::once(sdk_adapter::ModelInfo {
+                    name: huge('m'),
+                    reasoning_levels: vec![huge('l')],
+                }))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_huge_sdk_description_fits_alone_and_in_a_registration() {
+        assert_fits(
+            "agent_sdk_update",
+            &agent_sdk_update(Some(huge('r')), huge_sdk('s')),
+        );
+        let registration = agent_runner_proto::runner::RegisterRunnerRequest {
+            agent_sdks: ['a', 'b', 'c', 'd'].map(|c| agent_sdk(huge_sdk(c))).into(),
+            features: vec!["acked-delivery/1".into()],
+        };
+        let len = prost::Message::encoded_len(&registration);
+        assert!(len <= fit::MESSAGE_LIMIT, "registration: {len} bytes");
     }
 
     #[test]

@@ -17,10 +17,7 @@
 
 use std::sync::Arc;
 
-use agent_runner_proto::runner::{
-    ClientMessage, CodexAuthType, CodexConfigurationRequest, CodexDeviceCode,
-    client_message::Payload,
-};
+use agent_runner_proto::runner::{CodexAuthType, CodexConfigurationRequest};
 use sdk_adapter::{Login, LoginStarted};
 
 use crate::delivery::messages::{self, RequestId};
@@ -89,13 +86,7 @@ async fn configure(
         } => {
             tracing::info!(%verification_url, "codex device-code login started: the code must be entered there");
             rt.outbox
-                .push(ClientMessage {
-                    request_id: rid.clone(),
-                    payload: Some(Payload::CodexDeviceCode(CodexDeviceCode {
-                        device_code: user_code,
-                    })),
-                    sequence: 0,
-                })
+                .push(messages::codex_device_code(rid.clone(), user_code))
                 .await;
             let outcome = completion
                 .await

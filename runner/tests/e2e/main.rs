@@ -24,6 +24,7 @@ mod github_git;
 mod harness;
 mod health;
 mod idle;
+mod large_messages;
 mod lifecycle;
 mod limits;
 mod link;
