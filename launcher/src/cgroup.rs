@@ -3,6 +3,8 @@
 //! `pids.max`, `cpu.max`; kill: `cgroup.kill`). A process cannot leave its
 //! cgroup without write access to cgroupfs, which the sandbox denies, so this
 //! is the tracking that `setsid` or a scrubbed environment cannot escape.
+//! The same handles serve a thread's cgroup in the v1 `pids` hierarchy
+//! (`cgroup_v1.rs`), where v2 offers no `pids` controller or no subtree.
 
 use std::ffi::CString;
 use std::fmt;
@@ -56,8 +58,16 @@ impl fmt::Display for CgroupProbe {
     }
 }
 
+/// The default `pids.max` of a thread: tasks (threads count) of all its
+/// processes at once. Far above what an agent's tools use (a CLI, a shell,
+/// a compiler per core, a language server), far below what exhausts a
+/// host's pid space (`kernel.pid_max` is 32768 on many hosts).
+pub const DEFAULT_PIDS_MAX: u64 = 1024;
+
 /// Limits for one thread's cgroup; `None` leaves the kernel default (max).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The default bounds the thread's processes ([`DEFAULT_PIDS_MAX`]) and
+/// nothing else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CgroupLimits {
     /// `memory.max` in bytes.
     pub memory_max: Option<u64>,
@@ -65,6 +75,16 @@ pub struct CgroupLimits {
     pub pids_max: Option<u64>,
     /// `cpu.max` as (quota, period) in microseconds.
     pub cpu_max: Option<(u64, u64)>,
+}
+
+impl Default for CgroupLimits {
+    fn default() -> Self {
+        CgroupLimits {
+            memory_max: None,
+            pids_max: Some(DEFAULT_PIDS_MAX),
+            cpu_max: None,
+        }
+    }
 }
 
 impl CgroupLimits {
@@ -234,6 +254,15 @@ impl CgroupRoot {
         Ok((CgroupRoot { dir, controllers }, notes))
     }
 
+    /// The launcher's root `dir` in the v1 hierarchy of `controller`
+    /// (created by the caller): v1 has no controllers to enable.
+    pub(crate) fn v1(dir: PathBuf, controller: &str) -> Self {
+        CgroupRoot {
+            dir,
+            controllers: vec![controller.to_string()],
+        }
+    }
+
     /// The `<parent>/<scope>` directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -370,14 +399,20 @@ impl ThreadCgroup {
     /// says (`populated`): what `rmdir` checks. `cgroup.procs` lists
     /// thread-group leaders, and is empty already while the other threads
     /// of a killed process (node's, say) are still exiting; removing the
-    /// cgroup then fails with EBUSY. `None` where the file is missing.
+    /// cgroup then fails with EBUSY. A v1 cgroup has no `cgroup.events`:
+    /// its `tasks` lists every live thread. `None` where neither file is.
     fn populated(&self) -> Option<bool> {
-        let events = std::fs::read_to_string(self.dir.join("cgroup.events")).ok()?;
-        Some(events.lines().any(|l| l.trim() == "populated 1"))
+        if let Ok(events) = std::fs::read_to_string(self.dir.join("cgroup.events")) {
+            return Some(events.lines().any(|l| l.trim() == "populated 1"));
+        }
+        let tasks = std::fs::read_to_string(self.dir.join("tasks")).ok()?;
+        Some(!tasks.trim().is_empty())
     }
 
     /// Kills every process of the cgroup (`cgroup.kill`, or SIGKILL to each
-    /// member where the kernel lacks it) and waits up to `wait` for it to be
+    /// member where the kernel or a v1 hierarchy lacks it, again until none
+    /// is left: a process forking meanwhile is seen on the next read) and
+    /// waits up to `wait` for it to be
     /// empty, down to its last exiting thread ([`Self::populated`]).
     /// Returns how many processes were still there at the end.
     pub fn kill(&self, wait: Duration) -> io::Result<usize> {

@@ -37,6 +37,10 @@ pub(crate) struct ChildPlan {
     pub setsid: bool,
     /// Join this cgroup (`cgroup.procs` path) before anything else.
     pub cgroup_procs: Option<CString>,
+    /// Join this cgroup of the v1 `pids` hierarchy (`cgroup.procs` path)
+    /// too, also when the child was born in its v2 cgroup:
+    /// `CLONE_INTO_CGROUP` places it in v2 only.
+    pub pids_v1_procs: Option<CString>,
     /// (resource, limit) pairs for prlimit.
     pub rlimits: Vec<(u32, u64)>,
     /// Drop every capability 0..=n from the bounding set.
@@ -61,6 +65,25 @@ fn check(ret: libc::c_long) -> io::Result<()> {
     }
 }
 
+/// Moves the calling process into the cgroup whose `cgroup.procs` is
+/// `procs` (writes "0"). Async-signal-safe: raw system calls only.
+fn join(procs: &CString) -> io::Result<()> {
+    // SAFETY: open/write/close on a C string and a static buffer.
+    unsafe {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+        let e = io::Error::last_os_error();
+        libc::close(fd);
+        if n != 1 {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 impl ChildPlan {
     /// Runs in the forked child. Must stay async-signal-safe: no
     /// allocation, no locks, raw system calls only. `io::Error` from an OS
@@ -81,16 +104,10 @@ impl ChildPlan {
                 }
             }
             if let Some(procs) = self.cgroup_procs.as_ref().filter(|_| join_cgroup) {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let e = io::Error::last_os_error();
-                libc::close(fd);
-                if n != 1 {
-                    return Err(e);
-                }
+                join(procs)?;
+            }
+            if let Some(procs) = &self.pids_v1_procs {
+                join(procs)?;
             }
             for &(resource, value) in &self.rlimits {
                 let lim = libc::rlimit64 {

@@ -14,6 +14,7 @@
 
 mod caps;
 mod cgroup;
+mod cgroup_v1;
 mod child_setup;
 mod direct;
 mod env;
@@ -26,11 +27,13 @@ mod probe;
 mod report;
 mod rlimits;
 mod sandbox;
+mod thread_cgroups;
 mod tracking;
 mod vfork;
 
 pub use caps::CapSets;
-pub use cgroup::{CgroupLimits, CgroupProbe, CgroupRoot, ThreadCgroup};
+pub use cgroup::{CgroupLimits, CgroupProbe, CgroupRoot, DEFAULT_PIDS_MAX, ThreadCgroup};
+pub use cgroup_v1::probe_pids_v1;
 pub use direct::{Launch, SandboxChild};
 pub use env::EnvPolicy;
 pub use error::LaunchError;
@@ -39,7 +42,7 @@ pub use mode::Mode;
 pub use policy::{AgentUser, DEFAULT_SYSTEM_READ_ONLY, NetRules, ThreadSpec};
 pub use probe::{HostProbe, probe_host};
 pub use report::{Applied, LauncherStatus};
-pub use rlimits::Rlimits;
+pub use rlimits::{DEFAULT_FSIZE, DEFAULT_NOFILE, Rlimits};
 pub use sandbox::{Launcher, LauncherConfig, ThreadSandbox};
 pub use tracking::{
     KillReport, Leftovers, TAG_VAR, find_leftovers, kill_tagged, sweep_leftovers, tagged_pids,

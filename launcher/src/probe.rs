@@ -1,9 +1,13 @@
 //! What the host offers the sandbox: Landlock ABI, cgroup v2 delegation,
-//! user namespaces, whether the runner is root and which capabilities it
-//! holds. Probed once at start; status/doctor show it.
+//! a writable cgroup v1 `pids` hierarchy, user namespaces, whether the
+//! runner is root and which capabilities it holds. Probed once at start;
+//! status/doctor show it.
+
+use std::path::PathBuf;
 
 use crate::caps::{CapSets, cap_last_cap};
 use crate::cgroup::{CgroupProbe, probe_cgroup};
+use crate::cgroup_v1::probe_pids_v1;
 
 /// `LANDLOCK_CREATE_RULESET_VERSION`.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
@@ -15,6 +19,9 @@ pub struct HostProbe {
     pub landlock: Result<i32, String>,
     /// The cgroup v2 subtree the launcher may use, or why none.
     pub cgroup: CgroupProbe,
+    /// The runner's cgroup in the v1 `pids` hierarchy, where it may create
+    /// children, or why not (a v2-only host has none).
+    pub pids_v1: Result<PathBuf, String>,
     /// Whether unprivileged user namespaces are allowed (None: unknown).
     pub user_namespaces: Option<bool>,
     /// The runner's effective uid.
@@ -45,6 +52,10 @@ impl HostProbe {
             Err(why) => lines.push(format!("landlock: unavailable ({why})")),
         }
         lines.push(format!("cgroup: {}", self.cgroup));
+        lines.push(match &self.pids_v1 {
+            Ok(dir) => format!("cgroup v1 pids: {} (writable)", dir.display()),
+            Err(why) => format!("cgroup v1 pids: unavailable ({why})"),
+        });
         lines.push(match self.user_namespaces {
             Some(true) => "user namespaces: allowed".to_string(),
             Some(false) => "user namespaces: disabled".to_string(),
@@ -59,12 +70,13 @@ impl HostProbe {
 }
 
 /// Probes the host. Cheap (a few syscalls and /proc reads) apart from the
-/// cgroup probe, which creates and removes one empty cgroup when a v2
-/// hierarchy looks writable.
+/// cgroup probes, which create and remove one empty cgroup in each of the
+/// v2 and v1 `pids` hierarchies that looks writable.
 pub fn probe_host() -> HostProbe {
     HostProbe {
         landlock: landlock_abi(),
         cgroup: probe_cgroup(),
+        pids_v1: probe_pids_v1(),
         user_namespaces: user_namespaces(),
         // SAFETY: geteuid has no preconditions.
         euid: unsafe { libc::geteuid() },
@@ -114,8 +126,9 @@ mod tests {
     fn probe_reports_every_fact() {
         let p = probe_host();
         let lines = p.summary();
-        assert_eq!(lines.len(), 4);
+        assert_eq!(lines.len(), 5);
         assert!(lines[0].starts_with("landlock: "));
+        assert!(lines[2].starts_with("cgroup v1 pids: "));
         if let Ok(abi) = p.landlock {
             assert!(abi >= 1);
         }

@@ -29,9 +29,12 @@ pub struct Applied {
     pub run_as: Option<AgentUser>,
     /// (name, value) of the rlimits set.
     pub rlimits: Vec<(&'static str, u64)>,
-    /// The thread's cgroup, when the process joins one.
+    /// The thread's cgroup v2, when the process joins one.
     pub cgroup: Option<PathBuf>,
-    /// Cgroup limits written (`memory.max=…`).
+    /// The thread's cgroup in the v1 `pids` hierarchy, when the process
+    /// joins one (where v2 offers no `pids` controller or no subtree).
+    pub pids_cgroup: Option<PathBuf>,
+    /// Cgroup limits written (`memory.max=…`, `pids.max=…`; v2 and v1).
     pub cgroup_limits: Vec<String>,
     /// Names of the environment variables the process starts with.
     pub env: Vec<String>,
@@ -67,6 +70,12 @@ impl fmt::Display for Applied {
         }
         if let Some(cg) = &self.cgroup {
             write!(f, "; cgroup {}", cg.display())?;
+        }
+        if let Some(cg) = &self.pids_cgroup {
+            write!(f, "; pids cgroup {}", cg.display())?;
+        }
+        if !self.cgroup_limits.is_empty() {
+            write!(f, " ({})", self.cgroup_limits.join(", "))?;
         }
         if !self.missing.is_empty() {
             write!(f, "; missing: {}", self.missing.join("; "))?;

@@ -1,8 +1,20 @@
 //! Resource limits (setrlimit) every agent process starts with.
 
+/// The default `RLIMIT_NOFILE`: open files per process. Enough for a
+/// language server watching a large repository or a parallel `npm
+/// install`; the kernel's own default soft limit is 1024.
+pub const DEFAULT_NOFILE: u64 = 4096;
+
+/// The default `RLIMIT_FSIZE`: 16 GiB, the largest file a process may
+/// write. No agent's work (sources, build artifacts, a database dump, an
+/// image tarball) needs one file that large; `fallocate -l 40G` or a runaway
+/// `yes > f` stops there with `EFBIG` instead of filling the host's disk.
+/// It bounds each file, not the sum of them (that is a quota's job).
+pub const DEFAULT_FSIZE: u64 = 16 << 30;
+
 /// Per-process limits; `None` keeps the runner's own limit. The core size is
 /// always 0 (a core dump would write process memory, secrets included, to
-/// disk).
+/// disk). The default: [`DEFAULT_NOFILE`], [`DEFAULT_FSIZE`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rlimits {
     /// `RLIMIT_NOFILE`: open files.
@@ -22,8 +34,8 @@ pub struct Rlimits {
 impl Default for Rlimits {
     fn default() -> Self {
         Rlimits {
-            nofile: Some(4096),
-            fsize: None,
+            nofile: Some(DEFAULT_NOFILE),
+            fsize: Some(DEFAULT_FSIZE),
             nproc: None,
             cpu_seconds: None,
             address_space: None,
@@ -76,6 +88,7 @@ mod tests {
             fsize: Some(1 << 20),
             ..Rlimits::default()
         };
+        assert_eq!(Rlimits::default().fsize, Some(DEFAULT_FSIZE));
         let (set, notes) = r.plan(false);
         let names: Vec<_> = set.iter().map(|(_, n, _)| *n).collect();
         assert_eq!(names, vec!["core", "nofile", "fsize"]);

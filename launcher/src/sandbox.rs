@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::caps::{CAP_SETGID, CAP_SETPCAP, CAP_SETUID};
-use crate::cgroup::{
-    CgroupLimits, CgroupProbe, CgroupRoot, LIMIT_CONTROLLERS, ThreadCgroup, valid_name,
-};
+use crate::cgroup::{CgroupLimits, CgroupRoot, ThreadCgroup, valid_name};
 use crate::child_setup::ChildPlan;
 use crate::env::EnvPolicy;
 use crate::error::LaunchError;
@@ -26,9 +24,8 @@ use crate::policy::{
 use crate::probe::{HostProbe, probe_host};
 use crate::report::{Applied, LauncherStatus};
 use crate::rlimits::Rlimits;
-use crate::tracking::{
-    KillReport, Leftovers, find_leftovers, kill_tagged, new_tag, sweep_leftovers,
-};
+use crate::thread_cgroups::{CgroupRoots, ThreadCgroups};
+use crate::tracking::{KillReport, Leftovers, find_leftovers_in, kill_tagged, new_tag, sweep_in};
 
 /// How long kill passes wait for processes to go.
 const KILL_WAIT: Duration = Duration::from_secs(5);
@@ -53,12 +50,15 @@ pub struct LauncherConfig {
     pub env: EnvPolicy,
     /// Per-process rlimits.
     pub rlimits: Rlimits,
-    /// Use a delegated cgroup v2 subtree when the host offers one.
+    /// Put each thread in cgroups where the host allows: a delegated
+    /// cgroup v2 subtree, and the v1 `pids` hierarchy where v2 offers no
+    /// `pids` controller or no subtree. Off: no cgroup, tag tracking only.
     pub cgroups: bool,
     /// The cgroup v2 directory to create thread cgroups under (default: the
     /// runner's own cgroup).
     pub cgroup_parent: Option<PathBuf>,
-    /// Per-thread cgroup limits.
+    /// Per-thread cgroup limits (default: `pids.max` only,
+    /// [`crate::DEFAULT_PIDS_MAX`]).
     pub cgroup_limits: CgroupLimits,
     /// Run agent processes as this uid/gid (`--agent-uid`).
     pub agent_user: Option<AgentUser>,
@@ -94,7 +94,7 @@ impl LauncherConfig {
 pub struct Launcher {
     config: Arc<LauncherConfig>,
     probe: HostProbe,
-    cgroup_root: Option<CgroupRoot>,
+    cgroups: CgroupRoots,
     missing: Vec<String>,
 }
 
@@ -113,8 +113,9 @@ fn unavailable_or_note(
 
 impl Launcher {
     /// Probes the host and prepares the launcher. Mode `enforce` fails here
-    /// when Landlock is unavailable or, for a root runner, capabilities
-    /// cannot be dropped.
+    /// when Landlock is unavailable, when, for a root runner, capabilities
+    /// cannot be dropped, or when no cgroup can hold a thread's processes
+    /// (with `cgroups` on).
     pub fn new(config: LauncherConfig) -> Result<Self, LaunchError> {
         Self::with_probe(config, probe_host())
     }
@@ -161,38 +162,11 @@ impl Launcher {
                 )?;
             }
         }
-        let mut cgroup_root = None;
-        if config.cgroups {
-            let parent = match (&config.cgroup_parent, &probe.cgroup) {
-                (Some(dir), _) => Ok(dir.clone()),
-                (None, CgroupProbe::Available { dir, .. }) => Ok(dir.clone()),
-                (None, CgroupProbe::Unavailable { reason }) => Err(reason.clone()),
-            };
-            match parent {
-                Ok(parent) => {
-                    let wanted = config.cgroup_limits.controllers();
-                    let wanted: Vec<&str> = LIMIT_CONTROLLERS
-                        .iter()
-                        .copied()
-                        .filter(|c| wanted.contains(c))
-                        .collect();
-                    match CgroupRoot::setup(&parent, &config.scope, &wanted) {
-                        Ok((root, notes)) => {
-                            missing.extend(notes);
-                            cgroup_root = Some(root);
-                        }
-                        Err(e) => missing.push(format!("cgroup: {e}")),
-                    }
-                }
-                Err(reason) => missing.push(format!(
-                    "cgroup: {reason}; processes are tracked by environment tag only and no cgroup limits apply"
-                )),
-            }
-        }
+        let cgroups = CgroupRoots::setup(&config, &probe, &mut missing)?;
         Ok(Launcher {
             config: Arc::new(config),
             probe,
-            cgroup_root,
+            cgroups,
             missing,
         })
     }
@@ -207,9 +181,15 @@ impl Launcher {
         &self.config
     }
 
-    /// The cgroup subtree the launcher uses, if any.
+    /// The cgroup v2 subtree the launcher uses, if any.
     pub fn cgroup_root(&self) -> Option<&CgroupRoot> {
-        self.cgroup_root.as_ref()
+        self.cgroups.v2.as_ref()
+    }
+
+    /// The launcher's root in the cgroup v1 `pids` hierarchy, if it uses
+    /// one.
+    pub fn pids_root(&self) -> Option<&CgroupRoot> {
+        self.cgroups.pids_v1.as_ref()
     }
 
     /// Mode, host facts and what will not be applied, for status/doctor.
@@ -223,26 +203,25 @@ impl Launcher {
 
     /// Processes and cgroups a previous run with this scope left behind.
     pub fn find_leftovers(&self) -> Leftovers {
-        find_leftovers(&self.config.scope, self.cgroup_root.as_ref())
+        find_leftovers_in(&self.config.scope, &self.cgroups.roots())
     }
 
     /// Kills what a previous run left behind. Call before creating threads.
     pub fn sweep_leftovers(&self) -> KillReport {
-        sweep_leftovers(&self.config.scope, self.cgroup_root.as_ref(), KILL_WAIT)
+        sweep_in(&self.config.scope, &self.cgroups.roots(), KILL_WAIT)
     }
 
-    /// Removes the launcher's cgroup subtree when no thread cgroup is left
-    /// in it (clean shutdown, after every thread was closed); a subtree
-    /// still holding threads stays for the next start's sweep.
+    /// Removes the launcher's cgroup subtrees when no thread cgroup is
+    /// left in them (clean shutdown, after every thread was closed); a
+    /// subtree still holding threads stays for the next start's sweep.
     pub fn release(&self) {
-        let Some(root) = &self.cgroup_root else {
-            return;
-        };
-        match std::fs::remove_dir(root.dir()) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::debug!(cgroup = %root.dir().display(), error = %e, "launcher cgroup kept")
+        for root in self.cgroups.roots() {
+            match std::fs::remove_dir(root.dir()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::debug!(cgroup = %root.dir().display(), error = %e, "launcher cgroup kept")
+                }
             }
         }
     }
@@ -303,15 +282,7 @@ impl Launcher {
         }
 
         let tag = new_tag(&config.scope);
-        let cgroup = self.thread_cgroup(&tag, &mut missing);
-        let mut cgroup_limits = Vec::new();
-        if let (Some(cg), Some(root)) = (&cgroup, &self.cgroup_root) {
-            let (applied, not) = cg.apply_limits(&config.cgroup_limits, root.controllers());
-            cgroup_limits = applied;
-            missing.extend(not);
-        } else if !config.cgroup_limits.is_empty() {
-            missing.push("cgroup limits: no thread cgroup".to_string());
-        }
+        let cgroups = self.cgroups.thread(&tag, mode, &mut missing)?;
 
         let landlock = match (isolate, self.probe.landlock_abi()) {
             (true, Some(abi)) => {
@@ -341,7 +312,8 @@ impl Launcher {
         missing.extend(notes);
         let plan = ChildPlan {
             setsid: true,
-            cgroup_procs: cgroup.as_ref().map(|c| c.procs_path().clone()),
+            cgroup_procs: cgroups.v2.as_ref().map(|c| c.procs_path().clone()),
+            pids_v1_procs: cgroups.pids_v1.as_ref().map(|c| c.procs_path().clone()),
             rlimits: rlimits.iter().map(|(r, _, v)| (*r, *v)).collect(),
             drop_bounding_upto: (privileged && can_setpcap).then_some(self.probe.cap_last_cap),
             lock_securebits: privileged && can_setpcap,
@@ -359,8 +331,9 @@ impl Launcher {
             capabilities_dropped: privileged && can_setpcap,
             run_as: user,
             rlimits: rlimits.iter().map(|(_, n, v)| (*n, *v)).collect(),
-            cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
-            cgroup_limits,
+            cgroup: cgroups.v2.as_ref().map(|c| c.dir().to_path_buf()),
+            pids_cgroup: cgroups.pids_v1.as_ref().map(|c| c.dir().to_path_buf()),
+            cgroup_limits: cgroups.limits.clone(),
             env: Vec::new(),
             missing,
         };
@@ -369,23 +342,10 @@ impl Launcher {
             config: self.config.clone(),
             spec,
             tag,
-            cgroup,
+            cgroups,
             plan: Arc::new(plan),
             applied,
         })
-    }
-
-    fn thread_cgroup(&self, tag: &str, missing: &mut Vec<String>) -> Option<ThreadCgroup> {
-        let root = self.cgroup_root.as_ref()?;
-        // The tag is `<scope>.<token>`; the cgroup is named by the token.
-        let name = tag.rsplit('.').next().unwrap_or(tag);
-        match root.create_thread(name) {
-            Ok(cg) => Some(cg),
-            Err(e) => {
-                missing.push(format!("thread cgroup: {e}"));
-                None
-            }
-        }
     }
 }
 
@@ -408,7 +368,7 @@ pub struct ThreadSandbox {
     config: Arc<LauncherConfig>,
     spec: ThreadSpec,
     tag: String,
-    cgroup: Option<ThreadCgroup>,
+    cgroups: ThreadCgroups,
     plan: Arc<ChildPlan>,
     applied: Applied,
 }
@@ -424,9 +384,14 @@ impl ThreadSandbox {
         &self.tag
     }
 
-    /// The thread's cgroup, if it has one.
+    /// The thread's cgroup v2, if it has one.
     pub fn cgroup(&self) -> Option<&ThreadCgroup> {
-        self.cgroup.as_ref()
+        self.cgroups.v2.as_ref()
+    }
+
+    /// The thread's cgroup in the v1 `pids` hierarchy, if it has one.
+    pub fn pids_cgroup(&self) -> Option<&ThreadCgroup> {
+        self.cgroups.pids_v1.as_ref()
     }
 
     /// What every launch of this thread gets (without environment names).
@@ -503,51 +468,26 @@ impl ThreadSandbox {
         Ok((child, applied))
     }
 
-    /// Kills every process of the thread: the whole cgroup when there is
-    /// one, and every process carrying the thread's tag (those that left the
-    /// process group included). The thread stays usable.
+    /// Kills every process of the thread: the whole of its cgroups (v2,
+    /// v1 `pids`) when it has them, and every process carrying the
+    /// thread's tag (those that left the process group included). The
+    /// thread stays usable.
     pub fn kill_all(&self) -> KillReport {
-        let mut survivors = Vec::new();
-        let mut cgroups = Vec::new();
-        // `cgroup.kill` ends the whole group without a count: the members
-        // before it, less those still there after, are what it killed.
-        let mut killed_in_cgroup = 0;
-        if let Some(cg) = &self.cgroup {
-            let before = cg.pids().unwrap_or_default();
-            match cg.kill(KILL_WAIT) {
-                Ok(left) => {
-                    let after = if left == 0 {
-                        Vec::new()
-                    } else {
-                        cg.pids().unwrap_or_default()
-                    };
-                    killed_in_cgroup = before.iter().filter(|p| !after.contains(p)).count();
-                    survivors.extend(after);
-                }
-                Err(e) => {
-                    tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cgroup kill failed")
-                }
-            }
-            cgroups.push(cg.dir().to_path_buf());
-        }
+        let (killed_in_cgroups, survivors) = self.cgroups.kill(KILL_WAIT);
         let mut report = kill_tagged(&self.tag, KILL_WAIT);
-        report.killed += killed_in_cgroup;
+        report.killed += killed_in_cgroups;
         report.survivors.extend(survivors);
-        report.cgroups = cgroups;
+        report.cgroups = self.cgroups.dirs();
         report
     }
 
-    /// Kills every process of the thread and removes its cgroup (thread
+    /// Kills every process of the thread and removes its cgroups (thread
     /// deletion, shutdown). Takes `&self` so a sandbox shared by `Arc` (the
     /// runner's thread and its adapter) can be closed by its owner. A launch
     /// after `close` fails when the thread had a cgroup (it is gone).
     pub fn close(&self) -> KillReport {
         let report = self.kill_all();
-        if let Some(cg) = &self.cgroup
-            && let Err(e) = cg.remove()
-        {
-            tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cannot remove thread cgroup");
-        }
+        self.cgroups.remove();
         report
     }
 }

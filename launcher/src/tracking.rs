@@ -3,8 +3,8 @@
 //! (`AGENT_LAUNCHER_TAG=<scope>.<token>`), inherited by everything it starts,
 //! `setsid` or not. The runner (root, or the same uid) reads
 //! `/proc/<pid>/environ` to find them. A process that re-executes itself
-//! with a scrubbed environment drops the tag: the cgroup path (cgroup.kill)
-//! has no such gap, and README.md says so.
+//! with a scrubbed environment drops the tag: the cgroup path (a thread's
+//! v2 or v1 `pids` cgroup) has no such gap, and README.md says so.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -135,12 +135,16 @@ fn in_scope(scope: &str) -> impl Fn(&str) -> bool + '_ {
 /// — for a start-up sweep of what a previous run left behind. Call it
 /// before creating this run's threads.
 pub fn find_leftovers(scope: &str, cgroups: Option<&CgroupRoot>) -> Leftovers {
+    find_leftovers_in(scope, cgroups.as_slice())
+}
+
+/// [`find_leftovers`] under each of `roots` (v2, v1 `pids`).
+pub(crate) fn find_leftovers_in(scope: &str, roots: &[&CgroupRoot]) -> Leftovers {
     Leftovers {
         processes: scan(in_scope(scope)),
-        cgroups: cgroups
-            .and_then(|root| root.thread_cgroups().ok())
-            .unwrap_or_default()
-            .into_iter()
+        cgroups: roots
+            .iter()
+            .flat_map(|root| root.thread_cgroups().unwrap_or_default())
             .map(|c| c.dir().to_path_buf())
             .collect(),
     }
@@ -149,11 +153,18 @@ pub fn find_leftovers(scope: &str, cgroups: Option<&CgroupRoot>) -> Leftovers {
 /// Kills every leftover of `scope` (cgroups first, then tagged processes)
 /// and removes the emptied cgroups.
 pub fn sweep_leftovers(scope: &str, cgroups: Option<&CgroupRoot>, wait: Duration) -> KillReport {
+    sweep_in(scope, cgroups.as_slice(), wait)
+}
+
+/// [`sweep_leftovers`] under each of `roots`, in order (v2 first: its
+/// `cgroup.kill` leaves the v1 `pids` cgroups of the same threads empty).
+pub(crate) fn sweep_in(scope: &str, roots: &[&CgroupRoot], wait: Duration) -> KillReport {
     let mut cgroup_dirs = Vec::new();
     let mut survivors = Vec::new();
-    if let Some(root) = cgroups
-        && let Ok(list) = root.thread_cgroups()
-    {
+    for root in roots {
+        let Ok(list) = root.thread_cgroups() else {
+            continue;
+        };
         for cg in list {
             match cg.kill(wait) {
                 Ok(0) => {

@@ -82,7 +82,7 @@ async fn a_delegated_cgroup_holds_and_kills_every_process() {
     let Some((launcher, cleanup)) = tree.cgroup_launcher(limits) else {
         return;
     };
-    let root = cleanup.0.clone();
+    let root = cleanup.0[0].clone();
     let a = launcher.thread(tree.spec("a")).unwrap();
     let cg = a.cgroup().unwrap().clone();
     let applied = a.applied().clone();
@@ -94,6 +94,16 @@ async fn a_delegated_cgroup_holds_and_kills_every_process() {
             .any(|c| c == "pids")
     }) {
         assert_eq!(applied.cgroup_limits, vec!["pids.max=64"]);
+    } else if launcher.pids_root().is_some() {
+        // No v2 pids controller: the v1 pids hierarchy holds the limit.
+        assert_eq!(applied.cgroup_limits, vec!["pids.max=64"]);
+        let v1 = a.pids_cgroup().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(v1.dir().join("pids.max"))
+                .unwrap()
+                .trim(),
+            "64"
+        );
     } else {
         // The host offers no pids controller: said, not pretended.
         assert!(applied.cgroup_limits.is_empty());

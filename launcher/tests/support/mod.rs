@@ -41,8 +41,34 @@ impl Tree {
         config.cgroups = true;
         config.cgroup_limits = limits;
         let launcher = Launcher::with_probe(config, probe).unwrap();
-        let root = launcher.cgroup_root().unwrap().dir().to_path_buf();
-        Some((launcher, CgroupCleanup(root)))
+        let cleanup = CgroupCleanup::of(&launcher);
+        Some((launcher, cleanup))
+    }
+
+    /// A launcher whose threads' processes live in the cgroup v1 `pids`
+    /// hierarchy only (v2 left out, as on a host with the legacy layout),
+    /// with `limits`; `None`, said on stderr, where the runner may not
+    /// create cgroups there.
+    pub fn pids_v1_launcher(
+        &self,
+        limits: agent_launcher::CgroupLimits,
+    ) -> Option<(Launcher, CgroupCleanup)> {
+        let mut probe = agent_launcher::probe_host();
+        if let Err(why) = &probe.pids_v1 {
+            eprintln!("SKIP: no usable cgroup v1 pids hierarchy here: {why}");
+            return None;
+        }
+        probe.cgroup = agent_launcher::CgroupProbe::Unavailable {
+            reason: "left out by the test (a v1-only host)".to_string(),
+        };
+        let mut config = self.config(Mode::BestEffort);
+        config.cgroups = true;
+        config.cgroup_limits = limits;
+        let launcher = Launcher::with_probe(config, probe).unwrap();
+        assert!(launcher.cgroup_root().is_none());
+        assert!(launcher.pids_root().is_some(), "{:?}", launcher.status());
+        let cleanup = CgroupCleanup::of(&launcher);
+        Some((launcher, cleanup))
     }
 
     pub fn new() -> Self {
@@ -185,19 +211,36 @@ pub async fn escape(sb: &ThreadSandbox, prefix: &str) -> i32 {
     pid
 }
 
-/// Removes a test's cgroup subtree even when the test fails midway.
-pub struct CgroupCleanup(pub std::path::PathBuf);
+/// Removes a test's cgroup subtrees (v2 root first, then the v1 `pids`
+/// one) even when the test fails midway.
+pub struct CgroupCleanup(pub Vec<PathBuf>);
+
+impl CgroupCleanup {
+    /// The roots `launcher` made.
+    pub fn of(launcher: &Launcher) -> Self {
+        CgroupCleanup(
+            launcher
+                .cgroup_root()
+                .into_iter()
+                .chain(launcher.pids_root())
+                .map(|r| r.dir().to_path_buf())
+                .collect(),
+        )
+    }
+}
 
 impl Drop for CgroupCleanup {
     fn drop(&mut self) {
-        if let Ok(entries) = std::fs::read_dir(&self.0) {
-            for e in entries.flatten().filter(|e| e.path().is_dir()) {
-                if let Ok(cg) = agent_launcher::ThreadCgroup::at(&e.path()) {
-                    let _ = cg.kill(std::time::Duration::from_secs(2));
-                    let _ = cg.remove();
+        for root in &self.0 {
+            if let Ok(entries) = std::fs::read_dir(root) {
+                for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                    if let Ok(cg) = agent_launcher::ThreadCgroup::at(&e.path()) {
+                        let _ = cg.kill(std::time::Duration::from_secs(2));
+                        let _ = cg.remove();
+                    }
                 }
             }
+            let _ = std::fs::remove_dir(root);
         }
-        let _ = std::fs::remove_dir(&self.0);
     }
 }

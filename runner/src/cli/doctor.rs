@@ -496,7 +496,11 @@ fn sandbox_check(sandbox: &crate::host::sandbox::SandboxStatus) -> Check {
             "sandbox",
             Outcome::Fail,
             format!("{detail}; REFUSING every turn: {why}"),
-            Some("run on a kernel with Landlock, or set --sandbox best-effort".into()),
+            Some(if why.contains("cgroup") {
+                "run the runner as root with a writable cgroupfs, or delegate it a cgroup v2 subtree (systemd Delegate=yes); or set --sandbox best-effort".into()
+            } else {
+                "run on a kernel with Landlock, or set --sandbox best-effort".into()
+            }),
         ),
         None if !sandbox.missing.is_empty() => check("sandbox", Outcome::Warn, detail, None),
         None => check("sandbox", Outcome::Ok, detail, None),

@@ -56,7 +56,8 @@ settings! {
             help_heading = "Agent sandbox",
         )]
         pub sandbox_env: Vec<String>,
-        /// Open files per agent process (RLIMIT_NOFILE). Default: `4096`.
+        /// Open files per agent process (RLIMIT_NOFILE): enough for a language
+        /// server watching a large repository. Default: `4096`.
         #[arg(
             long,
             env = "AGENT_RUNNER_SANDBOX_NOFILE",
@@ -65,7 +66,10 @@ settings! {
         )]
         pub sandbox_nofile: Option<u64>,
         /// The largest file an agent process may write, in bytes
-        /// (RLIMIT_FSIZE). Default: unlimited.
+        /// (RLIMIT_FSIZE): `fallocate -l 40G` or a runaway write stops there
+        /// with EFBIG instead of filling the host's disk, and no agent's work
+        /// needs one file that large (it bounds each file, not their sum);
+        /// `0`: no limit of the sandbox's own. Default: `17179869184` (16 GiB).
         #[arg(
             long,
             env = "AGENT_RUNNER_SANDBOX_FSIZE",
@@ -74,7 +78,8 @@ settings! {
         )]
         pub sandbox_fsize: Option<u64>,
         /// Memory of one thread's processes together, in bytes (cgroup
-        /// `memory.max`; needs a delegated cgroup v2). Default: unlimited.
+        /// `memory.max`; needs a delegated cgroup v2); `0`: unlimited.
+        /// Default: unlimited.
         #[arg(
             long,
             env = "AGENT_RUNNER_SANDBOX_MEMORY_MAX",
@@ -82,8 +87,12 @@ settings! {
             help_heading = "Agent sandbox",
         )]
         pub sandbox_memory_max: Option<u64>,
-        /// Processes of one thread at once (cgroup `pids.max`; needs a
-        /// delegated cgroup v2). Default: unlimited.
+        /// Processes of one thread at once, their threads counted (cgroup
+        /// `pids.max`, in a delegated cgroup v2 or, where that has no pids
+        /// controller, the cgroup v1 pids hierarchy when the runner may
+        /// create cgroups there, as root): a fork bomb stops at it while the
+        /// runner and other threads go on; a parallel build on a many-core
+        /// host may need more; `0`: unlimited. Default: `1024`.
         #[arg(
             long,
             env = "AGENT_RUNNER_SANDBOX_PIDS_MAX",
@@ -174,16 +183,22 @@ impl SandboxArgs {
             .validate()
             .map_err(|e| key_err("sandbox_env", e.to_string()))?;
         config.env = env;
-        let positive = |key: &'static str, v: Option<u64>| match v {
-            Some(0) => Err(key_err(key, "must be at least 1")),
-            other => Ok(other),
-        };
-        if let Some(n) = positive("sandbox_nofile", self.sandbox_nofile)? {
+        if let Some(n) = self.sandbox_nofile {
+            if n == 0 {
+                return Err(key_err("sandbox_nofile", "must be at least 1"));
+            }
             config.rlimits.nofile = Some(n);
         }
-        config.rlimits.fsize = positive("sandbox_fsize", self.sandbox_fsize)?;
-        config.cgroup_limits.memory_max = positive("sandbox_memory_max", self.sandbox_memory_max)?;
-        config.cgroup_limits.pids_max = positive("sandbox_pids_max", self.sandbox_pids_max)?;
+        // Given: `0` lifts the limit; not given: the launcher's default.
+        let limit = |given: Option<u64>, default: Option<u64>| match given {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => default,
+        };
+        config.rlimits.fsize = limit(self.sandbox_fsize, config.rlimits.fsize);
+        config.cgroup_limits.memory_max =
+            limit(self.sandbox_memory_max, config.cgroup_limits.memory_max);
+        config.cgroup_limits.pids_max = limit(self.sandbox_pids_max, config.cgroup_limits.pids_max);
         if let Some(text) = self.sandbox_cpu_max {
             config.cgroup_limits.cpu_max = Some(parse_cpu_max(&text)?);
         }
@@ -235,6 +250,37 @@ mod tests {
         assert_eq!(c.rlimits.nofile, Some(100));
         assert_eq!(c.cgroup_limits.pids_max, Some(64));
         assert_eq!(c.cgroup_limits.cpu_max, Some((50000, 100000)));
+    }
+
+    /// A thread's processes, and the size of a file, are bounded unless
+    /// said otherwise; `0` lifts either bound.
+    #[test]
+    fn limits_have_defaults_and_zero_lifts_them() {
+        let c = SandboxArgs::default().resolve().unwrap();
+        assert_eq!(c.rlimits.nofile, Some(agent_launcher::DEFAULT_NOFILE));
+        assert_eq!(c.rlimits.fsize, Some(16 << 30));
+        assert_eq!(c.cgroup_limits.pids_max, Some(1024));
+        assert_eq!(c.cgroup_limits.memory_max, None);
+        let c = SandboxArgs {
+            sandbox_fsize: Some(0),
+            sandbox_pids_max: Some(0),
+            sandbox_memory_max: Some(0),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.rlimits.fsize, None);
+        assert_eq!(c.cgroup_limits.pids_max, None);
+        assert_eq!(c.cgroup_limits.memory_max, None);
+        let c = SandboxArgs {
+            sandbox_fsize: Some(1 << 20),
+            sandbox_memory_max: Some(1 << 30),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.rlimits.fsize, Some(1 << 20));
+        assert_eq!(c.cgroup_limits.memory_max, Some(1 << 30));
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod proxy;
 mod real_sdk;
 mod replicas;
 mod sandbox;
+mod sandbox_limits;
 mod scale;
 mod skills;
 mod soak;

@@ -343,7 +343,7 @@ async fn code_agent_bash_attacks_fail() {
 }
 
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).
-fn gone(pid: i32) -> bool {
+pub(crate) fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -353,7 +353,7 @@ fn gone(pid: i32) -> bool {
     }
 }
 
-async fn wait_gone(pid: i32, what: &str) {
+pub(crate) async fn wait_gone(pid: i32, what: &str) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !gone(pid) {
         assert!(
@@ -365,7 +365,7 @@ async fn wait_gone(pid: i32, what: &str) {
 }
 
 /// A pid the agent wrote into `file` of its workspace.
-async fn pid_in(file: &Path) -> i32 {
+pub(crate) async fn pid_in(file: &Path) -> i32 {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         if let Some(pid) = std::fs::read_to_string(file)

@@ -1,0 +1,194 @@
+//! A thread's default limits and its kill, end to end: the real runner
+//! (root here and in CI) against the mock control plane, its scripted agent
+//! acting as a hostile one. A bounded fork bomb stops at the thread's
+//! `pids.max` while another thread's turn completes; a 40 GiB file stops
+//! at the default file-size limit with EFBIG; a non-dumpable process that
+//! cleared its environment (no tag) and left its session dies on interrupt
+//! and on thread delete. The pids tests skip, in the ledger, on a host
+//! where no cgroup can hold a thread (neither a delegated v2 subtree with
+//! a pids controller nor a writable v1 pids hierarchy).
+
+use std::path::Path;
+
+use agent_launcher::CgroupProbe;
+use agent_runner_proto::runner::server_message::Request;
+use agent_runner_proto::runner::*;
+
+use crate::sandbox::{gone, pid_in, wait_gone};
+use crate::support::*;
+
+/// Why no cgroup can bound a thread's processes here, if so.
+fn no_pids_cgroup() -> Option<String> {
+    let probe = agent_launcher::probe_host();
+    let v2_pids = matches!(&probe.cgroup, CgroupProbe::Available { controllers, .. }
+        if controllers.iter().any(|c| c == "pids"));
+    match (&probe.pids_v1, v2_pids) {
+        (Ok(_), _) | (_, true) => None,
+        (Err(why), false) => Some(format!(
+            "no pids cgroup for a thread: cgroup {}; cgroup v1 pids: {why}",
+            probe.cgroup
+        )),
+    }
+}
+
+/// Why no cgroup can hold a thread's processes here, if so.
+fn no_thread_cgroup() -> Option<String> {
+    let probe = agent_launcher::probe_host();
+    match (&probe.cgroup, &probe.pids_v1) {
+        (CgroupProbe::Available { .. }, _) | (_, Ok(_)) => None,
+        (CgroupProbe::Unavailable { reason }, Err(why)) => Some(format!(
+            "no cgroup for a thread: v2 {reason}; v1 pids {why}"
+        )),
+    }
+}
+
+/// Spawns `sleep 3132`s, each in a session of its own (the step's group
+/// kill misses them), until a fork fails or 500 are running.
+const BOMB: &str = "run sh -c 'n=0; while [ $n -lt 500 ]; do setsid sleep 3132 </dev/null >/dev/null 2>&1 & n=$((n+1)); done; echo spawned=$n' 2>&1; echo bomb=$?";
+
+/// The pids of every `sleep 3132` on the host.
+fn bombs() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x003132\x00")
+        })
+        .filter(|pid| !gone(*pid))
+        .collect()
+}
+
+fn interrupt(agent: &str, thread: &str) -> Request {
+    Request::InterruptTurnRequest(InterruptTurnRequest {
+        agent_id: agent.into(),
+        thread_id: thread.into(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_bomb_stops_at_the_thread_pids_limit_while_others_are_served() {
+    if let Some(why) = no_pids_cgroup() {
+        test_kit::skip_this_test(&why);
+        return;
+    }
+    let (cp, runner) = agent_with(|o| o.arg("--sandbox-pids-max").arg("48")).await;
+    let thread = create_thread(&cp, "a", "tb").await;
+    start_turn(&cp, "bomb", "a", &thread, &format!("{BOMB}\nsleep 60000")).await;
+    let done = cp
+        .wait_for(
+            |m| rid_is(m, "bomb") && !command_outputs(std::slice::from_ref(m)).is_empty(),
+            WAIT,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the bomb's step ends: {e:?}\n{}", runner.logs()));
+    let out = command_outputs(std::slice::from_ref(&done)).join("");
+    assert!(!out.contains("spawned=500"), "no limit stopped it: {out}");
+    assert!(out.contains("bomb=2"), "{out}");
+    let running = bombs();
+    assert!(
+        !running.is_empty() && running.len() <= 48,
+        "{} bombs: {out}",
+        running.len()
+    );
+
+    // The runner and another thread go on while the bombs hold the limit.
+    let other = create_thread(&cp, "a", "to").await;
+    send(
+        &cp,
+        "other",
+        user_message("a", &other, "run echo served", false),
+    )
+    .await;
+    turn_completed(&cp, "other").await;
+    assert_eq!(command_outputs(&replies(&cp, "other")), ["served\n"]);
+
+    // An interrupt kills every one; the thread then runs again.
+    send(&cp, "i1", interrupt("a", &thread)).await;
+    turn_completed(&cp, "i1").await;
+    for pid in running {
+        wait_gone(pid, "interrupt").await;
+    }
+    send(
+        &cp,
+        "again",
+        user_message("a", &thread, "run echo again", false),
+    )
+    .await;
+    turn_completed(&cp, "again").await;
+    assert_eq!(command_outputs(&replies(&cp, "again")), ["again\n"]);
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_past_the_default_size_limit_fails_with_efbig() {
+    let (cp, runner, thread) = thread_ready().await;
+    // `truncate` first: a sparse file costs no disk even if the limit were
+    // missing, and then the `fallocate` that would fill it does not run.
+    let line = "run trap '' XFSZ; if truncate -s 40G sparse; then echo NO-LIMIT; else fallocate -l 40G full; echo fallocate=$?; fi 2>&1";
+    send(&cp, "f", user_message("a", &thread, line, false)).await;
+    turn_completed(&cp, "f").await;
+    let out = command_outputs(&replies(&cp, "f")).join("");
+    assert!(!out.contains("NO-LIMIT"), "{out}");
+    assert!(
+        out.contains("File too large") && out.contains("fallocate=1"),
+        "{out}"
+    );
+    let full = runner.thread_workspace("a", &thread).join("full");
+    assert_eq!(std::fs::metadata(&full).map_or(0, |m| m.len()), 0);
+    runner.stop().await;
+}
+
+/// Leaves its session, clears its environment (so drops the thread's
+/// tag), makes itself non-dumpable, writes its pid and sleeps; the step
+/// waits for the pid.
+const HIDE: &str = "run setsid env -i /usr/bin/python3 -c \"import ctypes,os,time; ctypes.CDLL(None).prctl(4,0,0,0,0); open('hidden.pid.new','w').write(str(os.getpid())); os.rename('hidden.pid.new','hidden.pid'); time.sleep(1000)\" </dev/null >/dev/null 2>&1 & i=0; while [ ! -s hidden.pid ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done";
+
+/// `pid` carries no tag the runner could find it by.
+fn untagged(pid: i32) -> bool {
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(env) => !env.windows(18).any(|w| w == b"AGENT_LAUNCHER_TAG"),
+        // Not readable: non-dumpable, and this test not root.
+        Err(_) => true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hidden_process_dies_on_interrupt_and_on_delete() {
+    if let Some(why) = no_thread_cgroup() {
+        test_kit::skip_this_test(&why);
+        return;
+    }
+    if !Path::new("/usr/bin/python3").is_file() {
+        test_kit::skip_this_test("no /usr/bin/python3 to make a non-dumpable process with");
+        return;
+    }
+    let (cp, runner, thread) = thread_ready().await;
+    let pid_file = runner.thread_workspace("a", &thread).join("hidden.pid");
+
+    start_turn(&cp, "m1", "a", &thread, &format!("{HIDE}\nsleep 60000")).await;
+    let pid = pid_in(&pid_file).await;
+    assert!(!gone(pid) && untagged(pid), "{}", runner.logs());
+    send(&cp, "i1", interrupt("a", &thread)).await;
+    turn_completed(&cp, "i1").await;
+    wait_gone(pid, "interrupt").await;
+
+    std::fs::remove_file(&pid_file).unwrap();
+    send(&cp, "m2", user_message("a", &thread, HIDE, false)).await;
+    turn_completed(&cp, "m2").await;
+    let pid = pid_in(&pid_file).await;
+    assert!(!gone(pid), "a finished turn leaves its hidden process");
+    send(
+        &cp,
+        "d1",
+        Request::DeleteThreadRequest(DeleteThreadRequest {
+            agent_id: "a".into(),
+            thread_id: thread.clone(),
+        }),
+    )
+    .await;
+    reply(&cp, "d1").await;
+    wait_gone(pid, "thread delete").await;
+    runner.stop().await;
+}
