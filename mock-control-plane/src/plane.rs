@@ -526,6 +526,28 @@ impl MockControlPlane {
         self.state.update(|inner| inner.fail_stream = status);
     }
 
+    /// From now on, a `ClientMessage` matching `rejects` is not processed
+    /// (neither logged nor acknowledged): its stream ends with
+    /// `INVALID_ARGUMENT` and nothing after it on that stream is read, as a
+    /// control plane that cannot take an update would.
+    pub fn reject_matching(
+        &self,
+        rejects: impl Fn(&ClientMessage) -> bool + Send + Sync + 'static,
+    ) {
+        let rejects: crate::state::Rejects = Arc::new(rejects);
+        self.state.update(|inner| inner.reject = Some(rejects));
+    }
+
+    /// From now on every `ClientMessage` is taken again.
+    pub fn accept_all(&self) {
+        self.state.update(|inner| inner.reject = None);
+    }
+
+    /// How many messages [`MockControlPlane::reject_matching`] rejected.
+    pub fn rejected_count(&self) -> usize {
+        self.state.lock().rejected
+    }
+
     // ---- acknowledged delivery ----
 
     /// From now on, treat acknowledged delivery this way (a change of

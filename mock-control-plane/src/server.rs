@@ -223,8 +223,20 @@ async fn read_inbound(
         let mut batch = Vec::new();
         let mut next = Some(first);
         let mut ended = false;
+        let rejects = state.rejects();
+        let mut rejected = false;
         while let Some(read) = next.take() {
             match read {
+                Ok(Some(message)) if rejects.as_ref().is_some_and(|f| f(&message)) => {
+                    // A control plane that cannot take it: the stream ends
+                    // here, nothing after it processed.
+                    tracing::info!(
+                        stream = opened_id,
+                        "rejecting a ClientMessage: stream ended"
+                    );
+                    ended = true;
+                    rejected = true;
+                }
                 Ok(Some(message)) => {
                     owed += read_delay;
                     batch.push(checked(message));
@@ -247,6 +259,9 @@ async fn read_inbound(
         }
         if !batch.is_empty() {
             state.record_received(r, batch);
+        }
+        if rejected {
+            state.rejected(r);
         }
         if ended {
             break;

@@ -167,7 +167,15 @@ pub(crate) struct Inner {
     pub(crate) token_requests: Vec<i64>,
     /// Time spent on each received message (a slow control plane).
     pub(crate) read_delay: Duration,
+    /// Messages the mock cannot take: one ends its stream unprocessed.
+    pub(crate) reject: Option<Rejects>,
+    /// Messages rejected so far.
+    pub(crate) rejected: usize,
 }
+
+/// Which messages a rejecting mock cannot take
+/// ([`crate::MockControlPlane::reject_matching`]).
+pub(crate) type Rejects = std::sync::Arc<dyn Fn(&ClientMessage) -> bool + Send + Sync>;
 
 impl Inner {
     fn log(&mut self, event: TimelineEvent) {
@@ -421,6 +429,20 @@ impl State {
     /// acknowledgers learn the new high mark. A batch (what the stream had
     /// ready at once) takes the lock and wakes the timeline's followers
     /// once, not once per message.
+    /// Which messages the mock cannot take, if any.
+    pub(crate) fn rejects(&self) -> Option<Rejects> {
+        self.lock().reject.clone()
+    }
+
+    /// A message of runner `r` was rejected: counted, its stream ended.
+    pub(crate) fn rejected(&self, r: usize) {
+        self.update(|inner| inner.rejected += 1);
+        self.kill_stream(
+            Some(r),
+            Status::invalid_argument("the mock control plane rejected an update"),
+        );
+    }
+
     pub(crate) fn record_received(
         &self,
         r: usize,

@@ -3,7 +3,9 @@
 //! each followed by waiting for the runner to connect again; and the loop
 //! the soak and acknowledged-delivery tests share: waves of turns on every
 //! thread, faults injected while they stream, each wave settled before the
-//! next.
+//! next; and turns that prove in their workspace how far they got
+//! ([`progress_script`]), so a test can tell which updates were produced
+//! before a SIGKILL.
 //!
 //! Short by default so CI runs it quickly: `SOAK_ROUNDS` scales the fault
 //! counts ([`rounds`]), and `SOAK_SEED` replays the random moments of an
@@ -272,6 +274,42 @@ impl Waves<'_> {
             }
         }
     }
+}
+
+/// The marker file a [`progress_script`] turn appends to, in its workspace.
+pub const PROGRESS: &str = "progress";
+
+/// A turn that proves how far it got: `lines` times `say s<N>`, a pause of
+/// `gap_ms`, then `run echo <N> >> progress`. A marker `N` in the file
+/// means the turn had produced `say s0` … `say s<N>` at least `gap_ms`
+/// before (an SDK hands its events over and goes on: a runner that is
+/// behind has not taken the last ones yet; the gap gives it the time to
+/// take them), so after a SIGKILL every one of them must still arrive: see
+/// [`missing_before_marker`].
+pub fn progress_script(lines: u32, gap_ms: u64) -> String {
+    (0..lines)
+        .map(|i| format!("say s{i}\nsleep {gap_ms}\nrun echo {i} >> {PROGRESS}\n"))
+        .collect()
+}
+
+/// The last marker a [`progress_script`] turn wrote in `workspace` (`None`:
+/// none yet), removing the file so the thread's next turn starts afresh.
+pub fn take_progress(workspace: &std::path::Path) -> Option<u32> {
+    let path = workspace.join(PROGRESS);
+    let text = std::fs::read_to_string(&path).ok()?;
+    std::fs::remove_file(&path).expect("remove the progress file");
+    text.lines().rev().find_map(|l| l.trim().parse().ok())
+}
+
+/// The `say` lines of a [`progress_script`] turn produced before its last
+/// marker `last` that are not among `said` (the texts of the turn's
+/// COMPLETED agent messages the control plane processed): empty when every
+/// one arrived.
+pub fn missing_before_marker(last: Option<u32>, said: &[String]) -> Vec<u32> {
+    let Some(last) = last else { return Vec::new() };
+    (0..=last)
+        .filter(|n| !said.contains(&format!("s{n}")))
+        .collect()
 }
 
 /// A TCP proxy on loopback that can blackhole every connection open at the

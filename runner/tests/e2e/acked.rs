@@ -16,7 +16,10 @@ use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use mock_control_plane::{AckMode, MockConfig, MockControlPlane};
-use test_kit::faults::{BlackholeProxy, Fault, Faults, Plan, Rng, Settle, Waves, rounds};
+use test_kit::faults::{
+    BlackholeProxy, Fault, Faults, Plan, Rng, Settle, Waves, missing_before_marker,
+    progress_script, rounds, take_progress,
+};
 use test_kit::runner::threads_of_a;
 
 use crate::support::*;
@@ -204,10 +207,17 @@ fn turns_seen(cp: &MockControlPlane, rids: &[String]) -> HashMap<String, TurnSee
 }
 
 /// SIGKILLs at random moments while threads stream, the runner restarted
-/// on the same state each time. Returns (turns started, extra COMPLETED
-/// turn updates, extra completed items).
-async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, usize) {
+/// on the same state each time. Each turn alternates `say s<N>` and, 100 ms
+/// later, a marker `N` written in its workspace ([`progress_script`]): per
+/// turn, every `say` produced before its last marker must arrive as a
+/// COMPLETED item, whatever the moment of the kill (before this, the
+/// runner only queued a completed item for its journal and took the SDK's
+/// next events: items a turn had moved past were lost). Returns (turns started, extra
+/// COMPLETED turn updates, extra completed items, completed items that
+/// arrived of those proved produced).
+async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, usize, usize) {
     const THREADS: usize = 10;
+    const LINES: u32 = 20;
     let mut rng = Rng::new(name);
     let kills = rounds().max(3);
     let cp = mock_with(mode).await;
@@ -215,7 +225,11 @@ async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, u
     cp.wait_connected(WAIT).await.expect("runner connects");
     create_agent(&cp, "a").await;
     let threads = threads_of_a(&cp, THREADS).await;
-    let script: String = (0..30).map(|i| format!("say s{i}\nsleep 5\n")).collect();
+    let workspaces: Vec<_> = threads
+        .iter()
+        .map(|t| runner.thread_workspace("a", t))
+        .collect();
+    let script = progress_script(LINES, 100);
     // Every killed turn is over after its wave (completed or reported): the
     // threads take new turns.
     let waves = Waves {
@@ -228,13 +242,32 @@ async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, u
     let plan = Plan {
         faults: kills,
         per_wave: 1,
-        pause: Duration::from_millis(20),
-        jitter_ms: 300,
+        pause: Duration::from_millis(100),
+        jitter_ms: 2000,
         fault: |_, _| Fault::Kill,
     };
+    // Per turn, after its wave: the `say`s proved produced that are missing.
+    let (mut proved, mut lost) = (0usize, Vec::new());
     let rids = Faults::new(&cp, &mut runner)
-        .during_waves(&waves, &plan, &mut rng, |_| {})
+        .during_waves(&waves, &plan, &mut rng, |rids| {
+            let all = by_rid(&cp);
+            for (rid, ws) in rids.iter().zip(&workspaces) {
+                let last = take_progress(ws);
+                let said = said(all.get(rid).map_or(&[][..], Vec::as_slice));
+                let missing = missing_before_marker(last, &said);
+                proved += last.map_or(0, |l| l as usize + 1);
+                if !missing.is_empty() {
+                    lost.push(format!("{rid}: marker {last:?}, missing {missing:?}"));
+                }
+            }
+        })
         .await;
+    assert!(
+        lost.is_empty(),
+        "completed items produced before a kill never arrived:\n{}\n{}",
+        lost.join("\n"),
+        runner.logs()
+    );
     let seen = turns_seen(&cp, &rids);
     let (mut started, mut extra_turn, mut extra_items) = (0, 0, 0);
     for (rid, s) in &seen {
@@ -254,7 +287,7 @@ async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, u
     }
     assert!(started > 0, "no turn started before the kills");
     assert!(cp.invalid_received().is_empty());
-    (started, extra_turn, extra_items)
+    (started, extra_turn, extra_items, proved)
 }
 
 /// With acknowledgements: every turn's end arrives exactly once and no
@@ -262,10 +295,10 @@ async fn sigkills_while_streaming(mode: AckMode, name: &str) -> (usize, usize, u
 /// the restart, with the sequence numbers it was sent with).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acked_sigkills_while_streaming_deliver_every_terminal_update_once() {
-    let (started, extra_turn, extra_items) =
+    let (started, extra_turn, extra_items, proved) =
         sigkills_while_streaming(AckMode::Immediate, "acked_sigkill").await;
     println!(
-        "acked_sigkill: {started} turns killed or finished around kills: every COMPLETED arrived; {extra_turn} turn ends and {extra_items} items processed twice"
+        "acked_sigkill: {started} turns killed or finished around kills: every COMPLETED arrived, and all {proved} completed items proved produced before a kill; {extra_turn} turn ends and {extra_items} items processed twice"
     );
     assert_eq!((extra_turn, extra_items), (0, 0), "exactly once");
 }
@@ -274,10 +307,10 @@ async fn acked_sigkills_while_streaming_deliver_every_terminal_update_once() {
 /// duplicates are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_sigkills_while_streaming_deliver_every_terminal_update() {
-    let (started, extra_turn, extra_items) =
+    let (started, extra_turn, extra_items, proved) =
         sigkills_while_streaming(AckMode::Refuse, "legacy_sigkill").await;
     println!(
-        "legacy_sigkill: {started} turns killed or finished around kills: every COMPLETED arrived; duplicates: {extra_turn} turn ends, {extra_items} completed items"
+        "legacy_sigkill: {started} turns killed or finished around kills: every COMPLETED arrived, and all {proved} completed items proved produced before a kill; duplicates: {extra_turn} turn ends, {extra_items} completed items"
     );
 }
 
@@ -416,5 +449,61 @@ async fn never_acking_control_plane_bounds_what_is_kept() {
         "never_acking: capacity {CAPACITY}: {sent_unacked} updates sent before acknowledgements resumed; {} of {} RUNNING snapshots given up while full; every terminal update exactly once",
         THREADS * (LINES as usize + 1) - running_items,
         THREADS * (LINES as usize + 1)
+    );
+}
+
+/// A control plane that ends the stream every time one update arrives (a
+/// thread's COMPLETED item saying `unwanted`), without processing it: after
+/// three connections in a row end so, the runner sets that update aside —
+/// a `RequestError` with its request id, in its place, says so — and
+/// everything behind it flows: that turn completes, and another thread's
+/// turn, queued behind it, arrives whole. The warning names the update's
+/// kind and thread, never its content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_the_control_plane_keeps_rejecting_is_set_aside() {
+    let (cp, runner) = agent_with(|opts| opts).await;
+    let threads = threads_of_a(&cp, 2).await;
+    cp.reject_matching(|m: &ClientMessage| {
+        matches!(payload(m), Some(Payload::ItemUpdate(i))
+            if i.status == ItemStatus::Completed as i32 && i.text.as_deref() == Some("unwanted"))
+    });
+    let script = "say before\nsay unwanted\nsay after";
+    send(&cp, "rej", user_message("a", &threads[0], script, false)).await;
+    send(
+        &cp,
+        "other",
+        user_message("a", &threads[1], "say fine", false),
+    )
+    .await;
+    turn_completed(&cp, "rej").await;
+    turn_completed(&cp, "other").await;
+    let got = replies(&cp, "rej");
+    let errors: Vec<&str> = got.iter().filter_map(error_text).collect();
+    assert!(
+        errors.len() == 1 && errors[0].contains("set aside"),
+        "{errors:?}\n{}",
+        runner.logs()
+    );
+    assert_eq!(said(&got), ["before", "after"]);
+    assert_eq!(said(&replies(&cp, "other")), ["fine"]);
+    let rejected = cp.rejected_count();
+    assert!(rejected >= 3, "rejected {rejected} times");
+    let report = cp.sequence_report();
+    assert!(
+        report.gaps.is_empty(),
+        "the error took its number: {report:?}"
+    );
+    runner.wait_log("update set aside").await;
+    let logs = runner.logs();
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("update set aside"))
+        .unwrap_or_default();
+    assert!(
+        warning.contains("item_update") && !warning.contains("unwanted"),
+        "{warning}"
+    );
+    println!(
+        "set_aside: the control plane ended the stream {rejected} times on one update; set aside, the error in its place, the rest delivered"
     );
 }

@@ -6,7 +6,9 @@
 //! count as produced, and forgotten once sent (a control plane without
 //! acknowledgements) or acknowledged (`acked-delivery/1`). After a crash the
 //! runner sends what the journal holds, in order, before new work.
-//! Intermediate updates (RUNNING snapshots, token usage) stay in memory only.
+//! Token usage is journaled too (a full outbox may still replace a queued
+//! report by the thread's next; the replaced one's entry is forgotten).
+//! RUNNING snapshots stay in memory only.
 //!
 //! With acknowledged delivery every `ClientMessage` carries a sequence number
 //! that never repeats over the runner's life. Numbers are reserved here in
@@ -182,10 +184,16 @@ impl Journal {
 
     /// Queues `record` and waits until it is written.
     async fn write(&self, record: Option<Record>) -> Result<(), JournalError> {
+        self.write_job(record.map_or(Records::None, Records::One))
+            .await
+    }
+
+    /// Queues `records` as one job and waits until they are written.
+    async fn write_job(&self, records: Records) -> Result<(), JournalError> {
         let (done, result) = oneshot::channel();
         self.jobs
             .send(Job {
-                records: record.map_or(Records::None, Records::One),
+                records,
                 done: Some(done),
             })
             .await
@@ -246,6 +254,20 @@ impl Journal {
             })
             .await
             .map_err(|_| JournalError::Stopped)
+    }
+
+    /// [`Journal::append`] for several entries, in order, as one job (one
+    /// slot of the writer's queue, at most one wake of the writer); returns
+    /// once they are written. At most [`BURST`] of them (a thread's updates
+    /// that were ready together), so the queue's bound still bounds the
+    /// records waiting.
+    pub async fn append_many(&self, entries: Vec<(u64, Bytes)>) -> Result<(), JournalError> {
+        debug_assert!(entries.len() <= BURST);
+        let records = entries
+            .into_iter()
+            .map(|(id, message)| Record::Append { id, message })
+            .collect();
+        self.write_job(Records::Many(records)).await
     }
 
     /// Queues the append of entry `id` without waiting (for producers that

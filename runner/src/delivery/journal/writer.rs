@@ -220,9 +220,15 @@ impl Writer {
     }
 
     fn compact(&mut self) {
+        let started = std::time::Instant::now();
         match rewrite(&self.path, &self.state) {
             Ok((file, len)) => {
-                tracing::debug!(before = self.len, after = len, "outbox journal compacted");
+                tracing::debug!(
+                    before = self.len,
+                    after = len,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "outbox journal compacted"
+                );
                 self.file = file;
                 self.len = len;
             }

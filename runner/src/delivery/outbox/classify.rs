@@ -25,15 +25,19 @@ pub(super) fn is_turn_end(msg: &ClientMessage) -> bool {
 }
 
 /// An update that must survive a crash and a dead connection: terminal
-/// (`TurnUpdate COMPLETED`, a COMPLETED item, a `RequestError`) or
-/// structural (thread, agent, skill, SDK and thread-name updates). The rest
-/// (RUNNING snapshots, token usage, heartbeat answers, device codes) is
-/// superseded by later updates or only meaningful now.
+/// (`TurnUpdate COMPLETED`, a COMPLETED item, a `RequestError`),
+/// structural (a turn's or thread's status, agent, skill, SDK and
+/// thread-name updates) or a thread's token usage (its totals: the last report of a turn may be the
+/// only one; a full outbox still replaces a queued one by the thread's
+/// next, forgetting its journal entry). The rest (RUNNING snapshots,
+/// heartbeat answers, device codes) is superseded by later updates or only
+/// meaningful now.
 pub fn is_durable(msg: &ClientMessage) -> bool {
     match &msg.payload {
-        Some(Payload::TurnUpdate(t)) => t.status == TurnStatus::Completed as i32,
         Some(Payload::ItemUpdate(i)) => i.status == ItemStatus::Completed as i32,
-        Some(Payload::ThreadUpdate(_)) => true,
+        Some(
+            Payload::TurnUpdate(_) | Payload::ThreadUpdate(_) | Payload::ThreadTokenUsageUpdate(_),
+        ) => true,
         Some(
             Payload::RequestError(_)
             | Payload::AgentUpdate(_)

@@ -6,10 +6,12 @@
 //! arrived is kept by the link ([`crate::delivery::in_flight`], `link/sending.rs`), not
 //! here.
 //!
-//! Durable updates (terminal and structural: see [`is_durable`]) are
-//! journaled ([`crate::delivery::journal`]) before they are queued, so they survive a
+//! Durable updates (terminal, structural and token usage: see
+//! [`is_durable`]) are journaled ([`crate::delivery::journal`]) before they
+//! are queued — the producer waits for the write — so they survive a
 //! crash; each carries its journal id out of the outbox so the link can
-//! forget it once delivery is settled.
+//! forget it once delivery is settled (or the outbox, when it gives up a
+//! token-usage update to make room).
 //!
 //! Bounded by `capacity`, which counts the queued updates plus the ones the
 //! link still holds unsettled ([`Outbox::set_unsettled`]): a control plane

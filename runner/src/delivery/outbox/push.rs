@@ -7,14 +7,16 @@ use std::sync::Arc;
 use agent_runner_proto::runner::ClientMessage;
 
 use super::classify::{is_intermediate, is_turn_end, outdates};
-use super::{Journaled, Outbox};
+use super::{Journaled, Outbox, Taken};
 
 impl Outbox {
     /// Queue an update, making room or waiting as the module doc says. A
-    /// durable update is journaled first: queued on the journal's writer
-    /// thread, in order; a turn's end (`TurnUpdate COMPLETED`) waits until
-    /// it is written, and with it everything the turn journaled before (the
-    /// writer writes in order), so a turn recorded as finished has its
+    /// durable update is journaled first, and this waits until its record
+    /// is written (a group commit shared with whatever else was journaled
+    /// meanwhile): a producer goes on — an SDK's next step runs — only once
+    /// what it produced survives a SIGKILL. A turn's end (`TurnUpdate
+    /// COMPLETED`) written means everything the turn journaled before is
+    /// (the writer writes in order), so a turn recorded as finished has its
     /// updates journaled. The link never sends a journaled update before
     /// its write is done.
     pub async fn push(&self, msg: ClientMessage) {
@@ -31,7 +33,7 @@ impl Outbox {
     }
 
     /// The first half of [`Outbox::push`]: journals `msg` if it is durable
-    /// (a turn's end: written when this returns). Nothing can send (and so
+    /// (written when this returns). Nothing can send (and so
     /// settle and forget) it before [`Outbox::queue`]: whatever must be
     /// recorded before its journal entry may be forgotten goes in between.
     pub async fn journal(&self, msg: ClientMessage) -> Journaled {
@@ -47,12 +49,7 @@ impl Outbox {
         if let Some((journal, id, bytes)) = self.for_journal(&msg) {
             let started = std::time::Instant::now();
             encoded = Some(bytes.clone());
-            let written = if is_turn_end(&msg) {
-                journal.append(id, bytes).await
-            } else {
-                journal.append_queued(id, bytes).await
-            };
-            match written {
+            match journal.append(id, bytes).await {
                 Ok(()) => journal_id = Some(id),
                 Err(e) => tracing::error!(
                     kind = crate::observe::message_kind::kind(&msg),
@@ -94,10 +91,10 @@ impl Outbox {
     /// [`Outbox::push`] for updates that were ready together (a thread's
     /// burst of at most [`crate::delivery::journal::BURST`]), in order: all recorded
     /// in their transcript in one push, the durable ones journaled in one
-    /// journal job, and as many as fit queued under one lock with one wake
-    /// of the link; the rest go one by one, making room or waiting as
-    /// [`Outbox::push`] does. A turn's end must be written before it is
-    /// queued: a burst holding one is pushed one by one. Into a full
+    /// journal job (written when it returns, as [`Outbox::push`]'s), and as
+    /// many as fit queued under one lock with one wake of the link; the
+    /// rest go one by one, making room or waiting as [`Outbox::push`] does.
+    /// A burst holding a turn's end is pushed one by one. Into a full
     /// outbox, the burst's own outdated intermediate updates are given up
     /// first ([`Outbox::shed_outdated`]).
     pub async fn push_burst(&self, mut msgs: Vec<ClientMessage>) {
@@ -143,7 +140,7 @@ impl Outbox {
             && let Some(journal) = &self.journal
         {
             let started = std::time::Instant::now();
-            if let Err(e) = journal.append_queued_many(appends).await {
+            if let Err(e) = journal.append_many(appends).await {
                 tracing::error!(
                     updates = entries.len(),
                     error = %e,
@@ -201,6 +198,27 @@ impl Outbox {
     /// durable one is journaled without waiting for the disk (queued on
     /// the journal's thread ahead of anything that could send it).
     pub fn push_reply(&self, msg: ClientMessage) {
+        let entry = self.admit_detached(msg);
+        self.lock().push_back_journaled(entry);
+        self.filled.notify_one();
+    }
+
+    /// What [`Outbox::push_reply`] would queue, for the link to place
+    /// itself (the error update that replaces an update set aside goes
+    /// where that update was, among the re-sends): masked, recorded in its
+    /// transcript, journaled without waiting if durable; not queued.
+    pub fn reply_to_place(&self, msg: ClientMessage) -> Taken {
+        let entry = self.admit_detached(msg);
+        Taken {
+            message: entry.message,
+            journal: entry.journal,
+            encoded: entry.encoded,
+        }
+    }
+
+    /// [`Outbox::admit`], and the journal's append queued without waiting
+    /// (none when the writer's queue is full: said, kept in memory only).
+    fn admit_detached(&self, msg: ClientMessage) -> Journaled {
         let (msg, masked) = self.admit(msg, None);
         let mut journal_id = None;
         let mut encoded = None;
@@ -215,13 +233,12 @@ impl Outbox {
                 );
             }
         }
-        self.lock().push_back_journaled(Journaled {
+        Journaled {
             message: msg,
             journal: journal_id,
             encoded,
             masked,
-        });
-        self.filled.notify_one();
+        }
     }
 
     /// Queue ahead of everything else (heartbeat answers).

@@ -19,7 +19,7 @@ pub(super) struct Slot {
     /// intermediate).
     key: Option<u64>,
     /// Its journal entry (durable updates of a journaled outbox).
-    journal: Option<u64>,
+    pub(super) journal: Option<u64>,
     /// Its encoding, shared with the journal ([`Journaled::encoded`]).
     pub(super) encoded: Option<Bytes>,
     /// The redactor's generation it was masked at.
@@ -185,28 +185,22 @@ impl Queue {
         supersedes(msg, queued).then_some(pos)
     }
 
-    /// Drop the oldest queued intermediate update; false if there is none.
-    pub(super) fn drop_oldest_intermediate(&mut self) -> bool {
-        let Some(pos) = self
+    /// Drop the oldest queued intermediate update: `None` if there is
+    /// none, else its journal entry, if it has one (a token-usage update).
+    pub(super) fn drop_oldest_intermediate(&mut self) -> Option<Option<u64>> {
+        let pos = self
             .intermediate
             .front()
-            .and_then(|seq| self.position(*seq))
-        else {
-            return false;
-        };
-        let Some(slot) = self.items.get_mut(pos) else {
-            return false;
-        };
-        if slot.msg.take().is_none() {
-            return false;
-        }
-        let (seq, key) = (slot.seq, slot.key);
+            .and_then(|seq| self.position(*seq))?;
+        let slot = self.items.get_mut(pos)?;
+        slot.msg.take()?;
+        let (seq, key, journal) = (slot.seq, slot.key, slot.journal.take());
         self.empty += 1;
         self.unindex(seq, key);
         if self.empty > self.len() {
             self.sweep();
         }
-        true
+        Some(journal)
     }
 
     /// Removes the empty slots: O(n), once they outnumber the queued updates

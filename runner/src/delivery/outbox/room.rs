@@ -44,19 +44,23 @@ impl Outbox {
         }
         if let Some(pos) = queue.superseded(&entry.message) {
             // Same key, same sequence number: the indexes stay as they are.
-            // An intermediate update has no journal entry.
+            // A token-usage update is journaled: the one it replaces is
+            // forgotten (a crash before that lands re-sends both, in order).
             let slot = &mut queue.items[pos];
             slot.msg = Some(entry.message);
             slot.encoded = entry.encoded;
             slot.masked = entry.masked;
+            let replaced = std::mem::replace(&mut slot.journal, entry.journal);
             drop(queue);
+            self.forget(replaced);
             self.count(&self.coalesced, "coalesced");
             crate::observe::metrics::outbox_coalesced();
             return true;
         }
-        if queue.drop_oldest_intermediate() {
+        if let Some(dropped) = queue.drop_oldest_intermediate() {
             queue.push_back_journaled(entry);
             drop(queue);
+            self.forget(dropped);
             self.count(&self.dropped, "dropped");
             crate::observe::metrics::outbox_dropped();
             self.filled.notify_one();
@@ -64,6 +68,7 @@ impl Outbox {
         }
         if is_intermediate(&entry.message) {
             drop(queue);
+            self.forget(entry.journal);
             self.count(&self.dropped, "dropped");
             crate::observe::metrics::outbox_dropped();
             return true;
@@ -75,6 +80,15 @@ impl Outbox {
     /// Whether one more update fits under the bound (queued plus held).
     pub(super) fn has_room(&self, queue: &Queue) -> bool {
         queue.len() + self.held.load(Ordering::Relaxed) < self.capacity
+    }
+
+    /// Forgets the journal entry of an update given up to make room (a
+    /// token-usage update), without waiting: a crash before it lands only
+    /// sends it again, before the update that replaced it.
+    fn forget(&self, journal: Option<u64>) {
+        if let (Some(j), Some(id)) = (&self.journal, journal) {
+            j.forget(vec![id]);
+        }
     }
 
     pub(super) fn count(&self, counter: &AtomicU64, what: &str) {

@@ -460,3 +460,65 @@ async fn a_burst_holding_a_turn_end_is_pushed_one_by_one() {
     o.push_burst(burst.clone()).await;
     assert_eq!(drain(&o).await, burst);
 }
+
+/// A durable update is on disk when its push returns, one at a time or in
+/// a burst: a producer (the SDK's next step) goes on only once what it
+/// produced survives a SIGKILL. Queued behind the writer, completed items
+/// an SDK had long moved past were lost with the process.
+#[tokio::test]
+async fn a_durable_update_is_written_when_its_push_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path()).unwrap();
+    let o = Outbox::journaled(64, journal, Redactor::new());
+    let on_disk = |m: &ClientMessage| {
+        let file = std::fs::read(dir.path().join(crate::delivery::journal::FILE)).unwrap();
+        let bytes = m.encode_to_vec();
+        file.windows(bytes.len()).any(|w| w == bytes)
+    };
+    let one = item_done("a", "said once");
+    o.push(one.clone()).await;
+    assert!(on_disk(&one));
+    let burst = vec![running("b", "1"), item_done("b", "said in a burst")];
+    o.push_burst(burst.clone()).await;
+    assert!(on_disk(&burst[1]));
+    assert!(!on_disk(&burst[0]), "a RUNNING snapshot is not journaled");
+}
+
+/// Token usage is journaled (a turn's last report may be its only one);
+/// a full outbox still replaces a queued report by the thread's next, and
+/// the replaced one's journal entry is forgotten: after a crash only the
+/// newer is sent.
+#[tokio::test]
+async fn token_usage_is_journaled_and_a_replaced_report_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path()).unwrap();
+    let o = Outbox::journaled(2, journal, Redactor::new());
+    let usage = |input_tokens: i64| {
+        let total = sdk_adapter::TokenUsageBreakdown {
+            input_tokens,
+            ..Default::default()
+        };
+        let usage = sdk_adapter::TokenUsage {
+            total,
+            ..Default::default()
+        };
+        messages::token_usage(None, "t", "u", usage)
+    };
+    o.push(usage(1)).await;
+    o.push(item_done("a", "x")).await;
+    o.push(usage(2)).await;
+    assert_eq!(o.stats().coalesced, 1, "{:?}", o.stats());
+    let taken = o.try_pop_many(16);
+    assert!(taken.iter().all(|t| t.journal.is_some()));
+    if let Some(journal) = &o.journal {
+        journal.flush().await.unwrap();
+    }
+    drop((o, taken));
+    let (_, recovered) = Journal::open(dir.path()).unwrap();
+    let live: Vec<ClientMessage> = recovered
+        .entries
+        .iter()
+        .map(|e| ClientMessage::decode(&e.message[..]).unwrap())
+        .collect();
+    assert_eq!(live, vec![item_done("a", "x"), usage(2)]);
+}

@@ -20,7 +20,10 @@
 //!    were sent longer ago than the re-send window;
 //! 4. when the connection ends ([`Sending::connection_ended`]), everything
 //!    unsettled goes to the front of the re-send queue (in legacy mode a
-//!    clean close settles everything instead).
+//!    clean close settles everything instead); in acked mode an update
+//!    that was the first unacknowledged at [`set_aside::STRIKES`]
+//!    connection ends in a row is set aside instead, an error update in
+//!    its place ([`set_aside`]).
 //!
 //! Bounds. Acked mode: the unacknowledged updates count against the
 //! outbox's capacity ([`Outbox::set_unsettled`]), so a control plane that
@@ -44,9 +47,11 @@
 //!
 //! This file holds what is kept and how it is settled (registration,
 //! acknowledgements, a connection's end); [`batch`] takes the next batch
-//! for the wire and numbers it.
+//! for the wire and numbers it; [`set_aside`] gives up an update the
+//! control plane keeps rejecting.
 
 mod batch;
+mod set_aside;
 
 pub use batch::Batch;
 
@@ -94,6 +99,8 @@ struct Inner {
     /// connection (its outbound half still polled by the transport after
     /// the session ended) takes nothing.
     epoch: u64,
+    /// The update first unacknowledged at the last connection ends.
+    strikes: set_aside::Strikes,
 }
 
 impl Sending {
@@ -148,6 +155,7 @@ impl Sending {
                 bad_acks: 0,
                 released_early: 0,
                 epoch: 0,
+                strikes: set_aside::Strikes::default(),
             }),
         };
         sending.forget(unreadable);
@@ -230,8 +238,11 @@ impl Sending {
     pub fn connection_ended(&self, clean: bool) {
         let mut inner = self.lock();
         inner.epoch += 1;
-        let (again, settled) = inner.inflight.connection_ended(clean);
+        let (mut again, settled) = inner.inflight.connection_ended(clean);
         self.forget(settled.journal);
+        if !clean && inner.inflight.mode() == Mode::Acked {
+            self.strike(&mut inner, &mut again);
+        }
         // Sent before anything still waiting for a re-send: in front.
         for sent in again.into_iter().rev() {
             inner.resend.push_front(sent);

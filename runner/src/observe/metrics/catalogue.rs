@@ -111,6 +111,11 @@ fn delivery(registry: &mut Registry, m: &Metrics) {
         "Legacy mode: sent terminal updates no longer kept for a re-send before their window ended, because more than the outbox capacity were kept (a dirty drop would not re-send them)",
         m.delivery_legacy_released.clone(),
     );
+    registry.register(
+        "delivery_set_aside",
+        "Updates set aside, by kind: the control plane ended the stream each time, several times in a row, with the update sent and not acknowledged; not sent again, an error update replaces it",
+        m.delivery_set_aside.clone(),
+    );
     registry.register_with_unit(
         "journal_append_duration",
         "Time to journal one durable update (a group commit shared with the updates journaled at the same time)",

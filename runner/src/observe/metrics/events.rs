@@ -95,6 +95,17 @@ pub fn delivery_legacy_released_early(n: usize) {
     get().delivery_legacy_released.inc_by(n as u64);
 }
 
+/// An update the control plane kept rejecting was set aside (not sent
+/// again; an error update replaces it).
+pub fn delivery_set_aside(msg: &ClientMessage) {
+    get()
+        .delivery_set_aside
+        .get_or_create(&KindLabel {
+            kind: kinds::kind(msg),
+        })
+        .inc();
+}
+
 /// Store thread `name` ran `jobs` jobs in one transaction, busy for `took`.
 pub fn store_batch(name: &str, jobs: usize, took: Duration) {
     let label = ThreadLabel {

@@ -28,6 +28,7 @@ mod events;
 mod labels;
 mod requests;
 
+pub use events::delivery_set_aside;
 pub use events::{
     adapter_error, delivery_ack_ignored, delivery_legacy_released_early, delivery_resent,
     delivery_unacked_full, get_token_refresh_failures, git_credential_rate_limited, invalid_update,
@@ -77,6 +78,7 @@ pub struct Metrics {
     delivery_acks_ignored: Counter,
     delivery_unacked_full: Counter,
     delivery_legacy_released: Counter,
+    delivery_set_aside: Family<KindLabel, Counter>,
     journal_appends: Histogram,
     store_busy: Family<ThreadLabel, Counter<f64>>,
     store_jobs: Family<ThreadLabel, Counter>,
@@ -128,6 +130,7 @@ impl Metrics {
             delivery_acks_ignored: Counter::default(),
             delivery_unacked_full: Counter::default(),
             delivery_legacy_released: Counter::default(),
+            delivery_set_aside: Family::default(),
             // 10 µs … ~80 ms.
             journal_appends: Histogram::new(exponential_buckets(0.000_01, 2.0, 14)),
             store_busy: Family::default(),

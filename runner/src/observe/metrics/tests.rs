@@ -56,6 +56,7 @@ fn names_carry_prefix_units_and_total() {
     request_handled("heartbeat_request", None, RequestOutcome::Answered);
     update_sent(&messages::heartbeat(None));
     invalid_update(&messages::heartbeat(None));
+    delivery_set_aside(&messages::heartbeat(None));
     sdks_enabled(&["unit-test-sdk".to_owned()]);
     turn_started("unit-test-sdk");
     turn_ended(
@@ -86,6 +87,7 @@ fn names_carry_prefix_units_and_total() {
         "agent_runner_delivery_unsettled 1",
         "agent_runner_delivery_acks_ignored_total ",
         "agent_runner_delivery_unacked_full_total ",
+        "agent_runner_delivery_set_aside_total{kind=\"heartbeat_response\"} 1",
         "# UNIT agent_runner_journal_append_duration_seconds seconds",
         "agent_runner_running_turns{sdk=\"unit-test-sdk\"} 0",
         "agent_runner_turn_duration_seconds_bucket{le=\"5.0\",sdk=\"unit-test-sdk\",outcome=\"completed\"} 1",
