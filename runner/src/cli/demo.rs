@@ -133,6 +133,7 @@ fn demo_config(dir: &std::path::Path, url: &str, sdk: &str) -> anyhow::Result<Ru
         github: Default::default(),
         secret_file: None,
         github_app_key_file: None,
+        hidden_files: Vec::new(),
         sandbox: Default::default(),
         proxy: Default::default(),
         exit_when_idle: None,

@@ -21,7 +21,8 @@
 //! One file per concern, each with its tests: `args` (the flags), `file`
 //! (the TOML file), `url` (the control-plane URL), `run` (merging everything
 //! into [`RunConfig`]), `dirs` (the directories it must write), `sdks`
-//! (adapter settings), `github` (where installation tokens come from),
+//! (adapter settings), `files` (which file settings agents must never
+//! read), `github` (where installation tokens come from),
 //! `sandbox` (the agent sandbox), `secret` (the bearer secret and the
 //! GitHub App key, kept out of logs and `Debug`).
 
@@ -37,6 +38,7 @@ pub mod defs;
 mod dirs;
 pub mod docs;
 mod file;
+mod files;
 mod github;
 pub(crate) mod layer;
 mod run;

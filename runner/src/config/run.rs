@@ -56,6 +56,9 @@ pub struct RunConfig {
     pub secret_file: Option<PathBuf>,
     /// The GitHub App's private key file, if any (hidden from agents).
     pub github_app_key_file: Option<PathBuf>,
+    /// Every path a file setting marked hidden names (`files`: the config
+    /// file, the secret file, the App key, …): the sandbox hides them.
+    pub hidden_files: Vec<PathBuf>,
     /// The agent sandbox.
     pub sandbox: SandboxConfig,
     /// The outbound HTTP proxy (`--proxy`, else HTTPS_PROXY/HTTP_PROXY/NO_PROXY).
@@ -93,6 +96,7 @@ impl RunConfig {
     /// The merged settings, checked, with defaults for what none gave.
     fn from_settings(s: RunArgs, env_secret: Option<Secret>) -> Result<Self, ConfigError> {
         let github_app_key_file = s.github.github_app_private_key_file.clone();
+        let hidden_files = super::files::hidden(&s);
         let github = s.github.resolve()?;
         let url_text = s.control_plane_url.ok_or_else(|| {
             key_err(
@@ -175,6 +179,7 @@ impl RunConfig {
             github,
             secret_file: s.secret_file,
             github_app_key_file,
+            hidden_files,
             sandbox,
             proxy,
             exit_when_idle: s.exit_when_idle.filter(|d| !d.is_zero()),

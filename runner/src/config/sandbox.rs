@@ -44,6 +44,19 @@ settings! {
             help_heading = "Agent sandbox",
         )]
         pub sandbox_read_only: Vec<PathBuf>,
+        /// One more absolute file or directory agents must never read, on top
+        /// of every secret the settings name (the config file, the secret
+        /// file, the GitHub App key, the state dirs…): e.g. the systemd
+        /// `EnvironmentFile` the runner's variables come from; repeatable,
+        /// comma-separated in the variable. Default: none.
+        #[arg(
+            long = "sandbox-protect",
+            env = "AGENT_RUNNER_SANDBOX_PROTECT",
+            value_name = "PATH",
+            value_delimiter = ',',
+            help_heading = "Agent sandbox",
+        )]
+        pub sandbox_protect: Vec<PathBuf>,
         /// The name of one more variable of the runner's environment agents get
         /// (besides PATH, LANG, LC_*, TERM, TZ, the proxy variables and what each
         /// SDK needs); names that look like secrets are refused; repeatable,
@@ -169,6 +182,13 @@ impl SandboxArgs {
             }
         }
         config.read_only = self.sandbox_read_only;
+        // Taken by `files` (the hidden paths); only checked here.
+        if let Some(path) = self.sandbox_protect.iter().find(|p| !p.is_absolute()) {
+            return Err(key_err(
+                "sandbox_protect",
+                format!("{} is not an absolute path", path.display()),
+            ));
+        }
         let env: Vec<String> = self
             .sandbox_env
             .into_iter()
@@ -340,6 +360,13 @@ mod tests {
                     ..Default::default()
                 },
                 "sandbox_read_only:",
+            ),
+            (
+                SandboxArgs {
+                    sandbox_protect: vec!["relative".into()],
+                    ..Default::default()
+                },
+                "sandbox_protect:",
             ),
             (
                 SandboxArgs {

@@ -340,6 +340,23 @@ fn systemd_unit_sets_real_settings_and_verifies() {
         let (name, _) = line["Environment=".len()..].split_once('=').unwrap();
         assert!(settings.contains(name), "{name} is not a runner setting");
     }
+    // No setting names the EnvironmentFile: the unit hides it from agents.
+    let protected: Vec<&str> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("Environment=AGENT_RUNNER_SANDBOX_PROTECT="))
+        .flat_map(|v| v.split(','))
+        .collect();
+    for file in unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("EnvironmentFile="))
+    {
+        let file = std::path::Path::new(file.trim_start_matches('-'));
+        assert!(
+            protected.iter().any(|p| file.starts_with(p)),
+            "{} is not in AGENT_RUNNER_SANDBOX_PROTECT",
+            file.display()
+        );
+    }
     let stop: u64 = unit
         .lines()
         .find_map(|l| l.strip_prefix("TimeoutStopSec="))

@@ -46,7 +46,8 @@ pub fn with_fake_codex(opts: RunnerOpts, state: &Path) -> RunnerOpts {
         .env("CODEX_HOME", &state.to_string_lossy())
 }
 
-/// The fake claude, its config dir `state`.
+/// The fake claude; `state` is the operator's config dir (each thread's
+/// claude runs on its own, seeded with the login from it).
 pub fn with_fake_claude(opts: RunnerOpts, state: &Path) -> RunnerOpts {
     let bin = fake_bin("sdk-claude-code", "fake-claude");
     opts.arg("--sdk")

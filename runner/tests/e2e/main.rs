@@ -13,6 +13,7 @@ mod acked;
 mod admin;
 
 mod additions;
+mod claude_config;
 mod code_agent;
 mod code_agent_serve;
 mod codex;
@@ -39,6 +40,7 @@ mod replicas;
 mod sandbox;
 mod sandbox_limits;
 mod scale;
+mod secret_files;
 mod skills;
 mod soak;
 mod thread_skills;

@@ -5,8 +5,9 @@
 //! thread — interrupt, delete, shutdown — including those that left their
 //! process group (`setsid`).
 //!
-//! What agents may never see is listed here once: the state dir, the bearer
-//! secret file, the GitHub App key file and the code-agent state dir.
+//! What agents may never see is derived once ([`protected_paths`]): every
+//! file-valued setting marked hidden (`config::files`), the state dirs, the
+//! operator's Claude Code config dir and systemd's credentials directory.
 //!
 //! In mode `enforce` on a host without Landlock the launcher cannot be
 //! built; the runner still starts, and every thread's sandbox carries the
