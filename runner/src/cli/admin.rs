@@ -3,10 +3,12 @@
 //! its state dir, found as `run` finds it ([`RunnerLocation`]).
 //!
 //! The roles, as kubectl and gh users expect them: `threads` lists threads
-//! (agent, SDK, model, state, running turn); `ps` lists processes (every
-//! live agent process, by thread, as trees); `interrupt` stops a thread's
-//! running turn; `kill` ends every process of a thread (its running turn
-//! is interrupted first, so the control plane sees it end).
+//! (agent, SDK, model, state — running, waiting for a turn slot, idle —
+//! running turn); `ps` lists processes (every live agent process, by
+//! thread, as trees); `interrupt` stops a thread's running turn (or cancels
+//! its messages waiting for a slot); `kill` ends every process of a thread
+//! (its running turn is interrupted first, so the control plane sees it
+//! end).
 
 use std::collections::BTreeMap;
 
@@ -183,15 +185,21 @@ fn render_threads(answer: &Value) -> String {
             ]);
         }
         for t in threads {
+            // How long the turn has run, or waited for a slot.
             let running_for = t["running_for_ms"]
                 .as_u64()
+                .or_else(|| t["waiting"]["waiting_for_ms"].as_u64())
                 .map(|ms| human::duration(std::time::Duration::from_millis(ms)))
                 .unwrap_or_else(|| "-".to_owned());
+            let state = match t["waiting"]["messages"].as_u64() {
+                Some(n) if n > 1 => format!("{} ({n} messages)", s(&t["state"])),
+                _ => s(&t["state"]),
+            };
             table.row(vec![
                 s(&a["agent_id"]),
                 s(&a["sdk"]),
                 s(&t["thread_id"]),
-                s(&t["state"]),
+                state,
                 s(&t["turn_id"]),
                 running_for,
                 s(&t["model"]),
@@ -242,8 +250,11 @@ pub async fn kill(args: KillArgs) -> anyhow::Result<()> {
 }
 
 fn interrupted(answer: &Value) -> &'static str {
-    if answer["interrupted"].as_bool().unwrap_or(false) {
+    let said = |key: &str| answer[key].as_bool().unwrap_or(false);
+    if said("interrupted") {
         "running turn interrupted"
+    } else if said("cancelled_waiting") {
+        "messages waiting for a turn slot cancelled"
     } else {
         "no turn was running"
     }
@@ -278,14 +289,17 @@ mod tests {
             {"agent_id": "a", "sdk": "scripted", "threads": [
                 {"thread_id": "t1", "model": "scripted-fast", "state": "running", "turn_id": "turn-9", "running_for_ms": 5013},
                 {"thread_id": "t22", "model": "m", "state": "idle", "turn_id": null},
+                {"thread_id": "t3", "model": "m", "state": "waiting", "turn_id": null,
+                 "waiting": {"messages": 2, "waiting_for_ms": 1200}},
             ]},
             {"agent_id": "b", "sdk": "codex", "threads": []},
         ]});
         assert_eq!(
             render_threads(&answer),
-            "AGENT  SDK       THREAD  STATE       TURN     FOR  MODEL\n\
-             a      scripted  t1      running     turn-9  5.0s  scripted-fast\n\
-             a      scripted  t22     idle        -          -  m\n\
+            "AGENT  SDK       THREAD  STATE                 TURN     FOR  MODEL\n\
+             a      scripted  t1      running               turn-9  5.0s  scripted-fast\n\
+             a      scripted  t22     idle                  -          -  m\n\
+             a      scripted  t3      waiting (2 messages)  -       1.2s  m\n\
              b      codex     -       no threads\n"
         );
         assert_eq!(render_threads(&json!({"agents": []})), "no agents\n");

@@ -106,8 +106,9 @@ settings! {
             help_heading = "Directories and limits",
         )]
         pub workspace_root: Option<PathBuf>,
-        /// Turns running at once; a message beyond it gets a RequestError (at
-        /// least 1). Default: `256`.
+        /// Turns running at once; a message beyond it waits for a slot in the
+        /// request queue (`--max-queued-requests`), first come first served
+        /// (at least 1). Default: `256`.
         #[arg(
             long,
             env = "AGENT_RUNNER_MAX_CONCURRENT_TURNS",
@@ -115,9 +116,10 @@ settings! {
             help_heading = "Directories and limits",
         )]
         pub max_concurrent_turns: Option<usize>,
-        /// Requests waiting at once, runner-wide (for all agents and threads);
-        /// beyond it a request gets a RequestError; a waiting request costs a
-        /// few hundred bytes (at least 1). Default: `10000`.
+        /// Requests waiting at once, runner-wide (for all agents and threads,
+        /// user messages waiting for a turn slot included); beyond it a
+        /// request gets a RequestError; a waiting request costs a few hundred
+        /// bytes (at least 1). Default: `10000`.
         #[arg(
             long,
             env = "AGENT_RUNNER_MAX_QUEUED_REQUESTS",

@@ -7,9 +7,12 @@
 //! Protocol: the client writes one JSON line (`{"cmd":"ps"}`,
 //! `{"cmd":"threads"}`, `{"cmd":"interrupt","thread":ID}`,
 //! `{"cmd":"kill","thread":ID}`), the runner answers one JSON line and
-//! closes. `kill` interrupts the thread's running turn and kills every
-//! process of the thread (a `"tree"` field, from clients that made that
-//! optional, is ignored). At most [`MAX_CLIENTS`]
+//! closes. `threads` and `ps` say of each thread whether a turn runs or
+//! waits for a turn slot (`--max-concurrent-turns`), and since when.
+//! `interrupt` stops the thread's running turn, or cancels its messages
+//! waiting for a slot, as the control plane's interrupt would. `kill`
+//! interrupts the same way and kills every process of the thread (a
+//! `"tree"` field, from clients that made that optional, is ignored). At most [`MAX_CLIENTS`]
 //! connections are served at once; more wait in the kernel's backlog.
 //!
 //! Agents may not use it (they could list and stop other tenants' threads):
@@ -26,7 +29,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, Buf
 use tokio::net::{UnixListener, UnixStream};
 
 use super::admin_peer::Guard;
-use crate::tasks::context::Runtime;
+use crate::tasks::context::{RunningTurn, Runtime, WaitingTurn};
 
 /// Connections served at once.
 pub const MAX_CLIENTS: usize = 8;
@@ -154,13 +157,31 @@ async fn handle(rt: &Arc<Runtime>, req: &Value) -> Value {
     }
 }
 
+/// The running and the waiting turns, by thread id.
+type Turns = (HashMap<String, RunningTurn>, HashMap<String, WaitingTurn>);
+
+fn turns(rt: &Runtime) -> Turns {
+    let running = rt.running_turn_list().into_iter();
+    let waiting = rt.waiting_turn_list().into_iter();
+    (
+        running.map(|t| (t.thread_id.clone(), t)).collect(),
+        waiting.map(|t| (t.thread_id.clone(), t)).collect(),
+    )
+}
+
+/// A turn waiting for a slot, as `threads` and `ps` show it.
+fn waiting_json(turn: Option<&WaitingTurn>) -> Value {
+    turn.map_or(Value::Null, |w| {
+        json!({
+            "messages": w.messages,
+            "waiting_for_ms": w.since.elapsed().as_millis() as u64,
+        })
+    })
+}
+
 /// Agents and threads with their state.
 fn threads(rt: &Runtime) -> Value {
-    let running: HashMap<String, crate::tasks::context::RunningTurn> = rt
-        .running_turn_list()
-        .into_iter()
-        .map(|t| (t.thread_id.clone(), t))
-        .collect();
+    let (running, waiting) = turns(rt);
     let agents = rt.store.agents().unwrap_or_default();
     let threads = rt.store.threads().unwrap_or_default();
     let list: Vec<Value> = agents
@@ -171,13 +192,20 @@ fn threads(rt: &Runtime) -> Value {
                 .filter(|t| t.agent_id == a.agent_id)
                 .map(|t| {
                     let turn = running.get(&t.thread_id);
+                    let waits = waiting.get(&t.thread_id);
+                    let state = match (turn, waits) {
+                        (Some(_), _) => "running",
+                        (None, Some(_)) => "waiting",
+                        (None, None) => "idle",
+                    };
                     json!({
                         "thread_id": t.thread_id,
                         "model": t.model,
-                        "state": if turn.is_some() { "running" } else { "idle" },
+                        "state": state,
                         "turn_id": turn.map(|t| t.turn_id.clone()),
                         "running_for_s": turn.map(|t| t.started.elapsed().as_secs()),
                         "running_for_ms": turn.map(|t| t.started.elapsed().as_millis() as u64),
+                        "waiting": waiting_json(waits),
                     })
                 })
                 .collect();
@@ -187,13 +215,10 @@ fn threads(rt: &Runtime) -> Value {
     json!({"agents": list})
 }
 
-/// Every thread with its running turn and live processes, as trees.
+/// Every thread with its running (or waiting) turn and live processes, as
+/// trees.
 fn ps(rt: &Runtime) -> Value {
-    let running: HashMap<String, crate::tasks::context::RunningTurn> = rt
-        .running_turn_list()
-        .into_iter()
-        .map(|t| (t.thread_id.clone(), t))
-        .collect();
+    let (running, waiting) = turns(rt);
     let sdk_of: HashMap<String, String> = rt
         .store
         .agents()
@@ -226,6 +251,7 @@ fn ps(rt: &Runtime) -> Value {
                     "running_for_s": r.started.elapsed().as_secs(),
                     "running_for_ms": r.started.elapsed().as_millis() as u64,
                 })),
+                "waiting": waiting_json(waiting.get(&t.thread_id)),
                 "processes": procs,
             })
         })
@@ -256,15 +282,17 @@ pub fn count_gone(pids: &[i32]) -> usize {
         .count()
 }
 
-/// Interrupt the thread's running turn as the control plane's interrupt
-/// would (its updates go to the control plane); `kill` also kills every
-/// process of the thread and says how many there were.
+/// Interrupt the thread's running turn, or cancel its messages waiting for
+/// a turn slot, as the control plane's interrupt would (the updates go to
+/// the control plane); `kill` also kills every process of the thread and
+/// says how many there were.
 async fn stop(rt: &Arc<Runtime>, thread: &str, kill: bool) -> Value {
     let Some(row) = rt.store.thread(thread).ok().flatten() else {
         return json!({"error": format!("thread: no thread {thread:?}")});
     };
     let running = rt.running_turn_list().iter().any(|t| t.thread_id == thread);
-    if running {
+    let waiting = rt.waiting_turn_list().iter().any(|t| t.thread_id == thread);
+    if running || waiting {
         crate::tasks::dispatch::dispatch(
             rt,
             ServerMessage {
@@ -280,9 +308,10 @@ async fn stop(rt: &Arc<Runtime>, thread: &str, kill: bool) -> Value {
         tracing::info!(
             thread_id = thread,
             interrupted = running,
+            cancelled_waiting = waiting,
             "agent-runner interrupt"
         );
-        return json!({"thread_id": thread, "interrupted": running});
+        return json!({"thread_id": thread, "interrupted": running, "cancelled_waiting": waiting});
     }
     // Counted by who is gone afterwards, not by the kill's own report: the
     // interrupt just dispatched kills the turn's processes too, racing it.
@@ -292,8 +321,9 @@ async fn stop(rt: &Arc<Runtime>, thread: &str, kill: bool) -> Value {
     tracing::info!(
         thread_id = thread,
         interrupted = running,
+        cancelled_waiting = waiting,
         killed,
         "agent-runner kill"
     );
-    json!({"thread_id": thread, "interrupted": running, "killed": killed, "killed_tree": true})
+    json!({"thread_id": thread, "interrupted": running, "cancelled_waiting": waiting, "killed": killed, "killed_tree": true})
 }

@@ -48,6 +48,14 @@ pub struct Status {
     /// How long the longest-running turn has run; `None` when none runs.
     #[serde(default)]
     pub oldest_turn_seconds: Option<u64>,
+    /// Turns waiting for a slot (`max_concurrent_turns` run): threads whose
+    /// user message waits to start a turn (a count).
+    #[serde(default)]
+    pub waiting_turns: usize,
+    /// How long the longest-waiting of them has waited; `None` when none
+    /// waits.
+    #[serde(default)]
+    pub oldest_waiting_turn_seconds: Option<u64>,
     /// The outbox.
     pub outbox: Outbox,
     /// `None` where `/proc` cannot tell.
@@ -161,6 +169,7 @@ pub fn collect(
         })
         .collect();
     let turns = rt.running_turn_list();
+    let waiting = rt.waiting_turn_list();
     let mut running_turns_by_sdk = BTreeMap::new();
     for t in &turns {
         *running_turns_by_sdk.entry(t.sdk.clone()).or_insert(0) += 1;
@@ -191,6 +200,8 @@ pub fn collect(
         running_turns: turns.len(),
         running_turns_by_sdk,
         oldest_turn_seconds: turns.iter().map(|t| t.started.elapsed().as_secs()).max(),
+        waiting_turns: waiting.len(),
+        oldest_waiting_turn_seconds: waiting.iter().map(|t| t.since.elapsed().as_secs()).max(),
         outbox: Outbox {
             depth: stats.depth,
             capacity: rt.outbox.capacity(),
@@ -263,8 +274,8 @@ fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
     writeln!(out, "threads     {}", s.threads)?;
     writeln!(
         out,
-        "turns       {} running (limit {})",
-        s.running_turns, s.max_concurrent_turns
+        "turns       {} running (limit {}), {} waiting for a slot",
+        s.running_turns, s.max_concurrent_turns, s.waiting_turns
     )?;
     for (sdk, n) in &s.running_turns_by_sdk {
         writeln!(out, "  {sdk}  {n} running")?;
@@ -272,7 +283,10 @@ fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
     if let Some(oldest) = s.oldest_turn_seconds {
         writeln!(out, "  oldest running for {}", age(oldest))?;
     }
-    if s.running_turns > 0 {
+    if let Some(oldest) = s.oldest_waiting_turn_seconds {
+        writeln!(out, "  oldest waiting for {}", age(oldest))?;
+    }
+    if s.running_turns + s.waiting_turns > 0 {
         writeln!(
             out,
             "  (which threads: `agent-runner threads` or `ps` on this host)"
@@ -362,6 +376,8 @@ mod tests {
             running_turns: 1,
             running_turns_by_sdk: BTreeMap::from([("scripted".to_owned(), 1)]),
             oldest_turn_seconds: Some(75),
+            waiting_turns: 2,
+            oldest_waiting_turn_seconds: Some(3),
             outbox: Outbox {
                 depth: 5,
                 capacity: 10_000,
@@ -393,9 +409,10 @@ mod tests {
             "reconnects  2",
             "agents      3",
             "threads     4",
-            "turns       1 running (limit 256)",
+            "turns       1 running (limit 256), 2 waiting for a slot\n",
             "  scripted  1 running\n",
             "  oldest running for 1m 15s\n",
+            "  oldest waiting for 3.0s\n",
             "outbox      5 queued (capacity 10000), 3 sent unsettled, 1 dropped, 0 coalesced",
             "processes   2 alive",
             "  scripted  ready  models: scripted-fast",

@@ -1,7 +1,8 @@
 //! What every task is given: adapters, store, workspaces, outbox, the
 //! routing tables, the GitHub token broker and git environment, the limits,
-//! and the registry of running turns. Complete when constructed: nothing is
-//! filled in later, so no task can see it half made.
+//! and the registries of running turns and of turns waiting for a turn
+//! slot. Complete when constructed: nothing is filled in later, so no task
+//! can see it half made.
 //!
 //! Concurrency model: the ControlChannel read loop only validates and routes
 //! ([`crate::tasks::dispatch`]); it never awaits an adapter. Each agent has a task
@@ -11,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sdk_adapter::{McpServer, ThreadSpec, TurnOutcome};
@@ -48,6 +48,24 @@ pub struct RunningTurn {
     pub started: Instant,
 }
 
+/// A thread whose next turn waits for a turn slot (`--max-concurrent-turns`;
+/// see [`crate::tasks::turn_wait`]): for status, the admin socket, metrics
+/// and the drain.
+#[derive(Debug, Clone)]
+pub struct WaitingTurn {
+    /// The agent.
+    pub agent_id: String,
+    /// The thread.
+    pub thread_id: String,
+    /// The SDK the turn will run on.
+    pub sdk: String,
+    /// When its message began to wait.
+    pub since: Instant,
+    /// The thread's messages waiting: the one whose turn waits and those
+    /// that arrived behind it.
+    pub messages: usize,
+}
+
 /// What every task is given (see the module doc).
 pub struct Runtime {
     /// When the runtime was made (the runner's uptime).
@@ -68,13 +86,17 @@ pub struct Runtime {
     pub max_turns: usize,
     /// Skill package limits and sources (`--skill-*`).
     pub skills: SkillSettings,
-    draining: AtomicBool,
+    /// Whether shutdown began; thread tasks waiting for a turn slot watch it.
+    draining: watch::Sender<bool>,
     /// When the last request (heartbeats aside) arrived or a turn started or
     /// ended: `--exit-when-idle` counts from it.
     last_activity: std::sync::Mutex<Instant>,
     /// The running turn of each thread, by thread id; drain watches it
     /// empty.
     running: watch::Sender<HashMap<String, RunningTurn>>,
+    /// The threads whose next turn waits for a turn slot, by thread id;
+    /// drain watches it empty (their messages are answered).
+    waiting: watch::Sender<HashMap<String, WaitingTurn>>,
     /// Every task the runtime started (shutdown waits for them).
     pub tasks: TaskTracker,
     /// Masks installation tokens in updates and logs; the token broker
@@ -138,9 +160,10 @@ impl Runtime {
             turn_slots: Arc::new(Semaphore::new(parts.max_turns)),
             max_turns: parts.max_turns,
             skills: parts.skills,
-            draining: AtomicBool::new(false),
+            draining: watch::Sender::new(false),
             last_activity: std::sync::Mutex::new(Instant::now()),
             running: watch::Sender::new(HashMap::new()),
+            waiting: watch::Sender::new(HashMap::new()),
             tasks: TaskTracker::new(),
             redactor: Redactor::process(),
             git_env: parts.git_env,
@@ -286,7 +309,14 @@ impl Runtime {
 
     /// Whether shutdown began (new turns are refused).
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
+        *self.draining.borrow()
+    }
+
+    /// Resolves once shutdown began (at once if it has).
+    pub async fn draining_started(&self) {
+        let mut draining = self.draining.subscribe();
+        // The sender lives as long as `self`: no error while this waits.
+        let _ = draining.wait_for(|draining| *draining).await;
     }
 
     /// Something happened that makes the runner not idle (a request other
@@ -295,10 +325,11 @@ impl Runtime {
         *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
-    /// How long the runner has been idle: no turn running and no activity
-    /// (see [`Runtime::note_activity`]); `None` while a turn runs.
+    /// How long the runner has been idle: no turn running or waiting and no
+    /// activity (see [`Runtime::note_activity`]); `None` while a turn runs
+    /// or waits for a slot.
     pub fn idle_for(&self) -> Option<Duration> {
-        if self.running_turns() > 0 {
+        if self.running_turns() > 0 || self.waiting_turns() > 0 {
             return None;
         }
         Some(
@@ -341,16 +372,57 @@ impl Runtime {
         self.running.borrow().len()
     }
 
-    /// Stop taking new turns; let running ones go on for `timeout`, then
-    /// interrupt them and wait (up to [`INTERRUPT_GRACE`]) for them to end.
+    /// Records `turn` as waiting for a turn slot, or its new message count.
+    pub fn turn_waiting(&self, turn: WaitingTurn) {
+        let sdk = turn.sdk.clone();
+        let mut new = false;
+        self.waiting.send_modify(|waiting| {
+            new = waiting.insert(turn.thread_id.clone(), turn).is_none();
+        });
+        if new {
+            crate::observe::metrics::turn_waiting(&sdk);
+        }
+    }
+
+    /// `thread_id`'s turn waits no more: it started, or its messages were
+    /// answered.
+    pub fn turn_wait_over(&self, thread_id: &str) {
+        let mut over = None;
+        self.waiting
+            .send_modify(|waiting| over = waiting.remove(thread_id));
+        if let Some(turn) = over {
+            crate::observe::metrics::turn_wait_ended(&turn.sdk);
+        }
+    }
+
+    /// Every thread whose turn waits for a slot, longest waiting first.
+    pub fn waiting_turn_list(&self) -> Vec<WaitingTurn> {
+        let mut turns: Vec<WaitingTurn> = self.waiting.borrow().values().cloned().collect();
+        turns.sort_by_key(|t| t.since);
+        turns
+    }
+
+    /// How many threads' turns wait for a slot now.
+    pub fn waiting_turns(&self) -> usize {
+        self.waiting.borrow().len()
+    }
+
+    /// Stop taking new turns; answer the messages waiting for a turn slot
+    /// (their threads do, as they see the drain begin: "runner is
+    /// draining"); let running turns go on for `timeout`, then interrupt
+    /// them and wait (up to [`INTERRUPT_GRACE`]) for them to end.
     pub async fn drain(&self, timeout: Duration) {
-        self.draining.store(true, Ordering::SeqCst);
+        self.draining.send_replace(true);
         let mut running = self.running.subscribe();
+        let mut waiting = self.waiting.subscribe();
         let idle = |turns: &HashMap<String, RunningTurn>| turns.is_empty();
-        if tokio::time::timeout(timeout, running.wait_for(idle))
-            .await
-            .is_ok()
-        {
+        let settled = tokio::time::timeout(timeout, async {
+            let _ = waiting
+                .wait_for(|waiting: &HashMap<String, WaitingTurn>| waiting.is_empty())
+                .await;
+            let _ = running.wait_for(idle).await;
+        });
+        if settled.await.is_ok() {
             return;
         }
         tracing::info!(

@@ -10,8 +10,10 @@
 //! agents and threads they are for, so a burst for one agent (a control
 //! plane starting 200 tasks) queues like any other; past the bound the
 //! request is answered with a `RequestError` at once (the read loop never
-//! waits). A request's slot is freed when its task takes it. Commands the
-//! runner sends itself (drain, an agent deleting its threads) need no slot.
+//! waits). A request's slot is freed when its task takes it, or, for a
+//! user message waiting for a turn slot (`crate::tasks::turn_wait`), when
+//! its turn starts or it is answered. Commands the runner sends itself
+//! (drain, an agent deleting its threads) need no slot.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,6 +39,12 @@ impl<C> Queued<C> {
     /// The command; its slot is freed.
     pub fn take(self) -> C {
         self.cmd
+    }
+
+    /// The command and its slot, for a command that waits on in its task:
+    /// a user message waiting for a turn slot keeps its place in the bound.
+    pub fn into_parts(self) -> (C, Option<OwnedSemaphorePermit>) {
+        (self.cmd, self._slot)
     }
 }
 

@@ -3,8 +3,10 @@
 //! [`dispatch`] validates an inbound request and routes it into a mailbox
 //! ([`mailboxes`], carrying [`mail`] messages); each agent ([`agent`]) and
 //! thread ([`thread`]) is a task that drives its SDK adapter ([`sdks`]) and
-//! turns the adapter's events into updates for delivery. [`context`] is
-//! what every task is handed: the shared handles of one runner.
+//! turns the adapter's events into updates for delivery; a thread's next
+//! turn waits for a turn slot in [`turn_wait`] when every one is taken.
+//! [`context`] is what every task is handed: the shared handles of one
+//! runner.
 
 pub(crate) mod agent;
 pub(crate) mod codex_login;
@@ -16,3 +18,4 @@ pub(crate) mod mcp_spec;
 pub(crate) mod sdk_probe;
 pub mod sdks;
 pub(crate) mod thread;
+pub(crate) mod turn_wait;

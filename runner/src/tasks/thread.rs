@@ -1,8 +1,15 @@
 //! One task per thread: starts, steers, interrupts and deletes its turns, and
 //! turns the running turn's events into updates, all in arrival order.
 //!
-//! The task waits on two things at once: its mailbox and the running turn's
-//! event stream, so a steer or an interrupt is handled while the turn runs.
+//! The task waits on three things at once: its mailbox, the running turn's
+//! event stream and, when `--max-concurrent-turns` turns run, the turn slot
+//! its next turn waits for ([`crate::tasks::turn_wait`]), so a steer or an
+//! interrupt is handled while the turn runs, and an interrupt, a delete or
+//! the drain while it waits. A message waiting for a slot that is
+//! interrupted, deleted with its thread or overtaken by the drain is
+//! answered with a `RequestError` saying so: it never ran, and the control
+//! plane is not left waiting for it.
+//!
 //! Every update a turn causes carries the request id of the message that
 //! started it, or of the steering message once the adapter reports (with
 //! `TurnEvent::Steered`) where that message joined the turn.
@@ -22,6 +29,11 @@ use crate::host::store::RunningTurnRow;
 use crate::tasks::context::{INTERRUPT_GRACE, RunningTurn, Runtime};
 use crate::tasks::mail::{ThreadCmd, UserMessage};
 use crate::tasks::mailboxes::{Queued, ThreadRx, ThreadTx};
+use crate::tasks::turn_wait::{self, Held, Waiting};
+
+/// The answer to a message the drain found waiting for a turn slot: the
+/// answer to one that arrives during the drain.
+const DRAINING: &str = "runner is draining";
 
 /// A thread's task yields to the others at every this-many-th command or
 /// event it handles. An event's work (the outbox, the journal, the
@@ -54,6 +66,7 @@ fn spawn(rt: Arc<Runtime>, sdk: String, spec: ThreadSpec, last_turn: Option<Stri
             spec,
             last_turn,
             active: None,
+            waiting: None,
             rx,
         }
         .run(),
@@ -84,6 +97,8 @@ struct ThreadTask {
     spec: ThreadSpec,
     last_turn: Option<String>,
     active: Option<ActiveTurn>,
+    /// The next turn, waiting for a slot (never while a turn runs).
+    waiting: Option<Waiting>,
     rx: ThreadRx,
 }
 
@@ -129,11 +144,15 @@ impl ThreadTask {
             tokio::select! {
                 cmd = self.rx.recv() => {
                     handled += 1;
-                    let Some(cmd) = cmd.map(Queued::take) else { break };
+                    let Some((cmd, queued)) = cmd.map(Queued::into_parts) else { break };
                     steer_tag += 1;
-                    if let Flow::Deleted = Box::pin(self.handle(cmd, steer_tag)).await {
+                    if let Flow::Deleted = Box::pin(self.handle(cmd, queued, steer_tag)).await {
                         break;
                     }
+                }
+                slot = turn_wait::next_slot(&mut self.waiting) => {
+                    handled += 1;
+                    Box::pin(self.slot_ready(slot)).await;
                 }
                 signal = watch_turn(&mut self.active) => match signal {
                     TurnSignal::Event(event) => {
@@ -146,6 +165,8 @@ impl ThreadTask {
                 },
             }
         }
+        self.cancel_waiting("the thread is gone: its message never started a turn")
+            .await;
         // Anything still queued was sent to a thread that no longer exists.
         self.rx.close();
         while let Some(cmd) = self.rx.recv().await.map(Queued::take) {
@@ -181,11 +202,33 @@ impl ThreadTask {
         self.send(messages::request_error(rid, text)).await;
     }
 
-    async fn handle(&mut self, cmd: ThreadCmd, tag: u64) -> Flow {
+    /// `queued`: the command's slot of the request queue, kept by a user
+    /// message that waits for a turn slot.
+    async fn handle(
+        &mut self,
+        cmd: ThreadCmd,
+        queued: Option<OwnedSemaphorePermit>,
+        tag: u64,
+    ) -> Flow {
         match cmd {
-            ThreadCmd::UserMessage(msg) => self.user_message(msg, tag).await,
-            ThreadCmd::Interrupt { rid } => self.interrupt(rid).await,
+            ThreadCmd::UserMessage(msg) => match &mut self.waiting {
+                // Handled once the waiting turn started, as it would have
+                // been had that turn started at once.
+                Some(waiting) => waiting.hold(Held { msg, tag, queued }),
+                None => self.user_message(msg, tag, queued).await,
+            },
+            ThreadCmd::Interrupt { rid } => {
+                // What waits has not started: the interrupt cancels it, and
+                // is then answered as on an idle thread.
+                let text = format!(
+                    "interrupted before its turn started (it was waiting for one of the runner's {} turn slots)",
+                    self.rt.max_turns
+                );
+                self.cancel_waiting(&text).await;
+                self.interrupt(rid).await;
+            }
             ThreadCmd::Drain => {
+                self.cancel_waiting(DRAINING).await;
                 if let Some(turn) = &self.active {
                     let rid = turn.rid.clone();
                     // Said, as a turn lost in a restart is: the control
@@ -199,6 +242,11 @@ impl ThreadTask {
                 }
             }
             ThreadCmd::Delete { rid, done } => {
+                let text = format!(
+                    "thread {} was deleted before the message's turn started",
+                    self.spec.thread_id
+                );
+                self.cancel_waiting(&text).await;
                 self.delete(rid).await;
                 if let Some(done) = done {
                     let _ = done.send(());
@@ -209,7 +257,12 @@ impl ThreadTask {
         Flow::Continue
     }
 
-    async fn user_message(&mut self, msg: UserMessage, tag: u64) {
+    async fn user_message(
+        &mut self,
+        msg: UserMessage,
+        tag: u64,
+        queued: Option<OwnedSemaphorePermit>,
+    ) {
         if let Some(turn) = &self.active {
             if !msg.allow_steer {
                 let text = format!(
@@ -242,18 +295,77 @@ impl ThreadTask {
                 }
             }
         }
-        self.start_turn(msg).await;
+        self.start_turn(msg, queued).await;
     }
 
-    async fn start_turn(&mut self, msg: UserMessage) {
-        let rt = self.rt.clone();
-        if rt.is_draining() {
-            return self.error(msg.rid, "runner is draining").await;
-        }
-        let Some(adapter) = self.adapter.clone() else {
-            let text = format!("SDK {:?} is not enabled on this runner", self.sdk);
-            return self.error(msg.rid, text).await;
+    /// Starts `msg`'s turn, or, with every turn slot taken, lets it wait
+    /// for one (keeping `queued`, its slot of the request queue).
+    async fn start_turn(&mut self, msg: UserMessage, queued: Option<OwnedSemaphorePermit>) {
+        let rid = msg.rid.clone();
+        let Some(input) = self.turn_input(msg).await else {
+            return;
         };
+        match self.rt.turn_slots.clone().try_acquire_owned() {
+            Ok(slot) => self.launch(rid, input, slot).await,
+            Err(_) => {
+                tracing::debug!(thread_id = %self.spec.thread_id, "every turn slot is taken; the turn waits for one");
+                let waiting = Waiting::start(&self.rt, &self.spec, &self.sdk, rid, input, queued);
+                self.waiting = Some(waiting);
+            }
+        }
+    }
+
+    /// The waiting turn's slot came (`None`: the drain began): the turn
+    /// starts, then the messages that arrived behind it are handled in
+    /// order, as they would have been had it started at once.
+    async fn slot_ready(&mut self, slot: Option<OwnedSemaphorePermit>) {
+        let slot = match slot {
+            Some(slot) if !self.rt.is_draining() => slot,
+            _ => return self.cancel_waiting(DRAINING).await,
+        };
+        let Some(waiting) = self.waiting.take() else {
+            return;
+        };
+        let started = waiting.started();
+        self.launch(started.rid, started.input, slot).await;
+        drop(started.registration);
+        let mut behind = started.behind;
+        while let Some(held) = behind.pop_front() {
+            match &mut self.waiting {
+                // The turn ended at once and a message behind it started
+                // the next, which waits: the rest wait behind that one.
+                Some(waiting) => waiting.hold(held),
+                None => self.user_message(held.msg, held.tag, held.queued).await,
+            }
+        }
+    }
+
+    /// Answers every message waiting for a turn slot with a `RequestError`
+    /// (`text`) and ends the wait; they leave the runtime's registry (which
+    /// the drain watches) only after their answers are queued.
+    async fn cancel_waiting(&mut self, text: &str) {
+        let Some(waiting) = self.waiting.take() else {
+            return;
+        };
+        for rid in waiting.rids() {
+            self.error(rid, text).await;
+        }
+        drop(waiting);
+    }
+
+    /// The turn `msg` asks for, its model and level resolved; `None` when
+    /// refused (the refusal is answered).
+    async fn turn_input(&self, msg: UserMessage) -> Option<TurnInput> {
+        let rt = &self.rt;
+        if rt.is_draining() {
+            self.error(msg.rid, DRAINING).await;
+            return None;
+        }
+        if self.adapter.is_none() {
+            let text = format!("SDK {:?} is not enabled on this runner", self.sdk);
+            self.error(msg.rid, text).await;
+            return None;
+        }
         // The one place a turn's model and level are decided: an override
         // model runs at the override level or its default; the thread's own
         // level goes with the thread's own model only.
@@ -265,39 +377,42 @@ impl ThreadTask {
         };
         let model = msg.model.unwrap_or_else(|| self.spec.model.clone());
         if overridden && let Err(e) = rt.sdks.check_model(&self.sdk, &model, level.as_deref()) {
-            return self
-                .error(msg.rid, format!("create_user_message_request: {e}"))
-                .await;
+            let text = format!("create_user_message_request: {e}");
+            self.error(msg.rid, text).await;
+            return None;
         }
         // No sandbox, no turn (mode enforce on a host without Landlock, or
         // a policy error): the reason goes back as the RequestError.
         if let Some(why) = self.spec.sandbox.refusal() {
             let text = format!("agent sandbox: {why}");
-            return self.error(msg.rid, text).await;
+            self.error(msg.rid, text).await;
+            return None;
         }
-        let Ok(slot) = rt.turn_slots.clone().try_acquire_owned() else {
-            let text = format!(
-                "the runner is running its limit of {} turns; retry later",
-                rt.max_turns
-            );
-            return self.error(msg.rid, text).await;
-        };
-        let input = TurnInput {
+        Some(TurnInput {
             text: msg.text,
             model,
             reasoning_level: level,
+        })
+    }
+
+    /// Starts the turn of `input` for request `rid` in `slot`.
+    async fn launch(&mut self, rid: RequestId, input: TurnInput, slot: OwnedSemaphorePermit) {
+        let rt = self.rt.clone();
+        let Some(adapter) = self.adapter.clone() else {
+            let text = format!("SDK {:?} is not enabled on this runner", self.sdk);
+            return self.error(rid, text).await;
         };
         let turn = match adapter.start_turn(&self.spec, input).await {
             Ok(turn) => turn,
             Err(e) => {
                 crate::observe::metrics::adapter_error(&self.sdk, "start_turn");
-                return self.error(msg.rid, e.to_string()).await;
+                return self.error(rid, e.to_string()).await;
             }
         };
         let row = RunningTurnRow {
             thread_id: self.spec.thread_id.clone(),
             sdk_turn_id: turn.sdk_turn_id.clone(),
-            request_id: msg.rid.clone(),
+            request_id: rid.clone(),
         };
         // Committed before the turn's RUNNING goes out: a turn the control
         // plane sees started is one a restart knows to report as ended.
@@ -313,7 +428,7 @@ impl ThreadTask {
         });
         tracing::debug!(thread_id = %self.spec.thread_id, turn_id = %turn.sdk_turn_id, "turn started");
         self.send(messages::turn(
-            msg.rid.clone(),
+            rid.clone(),
             &self.spec.thread_id,
             &turn.sdk_turn_id,
             TurnStatus::Running,
@@ -323,7 +438,7 @@ impl ThreadTask {
             id: turn.sdk_turn_id,
             events: turn.events,
             control: turn.control,
-            rid: msg.rid,
+            rid,
             steers: VecDeque::new(),
             interrupted: None,
             interrupted_again: Vec::new(),

@@ -10,7 +10,9 @@ use serde_json::Value;
 
 use crate::support::*;
 
-async fn admin(runner: &RunnerProc, args: &[&str]) -> (bool, String) {
+/// `agent-runner ARGS --state-dir <runner's>`: whether it succeeded, and
+/// its stdout and stderr.
+pub(crate) async fn admin(runner: &RunnerProc, args: &[&str]) -> (bool, String) {
     let out = tokio::process::Command::new(runner_bin())
         .args(args)
         .arg("--state-dir")

@@ -29,7 +29,7 @@ fn start_with_health(url: &str, extra: &[&str]) -> RunnerProc {
 }
 
 /// The bound address, from the runner's "health endpoints listening on" line.
-async fn health_addr(r: &RunnerProc) -> String {
+pub(crate) async fn health_addr(r: &RunnerProc) -> String {
     let marker = "listening on http://";
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -67,7 +67,11 @@ async fn get(addr: &str, path: &str) -> (u16, String) {
 }
 
 /// Poll `path` until its answer satisfies `ok`; that answer.
-async fn wait_get(addr: &str, path: &str, ok: impl Fn(u16, &str) -> bool) -> (u16, String) {
+pub(crate) async fn wait_get(
+    addr: &str,
+    path: &str,
+    ok: impl Fn(u16, &str) -> bool,
+) -> (u16, String) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let (code, body) = get(addr, path).await;
@@ -117,7 +121,7 @@ async fn wait_metric(addr: &str, name: &str, ok: impl Fn(f64) -> bool) -> f64 {
 }
 
 /// Poll `/metrics` until `name` is `value`.
-async fn wait_metric_is(addr: &str, name: &str, value: f64) {
+pub(crate) async fn wait_metric_is(addr: &str, name: &str, value: f64) {
     wait_metric(addr, name, |v| v == value).await;
 }
 

@@ -45,3 +45,4 @@ mod skills;
 mod soak;
 mod thread_skills;
 mod transcript;
+mod turn_queue;

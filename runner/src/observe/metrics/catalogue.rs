@@ -151,6 +151,11 @@ fn agents(registry: &mut Registry, m: &Metrics) {
         "Turns running now, by SDK",
         m.running_turns.clone(),
     );
+    registry.register(
+        "waiting_turns",
+        "Turns waiting for a slot (--max-concurrent-turns) now, by SDK: threads whose user message waits to start a turn",
+        m.waiting_turns.clone(),
+    );
     registry.register_with_unit(
         "turn_duration",
         "How long finished turns ran, by SDK and outcome (completed, interrupted, failed)",

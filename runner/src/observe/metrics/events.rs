@@ -124,14 +124,36 @@ pub fn journal_append(took: Duration) {
     get().journal_appends.observe(took.as_secs_f64());
 }
 
-/// These SDKs are enabled: their running-turn series exist from the start
-/// (at 0), so an autoscaler sees the metric before the first turn.
+/// These SDKs are enabled: their running- and waiting-turn series exist
+/// from the start (at 0), so an autoscaler sees the metric before the first
+/// turn.
 pub fn sdks_enabled(names: &[String]) {
+    let m = get();
     for sdk in names {
-        let _series = get()
-            .running_turns
-            .get_or_create(&SdkLabel { sdk: sdk.clone() });
+        let label = SdkLabel { sdk: sdk.clone() };
+        let _series = m.running_turns.get_or_create(&label);
+        let _series = m.waiting_turns.get_or_create(&label);
     }
+}
+
+/// A thread's next turn on `sdk` began to wait for a turn slot.
+pub fn turn_waiting(sdk: &str) {
+    get()
+        .waiting_turns
+        .get_or_create(&SdkLabel {
+            sdk: sdk.to_owned(),
+        })
+        .inc();
+}
+
+/// A turn on `sdk` waits no more (it started, or its message was answered).
+pub fn turn_wait_ended(sdk: &str) {
+    get()
+        .waiting_turns
+        .get_or_create(&SdkLabel {
+            sdk: sdk.to_owned(),
+        })
+        .dec();
 }
 
 /// A turn started on `sdk`.

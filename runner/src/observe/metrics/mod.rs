@@ -34,7 +34,7 @@ pub use events::{
     delivery_unacked_full, get_token_refresh_failures, git_credential_rate_limited, invalid_update,
     journal_append, link_state, outbox_coalesced, outbox_dropped, outbox_totals, reconnect,
     reconnects, register_failed, sandbox_missing, sdks_enabled, store_batch, token_refresh_failed,
-    token_refreshed, turn_ended, turn_started,
+    token_refreshed, turn_ended, turn_started, turn_wait_ended, turn_waiting,
 };
 pub use requests::{RequestOutcome, request_arrived, request_handled, update_sent};
 
@@ -84,6 +84,7 @@ pub struct Metrics {
     store_jobs: Family<ThreadLabel, Counter>,
     store_commits: Family<ThreadLabel, Counter>,
     running_turns: Family<SdkLabel, Gauge>,
+    waiting_turns: Family<SdkLabel, Gauge>,
     turn_duration: Histograms<TurnLabels>,
     child_processes: Gauge,
     adapter_errors: Family<AdapterErrorLabels, Counter>,
@@ -137,6 +138,7 @@ impl Metrics {
             store_jobs: Family::default(),
             store_commits: Family::default(),
             running_turns: Family::default(),
+            waiting_turns: Family::default(),
             turn_duration: Family::new_with_constructor(turn_histogram),
             child_processes: Gauge::default(),
             adapter_errors: Family::default(),

@@ -59,6 +59,8 @@ fn names_carry_prefix_units_and_total() {
     delivery_set_aside(&messages::heartbeat(None));
     sdks_enabled(&["unit-test-sdk".to_owned()]);
     turn_started("unit-test-sdk");
+    turn_waiting("unit-test-sdk");
+    turn_wait_ended("unit-test-sdk");
     turn_ended(
         "unit-test-sdk",
         &TurnOutcome::Completed,
@@ -90,6 +92,7 @@ fn names_carry_prefix_units_and_total() {
         "agent_runner_delivery_set_aside_total{kind=\"heartbeat_response\"} 1",
         "# UNIT agent_runner_journal_append_duration_seconds seconds",
         "agent_runner_running_turns{sdk=\"unit-test-sdk\"} 0",
+        "agent_runner_waiting_turns{sdk=\"unit-test-sdk\"} 0",
         "agent_runner_turn_duration_seconds_bucket{le=\"5.0\",sdk=\"unit-test-sdk\",outcome=\"completed\"} 1",
         "agent_runner_child_processes 2",
         "agent_runner_adapter_errors_total{sdk=\"unit-test-sdk\",operation=\"start_turn\"} 1",
