@@ -76,6 +76,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "agent-runner-proto",
             "sdk-adapter",
             "sdk-scripted",
+            "test-kit",
         ],
     ),
     (
