@@ -127,36 +127,47 @@ pub fn probe_cgroup_at(dir: &Path) -> CgroupProbe {
             reason: format!("{} is not a cgroup v2 directory", dir.display()),
         };
     }
-    let trial = dir.join(format!(
-        "agent-launcher-probe-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    if let Err(e) = std::fs::create_dir(&trial) {
-        // The usual, expected answer on hosts without delegation: named by
-        // its errno, so logs do not read like a failing file operation.
-        let why = match e.raw_os_error() {
-            Some(libc::EACCES) => "EACCES".to_string(),
-            Some(libc::EPERM) => "EPERM".to_string(),
-            Some(libc::EROFS) => "EROFS, cgroupfs is read-only".to_string(),
-            _ => e.to_string(),
-        };
-        return CgroupProbe::Unavailable {
-            reason: format!(
-                "{} is not delegated to the runner (creating a child cgroup: {why}); use systemd Delegate=yes or a writable cgroupfs",
-                dir.display()
-            ),
-        };
-    }
-    let kill = trial.join("cgroup.kill").exists();
-    if let Err(e) = std::fs::remove_dir(&trial) {
-        tracing::warn!(dir = %trial.display(), error = %e, "cannot remove probe cgroup");
-    }
+    let kill = match with_trial_child(dir, |trial| trial.join("cgroup.kill").exists()) {
+        Ok(kill) => kill,
+        Err(why) => {
+            return CgroupProbe::Unavailable {
+                reason: format!(
+                    "{} is not delegated to the runner (creating a child cgroup: {why}); use systemd Delegate=yes or a writable cgroupfs",
+                    dir.display()
+                ),
+            };
+        }
+    };
     let controllers = read_words(&dir.join("cgroup.controllers"));
     CgroupProbe::Available {
         dir: dir.to_path_buf(),
         controllers,
         kill,
     }
+}
+
+/// Creates a trial child cgroup under `dir` (v1 or v2), tells what `check`
+/// sees in it, and removes it again. `Err`: why the runner may not create
+/// children there, named by its errno (the usual, expected answer on hosts
+/// without delegation, so logs do not read like a failing file operation).
+pub(crate) fn with_trial_child<T>(dir: &Path, check: impl FnOnce(&Path) -> T) -> Result<T, String> {
+    let trial = dir.join(format!(
+        "agent-launcher-probe-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    if let Err(e) = std::fs::create_dir(&trial) {
+        return Err(match e.raw_os_error() {
+            Some(libc::EACCES) => "EACCES".to_string(),
+            Some(libc::EPERM) => "EPERM".to_string(),
+            Some(libc::EROFS) => "EROFS, cgroupfs is read-only".to_string(),
+            _ => e.to_string(),
+        });
+    }
+    let seen = check(&trial);
+    if let Err(e) = std::fs::remove_dir(&trial) {
+        tracing::warn!(dir = %trial.display(), error = %e, "cannot remove probe cgroup");
+    }
+    Ok(seen)
 }
 
 /// The cgroup v2 directory of this process from `/proc/self/mountinfo` and

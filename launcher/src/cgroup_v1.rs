@@ -15,7 +15,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::cgroup::CgroupRoot;
+use crate::cgroup::{CgroupRoot, with_trial_child};
 
 /// The v1 controller the launcher uses.
 pub(crate) const PIDS: &str = "pids";
@@ -89,26 +89,15 @@ pub fn probe_pids_v1() -> Result<PathBuf, String> {
 
 /// Checks that `dir` is a v1 `pids` cgroup the runner may create children in.
 fn probe_pids_v1_at(dir: &Path) -> Result<(), String> {
-    let trial = dir.join(format!(
-        "agent-launcher-probe-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    if let Err(e) = std::fs::create_dir(&trial) {
-        let why = match e.raw_os_error() {
-            Some(libc::EACCES) => "EACCES".to_string(),
-            Some(libc::EPERM) => "EPERM".to_string(),
-            Some(libc::EROFS) => "EROFS, cgroupfs is read-only".to_string(),
-            _ => e.to_string(),
-        };
-        return Err(format!(
+    let usable = with_trial_child(dir, |trial| {
+        trial.join("pids.max").is_file() && trial.join("cgroup.procs").is_file()
+    })
+    .map_err(|why| {
+        format!(
             "{} is not writable by the runner (creating a child cgroup: {why}); run the runner as root with a writable cgroupfs",
             dir.display()
-        ));
-    }
-    let usable = trial.join("pids.max").is_file() && trial.join("cgroup.procs").is_file();
-    if let Err(e) = std::fs::remove_dir(&trial) {
-        tracing::warn!(dir = %trial.display(), error = %e, "cannot remove probe cgroup");
-    }
+        )
+    })?;
     if usable {
         Ok(())
     } else {
