@@ -426,21 +426,34 @@ async fn setsid_escapes_neither_interrupt_nor_delete() {
 
     // Delete: a turn that ended normally left it running; deleting the
     // thread kills it.
-    std::fs::remove_file(&pid_file).unwrap();
-    send(&cp, "m2", user_message("a", &thread, ESCAPE, false)).await;
-    turn_completed(&cp, "m2").await;
-    let pid = pid_in(&pid_file).await;
-    assert!(!gone(pid), "a finished turn leaves its escaped process");
+    outlives_its_turn_then_dies_on_delete(&cp, &thread, &pid_file, ESCAPE, "escaped").await;
+}
+
+/// A turn of `script` (which writes its process's pid to `pid_file`) ends
+/// and leaves that (`what`) process running; deleting the thread (agent
+/// `a`) kills it.
+pub(crate) async fn outlives_its_turn_then_dies_on_delete(
+    cp: &MockControlPlane,
+    thread: &str,
+    pid_file: &Path,
+    script: &str,
+    what: &str,
+) {
+    std::fs::remove_file(pid_file).unwrap();
+    send(cp, "m2", user_message("a", thread, script, false)).await;
+    turn_completed(cp, "m2").await;
+    let pid = pid_in(pid_file).await;
+    assert!(!gone(pid), "a finished turn leaves its {what} process");
     send(
-        &cp,
+        cp,
         "d1",
         Request::DeleteThreadRequest(DeleteThreadRequest {
             agent_id: "a".into(),
-            thread_id: thread.clone(),
+            thread_id: thread.to_owned(),
         }),
     )
     .await;
-    reply(&cp, "d1").await;
+    reply(cp, "d1").await;
     wait_gone(pid, "thread delete").await;
 }
 

@@ -14,7 +14,7 @@ use agent_launcher::CgroupProbe;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 
-use crate::sandbox::{gone, pid_in, wait_gone};
+use crate::sandbox::{gone, outlives_its_turn_then_dies_on_delete, pid_in, wait_gone};
 use crate::support::*;
 
 /// Why no cgroup can bound a thread's processes here, if so.
@@ -174,21 +174,6 @@ async fn a_hidden_process_dies_on_interrupt_and_on_delete() {
     turn_completed(&cp, "i1").await;
     wait_gone(pid, "interrupt").await;
 
-    std::fs::remove_file(&pid_file).unwrap();
-    send(&cp, "m2", user_message("a", &thread, HIDE, false)).await;
-    turn_completed(&cp, "m2").await;
-    let pid = pid_in(&pid_file).await;
-    assert!(!gone(pid), "a finished turn leaves its hidden process");
-    send(
-        &cp,
-        "d1",
-        Request::DeleteThreadRequest(DeleteThreadRequest {
-            agent_id: "a".into(),
-            thread_id: thread.clone(),
-        }),
-    )
-    .await;
-    reply(&cp, "d1").await;
-    wait_gone(pid, "thread delete").await;
+    outlives_its_turn_then_dies_on_delete(&cp, &thread, &pid_file, HIDE, "hidden").await;
     runner.stop().await;
 }
