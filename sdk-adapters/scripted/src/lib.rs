@@ -43,7 +43,7 @@ use sdk_adapter::{
     ThreadSpec, Turn, TurnInput,
 };
 
-pub use sdk_adapter::cap::OUTPUT_CAP_BYTES;
+pub use sdk_adapter::cap::{OUTPUT_CAP_BYTES, WORD_TAIL};
 
 /// The SDK's name on the wire.
 pub const SDK_NAME: &str = "scripted";

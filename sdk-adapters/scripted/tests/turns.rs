@@ -260,7 +260,7 @@ async fn a_failing_command_does_not_fail_the_turn() {
 #[tokio::test]
 async fn output_is_capped() {
     let (_dir, _spec, mut turn) = start(
-        "run head -c 100000 /dev/zero | tr '\\000' x\nrun head -c 65536 /dev/zero | tr '\\000' y",
+        "run yes x | head -c 100000\nrun head -c 100000 /dev/zero | tr '\\000' z\nrun head -c 65536 /dev/zero | tr '\\000' y",
     )
     .await;
     let events = rest(&mut turn).await;
@@ -273,9 +273,24 @@ async fn output_is_capped() {
     );
     assert_eq!(over.len(), OUTPUT_CAP_BYTES + note.len());
     assert!(over.ends_with(&note), "{}", &over[OUTPUT_CAP_BYTES - 10..]);
-    assert!(over[..OUTPUT_CAP_BYTES].bytes().all(|b| b == b'x'));
+    assert!(
+        over[..OUTPUT_CAP_BYTES]
+            .bytes()
+            .all(|b| b == b'x' || b == b'\n')
+    );
 
-    let exact = commands[1].output.clone().expect("output");
+    // One word over the cap: the cut moves back by the word tail, so no
+    // prefix of a secret it might end in is kept.
+    let word = commands[1].output.clone().expect("output");
+    let kept = OUTPUT_CAP_BYTES - sdk_scripted::WORD_TAIL;
+    assert!(word.starts_with(&"z".repeat(kept)));
+    assert!(!word[kept..].contains('z'), "{}", &word[kept - 10..]);
+    assert!(word.ends_with(&format!(
+        "\n[output truncated: {} bytes omitted]",
+        100_000 - kept
+    )));
+
+    let exact = commands[2].output.clone().expect("output");
     assert_eq!(exact, "y".repeat(OUTPUT_CAP_BYTES));
 }
 
