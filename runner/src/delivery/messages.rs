@@ -305,7 +305,16 @@ pub fn redact(msg: &mut ClientMessage, redactor: &Redactor) {
                 redactor.redact_in_place(name);
             }
         }
+        Some(Payload::AgentSdkUpdate(sdk)) => redact_sdk(sdk, redactor),
         _ => {}
+    }
+}
+
+/// Masks the one free text of an SDK's description, its error (a CLI's
+/// login failure may quote a key): in `agent_sdk_update`s and registration.
+pub fn redact_sdk(sdk: &mut AgentSdk, redactor: &Redactor) {
+    if let Some(error) = &mut sdk.error_message {
+        redactor.redact_in_place(error);
     }
 }
 
@@ -517,6 +526,26 @@ mod tests {
                 }))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn an_sdk_error_is_masked() {
+        let redactor = Redactor::new();
+        redactor.add("sk-live-0123456789");
+        let mut update = agent_sdk_update(
+            None,
+            sdk_adapter::SdkDescription {
+                name: "codex".into(),
+                status: sdk_adapter::SdkStatus::Error,
+                error_message: Some("login failed for key sk-live-0123456789".into()),
+                models: Vec::new(),
+            },
+        );
+        redact(&mut update, &redactor);
+        let Some(Payload::AgentSdkUpdate(sdk)) = &update.payload else {
+            panic!("not an sdk update: {update:?}");
+        };
+        assert_eq!(sdk.error_message.as_deref(), Some("login failed for key ***"));
     }
 
     #[test]

@@ -197,7 +197,11 @@ impl Link {
         let request = RegisterRunnerRequest {
             agent_sdks: descriptions
                 .into_iter()
-                .map(crate::delivery::messages::agent_sdk)
+                .map(|d| {
+                    let mut sdk = crate::delivery::messages::agent_sdk(d);
+                    crate::delivery::messages::redact_sdk(&mut sdk, &self.rt.redactor);
+                    sdk
+                })
                 .collect(),
             features: vec![ACKED_DELIVERY.to_owned()],
         };

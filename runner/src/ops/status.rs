@@ -157,7 +157,10 @@ pub fn collect(
             Some(d) => Sdk {
                 name,
                 status: sdk_status(d.status).to_owned(),
-                error_message: d.error_message.clone(),
+                error_message: d
+                    .error_message
+                    .as_deref()
+                    .map(|e| rt.redactor.redact(e).into_owned()),
                 models: d.models.iter().map(|m| m.name.clone()).collect(),
             },
             None => Sdk {
