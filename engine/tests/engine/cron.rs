@@ -283,7 +283,7 @@ async fn resumes_and_deletes_it(h: &mut Harness, id: String) {
 }
 
 /// Whether process `pid` is gone (or a zombie awaiting its reaper).
-fn gone(pid: i32) -> bool {
+pub(crate) fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat

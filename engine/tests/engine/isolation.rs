@@ -213,6 +213,74 @@ async fn a_gone_sessions_cron_jobs_do_not_outlive_a_restart() {
     assert!(!file.contains("fleeting"), "{file}");
 }
 
+/// A job running when its session is destroyed is cancelled, its process
+/// group (a background child too) killed.
+#[tokio::test]
+async fn destroying_a_session_cancels_its_running_job() {
+    let mut h = Harness::start(vec![]).await;
+    let a = session_named(&mut h, "thread-running", StorageType::Memory).await;
+    let job = h
+        .client
+        .create_cron_job(scoped(
+            CreateCronJobRequest {
+                name: "long".into(),
+                schedule: "hourly".into(),
+                command: "sleep 300 & echo $! > bg.pid; sleep 300".into(),
+                timeout_ms: Some(20_000),
+            },
+            Some(&a),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    assert_eq!(
+        job.working_dir.as_deref(),
+        Some(h.ws().canonicalize().unwrap().to_str().unwrap())
+    );
+    let mut client = h.client.clone();
+    let (id, session) = (job.id.clone(), a.clone());
+    let run = tokio::spawn(async move {
+        client
+            .run_cron_job(scoped(RunCronJobRequest { id }, Some(&session)))
+            .await
+            .map(|r| r.into_inner())
+    });
+    let pid_file = h.ws().join("bg.pid");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let pid: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let started = std::time::Instant::now();
+    h.destroy(&a).await;
+    let exec = run.await.unwrap().unwrap().execution.unwrap();
+    assert_eq!(
+        exec.status,
+        CronExecutionStatus::Cancelled as i32,
+        "{exec:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !crate::cron::gone(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "background process {pid} outlived its session"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 fn memory(content: &str) -> MemoryItem {
     MemoryItem {
         content: content.into(),
