@@ -113,7 +113,7 @@ pub(crate) struct EngineInner {
     pub memory: Arc<MemoryRegistry>,
     /// Every session's plans.
     pub plans: PlanRegistry,
-    /// The engine's cron jobs and scheduler.
+    /// The cron jobs (each a session's or the operator's) and scheduler.
     pub cron: Arc<CronJobs>,
     /// The language servers (their tools join the built-ins while one runs).
     pub lsp: LspManager,
@@ -204,6 +204,7 @@ impl Engine {
                 sandboxes.clone(),
                 shutdown.clone(),
                 config.cron_utc_offset_seconds,
+                &|id| sessions.contains_key(id),
             )
             .context("loading the cron jobs")?,
         );
@@ -334,11 +335,30 @@ impl EngineInner {
                 self.config.max_sessions
             )));
         }
+        // Whatever an earlier session of this id left behind (one whose
+        // file could not be reloaded, a tool call that ended after the
+        // destroy) is not this session's.
+        self.forget_state(&session.id);
         sessions.insert(session.id.clone(), session);
         Ok(())
     }
 
-    /// Removes a session (its file too).
+    /// Drops the state kept for session `id` outside the session itself:
+    /// memories, plans, MCP servers (their processes end), cron jobs (a
+    /// running one is cancelled). The jobs file is written in the
+    /// background.
+    fn forget_state(&self, id: &str) {
+        self.memory.remove(id);
+        self.plans.remove(id);
+        self.mcp.forget_session(id);
+        if self.cron.forget_session_now(id) {
+            let cron = self.cron.clone();
+            tokio::spawn(async move { cron.persist().await });
+        }
+    }
+
+    /// Removes a session: its file, and everything kept for it outside
+    /// (memories, plans, MCP servers, cron jobs).
     pub async fn remove(&self, id: &str) -> Result<Arc<Session>, Status> {
         let session = self
             .sessions
@@ -348,9 +368,13 @@ impl EngineInner {
             .ok_or_else(|| Status::not_found(format!("session_id: no session {id:?}")))?;
         session.mark_destroyed();
         session.generation.cancel();
-        self.delete_file(&session).await?;
+        // Its state goes before its file, so a failure to delete the file
+        // leaves nothing for a later session of this id either.
         self.memory.remove(id);
         self.plans.remove(id);
+        self.mcp.forget_session(id);
+        self.cron.forget_session(id).await;
+        self.delete_file(&session).await?;
         Ok(session)
     }
 
@@ -487,7 +511,13 @@ impl EngineInner {
             self.plans
                 .for_session(&session.id, session.is_file_backed()),
         );
-        extensions.insert(self.cron.clone());
+        extensions.insert(Arc::new(crate::cron::tool::SessionCron {
+            jobs: self.cron.clone(),
+            owner: crate::cron::Owner {
+                session: session.id.clone(),
+                destroyed: session.destroyed_flag(),
+            },
+        }));
         ToolContext {
             extensions,
             workspace: workspace.to_path_buf(),

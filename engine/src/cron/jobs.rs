@@ -1,6 +1,13 @@
-//! The cron jobs and their scheduler. Jobs are engine-wide (the proto's
-//! Cron RPCs name no session) and each runs in the workspace it was created
-//! for. The scheduler wakes at the earliest next run (at most every 30 s,
+//! The cron jobs and their scheduler. Every job belongs to one [`Scope`]:
+//! the session that made it (the `cron` tool, or a Cron RPC carrying the
+//! session metadata), or the operator (a Cron RPC without it). A scope
+//! lists, reads, runs, changes and deletes only its own jobs, and names are
+//! unique within a scope, so nothing of another scope's jobs shows, not
+//! even through a refused name. A session's jobs go with the session
+//! ([`CronJobs::forget_session`]; a running one is cancelled), and jobs of
+//! sessions that no longer exist are dropped at start, so a later session
+//! of the same id starts with none. Each job runs in the workspace it was
+//! created for. The scheduler wakes at the earliest next run (at most every 30 s,
 //! so a clock change is noticed), starts every due job, and stops with the
 //! engine's cancellation token. At most [`MAX_CONCURRENT_RUNS`] runs at a
 //! time (more wait for a slot); a job whose previous run is still going
@@ -9,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -26,6 +34,8 @@ use crate::session::message::now_ms;
 
 /// Jobs the engine holds at most.
 pub const MAX_JOBS: usize = 256;
+/// Jobs one session holds at most (so one cannot take every slot).
+pub const MAX_JOBS_PER_SESSION: usize = 32;
 /// Runs kept per job (most recent first).
 pub const MAX_HISTORY: usize = 20;
 /// Runs at the same time at most.
@@ -50,14 +60,34 @@ pub enum CronError {
     Conflict(String),
 }
 
+/// Whose jobs a request reaches: one session's (`Some(id)`), or the
+/// operator's (`None`).
+pub type Scope<'a> = Option<&'a str>;
+
+/// The session a new job belongs to.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    /// The session's id.
+    pub session: String,
+    /// Set once the session is destroyed: a job created meanwhile is
+    /// refused rather than left behind.
+    pub destroyed: Arc<AtomicBool>,
+}
+
 struct Job {
     record: JobRecord,
     schedule: Schedule,
     running: bool,
     next_run: Option<DateTime<Utc>>,
+    /// Cancels its run (the job was deleted, or the engine stops).
+    cancel: CancellationToken,
 }
 
 impl Job {
+    fn owned_by(&self, scope: Scope<'_>) -> bool {
+        self.record.session.as_deref() == scope
+    }
+
     fn to_proto(&self) -> CronJob {
         let r = &self.record;
         let status = if self.running {
@@ -105,6 +135,8 @@ pub struct NewJob {
     pub timeout_ms: Option<u64>,
     /// Canonical workspace.
     pub workspace: PathBuf,
+    /// Its session (`None`: the operator's).
+    pub owner: Option<Owner>,
 }
 
 /// The engine's cron jobs.
@@ -162,13 +194,15 @@ fn parse_schedule(text: &str) -> Result<Schedule, CronError> {
 }
 
 impl CronJobs {
-    /// Loads the jobs of `state_dir` (if any); the scheduler is not started.
+    /// Loads the jobs of `state_dir` (if any), dropping those of sessions
+    /// for which `session_exists` is false; the scheduler is not started.
     /// Schedules are read at `utc_offset_seconds` east of UTC (0: UTC).
     pub fn open(
         state_dir: Option<&std::path::Path>,
         sandboxes: Sandboxes,
         cancel: CancellationToken,
         utc_offset_seconds: i32,
+        session_exists: &dyn Fn(&str) -> bool,
     ) -> anyhow::Result<Self> {
         let zone = FixedOffset::east_opt(utc_offset_seconds).ok_or_else(|| {
             anyhow::anyhow!("cron UTC offset: {utc_offset_seconds} s is not within ±24 h")
@@ -177,7 +211,16 @@ impl CronJobs {
         let mut jobs = Vec::new();
         if let Some(file) = &file {
             let start = now();
+            let mut orphans = 0;
             for record in file.load().map_err(anyhow::Error::msg)? {
+                if record
+                    .session
+                    .as_deref()
+                    .is_some_and(|s| !session_exists(s))
+                {
+                    orphans += 1;
+                    continue;
+                }
                 match schedule::parse(&record.schedule) {
                     Ok(schedule) => {
                         let mut job = Job {
@@ -185,12 +228,21 @@ impl CronJobs {
                             schedule,
                             running: false,
                             next_run: None,
+                            cancel: cancel.child_token(),
                         };
                         job.reschedule(start, &zone);
                         jobs.push(job);
                     }
                     Err(e) => tracing::warn!(job = %record.name, error = %e, "skipping a cron job"),
                 }
+            }
+            if orphans > 0 {
+                tracing::info!(
+                    count = orphans,
+                    "dropped the cron jobs of sessions that no longer exist"
+                );
+                let records = jobs.iter().map(|j: &Job| j.record.clone()).collect();
+                file.save(records).map_err(anyhow::Error::msg)?;
             }
             tracing::info!(count = jobs.len(), "reloaded cron jobs");
         }
@@ -223,7 +275,23 @@ impl CronJobs {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn with_job<R>(&self, id: &str, f: impl FnOnce(&mut Job) -> R) -> Result<R, CronError> {
+    /// Runs `f` on job `id` of `scope` (another scope's is not found).
+    fn with_job<R>(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        f: impl FnOnce(&mut Job) -> R,
+    ) -> Result<R, CronError> {
+        let mut jobs = self.lock();
+        let job = jobs
+            .iter_mut()
+            .find(|j| j.record.id == id && j.owned_by(scope))
+            .ok_or_else(|| CronError::NotFound(format!("id: no cron job {id:?}")))?;
+        Ok(f(job))
+    }
+
+    /// Runs `f` on job `id` whoever owns it (the scheduler's own runs).
+    fn with_any_job<R>(&self, id: &str, f: impl FnOnce(&mut Job) -> R) -> Result<R, CronError> {
         let mut jobs = self.lock();
         let job = jobs
             .iter_mut()
@@ -258,9 +326,24 @@ impl CronJobs {
         let schedule = parse_schedule(&new.schedule)?;
         let command = command(&new.command)?;
         let timeout_ms = timeout(new.timeout_ms)?;
+        let scope = new.owner.as_ref().map(|o| o.session.as_str());
         let job = {
             let mut jobs = self.lock();
-            if jobs.iter().any(|j| j.record.name == name) {
+            // Checked under the lock `forget_session` takes after the flag
+            // is set: a job is either refused here or forgotten there.
+            if new
+                .owner
+                .as_ref()
+                .is_some_and(|o| o.destroyed.load(Ordering::SeqCst))
+            {
+                return Err(CronError::NotFound(
+                    "session: it was destroyed; its cron jobs went with it".into(),
+                ));
+            }
+            if jobs
+                .iter()
+                .any(|j| j.owned_by(scope) && j.record.name == name)
+            {
                 return Err(CronError::Conflict(format!(
                     "name: a cron job named {name:?} exists"
                 )));
@@ -268,6 +351,13 @@ impl CronJobs {
             if jobs.len() >= MAX_JOBS {
                 return Err(CronError::Conflict(format!(
                     "at most {MAX_JOBS} cron jobs; delete one first"
+                )));
+            }
+            if scope.is_some()
+                && jobs.iter().filter(|j| j.owned_by(scope)).count() >= MAX_JOBS_PER_SESSION
+            {
+                return Err(CronError::Conflict(format!(
+                    "at most {MAX_JOBS_PER_SESSION} cron jobs per session; delete one first"
                 )));
             }
             let at = now_ms();
@@ -286,10 +376,12 @@ impl CronJobs {
                     fail_count: 0,
                     workspace: new.workspace,
                     history: VecDeque::new(),
+                    session: scope.map(str::to_owned),
                 },
                 schedule,
                 running: false,
                 next_run: None,
+                cancel: self.cancel.child_token(),
             };
             job.reschedule(now(), &self.zone);
             let proto = job.to_proto();
@@ -301,13 +393,22 @@ impl CronJobs {
         Ok(job)
     }
 
-    /// Every job, in creation order.
-    pub fn list(&self) -> Vec<CronJob> {
-        self.lock().iter().map(Job::to_proto).collect()
+    /// The jobs of `scope`, in creation order.
+    pub fn list(&self, scope: Scope<'_>) -> Vec<CronJob> {
+        self.lock()
+            .iter()
+            .filter(|j| j.owned_by(scope))
+            .map(Job::to_proto)
+            .collect()
     }
 
-    /// The job with this id, else this name.
-    pub fn get(&self, id: Option<&str>, name: Option<&str>) -> Result<Option<CronJob>, CronError> {
+    /// The job of `scope` with this id, else this name.
+    pub fn get(
+        &self,
+        scope: Scope<'_>,
+        id: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<Option<CronJob>, CronError> {
         let (id, name) = (id.filter(|s| !s.is_empty()), name.filter(|s| !s.is_empty()));
         if id.is_none() && name.is_none() {
             return Err(CronError::Invalid("id, name: give one".into()));
@@ -315,6 +416,7 @@ impl CronJobs {
         Ok(self
             .lock()
             .iter()
+            .filter(|j| j.owned_by(scope))
             .find(|j| Some(j.record.id.as_str()) == id || Some(j.record.name.as_str()) == name)
             .map(Job::to_proto))
     }
@@ -322,6 +424,7 @@ impl CronJobs {
     /// Changes a job's schedule, command or timeout.
     pub async fn update(
         &self,
+        scope: Scope<'_>,
         id: &str,
         schedule: Option<&str>,
         command_text: Option<&str>,
@@ -330,7 +433,7 @@ impl CronJobs {
         let schedule = schedule.map(parse_schedule).transpose()?;
         let command = command_text.map(command).transpose()?;
         let timeout_ms = timeout_ms.map(|t| timeout(Some(t))).transpose()?;
-        let job = self.with_job(id, |job| {
+        let job = self.with_job(scope, id, |job| {
             if let Some(schedule) = schedule {
                 job.record.schedule = schedule.expression.clone();
                 job.schedule = schedule;
@@ -351,8 +454,13 @@ impl CronJobs {
     }
 
     /// Pauses (`true`) or resumes a job.
-    pub async fn set_paused(&self, id: &str, paused: bool) -> Result<CronJob, CronError> {
-        let job = self.with_job(id, |job| {
+    pub async fn set_paused(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        paused: bool,
+    ) -> Result<CronJob, CronError> {
+        let job = self.with_job(scope, id, |job| {
             job.record.paused = paused;
             job.record.updated_at = now_ms();
             job.reschedule(now(), &self.zone);
@@ -363,24 +471,57 @@ impl CronJobs {
         Ok(job)
     }
 
-    /// Deletes a job (a run in progress finishes, unrecorded).
-    pub async fn delete(&self, id: &str) -> Result<(), CronError> {
-        {
-            let mut jobs = self.lock();
-            let before = jobs.len();
-            jobs.retain(|j| j.record.id != id);
-            if jobs.len() == before {
-                return Err(CronError::NotFound(format!("id: no cron job {id:?}")));
-            }
+    /// Deletes a job of `scope` (a run in progress is cancelled, its
+    /// process group killed).
+    pub async fn delete(&self, scope: Scope<'_>, id: &str) -> Result<(), CronError> {
+        if self.remove_where(|j| j.record.id == id && j.owned_by(scope)) == 0 {
+            return Err(CronError::NotFound(format!("id: no cron job {id:?}")));
         }
         self.save().await;
         Ok(())
     }
 
+    /// Deletes every job of session `id` (it was destroyed, or a new
+    /// session takes its id), cancelling their runs.
+    pub async fn forget_session(&self, id: &str) {
+        if self.forget_session_now(id) {
+            self.save().await;
+        }
+    }
+
+    /// [`forget_session`](Self::forget_session) without writing the jobs
+    /// file (the caller saves); whether any job went.
+    pub fn forget_session_now(&self, id: &str) -> bool {
+        self.remove_where(|j| j.record.session.as_deref() == Some(id)) > 0
+    }
+
+    /// Writes the jobs file now (after [`forget_session_now`](Self::forget_session_now)).
+    pub async fn persist(&self) {
+        self.save().await;
+    }
+
+    fn remove_where(&self, gone: impl Fn(&Job) -> bool) -> usize {
+        let mut jobs = self.lock();
+        let before = jobs.len();
+        jobs.retain(|j| {
+            let keep = !gone(j);
+            if !keep {
+                j.cancel.cancel();
+            }
+            keep
+        });
+        before - jobs.len()
+    }
+
     /// The job's last `limit` runs (default 10), most recent first.
-    pub fn history(&self, id: &str, limit: Option<u32>) -> Result<Vec<CronExecution>, CronError> {
+    pub fn history(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        limit: Option<u32>,
+    ) -> Result<Vec<CronExecution>, CronError> {
         let limit = limit.filter(|l| *l > 0).unwrap_or(10) as usize;
-        self.with_job(id, |job| {
+        self.with_job(scope, id, |job| {
             job.record
                 .history
                 .iter()
@@ -390,13 +531,14 @@ impl CronJobs {
         })
     }
 
-    /// Runs the job now and waits for the run.
-    pub async fn run_now(&self, id: &str) -> Result<CronExecution, CronError> {
+    /// Runs the job of `scope` now and waits for the run.
+    pub async fn run_now(&self, scope: Scope<'_>, id: &str) -> Result<CronExecution, CronError> {
+        self.with_job(scope, id, |_| ())?;
         self.execute(id).await
     }
 
     async fn execute(&self, id: &str) -> Result<CronExecution, CronError> {
-        let (command, workspace, timeout_ms) = self.with_job(id, |job| {
+        let (command, workspace, timeout_ms, cancel) = self.with_any_job(id, |job| {
             if job.running {
                 return Err(CronError::Conflict(format!(
                     "id: cron job {:?} is running already",
@@ -408,6 +550,7 @@ impl CronJobs {
                 job.record.command.clone(),
                 job.record.workspace.clone(),
                 job.record.timeout_ms,
+                job.cancel.clone(),
             ))
         })??;
         let env = self
@@ -425,7 +568,7 @@ impl CronJobs {
                         env: &env,
                         timeout: Duration::from_millis(timeout_ms),
                         sandbox: self.sandboxes.for_workspace(&workspace),
-                        cancel: &self.cancel,
+                        cancel: &cancel,
                     },
                 )
                 .await
@@ -439,7 +582,7 @@ impl CronJobs {
                 ..Default::default()
             },
         };
-        let name = self.with_job(id, |job| {
+        let name = self.with_any_job(id, |job| {
             job.running = false;
             job.record.last_run = Some(exec.started_at);
             if exec.status == CronExecutionStatus::Success as i32 {

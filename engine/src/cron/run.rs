@@ -48,7 +48,7 @@ pub struct RunSpec<'a> {
     pub timeout: Duration,
     /// Its sandbox, or why none may start.
     pub sandbox: Result<Arc<ThreadSandbox>, String>,
-    /// Engine shutdown.
+    /// Engine shutdown, or the job deleted.
     pub cancel: &'a CancellationToken,
 }
 
@@ -123,7 +123,7 @@ pub async fn run(job_id: &str, spec: RunSpec<'_>) -> CronExecution {
     } else if cancelled {
         (
             CronExecutionStatus::Cancelled,
-            Some("the engine stopped".to_string()),
+            Some("cancelled: the engine stopped or the job was deleted".to_string()),
         )
     } else {
         match (&status, code, signal) {

@@ -38,6 +38,10 @@ pub struct JobRecord {
     /// Most recent first, bounded.
     #[serde(default)]
     pub history: VecDeque<ExecutionRecord>,
+    /// The session it belongs to; `None`: the operator's (a Cron RPC
+    /// without session metadata, or a job saved before jobs had owners).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// One run as stored (the proto's `CronExecution`, which has no serde).

@@ -1,6 +1,8 @@
 //! The `cron` tool: the model schedules a shell command in the session's
 //! workspace (`create`), lists jobs (`list`), runs one now (`run`), or
-//! deletes one (`delete`). Execute lane: a job runs commands like `bash`
+//! deletes one (`delete`) — its own session's jobs only ([`SessionCron`]:
+//! the engine puts the session's scope in the tool context, the model
+//! cannot name another). Execute lane: a job runs commands like `bash`
 //! does, so permissions and confirmation treat it like `bash`.
 
 use std::sync::Arc;
@@ -9,12 +11,27 @@ use async_trait::async_trait;
 use code_agent_proto::{CronExecutionStatus, CronJob};
 use serde_json::{Value, json};
 
-use super::{CronJobs, NewJob};
+use super::{CronJobs, NewJob, Owner};
 use crate::tools::args::{object, object_schema, optional_str, optional_u64, required_str};
 use crate::tools::{Lane, Tool, ToolContext, ToolInfo, ToolOutput, ToolRegistry};
 
 /// `cron`: scheduled commands.
 pub struct CronTool;
+
+/// The cron jobs as one session's tool calls reach them.
+#[derive(Debug)]
+pub struct SessionCron {
+    /// The engine's jobs.
+    pub jobs: Arc<CronJobs>,
+    /// The session the calls are made for.
+    pub owner: Owner,
+}
+
+impl SessionCron {
+    fn scope(&self) -> Option<&str> {
+        Some(self.owner.session.as_str())
+    }
+}
 
 static INFO: ToolInfo = ToolInfo {
     name: "cron",
@@ -53,7 +70,7 @@ impl Tool for CronTool {
     }
 
     async fn run(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        let Some(cron) = ctx.extensions.get::<CronJobs>() else {
+        let Some(cron) = ctx.extensions.get::<SessionCron>() else {
             return ToolOutput::err("cron is not available in this engine");
         };
         match act(&cron, &args, ctx).await {
@@ -63,31 +80,34 @@ impl Tool for CronTool {
     }
 }
 
-fn by_name(cron: &CronJobs, args: &Value) -> Result<CronJob, String> {
+fn by_name(cron: &SessionCron, args: &Value) -> Result<CronJob, String> {
     let name = required_str(args, "name")?;
-    cron.get(None, Some(name))
+    cron.jobs
+        .get(cron.scope(), None, Some(name))
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no cron job named {name:?}"))
 }
 
-async fn act(cron: &Arc<CronJobs>, args: &Value, ctx: &ToolContext) -> Result<ToolOutput, String> {
+async fn act(cron: &SessionCron, args: &Value, ctx: &ToolContext) -> Result<ToolOutput, String> {
     object(args)?;
     match required_str(args, "action")? {
         "create" => {
             let job = cron
+                .jobs
                 .create(NewJob {
                     name: required_str(args, "name")?.to_string(),
                     schedule: required_str(args, "schedule")?.to_string(),
                     command: required_str(args, "command")?.to_string(),
                     timeout_ms: optional_u64(args, "timeout_ms")?,
                     workspace: ctx.workspace.clone(),
+                    owner: Some(cron.owner.clone()),
                 })
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(ToolOutput::ok(format!("created {}", describe(&job))).with("job_id", job.id))
         }
         "list" => {
-            let jobs = cron.list();
+            let jobs = cron.jobs.list(cron.scope());
             let text = if jobs.is_empty() {
                 "no cron jobs".to_string()
             } else {
@@ -97,7 +117,11 @@ async fn act(cron: &Arc<CronJobs>, args: &Value, ctx: &ToolContext) -> Result<To
         }
         "run" => {
             let job = by_name(cron, args)?;
-            let exec = cron.run_now(&job.id).await.map_err(|e| e.to_string())?;
+            let exec = cron
+                .jobs
+                .run_now(cron.scope(), &job.id)
+                .await
+                .map_err(|e| e.to_string())?;
             let status = super::run::status_name(&exec);
             let text = format!(
                 "{status}{}\nstdout:\n{}\nstderr:\n{}",
@@ -122,7 +146,10 @@ async fn act(cron: &Arc<CronJobs>, args: &Value, ctx: &ToolContext) -> Result<To
         }
         "delete" => {
             let job = by_name(cron, args)?;
-            cron.delete(&job.id).await.map_err(|e| e.to_string())?;
+            cron.jobs
+                .delete(cron.scope(), &job.id)
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(ToolOutput::ok(format!("deleted {}", job.name)))
         }
         other => {

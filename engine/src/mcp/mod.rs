@@ -5,7 +5,11 @@
 //! Servers are global (the RPCs as the proto defines them) or scoped to one
 //! session (the RPC carried [`SESSION_METADATA`]): a session sees its own
 //! servers and the global ones, its own shadowing a global one of the same
-//! name; no session sees another's. A session's servers go with it.
+//! name; no session sees another's. A session's servers go with it. The
+//! global servers are the operator's: a session uses their tools but
+//! cannot connect, disconnect or replace them (registering a name it sees
+//! as global registers its own server, which shadows the global one for it
+//! alone).
 //!
 //! The client is the shared `mcp-client` crate (the official Rust SDK,
 //! `rmcp`): a stdio server starts through the sandbox of the workspace it
@@ -133,9 +137,7 @@ impl McpManager {
         name: &str,
         sandbox: impl FnOnce(&Scope) -> Result<Arc<agent_launcher::ThreadSandbox>, String>,
     ) -> Result<Vec<ToolInfo>, String> {
-        let key = self
-            .resolve(scope, name)
-            .ok_or_else(|| format!("no MCP server named {name:?} is registered"))?;
+        let key = self.owned(scope, name)?;
         let (config, enabled, live) = {
             let servers = self.lock();
             let Some(entry) = servers.get(&key) else {
@@ -189,20 +191,37 @@ impl McpManager {
         }
     }
 
-    /// Disconnects `name`; its tools leave the loop. `false` when there is
-    /// no such server.
-    pub fn disconnect(&self, scope: &Scope, name: &str) -> bool {
-        let Some(key) = self.resolve(scope, name) else {
-            return false;
+    /// The key of `name` that `scope` may connect or disconnect: its own
+    /// server; a global one only for the global scope.
+    fn owned(&self, scope: &Scope, name: &str) -> Result<Key, String> {
+        let key = self
+            .resolve(scope, name)
+            .ok_or_else(|| format!("no MCP server named {name:?} is registered"))?;
+        if &key.session != scope {
+            return Err(format!(
+                "MCP server {name} is the operator's (registered without a session): a session connects and disconnects only its own servers"
+            ));
+        }
+        Ok(key)
+    }
+
+    /// Disconnects `name`; its tools leave the loop. `Ok(false)` when there
+    /// is no such server, `Err` when it is a global one and `scope` a
+    /// session.
+    pub fn disconnect(&self, scope: &Scope, name: &str) -> Result<bool, String> {
+        let key = match self.owned(scope, name) {
+            Ok(key) => key,
+            Err(_) if self.resolve(scope, name).is_none() => return Ok(false),
+            Err(refused) => return Err(refused),
         };
         let mut servers = self.lock();
         let Some(entry) = servers.get_mut(&key) else {
-            return false;
+            return Ok(false);
         };
         entry.client = None;
         entry.tools.clear();
         entry.error = None;
-        true
+        Ok(true)
     }
 
     /// Drops every server of `session` (the session is gone).

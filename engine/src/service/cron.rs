@@ -2,13 +2,21 @@
 //! `INVALID_ARGUMENT` naming the field, unknown jobs `NOT_FOUND`, a taken
 //! name or a job already running `FAILED_PRECONDITION`; `ParseCronSchedule`
 //! answers a schedule it cannot read with `success = false` and the error.
-//! Jobs created here run in the engine's default workspace.
+//!
+//! The messages name no session: a request carrying the metadata
+//! [`crate::mcp::SESSION_METADATA`] works on that session's jobs (created
+//! in its workspace, the same jobs its `cron` tool sees), one without it on
+//! the operator's (created in the engine's default workspace). Neither
+//! reaches the other's jobs, by id or by name.
+
+use std::sync::Arc;
 
 use code_agent_proto::*;
-use tonic::Status;
+use tonic::{Request, Status};
 
 use super::Service;
-use crate::cron::{CronError, NewJob, schedule};
+use crate::cron::{CronError, NewJob, Owner, schedule};
+use crate::session::Session;
 
 fn status(error: CronError) -> Status {
     match error {
@@ -25,35 +33,64 @@ fn id(id: &str) -> Result<&str, Status> {
     Ok(id)
 }
 
+/// The request's scope and message.
+struct Scoped<T> {
+    session: Option<Arc<Session>>,
+    message: T,
+}
+
+impl<T> Scoped<T> {
+    fn scope(&self) -> Option<&str> {
+        self.session.as_deref().map(|s| s.id.as_str())
+    }
+}
+
 impl Service {
+    fn cron_request<T>(&self, request: Request<T>) -> Result<Scoped<T>, Status> {
+        let session = self.scoped_session(&request)?;
+        Ok(Scoped {
+            session,
+            message: request.into_inner(),
+        })
+    }
+
     pub(super) async fn list_cron_jobs(
         &self,
-        _request: ListCronJobsRequest,
+        request: Request<ListCronJobsRequest>,
     ) -> Result<ListCronJobsResponse, Status> {
+        let request = self.cron_request(request)?;
         Ok(ListCronJobsResponse {
-            jobs: self.engine.cron.list(),
+            jobs: self.engine.cron.list(request.scope()),
         })
     }
 
     pub(super) async fn create_cron_job(
         &self,
-        request: CreateCronJobRequest,
+        request: Request<CreateCronJobRequest>,
     ) -> Result<CreateCronJobResponse, Status> {
-        let workspace = self.engine.default_workspace().ok_or_else(|| {
-            Status::failed_precondition(
-                "cron jobs run in the engine's default workspace and there is none: start the engine with --workspace or call Initialize",
-            )
-        })?;
+        let Scoped { session, message } = self.cron_request(request)?;
+        let workspace = match &session {
+            Some(session) => self.engine.workspace_of(session)?,
+            None => self.engine.default_workspace().ok_or_else(|| {
+                Status::failed_precondition(
+                    "the operator's cron jobs run in the engine's default workspace and there is none: start the engine with --workspace or call Initialize",
+                )
+            })?,
+        };
         self.engine.confine("workspace", &workspace)?;
         let job = self
             .engine
             .cron
             .create(NewJob {
-                name: request.name,
-                schedule: request.schedule,
-                command: request.command,
-                timeout_ms: request.timeout_ms,
+                name: message.name,
+                schedule: message.schedule,
+                command: message.command,
+                timeout_ms: message.timeout_ms,
                 workspace,
+                owner: session.map(|s| Owner {
+                    session: s.id.clone(),
+                    destroyed: s.destroyed_flag(),
+                }),
             })
             .await
             .map_err(status)?;
@@ -66,28 +103,35 @@ impl Service {
 
     pub(super) async fn get_cron_job(
         &self,
-        request: GetCronJobRequest,
+        request: Request<GetCronJobRequest>,
     ) -> Result<GetCronJobResponse, Status> {
+        let request = self.cron_request(request)?;
         let job = self
             .engine
             .cron
-            .get(request.id.as_deref(), request.name.as_deref())
+            .get(
+                request.scope(),
+                request.message.id.as_deref(),
+                request.message.name.as_deref(),
+            )
             .map_err(status)?;
         Ok(GetCronJobResponse { job })
     }
 
     pub(super) async fn update_cron_job(
         &self,
-        request: UpdateCronJobRequest,
+        request: Request<UpdateCronJobRequest>,
     ) -> Result<UpdateCronJobResponse, Status> {
+        let request = self.cron_request(request)?;
         let job = self
             .engine
             .cron
             .update(
-                id(&request.id)?,
-                request.schedule.as_deref(),
-                request.command.as_deref(),
-                request.timeout_ms,
+                request.scope(),
+                id(&request.message.id)?,
+                request.message.schedule.as_deref(),
+                request.message.command.as_deref(),
+                request.message.timeout_ms,
             )
             .await
             .map_err(status)?;
@@ -100,12 +144,13 @@ impl Service {
 
     pub(super) async fn pause_cron_job(
         &self,
-        request: PauseCronJobRequest,
+        request: Request<PauseCronJobRequest>,
     ) -> Result<PauseCronJobResponse, Status> {
+        let request = self.cron_request(request)?;
         let job = self
             .engine
             .cron
-            .set_paused(id(&request.id)?, true)
+            .set_paused(request.scope(), id(&request.message.id)?, true)
             .await
             .map_err(status)?;
         Ok(PauseCronJobResponse {
@@ -117,12 +162,13 @@ impl Service {
 
     pub(super) async fn resume_cron_job(
         &self,
-        request: ResumeCronJobRequest,
+        request: Request<ResumeCronJobRequest>,
     ) -> Result<ResumeCronJobResponse, Status> {
+        let request = self.cron_request(request)?;
         let job = self
             .engine
             .cron
-            .set_paused(id(&request.id)?, false)
+            .set_paused(request.scope(), id(&request.message.id)?, false)
             .await
             .map_err(status)?;
         Ok(ResumeCronJobResponse {
@@ -134,11 +180,12 @@ impl Service {
 
     pub(super) async fn delete_cron_job(
         &self,
-        request: DeleteCronJobRequest,
+        request: Request<DeleteCronJobRequest>,
     ) -> Result<DeleteCronJobResponse, Status> {
+        let request = self.cron_request(request)?;
         self.engine
             .cron
-            .delete(id(&request.id)?)
+            .delete(request.scope(), id(&request.message.id)?)
             .await
             .map_err(status)?;
         Ok(DeleteCronJobResponse {
@@ -149,24 +196,30 @@ impl Service {
 
     pub(super) async fn get_cron_history(
         &self,
-        request: GetCronHistoryRequest,
+        request: Request<GetCronHistoryRequest>,
     ) -> Result<GetCronHistoryResponse, Status> {
+        let request = self.cron_request(request)?;
         let executions = self
             .engine
             .cron
-            .history(id(&request.id)?, request.limit)
+            .history(
+                request.scope(),
+                id(&request.message.id)?,
+                request.message.limit,
+            )
             .map_err(status)?;
         Ok(GetCronHistoryResponse { executions })
     }
 
     pub(super) async fn run_cron_job(
         &self,
-        request: RunCronJobRequest,
+        request: Request<RunCronJobRequest>,
     ) -> Result<RunCronJobResponse, Status> {
+        let request = self.cron_request(request)?;
         let execution = self
             .engine
             .cron
-            .run_now(id(&request.id)?)
+            .run_now(request.scope(), id(&request.message.id)?)
             .await
             .map_err(status)?;
         Ok(RunCronJobResponse {

@@ -1,6 +1,7 @@
 //! The five MCP RPCs. Each may carry the request metadata
 //! [`crate::mcp::SESSION_METADATA`] naming a session: then it works on that
-//! session's servers (and sees the global ones), else on the global scope.
+//! session's servers (and sees the global ones, but cannot connect or
+//! disconnect them), else on the global scope (the operator's).
 //! Tool names are `mcp__<server>__<tool>`; `input_schema` is the tool's
 //! JSON schema as a string.
 
@@ -15,19 +16,7 @@ use crate::mcp::{self, Scope};
 impl Service {
     /// The scope named by the request's metadata (the session must exist).
     fn mcp_scope<T>(&self, request: &Request<T>) -> Result<Scope, Status> {
-        match request.metadata().get(mcp::SESSION_METADATA) {
-            None => Ok(None),
-            Some(value) => {
-                let id = value.to_str().map_err(|_| {
-                    Status::invalid_argument(format!(
-                        "metadata {}: not a valid session id",
-                        mcp::SESSION_METADATA
-                    ))
-                })?;
-                self.session(id)?;
-                Ok(Some(id.to_owned()))
-            }
-        }
+        Ok(self.scoped_session(request)?.map(|s| s.id.clone()))
     }
 
     /// The sandbox a stdio server of `scope` starts in: its session's
@@ -102,9 +91,12 @@ impl Service {
     ) -> Result<DisconnectMcpServerResponse, Status> {
         let scope = self.mcp_scope(&request)?;
         let name = request.into_inner().name;
-        Ok(DisconnectMcpServerResponse {
-            success: self.engine.mcp.disconnect(&scope, &name),
-        })
+        let success = self
+            .engine
+            .mcp
+            .disconnect(&scope, &name)
+            .map_err(Status::permission_denied)?;
+        Ok(DisconnectMcpServerResponse { success })
     }
 
     pub(super) async fn list_mcp_servers(

@@ -1,7 +1,8 @@
 //! The tonic `CodeAgentService` of the engine: all 77 RPCs. Each area's
 //! handlers live in their own file as inherent methods of [`Service`]; the
-//! trait impl below only unwraps requests and wraps responses (the MCP
-//! handlers get the whole request: its metadata scopes them to a session).
+//! trait impl below only unwraps requests and wraps responses (the MCP and
+//! cron handlers get the whole request: its metadata scopes them to a
+//! session, see [`Service::scoped_session`]).
 
 mod context;
 mod control;
@@ -48,6 +49,24 @@ impl Service {
             return Err(Status::invalid_argument("session_id: required"));
         }
         self.engine.session(id)
+    }
+
+    /// The session the request's metadata [`crate::mcp::SESSION_METADATA`]
+    /// names (it must exist), or `None` without it: the operator's scope,
+    /// for the RPCs whose messages name no session (MCP, cron).
+    fn scoped_session<T>(&self, request: &Request<T>) -> Result<Option<Arc<Session>>, Status> {
+        match request.metadata().get(crate::mcp::SESSION_METADATA) {
+            None => Ok(None),
+            Some(value) => {
+                let id = value.to_str().map_err(|_| {
+                    Status::invalid_argument(format!(
+                        "metadata {}: not a valid session id",
+                        crate::mcp::SESSION_METADATA
+                    ))
+                })?;
+                self.session(id).map(Some)
+            }
+        }
     }
 }
 
@@ -151,15 +170,6 @@ code_agent_service! {
         get_plan: GetPlanRequest => GetPlanResponse;
         extract_goal: ExtractGoalRequest => ExtractGoalResponse;
         check_goal_achievement: CheckGoalAchievementRequest => CheckGoalAchievementResponse;
-        list_cron_jobs: ListCronJobsRequest => ListCronJobsResponse;
-        create_cron_job: CreateCronJobRequest => CreateCronJobResponse;
-        get_cron_job: GetCronJobRequest => GetCronJobResponse;
-        update_cron_job: UpdateCronJobRequest => UpdateCronJobResponse;
-        pause_cron_job: PauseCronJobRequest => PauseCronJobResponse;
-        resume_cron_job: ResumeCronJobRequest => ResumeCronJobResponse;
-        delete_cron_job: DeleteCronJobRequest => DeleteCronJobResponse;
-        get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse;
-        run_cron_job: RunCronJobRequest => RunCronJobResponse;
         parse_cron_schedule: ParseCronScheduleRequest => ParseCronScheduleResponse;
         start_lsp_server: StartLspServerRequest => StartLspServerResponse;
         stop_lsp_server: StopLspServerRequest => StopLspServerResponse;
@@ -170,8 +180,17 @@ code_agent_service! {
         lsp_symbols: LspSymbolsRequest => LspSymbolsResponse;
         lsp_diagnostics: LspDiagnosticsRequest => LspDiagnosticsResponse;
     }
-    // Handlers that read the request's metadata (the MCP session scope).
+    // Handlers that read the request's metadata (the session scope).
     with_metadata {
+        list_cron_jobs: ListCronJobsRequest => ListCronJobsResponse;
+        create_cron_job: CreateCronJobRequest => CreateCronJobResponse;
+        get_cron_job: GetCronJobRequest => GetCronJobResponse;
+        update_cron_job: UpdateCronJobRequest => UpdateCronJobResponse;
+        pause_cron_job: PauseCronJobRequest => PauseCronJobResponse;
+        resume_cron_job: ResumeCronJobRequest => ResumeCronJobResponse;
+        delete_cron_job: DeleteCronJobRequest => DeleteCronJobResponse;
+        get_cron_history: GetCronHistoryRequest => GetCronHistoryResponse;
+        run_cron_job: RunCronJobRequest => RunCronJobResponse;
         register_mcp_server: RegisterMcpServerRequest => RegisterMcpServerResponse;
         connect_mcp_server: ConnectMcpServerRequest => ConnectMcpServerResponse;
         disconnect_mcp_server: DisconnectMcpServerRequest => DisconnectMcpServerResponse;

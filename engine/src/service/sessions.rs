@@ -92,9 +92,8 @@ impl Service {
         request: DestroySessionRequest,
     ) -> Result<DestroySessionResponse, Status> {
         self.session(&request.session_id)?;
+        // Its memories, plans, MCP servers and cron jobs go with it.
         let gone = self.engine.remove(&request.session_id).await?;
-        // Its MCP servers go with it (their processes end).
-        self.engine.mcp.forget_session(&request.session_id);
         // The Initialize env of a workspace no session uses any more goes
         // too, so the registry only holds live workspaces.
         if let Some(workspace) = gone.read(|d| d.workspace.clone()) {

@@ -127,8 +127,9 @@ pub struct Session {
     /// What the last save left on disk (`None`: nothing yet).
     persisted: Mutex<Option<Persisted>>,
     /// Set once destroyed: a generation still winding down must not write
-    /// the file back.
-    destroyed: AtomicBool,
+    /// the file back, and a tool call still running must not leave state
+    /// (a cron job) behind for a later session of the same id.
+    destroyed: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Session {
@@ -236,7 +237,7 @@ impl Session {
             persist_lock: tokio::sync::Mutex::new(()),
             save_queued: AtomicBool::new(false),
             persisted: Mutex::new(persisted),
-            destroyed: AtomicBool::new(false),
+            destroyed: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -248,6 +249,12 @@ impl Session {
     /// Whether the session was destroyed.
     pub fn is_destroyed(&self) -> bool {
         self.destroyed.load(Ordering::SeqCst)
+    }
+
+    /// The flag [`mark_destroyed`](Self::mark_destroyed) sets, for state
+    /// kept outside the session that must not outlive it.
+    pub fn destroyed_flag(&self) -> Arc<AtomicBool> {
+        self.destroyed.clone()
     }
 
     /// Reads the state.

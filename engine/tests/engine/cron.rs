@@ -283,7 +283,7 @@ async fn resumes_and_deletes_it(h: &mut Harness, id: String) {
 }
 
 /// Whether process `pid` is gone (or a zombie awaiting its reaper).
-fn gone(pid: i32) -> bool {
+pub(crate) fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -405,12 +405,16 @@ async fn the_model_schedules_and_runs_a_job_with_the_cron_tool() {
         "{}",
         results[2].error
     );
+    // The session's job: the RPC reaches it with the session's metadata.
+    let mut get = tonic::Request::new(GetCronJobRequest {
+        id: None,
+        name: Some("nightly".into()),
+    });
+    get.metadata_mut()
+        .insert(code_agent_engine::mcp::SESSION_METADATA, s.parse().unwrap());
     let job = h
         .client
-        .get_cron_job(GetCronJobRequest {
-            id: None,
-            name: Some("nightly".into()),
-        })
+        .get_cron_job(get)
         .await
         .unwrap()
         .into_inner()

@@ -13,6 +13,7 @@ mod control;
 mod cron;
 mod guard;
 mod hitl;
+mod isolation;
 mod lanes;
 mod loop_tools;
 mod lsp;
