@@ -421,6 +421,32 @@ async fn http_origin(body: &'static str) -> (u16, tokio::sync::mpsc::UnboundedRe
 
 #[tokio::test]
 async fn agents_reach_an_authenticating_proxy_without_its_credentials() {
+    agents_through_an_authenticating_proxy(|o, url| {
+        let mut o = o.arg("--proxy").arg(url);
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+            o = o.env(name, "");
+        }
+        o
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn credentials_in_the_runners_proxy_variables_stay_in_the_runner_too() {
+    agents_through_an_authenticating_proxy(|o, url| {
+        o.env("AGENT_RUNNER_PROXY", "")
+            .env("HTTPS_PROXY", "")
+            .env("https_proxy", url)
+            .env("HTTP_PROXY", url)
+            .env("http_proxy", "")
+    })
+    .await;
+}
+
+/// A tinyproxy wanting `BasicAuth`, given to the runner by `give` (its URL
+/// with the credentials); a scripted thread's `run` step shows its
+/// environment and fetches from a loopback origin through the proxy.
+async fn agents_through_an_authenticating_proxy(give: impl FnOnce(RunnerOpts, &str) -> RunnerOpts) {
     let bin = match tinyproxy() {
         Ok(b) => b,
         Err(why) => {
@@ -433,13 +459,9 @@ async fn agents_reach_an_authenticating_proxy_without_its_credentials() {
     let proxy = Tinyproxy::start(&bin, &format!("BasicAuth {USER} {PASSWORD}")).await;
     let (origin, mut seen) = http_origin("through-the-proxy").await;
     let flag = format!("http://{USER}:{PASSWORD}@127.0.0.1:{}", proxy.port);
-    let (cp, runner) = agent_with(|mut o| {
-        o = o.arg("--proxy").arg(&flag);
-        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
-            o = o.env(name, "");
-        }
+    let (cp, runner) = agent_with(|o| {
         // Everything through the proxy, the control channel included.
-        o.env("NO_PROXY", "").env("no_proxy", "")
+        give(o, &flag).env("NO_PROXY", "").env("no_proxy", "")
     })
     .await;
     let thread = create_thread(&cp, "a", "t").await;
