@@ -421,7 +421,7 @@ async fn http_origin(body: &'static str) -> (u16, tokio::sync::mpsc::UnboundedRe
 
 #[tokio::test]
 async fn agents_reach_an_authenticating_proxy_without_its_credentials() {
-    agents_through_an_authenticating_proxy(|o, url| {
+    agents_through_an_authenticating_proxy(false, |o, url| {
         let mut o = o.arg("--proxy").arg(url);
         for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
             o = o.env(name, "");
@@ -433,7 +433,7 @@ async fn agents_reach_an_authenticating_proxy_without_its_credentials() {
 
 #[tokio::test]
 async fn credentials_in_the_runners_proxy_variables_stay_in_the_runner_too() {
-    agents_through_an_authenticating_proxy(|o, url| {
+    agents_through_an_authenticating_proxy(false, |o, url| {
         o.env("AGENT_RUNNER_PROXY", "")
             .env("HTTPS_PROXY", "")
             .env("https_proxy", url)
@@ -443,10 +443,34 @@ async fn credentials_in_the_runners_proxy_variables_stay_in_the_runner_too() {
     .await;
 }
 
+/// Agents running as another uid (`--agent-uid 65534`) are served by the
+/// forwarder too (it refuses other users' processes).
+#[tokio::test]
+async fn agents_of_the_agent_uid_reach_the_forwarder() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        test_kit::skip_this_test("proxy e2e: --agent-uid needs root");
+        return;
+    }
+    agents_through_an_authenticating_proxy(true, |o, url| {
+        let mut o = o.arg("--proxy").arg(url).arg("--agent-uid").arg("65534");
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+            o = o.env(name, "");
+        }
+        o
+    })
+    .await;
+}
+
 /// A tinyproxy wanting `BasicAuth`, given to the runner by `give` (its URL
 /// with the credentials); a scripted thread's `run` step shows its
 /// environment and fetches from a loopback origin through the proxy.
-async fn agents_through_an_authenticating_proxy(give: impl FnOnce(RunnerOpts, &str) -> RunnerOpts) {
+/// `walkable`: the runner's directories are opened to other users (for an
+/// agent uid).
+async fn agents_through_an_authenticating_proxy(
+    walkable: bool,
+    give: impl FnOnce(RunnerOpts, &str) -> RunnerOpts,
+) {
     let bin = match tinyproxy() {
         Ok(b) => b,
         Err(why) => {
@@ -459,18 +483,24 @@ async fn agents_through_an_authenticating_proxy(give: impl FnOnce(RunnerOpts, &s
     let proxy = Tinyproxy::start(&bin, &format!("BasicAuth {USER} {PASSWORD}")).await;
     let (origin, mut seen) = http_origin("through-the-proxy").await;
     let flag = format!("http://{USER}:{PASSWORD}@127.0.0.1:{}", proxy.port);
-    let (cp, runner) = agent_with(|o| {
+    let (cp, runner) = connected_with(|o| {
         // Everything through the proxy, the control channel included.
         give(o, &flag).env("NO_PROXY", "").env("no_proxy", "")
     })
     .await;
+    if walkable {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(runner.dirs.path(), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    create_agent(&cp, "a").await;
     let thread = create_thread(&cp, "a", "t").await;
     // Neither credential is in the command (split in two), so masking
     // cannot hide them from the counts; the proxy itself refuses a client
     // without them (407), and the agent's curl gets through by the
     // variables it is given.
     let script = format!(
-        "run env | grep -i _proxy= | sort; \
+        "run env | grep -i _proxy= | sort; echo \"uid=$(id -u)\"; \
          echo \"pw-in-env=$(cat /proc/self/environ | tr '\\0' '\\n' | grep -c 's3cr3t''-proxy-pw')\"; \
          echo \"user-in-env=$(env | grep -c 'opuser''-e2e')\"; \
          echo \"direct=$(curl -s -o /dev/null -w '%{{http_code}}' --noproxy '' -x http://127.0.0.1:{tp} http://127.0.0.1:{origin}/direct)\"; \
@@ -509,6 +539,7 @@ async fn agents_through_an_authenticating_proxy(give: impl FnOnce(RunnerOpts, &s
         );
     }
     assert!(!outputs.contains("***"), "something was masked: {outputs}");
+    assert_eq!(walkable, outputs.contains("uid=65534"), "{outputs}");
     // The agent's request reached the origin through tinyproxy (which
     // adds its Via header), and tinyproxy logged it.
     let mut heads = Vec::new();

@@ -141,7 +141,9 @@ impl AgentSandboxes {
         launcher_config.read_only.extend(runner_programs(config));
         // The runner's proxy reaches agents' git and CLIs as HTTPS_PROXY &
         // co., never with its credentials (a forwarder adds them).
-        let agent_proxy = AgentProxy::start(&config.proxy).context("starting the agents' proxy")?;
+        let agent_proxy =
+            AgentProxy::start(&config.proxy, config.sandbox.agent_user.map(|u| u.uid))
+                .context("starting the agents' proxy")?;
         let not_inherited = agent_proxy.not_inherited();
         launcher_config
             .env

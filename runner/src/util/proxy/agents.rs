@@ -23,13 +23,24 @@ pub struct AgentProxy {
     env: Vec<(String, String)>,
     withheld: Vec<String>,
     forwarders: Vec<(ProxyUrl, Forwarder)>,
+    /// Whose processes a forwarder serves.
+    allowed: Vec<u32>,
 }
 
 impl AgentProxy {
     /// Starts a forwarder for each proxy in `config` that has credentials
-    /// (needs a tokio runtime then) and works out agents' variables.
-    pub fn start(config: &ProxyConfig) -> std::io::Result<Self> {
-        let mut me = Self::default();
+    /// (needs a tokio runtime then), serving the runner's uid, root and
+    /// `agent_uid`, and works out agents' variables.
+    pub fn start(config: &ProxyConfig, agent_uid: Option<u32>) -> std::io::Result<Self> {
+        // SAFETY: geteuid has no preconditions.
+        let runner_uid = unsafe { libc::geteuid() };
+        let mut me = Self {
+            allowed: [Some(runner_uid), Some(0), agent_uid]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ..Self::default()
+        };
         let pairs: [(&[&str], Option<&ProxyUrl>); 2] = match &config.explicit {
             Some(p) => [(&PROXY_VARS, Some(p)), (&[], None)],
             None => [
@@ -72,7 +83,7 @@ impl AgentProxy {
         if let Some((_, f)) = self.forwarders.iter().find(|(p, _)| p == proxy) {
             return Ok(f.url());
         }
-        let forwarder = Forwarder::start(proxy.clone())?;
+        let forwarder = Forwarder::start(proxy.clone(), self.allowed.clone())?;
         tracing::info!(
             upstream = %proxy,
             listen = %forwarder.url(),
@@ -139,17 +150,17 @@ mod tests {
 
     #[test]
     fn without_credentials_agents_get_the_proxy_itself_and_no_forwarder() {
-        let p = AgentProxy::start(&config(Some("http://px:8/"), None, None)).unwrap();
+        let p = AgentProxy::start(&config(Some("http://px:8/"), None, None), None).unwrap();
         for name in PROXY_VARS {
             assert_eq!(get(&p, name), Some("http://px:8"), "{name}");
         }
         assert_eq!(get(&p, "no_proxy"), Some("a.b"));
         assert!(p.ports().is_empty());
-        let by_scheme = AgentProxy::start(&config(None, Some("s:1"), None)).unwrap();
+        let by_scheme = AgentProxy::start(&config(None, Some("s:1"), None), None).unwrap();
         assert_eq!(get(&by_scheme, "https_proxy"), Some("http://s:1"));
         assert_eq!(get(&by_scheme, "HTTP_PROXY"), None);
         assert!(
-            AgentProxy::start(&ProxyConfig::default())
+            AgentProxy::start(&ProxyConfig::default(), None)
                 .unwrap()
                 .env()
                 .is_empty()
@@ -158,7 +169,8 @@ mod tests {
 
     #[tokio::test]
     async fn credentials_are_replaced_by_a_loopback_forwarder() {
-        let p = AgentProxy::start(&config(Some("http://u:s3cr3t-pw@px:8"), None, None)).unwrap();
+        let p =
+            AgentProxy::start(&config(Some("http://u:s3cr3t-pw@px:8"), None, None), None).unwrap();
         let [port] = p.ports()[..] else {
             panic!("{:?}", p.ports())
         };
@@ -170,9 +182,10 @@ mod tests {
         }
         assert!(!format!("{:?}", p.env()).contains("s3cr3t"));
         // The same proxy for both schemes: one forwarder; another: its own.
-        let same = AgentProxy::start(&config(None, Some("u:p@s:1"), Some("u:p@s:1"))).unwrap();
+        let same =
+            AgentProxy::start(&config(None, Some("u:p@s:1"), Some("u:p@s:1")), None).unwrap();
         assert_eq!(same.ports().len(), 1);
-        let two = AgentProxy::start(&config(None, Some("u:p@s:1"), Some("h:2"))).unwrap();
+        let two = AgentProxy::start(&config(None, Some("u:p@s:1"), Some("h:2")), None).unwrap();
         assert_eq!(two.ports().len(), 1);
         assert_eq!(get(&two, "http_proxy"), Some("http://h:2"));
         assert!(p.not_inherited().contains(&"https_proxy".to_owned()));

@@ -15,11 +15,12 @@
 //! the operator's credentials are wrong). At most [`MAX_CONNECTIONS`] at
 //! once; past that a connection is answered 503 and closed.
 //!
-//! It listens on 127.0.0.1 only, on an ephemeral port. Every process on the
-//! host that can reach loopback can use it, every thread's agents among
-//! them; that grants only what the operator's proxy grants, which agents
-//! were given before (the proxy URL with its credentials was in their
-//! environment). One listener serves every thread.
+//! It listens on 127.0.0.1 only, on an ephemeral port, and serves only
+//! processes of the uids it is given (the runner's, the agents', root:
+//! [`super::peer`]); any other local user is answered 403. Every thread's
+//! agents can use it; that grants only what the operator's proxy grants,
+//! which agents were given before (the proxy URL with its credentials was
+//! in their environment). One listener serves every thread.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,9 +63,10 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Listens on `127.0.0.1:0` and forwards to `upstream`. Needs a tokio
-    /// runtime (the current one serves it).
-    pub fn start(upstream: ProxyUrl) -> std::io::Result<Self> {
+    /// Listens on `127.0.0.1:0` and forwards to `upstream` for processes
+    /// of the `allowed` uids. Needs a tokio runtime (the current one serves
+    /// it).
+    pub fn start(upstream: ProxyUrl, allowed: Vec<u32>) -> std::io::Result<Self> {
         let handle = tokio::runtime::Handle::try_current().map_err(|e| {
             std::io::Error::other(format!("the agents' proxy needs a tokio runtime: {e}"))
         })?;
@@ -73,7 +75,7 @@ impl Forwarder {
         let addr = std_listener.local_addr()?;
         let _guard = handle.enter();
         let listener = TcpListener::from_std(std_listener)?;
-        let task = handle.spawn(serve(listener, Arc::new(upstream)));
+        let task = handle.spawn(serve(listener, Arc::new(upstream), Arc::new(allowed)));
         Ok(Self { addr, task })
     }
 
@@ -96,13 +98,13 @@ impl Drop for Forwarder {
 
 /// Accepts until aborted; each connection on a task of its own, which ends
 /// with the accept loop (a `JoinSet` owned here).
-async fn serve(listener: TcpListener, upstream: Arc<ProxyUrl>) {
+async fn serve(listener: TcpListener, upstream: Arc<ProxyUrl>, allowed: Arc<Vec<u32>>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((mut client, _)) = accepted else {
+                let Ok((mut client, peer)) = accepted else {
                     // Out of descriptors and the like: do not spin.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
@@ -113,9 +115,13 @@ async fn serve(listener: TcpListener, upstream: Arc<ProxyUrl>) {
                     });
                     continue;
                 };
-                let upstream = upstream.clone();
+                let (upstream, allowed) = (upstream.clone(), allowed.clone());
                 connections.spawn(async move {
                     let _slot = slot;
+                    if !permitted(&client, peer, &allowed).await {
+                        let _ = answer(&mut client, "403 Forbidden").await;
+                        return;
+                    }
                     if let Err(e) = forward(client, &upstream).await {
                         tracing::debug!(error = %e, "agents' proxy: connection ended");
                     }
@@ -124,6 +130,22 @@ async fn serve(listener: TcpListener, upstream: Arc<ProxyUrl>) {
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+}
+
+/// Whether the process at `peer` is of an allowed uid.
+async fn permitted(client: &TcpStream, peer: SocketAddr, allowed: &[u32]) -> bool {
+    let Ok(local) = client.local_addr() else {
+        return false;
+    };
+    let owner = tokio::task::spawn_blocking(move || super::peer::owner(peer, local))
+        .await
+        .ok()
+        .flatten();
+    let ok = owner.is_some_and(|uid| allowed.contains(&uid));
+    if !ok {
+        tracing::warn!(%peer, uid = ?owner, "agents' proxy: refused a connection from a process of another user");
+    }
+    ok
 }
 
 /// One client connection: its head, rewritten, to the upstream proxy, then
@@ -239,6 +261,22 @@ async fn answer(client: &mut TcpStream, status: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    fn me() -> u32 {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() }
+    }
+
+    #[tokio::test]
+    async fn another_users_process_is_refused() {
+        let (port, mut seen) = fake_upstream("HTTP/1.1 200 OK\r\n\r\n").await;
+        let upstream = ProxyUrl::parse(&format!("http://me:pw@127.0.0.1:{port}")).unwrap();
+        let forwarder = Forwarder::start(upstream, vec![me().wrapping_add(1)]).unwrap();
+        let want = "HTTP/1.1 403 Forbidden\r\n";
+        let got = exchange(&forwarder, b"CONNECT a:1 HTTP/1.1\r\n\r\n", want.len()).await;
+        assert_eq!(got, want);
+        assert!(seen.try_recv().is_err());
+    }
+
     /// An upstream proxy on loopback: answers each connection with
     /// `answer`, then echoes; sends what it received on the channel.
     async fn fake_upstream(
@@ -286,7 +324,7 @@ mod tests {
         let ok = "HTTP/1.1 200 Connection established\r\n\r\n";
         let (port, mut seen) = fake_upstream(ok).await;
         let upstream = ProxyUrl::parse(&format!("http://me:pw@127.0.0.1:{port}")).unwrap();
-        let forwarder = Forwarder::start(upstream).unwrap();
+        let forwarder = Forwarder::start(upstream, vec![me()]).unwrap();
         assert_eq!(
             forwarder.url(),
             format!("http://127.0.0.1:{}", forwarder.port())
@@ -308,7 +346,7 @@ mod tests {
         let ok = "HTTP/1.1 204 No Content\r\n\r\n";
         let (port, mut seen) = fake_upstream(ok).await;
         let upstream = ProxyUrl::parse(&format!("http://me:pw@127.0.0.1:{port}")).unwrap();
-        let forwarder = Forwarder::start(upstream).unwrap();
+        let forwarder = Forwarder::start(upstream, vec![me()]).unwrap();
         let sent = b"GET http://h.example/x HTTP/1.1\nHost: h.example\n\
                      Proxy-Connection: keep-alive\nConnection: keep-alive\n\n";
         assert_eq!(exchange(&forwarder, sent, ok.len()).await, ok);
@@ -324,7 +362,7 @@ mod tests {
     async fn what_a_proxy_does_not_take_is_refused_without_reaching_upstream() {
         let (port, mut seen) = fake_upstream("HTTP/1.1 200 OK\r\n\r\n").await;
         let upstream = ProxyUrl::parse(&format!("http://me:pw@127.0.0.1:{port}")).unwrap();
-        let forwarder = Forwarder::start(upstream).unwrap();
+        let forwarder = Forwarder::start(upstream, vec![me()]).unwrap();
         let bad = "HTTP/1.1 400 Bad Request\r\n";
         for sent in [
             "GET /origin-form HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -357,7 +395,7 @@ mod tests {
         let port = dead.local_addr().unwrap().port();
         drop(dead);
         let upstream = ProxyUrl::parse(&format!("http://me:pw@127.0.0.1:{port}")).unwrap();
-        let forwarder = Forwarder::start(upstream).unwrap();
+        let forwarder = Forwarder::start(upstream, vec![me()]).unwrap();
         let want = "HTTP/1.1 502 Bad Gateway\r\n";
         let got = exchange(&forwarder, b"CONNECT a:1 HTTP/1.1\r\n\r\n", want.len()).await;
         assert_eq!(got, want);
@@ -366,7 +404,9 @@ mod tests {
     #[test]
     fn needs_a_runtime_and_says_so() {
         let upstream = ProxyUrl::parse("http://me:pw@127.0.0.1:1").unwrap();
-        let err = Forwarder::start(upstream).unwrap_err().to_string();
+        let err = Forwarder::start(upstream, vec![me()])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("tokio runtime"), "{err}");
     }
 }

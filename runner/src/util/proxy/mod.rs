@@ -16,6 +16,7 @@
 pub mod agents;
 pub mod connect;
 pub mod forward;
+pub mod peer;
 
 use std::fmt;
 
