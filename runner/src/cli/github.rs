@@ -139,6 +139,9 @@ fn connect(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<TokenBro
         let config = RunConfig::resolve(args, env_secret)?;
         (Some(crate::host::client::client(&config)?), config.proxy)
     };
+    for secret in proxies.secrets() {
+        crate::util::redact::Redactor::process().add(&secret);
+    }
     init_logging(format, &level)?;
     Ok(github::broker(
         &github_config,

@@ -59,6 +59,11 @@ pub async fn run(args: RunArgs, env_secret: Option<Secret>) -> anyhow::Result<()
     if let Some(secret) = &config.secret {
         crate::util::redact::Redactor::process().add(secret.expose());
     }
+    // The proxy's user and password stay in the runner (agents reach it
+    // through a forwarder); masked too wherever they would be quoted.
+    for secret in config.proxy.secrets() {
+        crate::util::redact::Redactor::process().add(&secret);
+    }
     logging::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
     procs::warn_if_pid1();
     match hardening {

@@ -84,8 +84,10 @@ settings! {
         pub reconnect_max_delay: Option<Duration>,
         /// The outbound HTTP proxy for every destination,
         /// `http://[user:pass@]host:port`: the ControlChannel tunnels through it
-        /// with CONNECT, and agents' git and CLIs get it too. Default:
-        /// HTTPS_PROXY or HTTP_PROXY by scheme, with NO_PROXY exceptions.
+        /// with CONNECT, and agents' git and CLIs get it too (with credentials,
+        /// through a forwarder of the runner's on 127.0.0.1 that adds them:
+        /// agents never see them). Default: HTTPS_PROXY or HTTP_PROXY by
+        /// scheme, with NO_PROXY exceptions.
         #[arg(long, env = "AGENT_RUNNER_PROXY", value_name = "URL", help_heading = "Connection")]
         pub proxy: Option<String>,
         /// Durable state: the SQLite database, the delivery journal, transcripts,

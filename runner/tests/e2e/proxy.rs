@@ -390,3 +390,192 @@ async fn the_embedded_engines_model_calls_go_through_the_proxy_flag() {
         runner.logs()
     );
 }
+
+/// A plain HTTP server on loopback answering every request with `body`;
+/// sends each request head it got on the channel.
+async fn http_origin(body: &'static str) -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && s.read(&mut b).await.unwrap_or(0) == 1 {
+                    head.push(b[0]);
+                }
+                let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (port, rx)
+}
+
+#[tokio::test]
+async fn agents_reach_an_authenticating_proxy_without_its_credentials() {
+    agents_through_an_authenticating_proxy(false, |o, url| {
+        let mut o = o.arg("--proxy").arg(url);
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+            o = o.env(name, "");
+        }
+        o
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn credentials_in_the_runners_proxy_variables_stay_in_the_runner_too() {
+    agents_through_an_authenticating_proxy(false, |o, url| {
+        o.env("AGENT_RUNNER_PROXY", "")
+            .env("HTTPS_PROXY", "")
+            .env("https_proxy", url)
+            .env("HTTP_PROXY", url)
+            .env("http_proxy", "")
+    })
+    .await;
+}
+
+/// Agents running as another uid (`--agent-uid 65534`) are served by the
+/// forwarder too (it refuses other users' processes).
+#[tokio::test]
+async fn agents_of_the_agent_uid_reach_the_forwarder() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        test_kit::skip_this_test("proxy e2e: --agent-uid needs root");
+        return;
+    }
+    agents_through_an_authenticating_proxy(true, |o, url| {
+        let mut o = o.arg("--proxy").arg(url).arg("--agent-uid").arg("65534");
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+            o = o.env(name, "");
+        }
+        o
+    })
+    .await;
+}
+
+/// A tinyproxy wanting `BasicAuth`, given to the runner by `give` (its URL
+/// with the credentials); a scripted thread's `run` step shows its
+/// environment and fetches from a loopback origin through the proxy.
+/// `walkable`: the runner's directories are opened to other users (for an
+/// agent uid).
+async fn agents_through_an_authenticating_proxy(
+    walkable: bool,
+    give: impl FnOnce(RunnerOpts, &str) -> RunnerOpts,
+) {
+    let bin = match tinyproxy() {
+        Ok(b) => b,
+        Err(why) => {
+            test_kit::skip_this_test(&format!("proxy e2e: {why}"));
+            return;
+        }
+    };
+    const USER: &str = "opuser-e2e";
+    const PASSWORD: &str = "s3cr3t-proxy-pw";
+    let proxy = Tinyproxy::start(&bin, &format!("BasicAuth {USER} {PASSWORD}")).await;
+    let (origin, mut seen) = http_origin("through-the-proxy").await;
+    let flag = format!("http://{USER}:{PASSWORD}@127.0.0.1:{}", proxy.port);
+    let (cp, runner) = connected_with(|o| {
+        // Everything through the proxy, the control channel included.
+        give(o, &flag).env("NO_PROXY", "").env("no_proxy", "")
+    })
+    .await;
+    if walkable {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(runner.dirs.path(), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    create_agent(&cp, "a").await;
+    let thread = create_thread(&cp, "a", "t").await;
+    // Neither credential is in the command (split in two), so masking
+    // cannot hide them from the counts; the proxy itself refuses a client
+    // without them (407), and the agent's curl gets through by the
+    // variables it is given.
+    let script = format!(
+        "run env | grep -i _proxy= | sort; echo \"uid=$(id -u)\"; \
+         echo \"pw-in-env=$(cat /proc/self/environ | tr '\\0' '\\n' | grep -c 's3cr3t''-proxy-pw')\"; \
+         echo \"user-in-env=$(env | grep -c 'opuser''-e2e')\"; \
+         echo \"direct=$(curl -s -o /dev/null -w '%{{http_code}}' --noproxy '' -x http://127.0.0.1:{tp} http://127.0.0.1:{origin}/direct)\"; \
+         echo \"via=$(curl -sS --max-time 20 http://127.0.0.1:{origin}/via-agent 2>&1)\"",
+        tp = proxy.port
+    );
+    send(&cp, "m", user_message("a", &thread, &script, false)).await;
+    turn_completed(&cp, "m").await;
+    let outputs = command_outputs(&replies(&cp, "m")).join("\n");
+    let forwarder = outputs
+        .lines()
+        .find_map(|l| l.strip_prefix("HTTPS_PROXY="))
+        .unwrap_or_else(|| panic!("no HTTPS_PROXY in the agent's env:\n{outputs}"));
+    assert!(
+        forwarder.starts_with("http://127.0.0.1:")
+            && !forwarder.ends_with(&format!(":{}", proxy.port)),
+        "agents are given the runner's forwarder: {outputs}"
+    );
+    for name in ["https_proxy", "HTTP_PROXY", "http_proxy"] {
+        assert!(
+            outputs.contains(&format!("{name}={forwarder}\n")),
+            "{name}: {outputs}"
+        );
+    }
+    for want in [
+        "pw-in-env=0",
+        "user-in-env=0",
+        "direct=407",
+        "via=through-the-proxy",
+    ] {
+        assert!(
+            outputs.contains(want),
+            "{want}: {outputs}\nrunner:\n{}\ntinyproxy:\n{}",
+            runner.logs(),
+            proxy.log_text()
+        );
+    }
+    assert!(!outputs.contains("***"), "something was masked: {outputs}");
+    assert_eq!(walkable, outputs.contains("uid=65534"), "{outputs}");
+    // The agent's request reached the origin through tinyproxy (which
+    // adds its Via header), and tinyproxy logged it.
+    let mut heads = Vec::new();
+    while let Ok(h) = seen.try_recv() {
+        heads.push(h);
+    }
+    assert!(
+        heads
+            .iter()
+            .any(|h| h.starts_with("GET /via-agent") && h.to_ascii_lowercase().contains("via:")),
+        "{heads:?}"
+    );
+    assert!(
+        proxy.log_text().contains("via-agent"),
+        "{}",
+        proxy.log_text()
+    );
+    // The credentials are in no update, transcript or log line.
+    let basic = "b3B1c2VyLWUyZTpzM2NyM3QtcHJveHktcHc"; // base64 "opuser-e2e:s3cr3t-proxy-pw", unpadded
+    let updates = format!("{:?}", cp.received());
+    let transcript = std::fs::read_to_string(
+        runner
+            .dirs
+            .path()
+            .join("state/transcripts")
+            .join(format!("{thread}.jsonl")),
+    )
+    .unwrap_or_default();
+    assert!(transcript.contains("through-the-proxy"), "{transcript}");
+    for (what, text) in [
+        ("updates", &updates),
+        ("transcript", &transcript),
+        ("logs", &runner.logs()),
+    ] {
+        for secret in [PASSWORD, USER, basic] {
+            assert!(!text.contains(secret), "{secret} in the {what}:\n{text}");
+        }
+    }
+}

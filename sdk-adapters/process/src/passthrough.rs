@@ -9,16 +9,15 @@
 //! (`AGENT_RUNNER_*`, among them its secret file paths) match no adapter's
 //! list and are never passed.
 
-/// Proxy and CA settings every HTTP-speaking CLI honours.
+/// Proxy exceptions and CA settings every HTTP-speaking CLI honours. The
+/// proxy variables themselves (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`,
+/// either case) are not among them: the runner gives agents its proxy
+/// through the launcher, without the operator's credentials, and a value
+/// passed here would override that with the runner's own (credentials
+/// included).
 pub const NETWORK_ENV: &[&str] = &[
-    "HTTPS_PROXY",
-    "HTTP_PROXY",
     "NO_PROXY",
-    "ALL_PROXY",
-    "https_proxy",
-    "http_proxy",
     "no_proxy",
-    "all_proxy",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "NODE_EXTRA_CA_CERTS",
@@ -59,13 +58,14 @@ mod tests {
             ("CODEX_HOME", "/c"),
             ("AGENT_RUNNER_SECRET_FILE", "/s"),
             ("AWS_SECRET_ACCESS_KEY", "a"),
-            ("HTTPS_PROXY", "http://p"),
+            ("HTTPS_PROXY", "http://u:p@p"),
+            ("NO_PROXY", "a.b"),
             ("HOME", "/root"),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()));
         let got = runner_env_from(vars, &["CODEX_HOME"], &["ANTHROPIC_"]);
         let names: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(names, ["ANTHROPIC_API_KEY", "CODEX_HOME", "HTTPS_PROXY"]);
+        assert_eq!(names, ["ANTHROPIC_API_KEY", "CODEX_HOME", "NO_PROXY"]);
         let got = runner_env_from(
             [("AGENT_RUNNER_X".to_string(), "1".to_string())],
             &[],

@@ -30,9 +30,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agent_launcher::{EnvPolicy, HostProbe, Launcher, LauncherConfig, Mode, ThreadSandbox};
+use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{RunConfig, SandboxConfig};
+use crate::util::proxy::agents::AgentProxy;
 
 use access::{runner_programs, sdk_homes};
 
@@ -72,6 +74,9 @@ pub struct AgentSandboxes {
     /// would otherwise find nothing left to do and exit mid-way, leaving
     /// the cgroups being emptied behind).
     closing: Mutex<()>,
+    /// The forwarders agents reach the operator's proxy through; they stop
+    /// with the runner.
+    agent_proxy: AgentProxy,
 }
 
 /// Every thread's sandbox by thread id, and whether they were all closed.
@@ -134,9 +139,22 @@ impl AgentSandboxes {
             protected_paths(config),
         );
         launcher_config.read_only.extend(runner_programs(config));
-        // `--proxy` reaches agents' git and CLIs as HTTPS_PROXY & co.
-        launcher_config.env.set.extend(config.proxy.agent_env());
+        // The runner's proxy reaches agents' git and CLIs as HTTPS_PROXY &
+        // co., never with its credentials (a forwarder adds them).
+        let agent_proxy =
+            AgentProxy::start(&config.proxy, config.sandbox.agent_user.map(|u| u.uid))
+                .context("starting the agents' proxy")?;
+        let not_inherited = agent_proxy.not_inherited();
+        launcher_config
+            .env
+            .inherit
+            .retain(|n| !not_inherited.contains(n));
+        launcher_config.env.set.extend(agent_proxy.env().to_vec());
+        if let Some(net) = &mut launcher_config.net {
+            net.connect.extend(agent_proxy.ports());
+        }
         let mut me = Self::with_probe(launcher_config, agent_launcher::probe_host())?;
+        me.agent_proxy = agent_proxy;
         (me.sdk_homes, me.probe_homes) = sdk_homes(config);
         // Off the path to registration: the sweep reads every process's
         // environment; sandboxes are handed out only after it (`swept`).
@@ -226,6 +244,7 @@ impl AgentSandboxes {
             probe_homes: Vec::new(),
             sweep: Mutex::new(None),
             closing: Mutex::new(()),
+            agent_proxy: AgentProxy::default(),
         }
     }
 

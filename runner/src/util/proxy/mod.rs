@@ -9,9 +9,14 @@
 //! proxies are supported (the tunnel is HTTP CONNECT; TLS to the
 //! destination goes inside it). Credentials in the proxy URL
 //! (`http://user:pass@proxy:3128`) are sent as `Proxy-Authorization: Basic`
-//! and never shown: [`ProxyUrl`]'s `Display` leaves them out.
+//! and never shown: [`ProxyUrl`]'s `Display` leaves them out, and
+//! [`ProxyConfig::secrets`] are masked wherever text leaves the runner.
+//! Agents never get them: see [`agents`].
 
+pub mod agents;
 pub mod connect;
+pub mod forward;
+pub mod peer;
 
 use std::fmt;
 
@@ -79,6 +84,15 @@ impl ProxyUrl {
     /// `host:port`, brackets around an IPv6 literal.
     pub fn authority(&self) -> String {
         authority(&self.host, self.port)
+    }
+
+    /// The user and password, decoded, when the URL carried credentials.
+    fn credentials(&self) -> Option<(String, String)> {
+        let b64 = self.authorization()?.strip_prefix("Basic ")?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+        let creds = String::from_utf8_lossy(&bytes);
+        let (user, pass) = creds.split_once(':').unwrap_or((&creds, ""));
+        Some((user.to_owned(), pass.to_owned()))
     }
 }
 
@@ -258,24 +272,40 @@ impl ProxyConfig {
         self.explicit.is_some() || self.https.is_some() || self.http.is_some()
     }
 
-    /// The variables agents' git and CLIs get so they use the same proxy:
-    /// with `--proxy` set, `HTTPS_PROXY`/`HTTP_PROXY` (both cases) name it
-    /// and `NO_PROXY` is passed on; otherwise nothing (the launcher's
-    /// allowlist passes the runner's own proxy variables through).
-    pub fn agent_env(&self) -> Vec<(String, String)> {
-        let Some(url) = self.explicit_url() else {
-            return Vec::new();
-        };
-        let mut env = Vec::new();
-        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
-            env.push((name.to_owned(), url.clone()));
+    /// Every form of every proxy credential, for the redaction layer: the
+    /// user, the password, `user:pass` as given and percent-encoded, the
+    /// `Basic` value, and each full URL with them (the redactor ignores the
+    /// ones too short to mask).
+    pub fn secrets(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for proxy in [&self.explicit, &self.https, &self.http]
+            .into_iter()
+            .flatten()
+        {
+            let Some((user, pass)) = proxy.credentials() else {
+                continue;
+            };
+            let (u, p) = (percent_encode(&user), percent_encode(&pass));
+            let auth = proxy.authority();
+            out.extend([
+                format!("http://{u}:{p}@{auth}"),
+                format!("{user}:{pass}@{auth}"),
+                format!("{u}:{p}"),
+                format!("{user}:{pass}"),
+                proxy.authorization.clone().unwrap_or_default(),
+                user,
+                pass,
+                u,
+                p,
+            ]);
+            if let Some(b64) = proxy.authorization().and_then(|a| a.strip_prefix("Basic ")) {
+                out.push(b64.to_owned());
+            }
         }
-        if !self.no_proxy.is_empty() {
-            let list = self.no_proxy.join(",");
-            env.push(("NO_PROXY".to_owned(), list.clone()));
-            env.push(("no_proxy".to_owned(), list));
-        }
-        env
+        out.retain(|s| !s.is_empty());
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The embedded engine's model-provider proxy: the `--proxy` one with
@@ -293,21 +323,15 @@ impl ProxyConfig {
     /// client, never for display.
     fn explicit_url(&self) -> Option<String> {
         let proxy = self.explicit.as_ref()?;
-        let mut url = format!("http://{}", proxy.authority());
-        if let Some(auth) = proxy.authorization()
-            && let Some(b64) = auth.strip_prefix("Basic ")
-            && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(b64)
-        {
-            let creds = String::from_utf8_lossy(&bytes);
-            let (user, pass) = creds.split_once(':').unwrap_or((&creds, ""));
-            url = format!(
+        Some(match proxy.credentials() {
+            Some((user, pass)) => format!(
                 "http://{}:{}@{}",
-                percent_encode(user),
-                percent_encode(pass),
+                percent_encode(&user),
+                percent_encode(&pass),
                 proxy.authority()
-            );
-        }
-        Some(url)
+            ),
+            None => format!("http://{}", proxy.authority()),
+        })
     }
 
     /// One line for logs and `doctor`, credentials left out.
@@ -436,16 +460,20 @@ mod tests {
     }
 
     #[test]
-    fn agents_get_the_explicit_proxy_with_credentials_intact() {
+    fn the_engine_gets_the_explicit_proxy_with_credentials_and_they_are_secrets() {
         let c =
             ProxyConfig::from_values(Some("http://u:p%40w@px:8"), None, None, Some("a.b".into()))
                 .unwrap();
-        let env = c.agent_env();
-        assert!(
-            env.contains(&("HTTPS_PROXY".into(), "http://u:p%40w@px:8".into())),
-            "{env:?}"
-        );
-        assert!(env.contains(&("no_proxy".into(), "a.b".into())));
+        let secrets = c.secrets();
+        for s in [
+            "http://u:p%40w@px:8",
+            "u:p@w",
+            "p@w",
+            "p%40w",
+            "Basic dTpwQHc=",
+        ] {
+            assert!(secrets.contains(&s.to_owned()), "{s} not in {secrets:?}");
+        }
         assert!(!c.describe().contains("p%40w"));
         let model = c.model_proxy().unwrap();
         assert_eq!(
@@ -456,7 +484,7 @@ mod tests {
         assert!(
             ProxyConfig::from_values(None, pair("HTTPS_PROXY", "px:1"), None, None)
                 .unwrap()
-                .agent_env()
+                .secrets()
                 .is_empty()
         );
     }
