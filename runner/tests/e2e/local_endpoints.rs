@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use crate::support::*;
 
 /// The bound health address, from the runner's log.
-async fn health_addr(r: &RunnerProc) -> String {
+pub(crate) async fn health_addr(r: &RunnerProc) -> String {
     let marker = "listening on http://";
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -31,7 +31,7 @@ async fn health_addr(r: &RunnerProc) -> String {
 }
 
 /// One `GET` over HTTP/1.0: the whole raw answer.
-async fn raw_get(addr: &str, path: &str) -> String {
+pub(crate) async fn raw_get(addr: &str, path: &str) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();

@@ -41,6 +41,7 @@ mod sandbox;
 mod sandbox_limits;
 mod scale;
 mod secret_files;
+mod signal_scope;
 mod skills;
 mod soak;
 mod thread_skills;
