@@ -16,6 +16,7 @@ mod additions;
 mod claude_config;
 mod code_agent;
 mod code_agent_serve;
+mod code_agent_serve_hardening;
 mod codex;
 mod codex_login;
 mod credentials;
