@@ -73,13 +73,9 @@ pub(crate) fn build(
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))?;
+    // An ABI without scoping is the launcher's to report or refuse, once
+    // for every thread (`signal_scope`).
     let scoped = req.scope && req.abi >= ABI_SCOPE;
-    if req.scope && !scoped {
-        missing.push(format!(
-            "landlock scoping of signals and abstract unix sockets: kernel ABI {} < {ABI_SCOPE}",
-            req.abi
-        ));
-    }
     if scoped {
         ruleset = ruleset.scope(Scope::from_all(abi))?;
     }

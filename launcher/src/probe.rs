@@ -12,11 +12,19 @@ use crate::cgroup_v1::probe_pids_v1;
 /// `LANDLOCK_CREATE_RULESET_VERSION`.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
 
+/// Caps the Landlock ABI the launcher uses below the kernel's (never
+/// above): to test what an older kernel gets on a newer one, or to keep
+/// clear of a kernel's newer Landlock feature. `0`: no Landlock.
+pub const LANDLOCK_ABI_MAX_VAR: &str = "AGENT_LAUNCHER_LANDLOCK_ABI_MAX";
+
 /// What the host offers.
 #[derive(Clone, Debug)]
 pub struct HostProbe {
-    /// The kernel's Landlock ABI version, or why Landlock is unavailable.
+    /// The kernel's Landlock ABI version (capped by
+    /// [`LANDLOCK_ABI_MAX_VAR`]), or why Landlock is unavailable.
     pub landlock: Result<i32, String>,
+    /// What [`LANDLOCK_ABI_MAX_VAR`] did, when set.
+    pub landlock_cap: Option<String>,
     /// The cgroup v2 subtree the launcher may use, or why none.
     pub cgroup: CgroupProbe,
     /// The runner's cgroup in the v1 `pids` hierarchy, where it may create
@@ -51,6 +59,9 @@ impl HostProbe {
             Ok(abi) => lines.push(format!("landlock: ABI {abi}")),
             Err(why) => lines.push(format!("landlock: unavailable ({why})")),
         }
+        if let (Some(line), Some(cap)) = (lines.last_mut(), &self.landlock_cap) {
+            line.push_str(&format!(" [{cap}]"));
+        }
         lines.push(format!("cgroup: {}", self.cgroup));
         lines.push(match &self.pids_v1 {
             Ok(dir) => format!("cgroup v1 pids: {} (writable)", dir.display()),
@@ -73,8 +84,11 @@ impl HostProbe {
 /// cgroup probes, which create and remove one empty cgroup in each of the
 /// v2 and v1 `pids` hierarchies that looks writable.
 pub fn probe_host() -> HostProbe {
+    let cap = std::env::var(LANDLOCK_ABI_MAX_VAR).ok();
+    let (landlock, landlock_cap) = cap_landlock(landlock_abi(), cap.as_deref());
     HostProbe {
-        landlock: landlock_abi(),
+        landlock,
+        landlock_cap,
         cgroup: probe_cgroup(),
         pids_v1: probe_pids_v1(),
         user_namespaces: user_namespaces(),
@@ -111,6 +125,42 @@ fn landlock_abi() -> Result<i32, String> {
     })
 }
 
+/// The kernel's ABI `kernel` lowered to `max` (the value of
+/// [`LANDLOCK_ABI_MAX_VAR`]), and what that did. Only ever lowers: a `max`
+/// above the kernel's ABI, or one that is not a number, changes nothing
+/// (and says so).
+fn cap_landlock(
+    kernel: Result<i32, String>,
+    max: Option<&str>,
+) -> (Result<i32, String>, Option<String>) {
+    let Some(raw) = max else {
+        return (kernel, None);
+    };
+    let Ok(max) = raw.trim().parse::<i32>() else {
+        return (
+            kernel,
+            Some(format!(
+                "{LANDLOCK_ABI_MAX_VAR}={raw:?} ignored: not a number"
+            )),
+        );
+    };
+    match kernel {
+        Ok(abi) if max < 1 => (
+            Err(format!(
+                "kernel ABI {abi}, turned off by {LANDLOCK_ABI_MAX_VAR}={max}"
+            )),
+            None,
+        ),
+        Ok(abi) if max < abi => (
+            Ok(max),
+            Some(format!(
+                "kernel ABI {abi}, capped by {LANDLOCK_ABI_MAX_VAR}"
+            )),
+        ),
+        other => (other, None),
+    }
+}
+
 fn user_namespaces() -> Option<bool> {
     let read = |p: &str| -> Option<i64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
     let max = read("/proc/sys/user/max_user_namespaces")?;
@@ -132,5 +182,22 @@ mod tests {
         if let Ok(abi) = p.landlock {
             assert!(abi >= 1);
         }
+    }
+
+    #[test]
+    fn the_abi_cap_only_lowers() {
+        let none = || Err::<i32, String>("no landlock".to_string());
+        assert_eq!(cap_landlock(Ok(7), None), (Ok(7), None));
+        let (abi, note) = cap_landlock(Ok(7), Some("5"));
+        assert_eq!(abi, Ok(5));
+        assert!(note.unwrap().contains("kernel ABI 7"));
+        // Never raised, never invented.
+        assert_eq!(cap_landlock(Ok(5), Some("7")), (Ok(5), None));
+        assert_eq!(cap_landlock(none(), Some("7")), (none(), None));
+        let (abi, note) = cap_landlock(Ok(7), Some("six"));
+        assert_eq!(abi, Ok(7));
+        assert!(note.unwrap().contains("ignored"));
+        let (abi, _) = cap_landlock(Ok(7), Some("0"));
+        assert!(abi.unwrap_err().contains("turned off"));
     }
 }

@@ -24,6 +24,7 @@ use crate::policy::{
 use crate::probe::{HostProbe, probe_host};
 use crate::report::{Applied, LauncherStatus};
 use crate::rlimits::Rlimits;
+use crate::signal_scope::{ScopeGap, signal_scoping};
 use crate::thread_cgroups::{CgroupRoots, ThreadCgroups};
 use crate::tracking::{KillReport, Leftovers, find_leftovers_in, kill_tagged, new_tag, sweep_in};
 
@@ -113,9 +114,10 @@ fn unavailable_or_note(
 
 impl Launcher {
     /// Probes the host and prepares the launcher. Mode `enforce` fails here
-    /// when Landlock is unavailable, when, for a root runner, capabilities
-    /// cannot be dropped, or when no cgroup can hold a thread's processes
-    /// (with `cgroups` on).
+    /// when Landlock is unavailable, when it cannot scope signals (ABI < 6)
+    /// and agents would run as the runner's uid (no `agent_user`), when,
+    /// for a root runner, capabilities cannot be dropped, or when no cgroup
+    /// can hold a thread's processes (with `cgroups` on).
     pub fn new(config: LauncherConfig) -> Result<Self, LaunchError> {
         Self::with_probe(config, probe_host())
     }
@@ -160,6 +162,21 @@ impl Launcher {
                     "TCP rules",
                     format!("kernel Landlock ABI {abi} < 4"),
                 )?;
+            }
+            match signal_scoping(
+                mode,
+                probe.landlock_abi(),
+                config.scope_ipc,
+                config.agent_user,
+            ) {
+                ScopeGap::None => {}
+                ScopeGap::Note(line) => missing.push(line),
+                ScopeGap::Refuse(why) => {
+                    return Err(LaunchError::Unavailable {
+                        what: "signal scoping",
+                        why,
+                    });
+                }
             }
         }
         let cgroups = CgroupRoots::setup(&config, &probe, &mut missing)?;

@@ -166,6 +166,81 @@ async fn cannot_signal_processes_outside_its_sandbox() {
     }
 }
 
+/// A kernel with Landlock but no signal scoping (ABI 5, as the launcher
+/// is told to use on this newer kernel): `enforce` refuses it unless agents
+/// run as another uid, naming why; `best-effort` says so, and its agents
+/// can indeed signal the runner's processes (the refusal is not for show).
+#[tokio::test]
+async fn below_abi_6_enforce_wants_an_agent_uid_and_best_effort_says_signals_are_unscoped() {
+    if !require_landlock() {
+        return;
+    }
+    if landlock_abi().unwrap_or(0) < 5 {
+        eprintln!("SKIP: Landlock ABI < 5 here; this test lowers the ABI to 5");
+        return;
+    }
+    let abi5 = || agent_launcher::HostProbe {
+        landlock: Ok(5),
+        ..agent_launcher::probe_host()
+    };
+    let tree = Tree::new();
+    let err = Launcher::with_probe(tree.config(Mode::Enforce), abi5()).unwrap_err();
+    let why = err.to_string();
+    assert!(
+        matches!(
+            err,
+            agent_launcher::LaunchError::Unavailable {
+                what: "signal scoping",
+                ..
+            }
+        ),
+        "{why}"
+    );
+    assert!(
+        why.contains("Landlock ABI 5 < 6") && why.contains("--agent-uid"),
+        "{why}"
+    );
+    if is_root() {
+        let mut config = tree.config(Mode::Enforce);
+        config.agent_user = Some(agent_launcher::AgentUser {
+            uid: 65534,
+            gid: 65534,
+        });
+        let launcher = Launcher::with_probe(config, abi5()).unwrap();
+        assert!(
+            launcher
+                .status()
+                .missing
+                .iter()
+                .any(|m| m.starts_with("landlock scoping") && m.contains("uid 65534")),
+            "{:?}",
+            launcher.status()
+        );
+    }
+
+    let launcher = Launcher::with_probe(tree.config(Mode::BestEffort), abi5()).unwrap();
+    let status = launcher.status();
+    assert!(
+        status
+            .missing
+            .iter()
+            .any(|m| m.contains("signals are not scoped")),
+        "{status:?}"
+    );
+    let a = launcher.thread(tree.spec("a")).unwrap();
+    assert_eq!(a.applied().landlock_abi, Some(5));
+    assert!(!a.applied().scoped, "{}", a.applied());
+    let mut victim = tokio::process::Command::new("/bin/sleep")
+        .arg("30")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = victim.id().unwrap() as i32;
+    let out = sh(&a, &format!("kill -KILL {pid}")).await;
+    assert!(out.ok, "ABI 5 has no signal scoping: {}", out.stderr);
+    victim.wait().await.unwrap();
+}
+
 #[tokio::test]
 async fn root_agents_hold_no_capability() {
     if !require_landlock() || !is_root() {

@@ -1,7 +1,8 @@
 //! The `agent-runner` binary: everything lives in the library's `cli` module.
 //!
-//! Secrets: `AGENT_RUNNER_SECRET` is read and removed from the environment
-//! before anything else, so no agent process ever inherits it.
+//! Secrets: `AGENT_RUNNER_SECRET` is read, wiped and removed from the
+//! environment before anything else, so no agent process ever inherits it
+//! and `/proc/<pid>/environ` does not show it.
 
 use std::process::ExitCode;
 
@@ -24,9 +25,8 @@ fn main() -> ExitCode {
 }
 
 fn take_env_secret() -> Option<Secret> {
-    let value = std::env::var("AGENT_RUNNER_SECRET").ok();
     // SAFETY: called first thing in main, before any other thread exists.
-    unsafe { std::env::remove_var("AGENT_RUNNER_SECRET") };
+    let value = unsafe { agent_runner::taken_env::take("AGENT_RUNNER_SECRET") };
     value
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())

@@ -127,9 +127,25 @@ impl ServeArgs {
     /// and TLS when both files are given. Errors name the setting; none
     /// quotes a secret.
     pub fn guard(&self) -> anyhow::Result<ServeOptions> {
+        let name = former_env::token_env(AUTH_TOKEN_ENV);
+        let value = std::env::var(name).ok();
+        self.guard_with_env_token(name, value.as_deref())
+    }
+
+    /// [`Self::guard`] with the token variable's value read by the caller:
+    /// `name` the variable it came from (for errors), `value` its value. A
+    /// caller that takes the token out of its environment at start (so no
+    /// child inherits it and `/proc/<pid>/environ` does not show it) uses
+    /// this.
+    pub fn guard_with_env_token(
+        &self,
+        name: &str,
+        value: Option<&str>,
+    ) -> anyhow::Result<ServeOptions> {
         ServeOptions::load(GuardSources {
             token_file: self.auth_token_file.as_deref(),
-            token_env: former_env::token_env(AUTH_TOKEN_ENV),
+            token_env: name,
+            token_env_value: value,
             insecure_no_auth: self.insecure_no_auth,
             tls_cert: self.tls_cert.as_deref(),
             tls_key: self.tls_key.as_deref(),

@@ -6,7 +6,7 @@
 use clap::Command;
 
 /// The former name of the bearer token's variable.
-const FORMER_AUTH_TOKEN_ENV: &str = "CODE_AGENT_AUTH_TOKEN";
+pub const FORMER_AUTH_TOKEN_ENV: &str = "CODE_AGENT_AUTH_TOKEN";
 
 /// (argument of [`super::ServeArgs`], canonical variable, former variable).
 const FORMER: &[(&str, &str, &str)] = &[

@@ -92,6 +92,9 @@ pub struct GuardSources<'a> {
     /// The environment variable that may hold the token itself (the file
     /// wins when both are set). Never a flag: argv is world-readable.
     pub token_env: &'a str,
+    /// That variable's value, read by the caller (who may have taken it
+    /// out of the environment).
+    pub token_env_value: Option<&'a str>,
     /// `--insecure-no-auth`: serve without a token when none is given.
     pub insecure_no_auth: bool,
     /// `--tls-cert`: certificate chain (PEM).
@@ -105,7 +108,7 @@ impl ServeOptions {
     /// environment (required unless `insecure_no_auth`), TLS when both
     /// files are given. Errors name the setting; none quotes a secret.
     pub fn load(sources: GuardSources<'_>) -> Result<Self, String> {
-        let token = match (sources.token_file, std::env::var(sources.token_env)) {
+        let token = match (sources.token_file, sources.token_env_value) {
             (Some(file), _) => {
                 let text = std::fs::read_to_string(file)
                     .map_err(|e| format!("auth_token_file: {}: {e}", file.display()))?;
@@ -114,8 +117,8 @@ impl ServeOptions {
                         .map_err(|e| format!("auth_token_file: {}: {e}", file.display()))?,
                 )
             }
-            (None, Ok(value)) if !value.trim().is_empty() => {
-                Some(BearerToken::new(&value).map_err(|e| format!("{}: {e}", sources.token_env))?)
+            (None, Some(value)) if !value.trim().is_empty() => {
+                Some(BearerToken::new(value).map_err(|e| format!("{}: {e}", sources.token_env))?)
             }
             (None, _) if sources.insecure_no_auth => None,
             (None, _) => {
@@ -171,6 +174,7 @@ mod tests {
         let none = GuardSources {
             token_file: None,
             token_env: "CODE_AGENT_TEST_TOKEN_THAT_IS_NOT_SET",
+            token_env_value: None,
             insecure_no_auth: false,
             tls_cert: None,
             tls_key: None,

@@ -23,7 +23,7 @@ mod guard;
 mod run;
 
 pub use args::{AUTH_TOKEN_ENV, DEFAULT_LISTEN, LogFormat, ServeArgs};
-pub use former_env::accept_former_env;
+pub use former_env::{FORMER_AUTH_TOKEN_ENV, accept_former_env};
 pub use grpc::{serve, serve_with};
 pub use guard::{BearerToken, GuardSources, ServeOptions, TlsPem};
 pub use run::{run, run_with};

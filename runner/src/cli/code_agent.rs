@@ -57,20 +57,47 @@ pub fn is_secret_var(name: &str) -> bool {
         || matches!(upper.as_str(), "GITHUB_TOKEN" | "GH_TOKEN")
 }
 
-pub async fn run(command: CodeAgentCommand) -> anyhow::Result<()> {
-    match command {
-        CodeAgentCommand::Serve(args) => serve(args).await,
+/// The bearer token from the environment, taken out of it (wiped from the
+/// environment block too): `AGENT_RUNNER_CODE_AGENT_AUTH_TOKEN`, or its
+/// former name when only that one is set; (variable, value). Both are
+/// removed.
+///
+/// Call while no other thread exists.
+pub fn take_env_token() -> Option<(&'static str, String)> {
+    use code_agent_engine::serve::{AUTH_TOKEN_ENV, FORMER_AUTH_TOKEN_ENV};
+    // SAFETY: the caller runs this before starting any thread.
+    let canonical = unsafe { crate::util::taken_env::take(AUTH_TOKEN_ENV) };
+    // SAFETY: as above.
+    let former = unsafe { crate::util::taken_env::take(FORMER_AUTH_TOKEN_ENV) };
+    match (canonical, former) {
+        (Some(v), _) => Some((AUTH_TOKEN_ENV, v)),
+        (None, Some(v)) => Some((FORMER_AUTH_TOKEN_ENV, v)),
+        (None, None) => None,
     }
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// Runs `command`; `env_token` is [`take_env_token`]'s.
+pub async fn run(
+    command: CodeAgentCommand,
+    env_token: Option<(&'static str, String)>,
+) -> anyhow::Result<()> {
+    match command {
+        CodeAgentCommand::Serve(args) => serve(args, env_token).await,
+    }
+}
+
+async fn serve(args: ServeArgs, env_token: Option<(&'static str, String)>) -> anyhow::Result<()> {
     redact_provider_keys();
     let format = match args.log_format {
         code_agent_engine::serve::LogFormat::Text => LogFormat::Text,
         code_agent_engine::serve::LogFormat::Json => LogFormat::Json,
     };
     crate::ops::logging::init(format, &args.log_level).map_err(anyhow::Error::msg)?;
-    let guard = args.guard()?;
+    let (name, value) = match &env_token {
+        Some((name, value)) => (*name, Some(value.as_str())),
+        None => (code_agent_engine::serve::AUTH_TOKEN_ENV, None),
+    };
+    let guard = args.guard_with_env_token(name, value)?;
     if let Some(token) = &guard.token {
         Redactor::process().add(token.expose());
     }

@@ -496,7 +496,9 @@ fn sandbox_check(sandbox: &crate::host::sandbox::SandboxStatus) -> Check {
             "sandbox",
             Outcome::Fail,
             format!("{detail}; REFUSING every turn: {why}"),
-            Some(if why.contains("cgroup") {
+            Some(if why.contains("signal scoping") {
+                "run agents as another uid with --agent-uid (root runner), use a kernel with Landlock ABI 6 (Linux 6.12), or set --sandbox best-effort".into()
+            } else if why.contains("cgroup") {
                 "run the runner as root with a writable cgroupfs, or delegate it a cgroup v2 subtree (systemd Delegate=yes); or set --sandbox best-effort".into()
             } else {
                 "run on a kernel with Landlock, or set --sandbox best-effort".into()

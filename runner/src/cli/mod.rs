@@ -125,6 +125,12 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
             }
         };
     }
+    // Before the runtime's threads exist: the engine's bearer token leaves
+    // the environment (and its block) as `run`'s secret did in `main`.
+    let serve_token = match &cli.command {
+        Command::CodeAgent { .. } => code_agent::take_env_token(),
+        _ => None,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_keep_alive(crate::runner::BLOCKING_THREAD_KEEP_ALIVE)
@@ -161,7 +167,7 @@ pub fn main(cli: Cli, env_secret: Option<Secret>) -> ExitCode {
             }
             #[cfg(feature = "demo")]
             Command::Demo(args) => demo::run(args).await,
-            Command::CodeAgent { command } => code_agent::run(command).await,
+            Command::CodeAgent { command } => code_agent::run(command, serve_token).await,
             Command::Github { command } => github::run(*command, env_secret).await,
             Command::GitCredential(_) => Ok(()),
             Command::Sdk {

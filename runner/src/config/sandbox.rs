@@ -13,8 +13,9 @@ settings! {
     #[derive(Debug, Clone, Default, Args)]
     pub struct SandboxArgs {
         /// How agent processes are confined: `enforce` (refuse turns where
-        /// Landlock is unavailable), `best-effort` (apply what the host offers,
-        /// report the rest) or `off` (docs/security.md). Default: `best-effort`.
+        /// Landlock is unavailable, or cannot scope signals without
+        /// `--agent-uid`), `best-effort` (apply what the host offers, report
+        /// the rest) or `off` (docs/security.md). Default: `best-effort`.
         #[arg(
             long,
             env = "AGENT_RUNNER_SANDBOX",

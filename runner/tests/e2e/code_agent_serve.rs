@@ -123,7 +123,7 @@ fn token_file(dir: &Path) -> PathBuf {
 
 /// Sends `authorization: Bearer <token>` when it has a token.
 #[derive(Clone)]
-struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+pub(crate) struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
 
 impl tonic::service::Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
@@ -134,11 +134,11 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
-type Client =
+pub(crate) type Client =
     CodeAgentServiceClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
 
 /// A client of `channel` sending `token` (if any) with every call.
-fn client(channel: Channel, token: Option<&str>) -> Client {
+pub(crate) fn client(channel: Channel, token: Option<&str>) -> Client {
     let header = token.map(|t| format!("Bearer {t}").parse().unwrap());
     CodeAgentServiceClient::with_interceptor(channel, Bearer(header))
 }

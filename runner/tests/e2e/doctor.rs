@@ -8,7 +8,7 @@ use crate::support::*;
 
 /// `doctor --json` with the mock's URL as a flag and the dirs from env;
 /// exit code and report.
-async fn doctor(url: &str, env: &[(&str, &str)]) -> (i32, Value, String) {
+pub(crate) async fn doctor(url: &str, env: &[(&str, &str)]) -> (i32, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = tokio::process::Command::new(runner_bin())
         .args([
@@ -32,7 +32,7 @@ async fn doctor(url: &str, env: &[(&str, &str)]) -> (i32, Value, String) {
     (out.status.code().unwrap_or(-1), report, stderr)
 }
 
-fn find<'a>(report: &'a Value, list: &str, field: &str, name: &str) -> &'a Value {
+pub(crate) fn find<'a>(report: &'a Value, list: &str, field: &str, name: &str) -> &'a Value {
     report[list]
         .as_array()
         .and_then(|a| a.iter().find(|c| c[field] == name))

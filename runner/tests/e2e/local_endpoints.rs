@@ -1,9 +1,11 @@
 //! The runner's local endpoints against its own agents (trust boundary,
 //! second pass): a thread's scripted `run` step that dials the admin
-//! socket is refused (no thread list, no kill), while `agent-runner
-//! threads` from outside every thread still works; `/status` on the
-//! health port names no thread; idle clients holding connections to the
-//! health port do not keep `/livez` from answering.
+//! socket is refused (no thread list, no kill), with `--sandbox off` too
+//! (the refusal rests on peer credentials, not the sandbox), while
+//! `agent-runner threads` and the same dial run from outside every thread
+//! get their answer (so the probe can fail); `/status` on the health port
+//! names no thread; idle clients holding connections to the health port
+//! do not keep `/livez` from answering.
 
 use std::time::Duration;
 
@@ -12,7 +14,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use crate::support::*;
 
 /// The bound health address, from the runner's log.
-async fn health_addr(r: &RunnerProc) -> String {
+pub(crate) async fn health_addr(r: &RunnerProc) -> String {
     let marker = "listening on http://";
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -31,7 +33,7 @@ async fn health_addr(r: &RunnerProc) -> String {
 }
 
 /// One `GET` over HTTP/1.0: the whole raw answer.
-async fn raw_get(addr: &str, path: &str) -> String {
+pub(crate) async fn raw_get(addr: &str, path: &str) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -146,6 +148,21 @@ async fn a_thread_is_refused_by_the_admin_socket_the_operator_is_not() {
     }
     runner.wait_log("admin socket: client refused").await;
 
+    // The same dial from outside every thread gets its answer: the probe
+    // above can fail. (The refusal does not rest on the sandbox: it holds
+    // with `--sandbox off` too, by peer credentials.)
+    let outside = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(dial(&socket, r#"{"cmd":"threads"}"#, ""))
+        .output()
+        .await
+        .unwrap();
+    let outside = String::from_utf8_lossy(&outside.stdout);
+    assert!(
+        outside.contains("ANSWER<") && outside.contains(&victim),
+        "the operator's dial: {outside}"
+    );
+
     // The victim's turn still runs; the operator sees it and may stop it.
     let (ok, text) = admin_cli(&runner, &["threads", "--json"]).await;
     assert!(ok && text.contains(&victim), "{text}");
@@ -168,6 +185,31 @@ async fn a_thread_is_refused_by_the_admin_socket_the_operator_is_not() {
     );
     let (ok, text) = admin_cli(&runner, &["kill", &victim]).await;
     assert!(ok, "{text}");
+}
+
+/// The admin socket's refusal rests on peer credentials, not on the
+/// sandbox: with `--sandbox off`, where the thread reads the state dir, it
+/// is still refused.
+#[tokio::test]
+async fn the_admin_socket_refuses_a_thread_with_sandbox_off_too() {
+    let (cp, runner) = agent_with(|o| o.arg("--sandbox").arg("off")).await;
+    let thread = create_thread(&cp, "a", "t").await;
+    let socket = runner.dirs.path().join("state/admin.sock");
+    let script = format!(
+        "run {}\nrun test -r {}/state.db && echo state-readable",
+        dial(&socket, r#"{"cmd":"threads"}"#, ""),
+        socket.parent().unwrap().display()
+    );
+    start_turn(&cp, "m", "a", &thread, &script).await;
+    turn_completed(&cp, "m").await;
+    let outputs = command_outputs(&replies(&cp, "m"));
+    assert_eq!(outputs.len(), 2, "{outputs:#?}");
+    assert!(
+        outputs[0].contains("ANSWER<{\"error\":\"refused: ") && !outputs[0].contains(&thread),
+        "not refused: {}",
+        outputs[0]
+    );
+    assert!(outputs[1].contains("state-readable"), "{}", outputs[1]);
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 //! `/etc` (a system directory every sandbox reads, where operators keep
 //! them: deploy/systemd), against the mock control plane. A scripted `run`
 //! step `cat`s each; every one is refused, while a plain file beside them
-//! reads fine (so the directory is visible and the probe can fail).
+//! reads fine (so the directory is visible), and with `--sandbox off` the
+//! same step reads every one (so the probe can fail).
 //!
 //! Which settings those are is `runner/src/config/files.rs`; its unit tests
 //! hold that table against every file-valued setting.
@@ -71,13 +72,22 @@ fn cat_probe(files: &[(&str, &Path)]) -> String {
         .join("; ")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_file_a_secret_setting_names_is_readable_by_agents() {
-    if agent_launcher::probe_host().landlock_abi().is_none() {
-        test_kit::skip_this_test("no Landlock on this host: agents can read /etc files");
-        return;
-    }
-    let Some(etc) = EtcDir::new() else { return };
+/// The settings whose files the probe reads.
+const SECRETS: [&str; 6] = [
+    "config",
+    "secret_file",
+    "github_app_private_key_file",
+    "code_agent_auth_token_file",
+    "sandbox_protect",
+    "credentials_directory",
+];
+
+/// A runner in sandbox `mode` with every secret-file setting pointing
+/// under `/etc`, and one scripted `run` step `cat`ing each and a public
+/// file beside them: its output (`name=OPEN|DENIED` lines); `None` where
+/// `/etc` is not writable (skipped, said).
+async fn probe_secret_files(mode: &str) -> Option<String> {
+    let etc = EtcDir::new()?;
     let config = etc.file("runner.toml", "drain_timeout = \"1s\"\n");
     let secret = etc.file("secret", "e2e-bearer-secret\n");
     let app_key = mock_control_plane::github_api::test_app_key()
@@ -91,6 +101,8 @@ async fn no_file_a_secret_setting_names_is_readable_by_agents() {
     let public = etc.file("public.txt", "anyone may read this\n");
     let cp = mock().await;
     let opts = RunnerOpts::new(cp.url())
+        .arg("--sandbox")
+        .arg(mode)
         .arg("--sdk")
         .arg("scripted")
         .arg("--config")
@@ -118,27 +130,46 @@ async fn no_file_a_secret_setting_names_is_readable_by_agents() {
         .unwrap_or_else(|e| panic!("connects: {e:?}\n{}", runner.logs()));
     create_agent(&cp, "a").await;
     let thread = create_thread(&cp, "a", "t1").await;
-    let secrets: [(&str, &Path); 6] = [
-        ("config", &config),
-        ("secret_file", &secret),
-        ("github_app_private_key_file", &app_key),
-        ("code_agent_auth_token_file", &token),
-        ("sandbox_protect", &env_file),
-        ("credentials_directory", &credential),
-    ];
-    let mut probes = secrets.to_vec();
+    let files: [&Path; 6] = [&config, &secret, &app_key, &token, &env_file, &credential];
+    let mut probes: Vec<(&str, &Path)> = SECRETS.into_iter().zip(files).collect();
     probes.push(("public", &public));
     let line = format!("run {}", cat_probe(&probes));
     send(&cp, "m1", user_message("a", &thread, &line, false)).await;
     turn_completed(&cp, "m1").await;
     let outputs = command_outputs(&replies(&cp, "m1"));
     assert_eq!(outputs.len(), 1, "{}", runner.logs());
-    let output = &outputs[0];
-    for (name, _) in secrets {
+    Some(outputs[0].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_file_a_secret_setting_names_is_readable_by_agents() {
+    if agent_launcher::probe_host().landlock_abi().is_none() {
+        test_kit::skip_this_test("no Landlock on this host: agents can read /etc files");
+        return;
+    }
+    let Some(output) = probe_secret_files("best-effort").await else {
+        return;
+    };
+    for name in SECRETS {
         assert!(
             output.contains(&format!("{name}=DENIED")),
             "{name}\n{output}"
         );
     }
     assert!(output.contains("public=OPEN"), "{output}");
+}
+
+/// The same probe with `--sandbox off` reads every one: the test above
+/// can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sandbox_off_every_secret_file_is_readable() {
+    let Some(output) = probe_secret_files("off").await else {
+        return;
+    };
+    for name in SECRETS.iter().chain(&["public"]) {
+        assert!(
+            output.contains(&format!("{name}=OPEN")),
+            "{name} with --sandbox off\n{output}"
+        );
+    }
 }

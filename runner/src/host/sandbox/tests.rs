@@ -234,3 +234,42 @@ fn scope_is_stable_per_state_dir() {
     assert_ne!(a, scope_for(Path::new("/var/lib/agent-runner/b")));
     assert_eq!(a.len(), "agent-runner-".len() + 12, "{a}");
 }
+
+/// Landlock without signal scoping (ABI 5): `enforce` refuses every thread
+/// unless agents run as another uid, `best-effort` reports the gap with
+/// its metric label; ABI 6 and later are silent about it.
+#[test]
+fn below_abi_6_enforce_refuses_and_best_effort_reports() {
+    let abi = |n| HostProbe {
+        landlock: Ok(n),
+        ..agent_launcher::probe_host()
+    };
+    let config = |mode| LauncherConfig {
+        cgroups: false,
+        ..LauncherConfig::new(mode, "runner-test")
+    };
+    let enforce = AgentSandboxes::with_probe(config(Mode::Enforce), abi(5)).unwrap();
+    let refused = enforce.status().refused.clone().unwrap();
+    assert!(
+        refused.contains("Landlock ABI 5 < 6") && refused.contains("--agent-uid"),
+        "{refused}"
+    );
+    let best = AgentSandboxes::with_probe(config(Mode::BestEffort), abi(5)).unwrap();
+    let line = best
+        .status()
+        .missing
+        .iter()
+        .find(|m| m.contains("signals are not scoped"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{:?}", best.status()));
+    assert_eq!(feature_of(&line), "landlock_scope");
+    for n in [6, 7] {
+        let s = AgentSandboxes::with_probe(config(Mode::Enforce), abi(n)).unwrap();
+        assert!(s.status().refused.is_none(), "ABI {n}: {:?}", s.status());
+        assert!(
+            !s.status().missing.iter().any(|m| m.contains("scoping")),
+            "ABI {n}: {:?}",
+            s.status()
+        );
+    }
+}
