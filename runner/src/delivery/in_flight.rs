@@ -52,9 +52,10 @@ pub struct Sent {
     /// re-send (see `link::wire`), not copied, and never changed to number
     /// it: its number is `sequence`, written beside it on the wire.
     pub message: Arc<ClientMessage>,
-    /// `message` as the journal encoded it, if it is journaled: what the
-    /// wire writes (see `link::wire`).
-    pub encoded: Option<Bytes>,
+    /// `message` encoded, as the outbox encoded it when it entered (the
+    /// journal's record, if it is journaled): what the wire writes (see
+    /// `link::wire`).
+    pub encoded: Bytes,
     /// When it was handed to the connection.
     pub at: Instant,
 }
@@ -281,15 +282,16 @@ mod tests {
     use super::*;
 
     fn sent(seq: Option<u64>, journal: Option<u64>, at: Instant) -> Sent {
+        let message = ClientMessage {
+            request_id: Some(format!("r{}", seq.unwrap_or(0))),
+            payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
+            sequence: 0,
+        };
         Sent {
             sequence: seq,
             journal,
-            message: Arc::new(ClientMessage {
-                request_id: Some(format!("r{}", seq.unwrap_or(0))),
-                payload: Some(Payload::HeartbeatResponse(HeartbeatResponse {})),
-                sequence: 0,
-            }),
-            encoded: None,
+            encoded: prost::Message::encode_to_vec(&message).into(),
+            message: Arc::new(message),
             at,
         }
     }

@@ -2,14 +2,21 @@
 //! plane having it.
 //!
 //! [`messages`] builds the outbound `ClientMessage`s, within the size caps
-//! of [`fit`]; [`outbox`] queues them with a bound; [`in_flight`] keeps
-//! what was sent until delivery is known; [`journal`] makes durable updates
-//! survive a crash; [`transcript`] records each thread's updates for
-//! `agent-runner logs`.
+//! of [`fit`]; [`outbox`] is the way in: it masks each update, encodes it
+//! once, journals the durable ones and queues them with a bound;
+//! [`sending`] is the way out, and the owner of the rest: it holds the
+//! outbox, hands the link its next batch (re-sends first, numbered in
+//! acked mode) as [`outgoing`] bytes, keeps what was sent in an
+//! [`in_flight`] set until the link hands it an acknowledgement or a
+//! connection's end, and sets the outbox's bound to what it holds;
+//! [`journal`] makes durable updates survive a crash; [`transcript`]
+//! records each thread's updates for `agent-runner logs`.
 
 pub(crate) mod fit;
 pub mod in_flight;
 pub mod journal;
 pub mod messages;
 pub(crate) mod outbox;
+pub mod outgoing;
+pub mod sending;
 pub(crate) mod transcript;

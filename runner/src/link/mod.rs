@@ -10,16 +10,18 @@
 //!
 //! Every registration offers acknowledged delivery (`acked-delivery/1`);
 //! what is sent, re-sent, numbered and kept until delivery is settled is
-//! [`sending`]'s business. The read loop hands `acked_sequence` to it and
-//! answers nothing to a message that carries only an acknowledgement.
+//! [`crate::delivery::sending`]'s business: the link asks it for the next
+//! batch, hands it `acked_sequence` and tells it when a connection ends,
+//! and answers nothing to a message that carries only an acknowledgement.
 
 mod outbound;
 pub(crate) mod problem;
-mod sending;
 pub(crate) mod wire;
 
-pub use sending::{ACKED_DELIVERY, Batch, Sending};
-pub use wire::Outgoing;
+// The outbound path is the delivery module's (`crate::delivery::sending`);
+// named here too for the library's users (the fuzz harness).
+pub use crate::delivery::outgoing::Outgoing;
+pub use crate::delivery::sending::{ACKED_DELIVERY, Batch, Sending};
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! transport pulls updates from.
 //!
 //! Batches come from [`Sending`] (re-sends first, then the outbox; each
-//! update validated, numbered and recorded there, masked already by the
+//! update numbered and recorded there, masked and encoded already by the
 //! outbox — the one place outbound text is masked, whoever produced it).
 //! While one batch goes out the next is taken, so its journal write overlaps
 //! the sending. The stream ends when the session ends, or when shutdown
@@ -23,8 +23,8 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::sending::{Batch, Sending};
-use super::wire::Outgoing;
+use crate::delivery::outgoing::Outgoing;
+use crate::delivery::sending::{Batch, Sending};
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + Sync>>;
 

@@ -11,21 +11,19 @@
 //! still hold it, and numbering it in place copied it). What it receives is
 //! decoded as before.
 //!
-//! A journaled update (terminal and structural ones: most of what a busy
-//! runner sends) was encoded twice, once by the outbox for the journal and
-//! again here. It now carries the journal's bytes (shared, not copied),
-//! which are written as they are, the number after them: prost's encoder
-//! then only runs for the updates that are not journaled.
+//! Every update is encoded once, by the outbox as it enters (masked);
+//! those bytes (shared, not copied: the journal's record of a durable
+//! update is the same bytes) are written here as they are, the number
+//! after them. prost's encoder never runs on the way out.
 
-use std::sync::Arc;
-
-use agent_runner_proto::runner::{ClientMessage, ServerMessage};
-use bytes::{BufMut, Bytes};
+use agent_runner_proto::runner::ServerMessage;
+use bytes::BufMut;
 use prost::Message as _;
 use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder, Streaming};
 use tonic::{GrpcMethod, IntoStreamingRequest, Response, Status};
 use tonic_prost::ProstDecoder;
 
+use crate::delivery::outgoing::Outgoing;
 use crate::host::client::{MAX_DECODING_MESSAGE_SIZE, Service};
 
 /// The service and the method's path, as the generated client names them
@@ -45,30 +43,6 @@ const ENCODE_BUFFER: usize = 64 * 1024;
 /// after each whole update): HTTP/2's default frame size, so a chunk is
 /// about one DATA frame.
 const YIELD_THRESHOLD: usize = 16 * 1024;
-
-/// An update on its way to the wire: shared with whatever else holds it
-/// (the re-send store, a transcript line not yet written), and its
-/// sequence number in acknowledged mode (0: none).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outgoing {
-    /// The update, never changed to number it.
-    pub message: Arc<ClientMessage>,
-    /// `message` encoded (unnumbered), as the journal holds it: written as
-    /// it is rather than encoded again. `None`: encoded here.
-    pub encoded: Option<Bytes>,
-    /// What goes on the wire as its `sequence`.
-    pub sequence: u64,
-}
-
-impl Outgoing {
-    /// The update as the control plane decodes it (numbered); a copy only
-    /// if it is shared and its own number differs.
-    pub fn into_message(self) -> ClientMessage {
-        let mut message = Arc::unwrap_or_clone(self.message);
-        message.sequence = self.sequence;
-        message
-    }
-}
 
 /// `ClientMessage.sequence`'s field number (runner.proto).
 const SEQUENCE_FIELD: u32 = 100;
@@ -122,9 +96,9 @@ impl Encoder for SharedEncoder {
     type Error = Status;
 
     fn encode(&mut self, item: Outgoing, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        // The buffer grows as needed: encoding into it cannot run short
-        // (tonic adds "Error encoding" to anything returned here).
-        write(&item, buf).map_err(|e| Status::internal(e.to_string()))
+        // The buffer grows as needed: writing into it cannot run short.
+        write(&item, buf);
+        Ok(())
     }
 
     fn buffer_settings(&self) -> BufferSettings {
@@ -136,33 +110,31 @@ impl Encoder for SharedEncoder {
 /// not carry it. A scalar field seen twice takes its last value
 /// (protobuf's rule, which every decoder follows), so the number written
 /// after the update is the one the control plane reads.
-fn write(item: &Outgoing, buf: &mut impl BufMut) -> Result<(), prost::EncodeError> {
-    match &item.encoded {
-        Some(encoded) => {
-            debug_assert_eq!(
-                encoded[..],
-                item.message.encode_to_vec()[..],
-                "stale encoding"
-            );
-            buf.put_slice(encoded);
-        }
-        None => item.message.encode(buf)?,
-    }
+fn write(item: &Outgoing, buf: &mut impl BufMut) {
+    debug_assert_eq!(
+        item.encoded[..],
+        item.message.encode_to_vec()[..],
+        "stale encoding"
+    );
+    buf.put_slice(&item.encoded);
     if item.sequence != item.message.sequence {
         prost::encoding::uint64::encode(SEQUENCE_FIELD, &item.sequence, buf);
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use agent_runner_proto::runner::agent_runner_control_service_server::SERVICE_NAME;
 
+    use std::sync::Arc;
+
+    use agent_runner_proto::runner::ClientMessage;
+    use bytes::Bytes;
+
     use super::*;
 
     /// The number written after a shared update is the one decoded, and
-    /// the bytes equal those of the numbered update encoded whole, whether
-    /// the update is encoded here or its journal encoding is written.
+    /// the bytes equal those of the numbered update encoded whole.
     #[test]
     fn a_number_written_after_the_update_is_the_one_decoded() {
         use agent_runner_proto::runner::TurnUpdate;
@@ -176,15 +148,14 @@ mod tests {
                 })),
                 sequence: own,
             });
-            // Encoded here, or written from the journal's encoding.
-            for encoded in [None, Some(Bytes::from(message.encode_to_vec()))] {
+            {
                 let outgoing = Outgoing {
                     message: message.clone(),
-                    encoded,
+                    encoded: Bytes::from(message.encode_to_vec()),
                     sequence: number,
                 };
                 let mut buf = bytes::BytesMut::new();
-                write(&outgoing, &mut buf).unwrap();
+                write(&outgoing, &mut buf);
                 let decoded = ClientMessage::decode(buf.freeze()).unwrap();
                 assert_eq!(decoded.sequence, number, "{own} -> {number}");
                 let whole = outgoing.into_message();

@@ -18,13 +18,14 @@ use tokio_util::sync::CancellationToken;
 use crate::config::RunConfig;
 use crate::delivery::journal::Journal;
 use crate::delivery::outbox::Outbox;
+use crate::delivery::sending::Sending;
 use crate::host::credentials::{
     Capabilities, CredentialServer, GitEnv, ServerOptions, ThreadCheck,
 };
 use crate::host::sandbox::AgentSandboxes;
 use crate::host::store::Store;
 use crate::host::workspace::Workspaces;
-use crate::link::{Link, LinkState, Refused, Sending};
+use crate::link::{Link, LinkState, Refused};
 use crate::ops::health::{self, HealthServer};
 use crate::tasks::context::{Runtime, RuntimeParts};
 use crate::tasks::mailboxes::Mailboxes;

@@ -1,10 +1,10 @@
 //! The outbox: every update on its way to the control plane, in order.
 //!
-//! Producers (thread and agent tasks) push; the live ControlChannel's sender
-//! pops. While disconnected, updates wait here and go out in order after the
-//! reconnect. What was handed to a connection but is not yet known to have
-//! arrived is kept by the link ([`crate::delivery::in_flight`], `link/sending.rs`), not
-//! here.
+//! Producers (thread and agent tasks) push; [`crate::delivery::sending`]
+//! takes from it for the live ControlChannel. While disconnected, updates
+//! wait here and go out in order after the reconnect. What was handed to a
+//! connection but is not yet known to have arrived is kept by
+//! [`crate::delivery::sending`] ([`crate::delivery::in_flight`]), not here.
 //!
 //! Durable updates (terminal, structural and token usage: see
 //! [`is_durable`]) are journaled ([`crate::delivery::journal`]) before they
@@ -44,6 +44,13 @@
 //! one that waited here while a secret was added is scanned again, as it
 //! is taken out ([`Redactor::generation`]), not once more on the way out
 //! and again for its transcript.
+//!
+//! Every update is also encoded as it enters, once, right after its mask:
+//! those bytes are the journal's record of a durable update and what the
+//! wire writes (its sequence number appended there), so no update is
+//! encoded again on its way out (only one masked again is). Validity is
+//! the builders' ([`crate::delivery::messages`] and their tests), not
+//! checked again per update.
 //!
 //! Every update naming a thread (or pushed for one:
 //! [`Outbox::push_for_thread`]) is then handed to the transcripts
@@ -96,14 +103,14 @@ use queue::Queue;
 pub struct Taken {
     /// The update, by pointer: a `ClientMessage` is a few hundred bytes,
     /// and moving those was the largest item in the link's profile. Shared
-    /// (`Arc`): kept for a re-send, it is also what the wire encodes
-    /// (`link::wire`), and its transcript line may not be written yet.
+    /// (`Arc`): kept for a re-send (classified, described), and its
+    /// transcript line may not be written yet.
     pub message: Arc<ClientMessage>,
     /// Its journal entry (durable updates of a journaled outbox).
     pub journal: Option<u64>,
-    /// The update as the journal encoded it, which the wire writes rather
-    /// than encoding it again (see [`Journaled`]).
-    pub encoded: Option<Bytes>,
+    /// The update encoded, once, as it entered (see [`Journaled`]): what
+    /// the journal holds and what the wire writes.
+    pub encoded: Bytes,
 }
 
 /// An update journaled (if durable) and not yet queued: see
@@ -115,14 +122,27 @@ pub struct Journaled {
     /// message each time showed in the runner's CPU.
     message: Arc<ClientMessage>,
     journal: Option<u64>,
-    /// `message` encoded, as the journal holds it (a durable update of a
-    /// journaled outbox): shared with the journal, and written to the wire
-    /// as it is (`link::wire`), so a durable update is encoded once, not
-    /// once for the disk and again for the wire. `None` once the update is
-    /// masked again ([`Outbox::remasked`]): the bytes would be stale.
-    encoded: Option<Bytes>,
+    /// `message` encoded, once, as it entered (masked): the journal's
+    /// record of a durable update is these bytes (shared, not copied), and
+    /// the wire writes them as they are (`link::wire`), its sequence
+    /// number after them. Encoded again only when the update is masked
+    /// again ([`Outbox::remasked`]).
+    encoded: Bytes,
     /// The redactor's generation `message` was masked at.
     masked: u64,
+}
+
+/// An update as [`Outbox::admit`] leaves it: masked, encoded, shared.
+struct Admitted {
+    message: Arc<ClientMessage>,
+    encoded: Bytes,
+    /// The redactor's generation `message` was masked at.
+    masked: u64,
+}
+
+/// `msg` encoded: the bytes the journal stores and the wire writes.
+fn encode(msg: &ClientMessage) -> Bytes {
+    msg.encode_to_vec().into()
 }
 
 /// The outbox (see the module doc).
@@ -192,19 +212,24 @@ impl Outbox {
         let _ = self.transcripts.set(transcripts);
     }
 
-    /// What every update goes through as it enters: `msg` masked, shared
-    /// from here on, and handed to the transcript of the thread it names
-    /// (else `thread`'s), if any (never blocks). Returns it with the
-    /// redactor's generation it was masked at.
-    fn admit(&self, mut msg: ClientMessage, thread: Option<&str>) -> (Arc<ClientMessage>, u64) {
+    /// What every update goes through as it enters: `msg` masked,
+    /// encoded (the only time, unless it is masked again), shared from here
+    /// on, and handed to the transcript of the thread it names (else
+    /// `thread`'s), if any (never blocks).
+    fn admit(&self, mut msg: ClientMessage, thread: Option<&str>) -> Admitted {
         let masked = self.mask(&mut msg);
+        let encoded = encode(&msg);
         let msg = Arc::new(msg);
         if let Some(t) = self.transcripts.get()
             && let Some(thread) = crate::delivery::transcript::thread_of(&msg).or(thread)
         {
             t.record(thread, &msg);
         }
-        (msg, masked)
+        Admitted {
+            message: msg,
+            encoded,
+            masked,
+        }
     }
 
     /// Masks `msg`; returns the redactor's generation it was masked at.
@@ -221,8 +246,8 @@ impl Outbox {
             // A copy only if its transcript line is still queued (which
             // keeps what it was masked with; the wire gets the new mask).
             crate::delivery::messages::redact(Arc::make_mut(&mut taken.message), &self.redactor);
-            // The journal's encoding still holds the old mask.
-            taken.encoded = None;
+            // The bytes (and the journal's record) still hold the old mask.
+            taken.encoded = encode(&taken.message);
         }
         taken
     }
@@ -254,14 +279,15 @@ impl Outbox {
         }
     }
 
-    /// Encodes `msg` (masked: [`Outbox::admit`]) for the journal; `None`
-    /// when the outbox has no journal or `msg` is not durable.
-    fn for_journal(&self, msg: &ClientMessage) -> Option<(&Journal, u64, Bytes)> {
+    /// The journal and the entry id for `msg` (masked and encoded:
+    /// [`Outbox::admit`]); `None` when the outbox has no journal or `msg`
+    /// is not durable.
+    fn for_journal(&self, msg: &ClientMessage) -> Option<(&Journal, u64)> {
         let journal = self.journal.as_ref()?;
         if !is_durable(msg) {
             return None;
         }
-        Some((journal, journal.next_id(), msg.encode_to_vec().into()))
+        Some((journal, journal.next_id()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {

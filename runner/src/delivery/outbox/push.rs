@@ -1,13 +1,15 @@
 //! The producers' side: every way an update enters the outbox (one at a
 //! time, a thread's burst, a read-loop reply, an urgent answer), masked,
-//! handed to its transcript and journaled if durable on the way in.
+//! encoded, handed to its transcript and journaled if durable on the way
+//! in.
 
 use std::sync::Arc;
 
 use agent_runner_proto::runner::ClientMessage;
+use bytes::Bytes;
 
 use super::classify::{is_intermediate, is_turn_end, outdates};
-use super::{Journaled, Outbox, Taken};
+use super::{Admitted, Journaled, Outbox, Taken, encode};
 
 impl Outbox {
     /// Queue an update, making room or waiting as the module doc says. A
@@ -43,13 +45,15 @@ impl Outbox {
     /// [`Outbox::journal`], the transcript falling back to `thread`'s
     /// ([`Outbox::admit`]).
     async fn journal_for(&self, thread: Option<&str>, msg: ClientMessage) -> Journaled {
-        let (msg, masked) = self.admit(msg, thread);
+        let Admitted {
+            message: msg,
+            encoded,
+            masked,
+        } = self.admit(msg, thread);
         let mut journal_id = None;
-        let mut encoded = None;
-        if let Some((journal, id, bytes)) = self.for_journal(&msg) {
+        if let Some((journal, id)) = self.for_journal(&msg) {
             let started = std::time::Instant::now();
-            encoded = Some(bytes.clone());
-            match journal.append(id, bytes).await {
+            match journal.append(id, encoded.clone()).await {
                 Ok(()) => journal_id = Some(id),
                 Err(e) => tracing::error!(
                     kind = crate::observe::message_kind::kind(&msg),
@@ -109,10 +113,12 @@ impl Outbox {
         }
         // The generation before the first mask stands for the whole burst.
         let masked = self.redactor.generation();
+        let mut encodings: Vec<Bytes> = Vec::with_capacity(msgs.len());
         let msgs: Vec<Arc<ClientMessage>> = msgs
             .into_iter()
             .map(|mut msg| {
                 self.mask(&mut msg);
+                encodings.push(encode(&msg));
                 Arc::new(msg)
             })
             .collect();
@@ -121,14 +127,11 @@ impl Outbox {
         }
         let mut entries = Vec::with_capacity(msgs.len());
         let mut appends = Vec::new();
-        for message in msgs {
-            let (journal, encoded) = match self.for_journal(&message) {
-                Some((_, id, bytes)) => {
-                    appends.push((id, bytes.clone()));
-                    (Some(id), Some(bytes))
-                }
-                None => (None, None),
-            };
+        for (message, encoded) in msgs.into_iter().zip(encodings) {
+            let journal = self.for_journal(&message).map(|(_, id)| {
+                appends.push((id, encoded.clone()));
+                id
+            });
             entries.push(Journaled {
                 message,
                 journal,
@@ -219,12 +222,14 @@ impl Outbox {
     /// [`Outbox::admit`], and the journal's append queued without waiting
     /// (none when the writer's queue is full: said, kept in memory only).
     fn admit_detached(&self, msg: ClientMessage) -> Journaled {
-        let (msg, masked) = self.admit(msg, None);
+        let Admitted {
+            message: msg,
+            encoded,
+            masked,
+        } = self.admit(msg, None);
         let mut journal_id = None;
-        let mut encoded = None;
-        if let Some((journal, id, bytes)) = self.for_journal(&msg) {
-            encoded = Some(bytes.clone());
-            if journal.append_detached(id, bytes) {
+        if let Some((journal, id)) = self.for_journal(&msg) {
+            if journal.append_detached(id, encoded.clone()) {
                 journal_id = Some(id);
             } else {
                 tracing::warn!(
@@ -243,8 +248,9 @@ impl Outbox {
 
     /// Queue ahead of everything else (heartbeat answers).
     pub fn push_urgent(&self, msg: ClientMessage) {
-        let (msg, masked) = self.admit(msg, None);
-        self.lock().push_front(msg, masked);
+        let entry = self.admit(msg, None);
+        self.lock()
+            .push_front(entry.message, entry.encoded, entry.masked);
         self.filled.notify_one();
     }
 }

@@ -21,7 +21,7 @@ pub(super) struct Slot {
     /// Its journal entry (durable updates of a journaled outbox).
     pub(super) journal: Option<u64>,
     /// Its encoding, shared with the journal ([`Journaled::encoded`]).
-    pub(super) encoded: Option<Bytes>,
+    pub(super) encoded: Bytes,
     /// The redactor's generation it was masked at.
     pub(super) masked: u64,
     /// By pointer (moving ~300-byte messages around a full outbox was
@@ -101,7 +101,7 @@ impl Queue {
         });
     }
 
-    pub(super) fn push_front(&mut self, msg: Arc<ClientMessage>, masked: u64) {
+    pub(super) fn push_front(&mut self, msg: Arc<ClientMessage>, encoded: Bytes, masked: u64) {
         let seq = match self.items.front() {
             Some(front) => front.seq - 1,
             None => {
@@ -115,7 +115,7 @@ impl Queue {
             seq,
             key: None,
             journal: None,
-            encoded: None,
+            encoded,
             masked,
             msg: Some(msg),
         });
@@ -194,6 +194,8 @@ impl Queue {
             .and_then(|seq| self.position(*seq))?;
         let slot = self.items.get_mut(pos)?;
         slot.msg.take()?;
+        // Its bytes go with it (the slot may stay until a sweep).
+        slot.encoded = Bytes::new();
         let (seq, key, journal) = (slot.seq, slot.key, slot.journal.take());
         self.empty += 1;
         self.unindex(seq, key);

@@ -17,12 +17,12 @@ impl Outbox {
         slot: &mut Option<agent_runner_proto::runner::ClientMessage>,
     ) -> bool {
         let mut entry = slot.take().map(|message| {
-            let (message, masked) = self.admit(message, None);
+            let admitted = self.admit(message, None);
             Journaled {
-                masked,
-                message,
+                masked: admitted.masked,
+                message: admitted.message,
                 journal: None,
-                encoded: None,
+                encoded: admitted.encoded,
             }
         });
         let pushed = self.try_push_entry(&mut entry);

@@ -62,11 +62,6 @@ fn requests(registry: &mut Registry, m: &Metrics) {
         "Updates handed to the ControlChannel, by kind",
         m.updates_sent.clone(),
     );
-    registry.register(
-        "invalid_updates",
-        "Updates not sent because they broke their buf.validate rules (runner bugs), by kind",
-        m.invalid_updates.clone(),
-    );
 }
 
 /// The outbox, delivery and the journal.

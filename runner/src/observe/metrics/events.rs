@@ -44,16 +44,6 @@ pub fn register_failed(code: tonic::Code) {
         .inc();
 }
 
-/// `msg` broke its validation rules and was not sent.
-pub fn invalid_update(msg: &ClientMessage) {
-    get()
-        .invalid_updates
-        .get_or_create(&KindLabel {
-            kind: kinds::kind(msg),
-        })
-        .inc();
-}
-
 /// An intermediate update was dropped from a full outbox.
 pub fn outbox_dropped() {
     get().outbox_dropped.inc();

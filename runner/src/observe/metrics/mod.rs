@@ -31,9 +31,9 @@ mod requests;
 pub use events::delivery_set_aside;
 pub use events::{
     adapter_error, delivery_ack_ignored, delivery_legacy_released_early, delivery_resent,
-    delivery_unacked_full, get_token_refresh_failures, git_credential_rate_limited, invalid_update,
-    journal_append, link_state, outbox_coalesced, outbox_dropped, outbox_totals, reconnect,
-    reconnects, register_failed, sandbox_missing, sdks_enabled, store_batch, token_refresh_failed,
+    delivery_unacked_full, get_token_refresh_failures, git_credential_rate_limited, journal_append,
+    link_state, outbox_coalesced, outbox_dropped, outbox_totals, reconnect, reconnects,
+    register_failed, sandbox_missing, sdks_enabled, store_batch, token_refresh_failed,
     token_refreshed, turn_ended, turn_started, turn_wait_ended, turn_waiting,
 };
 pub use requests::{RequestOutcome, request_arrived, request_handled, update_sent};
@@ -69,7 +69,6 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     request_duration: Histograms<KindLabel>,
     updates_sent: Family<KindLabel, Counter>,
-    invalid_updates: Family<KindLabel, Counter>,
     outbox_depth: Gauge,
     outbox_dropped: Counter,
     outbox_coalesced: Counter,
@@ -122,7 +121,6 @@ impl Metrics {
             requests: Family::default(),
             request_duration: Family::new_with_constructor(request_histogram),
             updates_sent: Family::default(),
-            invalid_updates: Family::default(),
             outbox_depth: Gauge::default(),
             outbox_dropped: Counter::default(),
             outbox_coalesced: Counter::default(),

@@ -55,7 +55,6 @@ fn names_carry_prefix_units_and_total() {
     adapter_error("unit-test-sdk", "start_turn");
     request_handled("heartbeat_request", None, RequestOutcome::Answered);
     update_sent(&messages::heartbeat(None));
-    invalid_update(&messages::heartbeat(None));
     delivery_set_aside(&messages::heartbeat(None));
     sdks_enabled(&["unit-test-sdk".to_owned()]);
     turn_started("unit-test-sdk");
@@ -82,7 +81,6 @@ fn names_carry_prefix_units_and_total() {
         "# TYPE agent_runner_request_duration_seconds histogram",
         "# UNIT agent_runner_request_duration_seconds seconds",
         "agent_runner_updates_sent_total{kind=\"heartbeat_response\"}",
-        "agent_runner_invalid_updates_total{kind=\"heartbeat_response\"}",
         "agent_runner_outbox_depth 3",
         "agent_runner_outbox_dropped_total ",
         "agent_runner_outbox_coalesced_total ",

@@ -1,15 +1,13 @@
 //! Taking the next batch for the wire: re-sends first, then the outbox;
-//! each update validated, numbered (acked mode) and recorded as sent in
-//! one critical section, and the batch's journal commit started.
+//! each update numbered (acked mode) and recorded as sent in one critical
+//! section, and the batch's journal commit started.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_runner_proto::{Validate, violations};
-
 use super::{BATCH, Inner, Sending, mode_name};
 use crate::delivery::in_flight::{Mode, Sent};
-use crate::link::wire::Outgoing;
+use crate::delivery::outgoing::Outgoing;
 
 impl Sending {
     /// The next updates to send, waiting for at least one: re-sends first,
@@ -21,9 +19,9 @@ impl Sending {
     }
 
     /// The next updates to send, waiting for at least one: re-sends first,
-    /// then the outbox. Each is validated (an invalid one is a runner bug:
-    /// logged, not sent; each was masked by the outbox already), numbered
-    /// in acked mode and recorded as sent before this returns, so a
+    /// then the outbox (each masked and encoded by the outbox already).
+    /// Each is numbered in acked mode and recorded as sent before this
+    /// returns, so a
     /// session that ends before it goes out still sends it again.
     /// Cancel-safe: nothing is taken before the last await. The batch may
     /// go on the wire once [`Batch::committed`] says its journal write
@@ -71,60 +69,48 @@ impl Sending {
                     // Another consumer took it first.
                     continue;
                 }
-                let mode = inner.inflight.mode();
-                let now = Instant::now();
-                let mut out = Vec::with_capacity(resends.len() + fresh.len());
-                let mut marks = Vec::new();
-                let mut forget = Vec::new();
-                let mut resent = 0;
-                let mut unnumbered: Vec<Sent> = Vec::new();
+                let mut taking = Taking {
+                    mode: inner.inflight.mode(),
+                    now: Instant::now(),
+                    out: Vec::with_capacity(resends.len() + fresh.len()),
+                    marks: Vec::new(),
+                    forget: Vec::new(),
+                    unnumbered: Vec::new(),
+                };
+                let resent = resends.len();
                 let journaled = resends.iter().any(|s| s.journal.is_some())
                     || fresh.iter().any(|t| t.journal.is_some());
                 for sent in resends {
-                    resent += 1;
-                    self.take(
-                        &mut inner,
-                        mode,
-                        sent,
-                        now,
-                        &mut out,
-                        &mut marks,
-                        &mut forget,
-                        &mut unnumbered,
-                    );
+                    self.take(&mut inner, &mut taking, sent);
                 }
                 for taken in fresh {
-                    // Masked by the outbox (as it entered, and again as it
-                    // was taken if a secret came in meanwhile).
-                    let message = taken.message;
-                    if let Err(err) = message.validate() {
-                        crate::observe::metrics::invalid_update(&message);
-                        tracing::error!(
-                            kind = crate::observe::message_kind::kind(&message),
-                            violations = %violations(&err),
-                            "bug: invalid update not sent"
-                        );
-                        forget.extend(taken.journal);
-                        continue;
-                    }
+                    // Masked and encoded by the outbox (as it entered, and
+                    // again as it was taken if a secret came in meanwhile);
+                    // valid as its builder made it (`delivery::messages`
+                    // and its tests; the tests' control planes check every
+                    // update they receive), not checked again here.
+                    debug_assert!(
+                        agent_runner_proto::Validate::validate(&*taken.message).is_ok(),
+                        "a builder made an invalid update: {:?}",
+                        taken.message
+                    );
                     let sent = Sent {
                         sequence: None,
                         journal: taken.journal,
-                        message,
+                        message: taken.message,
                         encoded: taken.encoded,
-                        at: now,
+                        at: taking.now,
                     };
-                    self.take(
-                        &mut inner,
-                        mode,
-                        sent,
-                        now,
-                        &mut out,
-                        &mut marks,
-                        &mut forget,
-                        &mut unnumbered,
-                    );
+                    self.take(&mut inner, &mut taking, sent);
                 }
+                let Taking {
+                    mode,
+                    out,
+                    marks,
+                    forget,
+                    unnumbered,
+                    ..
+                } = taking;
                 // Not numbered (the reservation ran out): first next time.
                 for sent in unnumbered.into_iter().rev() {
                     inner.resend.push_front(sent);
@@ -159,28 +145,17 @@ impl Sending {
     }
 
     /// One update on its way out: numbered (acked mode), recorded, added
-    /// to `out`. An update the control plane already acknowledged is
+    /// to the batch. An update the control plane already acknowledged is
     /// settled instead.
-    #[allow(clippy::too_many_arguments)]
-    fn take(
-        &self,
-        inner: &mut Inner,
-        mode: Mode,
-        mut sent: Sent,
-        now: Instant,
-        out: &mut Vec<Outgoing>,
-        marks: &mut Vec<(u64, u64)>,
-        forget: &mut Vec<u64>,
-        unnumbered: &mut Vec<Sent>,
-    ) {
-        if !unnumbered.is_empty() {
-            unnumbered.push(sent);
+    fn take(&self, inner: &mut Inner, taking: &mut Taking, mut sent: Sent) {
+        if !taking.unnumbered.is_empty() {
+            taking.unnumbered.push(sent);
             return;
         }
-        let sequence = match mode {
+        let sequence = match taking.mode {
             Mode::Acked => match sent.sequence {
                 Some(seq) if seq <= inner.inflight.acked() => {
-                    forget.extend(sent.journal);
+                    taking.forget.extend(sent.journal);
                     return;
                 }
                 Some(seq) => Some(seq),
@@ -190,25 +165,26 @@ impl Sending {
                         Some(seq)
                     }
                     None => {
-                        unnumbered.push(sent);
+                        taking.unnumbered.push(sent);
                         return;
                     }
                 },
             },
             Mode::Legacy { .. } => None,
         };
-        // The number goes on the wire beside the update, which is shared
-        // (the re-send store, its transcript line) and stays as it is.
+        // The number goes on the wire after the update's bytes; the update
+        // is shared (the re-send store, its transcript line) and stays as
+        // it is.
         let number = sequence.unwrap_or(0);
         sent.sequence = sequence.or(sent.sequence);
-        sent.at = now;
+        sent.at = taking.now;
         if let (Some(id), Some(seq)) = (sent.journal, sequence) {
-            marks.push((id, seq));
+            taking.marks.push((id, seq));
         }
         // Kept for a re-send: the wire shares it. Not kept (legacy mode,
         // an intermediate update): the update itself goes out.
         if inner.inflight.keeps(&sent) {
-            out.push(Outgoing {
+            taking.out.push(Outgoing {
                 message: Arc::clone(&sent.message),
                 encoded: sent.encoded.clone(),
                 sequence: number,
@@ -216,27 +192,31 @@ impl Sending {
             inner.inflight.record(sent);
         } else {
             inner.inflight.record_unkept(&sent);
-            out.push(Outgoing {
+            taking.out.push(Outgoing {
                 message: sent.message,
                 encoded: sent.encoded,
                 sequence: number,
             });
         }
-        if let Mode::Legacy { .. } = mode {
-            // Legacy retention is bounded by count too: the oldest settle
-            // early rather than hold producers back.
-            while inner.inflight.len() > self.outbox.capacity() {
-                let settled = inner.inflight.settle_oldest();
-                forget.extend(settled.journal);
-                crate::observe::metrics::delivery_legacy_released_early(settled.updates);
-                inner.released_early += settled.updates as u64;
-                if inner.released_early.is_power_of_two() {
-                    tracing::warn!(
-                        total = inner.released_early,
-                        kept = self.outbox.capacity(),
-                        "legacy control plane: more terminal updates sent within the re-send window than the outbox capacity; the oldest are no longer kept for a re-send"
-                    );
-                }
+        if let Mode::Legacy { .. } = taking.mode {
+            self.release_early(inner, &mut taking.forget);
+        }
+    }
+
+    /// Legacy mode: retention is bounded by count too; the oldest settle
+    /// early rather than hold producers back.
+    fn release_early(&self, inner: &mut Inner, forget: &mut Vec<u64>) {
+        while inner.inflight.len() > self.outbox.capacity() {
+            let settled = inner.inflight.settle_oldest();
+            forget.extend(settled.journal);
+            crate::observe::metrics::delivery_legacy_released_early(settled.updates);
+            inner.released_early += settled.updates as u64;
+            if inner.released_early.is_power_of_two() {
+                tracing::warn!(
+                    total = inner.released_early,
+                    kept = self.outbox.capacity(),
+                    "legacy control plane: more terminal updates sent within the re-send window than the outbox capacity; the oldest are no longer kept for a re-send"
+                );
             }
         }
     }
@@ -273,6 +253,22 @@ impl Sending {
             return;
         }
     }
+}
+
+/// A batch being taken (under [`Sending`]'s lock): how it is delivered,
+/// what goes out, and what the journal is told.
+struct Taking {
+    mode: Mode,
+    /// When it is sent.
+    now: Instant,
+    out: Vec<Outgoing>,
+    /// `(journal entry, sequence number)` of each journaled update numbered.
+    marks: Vec<(u64, u64)>,
+    /// Journal entries settled while taking.
+    forget: Vec<u64>,
+    /// Taken but not numbered (the reservation ran out), in order: put back
+    /// first.
+    unnumbered: Vec<Sent>,
 }
 
 /// Updates taken for the wire, and the journal write they wait for.

@@ -124,7 +124,7 @@ impl Sending {
                     sequence: entry.sequence,
                     journal: Some(entry.id),
                     message: Arc::new(message),
-                    encoded: Some(entry.message),
+                    encoded: entry.message,
                     at: now,
                 }),
                 Err(e) => {
@@ -423,7 +423,7 @@ mod tests {
 
     use super::*;
     use crate::delivery::journal::JournalEntry;
-    use crate::link::wire::Outgoing;
+    use crate::delivery::outgoing::Outgoing;
     use crate::util::redact::Redactor;
 
     fn entry(id: u64, sequence: Option<u64>, turn: &str) -> JournalEntry {

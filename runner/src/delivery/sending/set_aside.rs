@@ -161,7 +161,7 @@ mod tests {
     use crate::delivery::journal::Recovered;
     use crate::delivery::messages;
     use crate::delivery::outbox::Outbox;
-    use crate::link::wire::Outgoing;
+    use crate::delivery::outgoing::Outgoing;
     use crate::util::redact::Redactor;
 
     fn said(rid: &str, text: &str) -> ClientMessage {
