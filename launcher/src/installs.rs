@@ -10,8 +10,9 @@
 //! `.venv/bin/python`, a symlink to an interpreter elsewhere (pyvenv.cfg's
 //! `home`). [`installation`] follows that chain from the program a launch
 //! names and returns the roots to grant: the outermost `node_modules` a
-//! file sits in, a venv's root, an interpreter's prefix (one that holds
-//! `lib/node_modules`, `include/node` or `lib/python3*`), else the file
+//! file sits in, a venv's root, an interpreter's prefix (a whole node or
+//! Python installation: npm's package, node's headers or the standard
+//! library's `os.py` in it), else the file
 //! itself. Only executable regular files are followed; the launcher decides
 //! which roots it may grant (never one holding or inside a protected path,
 //! `/`, or the runner's HOME or an ancestor of it).
@@ -172,10 +173,16 @@ fn interpreter_prefix(real: &Path) -> Option<PathBuf> {
     looks_like_interpreter_prefix(&prefix).then_some(prefix)
 }
 
+/// A whole node or Python installation, by the files only one has (npm's
+/// package, node's headers, the standard library's `os.py`): not an
+/// application's tree with a `bin` and a `lib` of its own, which may hold
+/// more than code.
 fn looks_like_interpreter_prefix(prefix: &Path) -> bool {
-    prefix.join("lib/node_modules").is_dir()
-        || prefix.join("include/node").is_dir()
-        || !python_libs(prefix).is_empty()
+    prefix.join("lib/node_modules/npm/package.json").is_file()
+        || prefix.join("include/node/node.h").is_file()
+        || python_libs(prefix)
+            .iter()
+            .any(|lib| lib.join("os.py").is_file())
 }
 
 /// `<prefix>/lib/python3*` directories.
@@ -242,6 +249,7 @@ mod tests {
         let js = prefix.join("lib/node_modules/@openai/codex/bin/codex.js");
         script(&js, "#!/usr/bin/env node\nconsole.log(1)\n");
         script(&prefix.join("bin/node"), "#!/bin/sh\n");
+        script(&prefix.join("include/node/node.h"), "");
         symlink(
             "../lib/node_modules/@openai/codex/bin/codex.js",
             prefix.join("bin/codex"),
@@ -269,7 +277,7 @@ mod tests {
         let root = d.path().canonicalize().unwrap();
         let base = root.join("pyenv/3.12");
         script(&base.join("bin/python3.12"), "#!/bin/sh\n");
-        std::fs::create_dir_all(base.join("lib/python3.12")).unwrap();
+        script(&base.join("lib/python3.12/os.py"), "");
         let venv = root.join("proj/.venv");
         std::fs::create_dir_all(venv.join("bin")).unwrap();
         std::fs::write(

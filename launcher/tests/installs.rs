@@ -50,6 +50,9 @@ fn nvm_prefix(root: &Path) -> Option<PathBuf> {
         prefix.join("bin/tool"),
     )
     .unwrap();
+    // What marks a whole node installation (nvm's has it).
+    std::fs::create_dir_all(prefix.join("include/node")).unwrap();
+    std::fs::write(prefix.join("include/node/node.h"), "").unwrap();
     Some(prefix)
 }
 
