@@ -32,6 +32,9 @@ pub enum EngineLauncher {
         mode: Mode,
         /// Paths besides the state dir no sandbox shows.
         protected: Vec<PathBuf>,
+        /// More directories every sandbox shows read-only
+        /// (`--sandbox-read-only`).
+        read_only: Vec<PathBuf>,
     },
     /// The engine makes its own sandboxes with this launcher.
     Given(Arc<Launcher>),
@@ -47,6 +50,7 @@ impl Default for EngineLauncher {
         Self::Own {
             mode: Mode::BestEffort,
             protected: Vec::new(),
+            read_only: Vec::new(),
         }
     }
 }
@@ -85,7 +89,11 @@ impl Sandboxes {
             })),
         };
         let launcher = match launcher {
-            EngineLauncher::Own { mode, protected } => {
+            EngineLauncher::Own {
+                mode,
+                protected,
+                read_only: operator_read_only,
+            } => {
                 let mut config = LauncherConfig::new(*mode, "code-agent");
                 config.cgroups = false;
                 config.protected = state_dir
@@ -94,6 +102,7 @@ impl Sandboxes {
                     .chain(protected.iter().cloned())
                     .collect();
                 config.read_only.extend(read_only.iter().cloned());
+                config.read_only.extend(operator_read_only.iter().cloned());
                 let launcher =
                     Launcher::new(config).with_context(|| format!("the {mode} bash sandbox"))?;
                 let status = launcher.status();

@@ -31,7 +31,7 @@ struct CapData {
 }
 
 /// The steps one child takes before exec, prepared by the parent.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct ChildPlan {
     /// Start a new session (a new process group with no controlling tty).
     pub setsid: bool,

@@ -309,9 +309,17 @@ impl ThreadSandbox {
             .iter()
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect();
-        let prepared = Prepared::new(&launch, &env, &self.spec().workspace)
+        let workspace = &self.spec().workspace;
+        let grants = self.for_launch(
+            &launch.program,
+            &env,
+            launch.cwd.as_deref().unwrap_or(workspace),
+        );
+        applied.granted = grants.granted.clone();
+        let plan = self.plan_for(&grants);
+        let prepared = Prepared::new(&launch, &env, workspace)
             .map_err(|e| LaunchError::io(format!("spawn {program}"), e))?;
-        match self.clone_into_cgroup(&prepared) {
+        match self.clone_into_cgroup(&prepared, &plan) {
             Ok(direct) => Ok((
                 SandboxChild {
                     inner: Inner::Direct(direct),
@@ -324,7 +332,7 @@ impl ThreadSandbox {
                 drop(prepared);
                 self.launch_forked(launch)
             }
-            Err(Clone3::Failed(e)) => Err(LaunchError::io(format!("spawn {program}"), e)),
+            Err(Clone3::Failed(e)) => Err(self.spawn_error(&program, &grants, e)),
         }
     }
 
@@ -339,7 +347,7 @@ impl ThreadSandbox {
         ))
     }
 
-    fn clone_into_cgroup(&self, p: &Prepared) -> Result<Direct, Clone3> {
+    fn clone_into_cgroup(&self, p: &Prepared, plan: &ChildPlan) -> Result<Direct, Clone3> {
         let cgroup = match self.cgroup() {
             Some(cg) => Some(open_dir(cg.dir()).map_err(Clone3::Failed)?),
             None => None,
@@ -356,7 +364,6 @@ impl ThreadSandbox {
             args.flags |= CLONE_INTO_CGROUP;
             args.cgroup = dir.as_raw_fd() as u64;
         }
-        let plan = self.plan();
         let pid = if vfork::available() && !VM_REFUSED.load(Ordering::Relaxed) {
             match clone_vm(&mut args, p, plan, err_w.as_raw_fd()) {
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {

@@ -18,6 +18,18 @@ pub enum LaunchError {
     /// Building the Landlock ruleset failed.
     #[error("landlock ruleset: {0}")]
     Landlock(#[from] landlock::RulesetError),
+    /// The sandbox refused to execute a program or part of its
+    /// installation; `advice` names the path and the setting.
+    #[error("spawn {program}: {source}: {advice}")]
+    Denied {
+        /// The program as the launch named it.
+        program: String,
+        /// What the sandbox does not open and what would.
+        advice: String,
+        /// The OS error (EACCES, EPERM).
+        #[source]
+        source: std::io::Error,
+    },
     /// A file-system or process operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -8,7 +8,7 @@ use crate::mode::Mode;
 use crate::policy::AgentUser;
 
 /// What was applied to one launch (identical for every launch of a thread
-/// except for the environment names). A launch either gets all of it or
+/// except for the environment names and the installation granted). A launch either gets all of it or
 /// fails: the child aborts before exec when a step fails.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
@@ -38,6 +38,9 @@ pub struct Applied {
     pub cgroup_limits: Vec<String>,
     /// Names of the environment variables the process starts with.
     pub env: Vec<String>,
+    /// The program's installation, opened read-only for this launch (and
+    /// what it starts) because the thread's rules do not cover it.
+    pub granted: Vec<PathBuf>,
     /// What could not be applied, one line each.
     pub missing: Vec<String>,
 }
@@ -76,6 +79,14 @@ impl fmt::Display for Applied {
         }
         if !self.cgroup_limits.is_empty() {
             write!(f, " ({})", self.cgroup_limits.join(", "))?;
+        }
+        if !self.granted.is_empty() {
+            let granted: Vec<String> = self
+                .granted
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            write!(f, "; granted {}", granted.join(", "))?;
         }
         if !self.missing.is_empty() {
             write!(f, "; missing: {}", self.missing.join("; "))?;

@@ -15,6 +15,7 @@ use crate::cgroup::{CgroupLimits, CgroupRoot, ThreadCgroup, valid_name};
 use crate::child_setup::ChildPlan;
 use crate::env::EnvPolicy;
 use crate::error::LaunchError;
+use crate::grants::{ForLaunch, Grants, RulesetInputs};
 use crate::landlock_rules::{LandlockRequest, build};
 use crate::mode::Mode;
 use crate::policy::{
@@ -322,6 +323,18 @@ impl Launcher {
             }
             _ => None,
         };
+        let grants = landlock.as_ref().map(|l| {
+            Grants::new(
+                RulesetInputs {
+                    abi: l.abi,
+                    read_write: read_write.clone(),
+                    read_only: read_only.clone(),
+                    net: config.net.clone(),
+                    scope: config.scope_ipc,
+                },
+                &config.protected,
+            )
+        });
 
         let privileged = isolate && self.probe.privileged();
         let can_setpcap = self.probe.capabilities.has_effective(CAP_SETPCAP);
@@ -352,6 +365,7 @@ impl Launcher {
             pids_cgroup: cgroups.pids_v1.as_ref().map(|c| c.dir().to_path_buf()),
             cgroup_limits: cgroups.limits.clone(),
             env: Vec::new(),
+            granted: Vec::new(),
             missing,
         };
         tracing::debug!(%applied, "thread sandbox prepared");
@@ -361,6 +375,7 @@ impl Launcher {
             tag,
             cgroups,
             plan: Arc::new(plan),
+            grants,
             applied,
         })
     }
@@ -387,6 +402,8 @@ pub struct ThreadSandbox {
     tag: String,
     cgroups: ThreadCgroups,
     plan: Arc<ChildPlan>,
+    /// Per-launch grants of a program's installation (with Landlock).
+    grants: Option<Grants>,
     applied: Applied,
 }
 
@@ -418,10 +435,18 @@ impl ThreadSandbox {
 
     /// Turns `cmd` into a sandboxed command: replaces its environment (the
     /// variables the spawn site set are kept, the runner's are not), sets
-    /// the working directory to the workspace when none is set, and installs
-    /// the pre-exec steps. Spawn it right after; a failing step fails the
-    /// spawn.
+    /// the working directory to the workspace when none is set, opens the
+    /// program's installation when the thread's rules do not cover it
+    /// (`Applied::granted`), and installs the pre-exec steps. Spawn it
+    /// right after; a failing step fails the spawn.
     pub fn apply(&self, cmd: &mut std::process::Command) -> Result<Applied, LaunchError> {
+        self.apply_for(cmd).map(|(applied, _)| applied)
+    }
+
+    fn apply_for(
+        &self,
+        cmd: &mut std::process::Command,
+    ) -> Result<(Applied, ForLaunch), LaunchError> {
         let caller: Vec<(OsString, Option<OsString>)> = cmd
             .get_envs()
             .map(|(k, v)| (k.to_os_string(), v.map(|v| v.to_os_string())))
@@ -432,7 +457,13 @@ impl ThreadSandbox {
         if cmd.get_current_dir().is_none() {
             cmd.current_dir(&self.spec.workspace);
         }
-        let plan = self.plan.clone();
+        let cwd = cmd
+            .get_current_dir()
+            .unwrap_or(&self.spec.workspace)
+            .to_path_buf();
+        let program = PathBuf::from(cmd.get_program());
+        let launch = self.for_launch(&program, &env, &cwd);
+        let plan = self.plan_for(&launch);
         // SAFETY: the closure only runs ChildPlan::run, which makes raw
         // system calls on data prepared here and allocates nothing.
         unsafe {
@@ -443,7 +474,50 @@ impl ThreadSandbox {
             .iter()
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect();
-        Ok(applied)
+        applied.granted = launch.granted.clone();
+        Ok((applied, launch))
+    }
+
+    /// What a launch of `program` with the child's environment `env` gets.
+    pub(crate) fn for_launch(
+        &self,
+        program: &Path,
+        env: &[(OsString, OsString)],
+        cwd: &Path,
+    ) -> ForLaunch {
+        let Some(grants) = &self.grants else {
+            return ForLaunch::default();
+        };
+        let path_var = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_os_str());
+        grants.for_launch(program, path_var, cwd)
+    }
+
+    /// The thread's pre-exec steps with the launch's ruleset.
+    pub(crate) fn plan_for(&self, launch: &ForLaunch) -> Arc<ChildPlan> {
+        match &launch.ruleset {
+            Some(fd) => Arc::new(ChildPlan {
+                landlock: Some(fd.clone()),
+                ..(*self.plan).clone()
+            }),
+            None => self.plan.clone(),
+        }
+    }
+
+    /// The error of a failed spawn: a refused exec names what the sandbox
+    /// does not open and the setting that does.
+    pub(crate) fn spawn_error(
+        &self,
+        program: &str,
+        launch: &ForLaunch,
+        e: std::io::Error,
+    ) -> LaunchError {
+        match &self.grants {
+            Some(grants) => grants.spawn_error(program, launch, e),
+            None => LaunchError::io(format!("spawn {program}"), e),
+        }
     }
 
     /// The child's whole environment: the policy's allowlist and extras,
@@ -467,21 +541,16 @@ impl ThreadSandbox {
         self.build_env(&caller)
     }
 
-    /// The steps each child takes before exec.
-    pub(crate) fn plan(&self) -> &ChildPlan {
-        &self.plan
-    }
-
     /// Applies the sandbox to a tokio command and spawns it.
     pub fn spawn(
         &self,
         cmd: &mut tokio::process::Command,
     ) -> Result<(tokio::process::Child, Applied), LaunchError> {
-        let applied = self.apply(cmd.as_std_mut())?;
+        let (applied, launch) = self.apply_for(cmd.as_std_mut())?;
         let program = cmd.as_std().get_program().to_string_lossy().into_owned();
         let child = cmd
             .spawn()
-            .map_err(|e| LaunchError::io(format!("spawn {program}"), e))?;
+            .map_err(|e| self.spawn_error(&program, &launch, e))?;
         Ok((child, applied))
     }
 

@@ -62,6 +62,19 @@ pub struct ServeArgs {
         default_value = "best-effort"
     )]
     pub sandbox: agent_launcher::Mode,
+    /// One more absolute directory `bash` and the MCP and language servers
+    /// may read and execute (a toolchain outside /usr the sandbox does not
+    /// open by itself: what a started program's installation needs, its
+    /// node_modules, venv and interpreter, is opened for it anyway);
+    /// repeatable, comma-separated in the variable. Default: none.
+    #[arg(
+        long = "sandbox-read-only",
+        env = "AGENT_RUNNER_CODE_AGENT_SANDBOX_READ_ONLY",
+        value_name = "DIR",
+        value_delimiter = ',',
+        value_parser = absolute_dir
+    )]
+    pub sandbox_read_only: Vec<PathBuf>,
     /// The time zone cron schedules are read in, as an offset from UTC
     /// (`+02:00`, `-05:30`, `UTC`).
     #[arg(
@@ -111,14 +124,16 @@ impl ServeArgs {
     /// The state dir is secret too, and protected by the engine itself;
     /// the workspaces are what the sandboxes work in; a certificate is
     /// public.
-    fn file_flags(&self) -> Vec<(&'static str, bool, Option<PathBuf>)> {
+    fn file_flags(&self) -> Vec<(&'static str, bool, Vec<PathBuf>)> {
+        let one = |p: &Option<PathBuf>| p.iter().cloned().collect::<Vec<_>>();
         vec![
-            ("auth_token_file", true, self.auth_token_file.clone()),
-            ("tls_key", true, self.tls_key.clone()),
-            ("tls_cert", false, self.tls_cert.clone()),
-            ("state_dir", true, self.state_dir.clone()),
-            ("workspace_root", false, self.workspace_root.clone()),
-            ("workspace", false, self.workspace.clone()),
+            ("auth_token_file", true, one(&self.auth_token_file)),
+            ("tls_key", true, one(&self.tls_key)),
+            ("tls_cert", false, one(&self.tls_cert)),
+            ("state_dir", true, one(&self.state_dir)),
+            ("workspace_root", false, one(&self.workspace_root)),
+            ("workspace", false, one(&self.workspace)),
+            ("sandbox_read_only", false, self.sandbox_read_only.clone()),
         ]
     }
 
@@ -151,6 +166,17 @@ impl ServeArgs {
             tls_key: self.tls_key.as_deref(),
         })
         .map_err(anyhow::Error::msg)
+    }
+}
+
+/// An absolute path (a relative one would depend on where the server was
+/// started).
+fn absolute_dir(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(format!("{text} is not an absolute path"))
     }
 }
 
@@ -227,6 +253,7 @@ mod tests {
             "--state-dir=/s/state",
             "--workspace-root=/p/ws",
             "--workspace=/p/ws/one",
+            "--sandbox-read-only=/p/tools,/p/more",
         ])
         .unwrap()
         .serve;
@@ -238,11 +265,18 @@ mod tests {
         flags.sort();
         table.sort();
         assert_eq!(flags, table);
-        for (name, secret, path) in args.file_flags() {
-            let path = path.unwrap_or_else(|| panic!("{name} not read"));
-            assert_eq!(path.starts_with("/s"), secret, "{name}");
-            assert_eq!(args.secret_files().contains(&path), secret, "{name}");
+        for (name, secret, paths) in args.file_flags() {
+            assert!(!paths.is_empty(), "{name} not read");
+            for path in paths {
+                assert_eq!(path.starts_with("/s"), secret, "{name}");
+                assert_eq!(args.secret_files().contains(&path), secret, "{name}");
+            }
         }
+        assert_eq!(
+            args.sandbox_read_only,
+            ["/p/tools", "/p/more"].map(PathBuf::from)
+        );
+        assert!(Cli::try_parse_from(["serve", "--sandbox-read-only=relative"]).is_err());
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub async fn run_with(args: ServeArgs, guard: ServeOptions) -> anyhow::Result<()
         launcher: EngineLauncher::Own {
             mode: args.sandbox,
             protected: secret_files,
+            read_only: args.sandbox_read_only,
         },
         cron_utc_offset_seconds: args.cron_utc_offset,
         ..EngineConfig::default()

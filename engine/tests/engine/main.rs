@@ -23,3 +23,4 @@ mod planning;
 mod sessions;
 mod skills;
 mod structured;
+mod venv_tools;

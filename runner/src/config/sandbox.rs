@@ -33,10 +33,12 @@ settings! {
             help_heading = "Agent sandbox",
         )]
         pub agent_uid: Option<String>,
-        /// One more absolute directory agents may read and execute (toolchains,
-        /// a CLI outside /usr; system directories, this binary and the
-        /// directories of --codex-bin and --claude-bin are readable anyway);
-        /// repeatable, comma-separated in the variable. Default: none.
+        /// One more absolute directory agents may read and execute (a toolchain
+        /// their commands use; system directories, this binary, the
+        /// directories of --codex-bin and --claude-bin are readable anyway, and
+        /// a program the runner starts gets its own installation, its
+        /// node_modules, venv and interpreter, opened for it); repeatable,
+        /// comma-separated in the variable. Default: none.
         #[arg(
             long = "sandbox-read-only",
             env = "AGENT_RUNNER_SANDBOX_READ_ONLY",

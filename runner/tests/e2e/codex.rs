@@ -4,10 +4,17 @@
 //! codex run a shell command in the thread's workspace; the Item, Turn and
 //! token-usage updates reach the control plane.
 //!
+//! The same with codex laid out as nvm installs it, outside `/usr` and
+//! under the default (best-effort) sandbox: `<prefix>/bin/codex` a symlink
+//! into `<prefix>/lib/node_modules`, `#!/usr/bin/env node` finding the
+//! prefix's own node on PATH. The sandbox opens that installation for the
+//! CLI's launches, so the models are advertised and the turn runs.
+//!
 //! Needs npm to install the pinned `@openai/codex` (cached under the target
 //! directory); without it the test prints why and passes, unless
 //! `AGENT_RUNNER_REQUIRE_REAL_CODEX` is set.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sdk_codex::testing::{MockResponses, install_codex, write_config};
@@ -18,18 +25,85 @@ use crate::support::*;
 /// Codex starts, thinks and runs a command: slower than the scripted SDK.
 const CODEX_WAIT: Duration = Duration::from_secs(120);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_codex_turn_runs_a_command_and_reports_items_and_usage() {
-    let bin = match install_codex() {
-        Ok(bin) => bin,
+/// The pinned codex, or `None` after recording why it cannot be had.
+fn codex_or_skip() -> Option<PathBuf> {
+    match install_codex() {
+        Ok(bin) => Some(bin),
         Err(reason) => {
             if std::env::var_os("AGENT_RUNNER_REQUIRE_REAL_CODEX").is_some() {
                 panic!("the real codex e2e test cannot run: {reason}");
             }
             test_kit::skip_this_test(&format!("codex e2e test: {reason}"));
-            return;
+            None
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_turn_runs_a_command_and_reports_items_and_usage() {
+    let Some(bin) = codex_or_skip() else {
+        return;
     };
+    codex_turn(&bin, &[]).await;
+}
+
+/// `<root>/nvm/versions/node/v20` as nvm lays it out, around the cached
+/// install: `lib/node_modules` is the cache's, `bin/codex` links into it,
+/// `bin/node` is a node of the prefix's own (a hard link to, or a copy of,
+/// the system's: a path outside `/usr`). `None` without a node.
+fn nvm_prefix(root: &Path, installed: &Path) -> Option<PathBuf> {
+    let node = which("node")?;
+    let modules = std::fs::canonicalize(installed.parent()?.parent()?).ok()?;
+    let prefix = root.join("nvm/versions/node/v20");
+    std::fs::create_dir_all(prefix.join("bin")).ok()?;
+    std::fs::create_dir_all(prefix.join("lib")).ok()?;
+    if std::fs::hard_link(&node, prefix.join("bin/node")).is_err() {
+        std::fs::copy(&node, prefix.join("bin/node")).ok()?;
+    }
+    std::os::unix::fs::symlink(&modules, prefix.join("lib/node_modules")).ok()?;
+    // What marks a whole node installation (nvm's has it).
+    std::fs::create_dir_all(prefix.join("include/node")).ok()?;
+    std::fs::write(prefix.join("include/node/node.h"), "").ok()?;
+    std::os::unix::fs::symlink(
+        "../lib/node_modules/@openai/codex/bin/codex.js",
+        prefix.join("bin/codex"),
+    )
+    .ok()?;
+    Some(prefix)
+}
+
+/// The canonical path of `name` on the test's PATH.
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_installed_as_nvm_does_runs_under_the_default_sandbox() {
+    let Some(bin) = codex_or_skip() else {
+        return;
+    };
+    let root = tempfile::tempdir().expect("tempdir");
+    let root_path = root.path().canonicalize().expect("canonical tempdir");
+    let Some(prefix) = nvm_prefix(&root_path, &bin) else {
+        test_kit::skip_this_test("codex nvm e2e test: no node on PATH to lay out an nvm prefix");
+        return;
+    };
+    let path = format!(
+        "{}:{}",
+        prefix.join("bin").display(),
+        std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+    );
+    codex_turn(&prefix.join("bin/codex"), &[("PATH", path.as_str())]).await;
+}
+
+/// A runner with `--sdk codex --codex-bin BIN` (and `env`) under the
+/// default sandbox: codex advertises its config's model, and a turn runs a
+/// command in the thread's workspace and reports items and usage.
+async fn codex_turn(bin: &Path, env: &[(&str, &str)]) {
     let responses = MockResponses::start().await.expect("mock Responses API");
     let home = tempfile::tempdir().expect("tempdir");
     write_config(home.path(), responses.port).expect("codex config");
@@ -37,18 +111,20 @@ async fn a_codex_turn_runs_a_command_and_reports_items_and_usage() {
     let cp = mock().await;
     let bin = bin.to_string_lossy().into_owned();
     let home_path = home.path().to_string_lossy().into_owned();
-    let runner = RunnerProc::start(
-        RunnerOpts::new(cp.url())
-            .arg("--sdk")
-            .arg("codex")
-            .arg("--codex-bin")
-            .arg(&bin)
-            .arg("--codex-approval-policy")
-            .arg("never")
-            .arg("--codex-sandbox")
-            .arg("danger-full-access")
-            .env("CODEX_HOME", &home_path),
-    );
+    let mut opts = RunnerOpts::new(cp.url())
+        .arg("--sdk")
+        .arg("codex")
+        .arg("--codex-bin")
+        .arg(&bin)
+        .arg("--codex-approval-policy")
+        .arg("never")
+        .arg("--codex-sandbox")
+        .arg("danger-full-access")
+        .env("CODEX_HOME", &home_path);
+    for (k, v) in env {
+        opts = opts.env(k, v);
+    }
+    let runner = RunnerProc::start(opts);
     let codex = ready_sdk(&cp, &runner, "codex", CODEX_WAIT).await;
     // The model of codex's config.toml is advertised besides the catalog.
     let model = "mock-model";

@@ -35,9 +35,10 @@ pub fn protected_paths(config: &RunConfig) -> Vec<PathBuf> {
 /// git credential helper is `agent-runner git-credential`) and the codex
 /// and claude CLIs when they are given as paths: the CLI's directory, or,
 /// for a CLI installed with npm, the whole `node_modules` tree it sits in
-/// (the npm wrapper starts a native binary from a sibling package). A CLI
-/// found on PATH under `/usr` is readable already; one elsewhere needs
-/// `--sandbox-read-only`.
+/// (the npm wrapper starts a native binary from a sibling package), for
+/// every agent process. Each launch of a CLI (found on PATH or not) also
+/// gets its whole installation, the node it runs on included, opened for
+/// that process alone (the launcher's per-launch grants).
 pub(super) fn runner_programs(config: &RunConfig) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::env::current_exe().into_iter().collect();
     let options = &config.sdk_options;
