@@ -43,6 +43,8 @@ pub(crate) struct Grants {
     covered: Vec<PathBuf>,
     /// Canonical protected paths.
     protected: Vec<PathBuf>,
+    /// Canonical directories holding other threads' directories.
+    shared: Vec<PathBuf>,
     /// The runner's HOME, canonical.
     home: Option<PathBuf>,
     rulesets: Mutex<HashMap<Vec<PathBuf>, Arc<OwnedFd>>>,
@@ -62,7 +64,7 @@ pub(crate) struct ForLaunch {
 }
 
 impl Grants {
-    pub(crate) fn new(inputs: RulesetInputs, protected: &[PathBuf]) -> Self {
+    pub(crate) fn new(inputs: RulesetInputs, protected: &[PathBuf], shared: &[PathBuf]) -> Self {
         let covered = inputs
             .read_write
             .iter()
@@ -73,6 +75,7 @@ impl Grants {
             inputs,
             covered,
             protected: protected.iter().map(|p| canonical(p)).collect(),
+            shared: shared.iter().map(|p| canonical(p)).collect(),
             home: std::env::var_os("HOME")
                 .map(PathBuf::from)
                 .filter(|p| p.is_absolute())
@@ -96,7 +99,7 @@ impl Grants {
         if self.home.as_deref().is_some_and(|h| h.starts_with(root)) {
             return Some("it holds the runner's HOME".to_owned());
         }
-        self.protected.iter().find_map(|p| {
+        let protected = self.protected.iter().find_map(|p| {
             if p.starts_with(root) {
                 Some(format!("it holds the protected path {}", p.display()))
             } else if root.starts_with(p) {
@@ -104,6 +107,17 @@ impl Grants {
             } else {
                 None
             }
+        });
+        // The thread's own directories are covered before this is asked.
+        protected.or_else(|| {
+            self.shared.iter().find_map(|s| {
+                (s.starts_with(root) || root.starts_with(s)).then(|| {
+                    format!(
+                        "it is in or holds {}, other threads' directories",
+                        s.display()
+                    )
+                })
+            })
         })
     }
 
@@ -250,6 +264,10 @@ mod tests {
     use super::*;
 
     fn grants(read_only: &[&Path], protected: &[PathBuf]) -> Grants {
+        grants_sharing(read_only, protected, &[])
+    }
+
+    fn grants_sharing(read_only: &[&Path], protected: &[PathBuf], shared: &[PathBuf]) -> Grants {
         let inputs = RulesetInputs {
             abi: 1,
             read_write: Vec::new(),
@@ -257,7 +275,19 @@ mod tests {
             net: None,
             scope: false,
         };
-        Grants::new(inputs, protected)
+        Grants::new(inputs, protected, shared)
+    }
+
+    #[test]
+    fn nothing_of_other_threads_directories_is_opened() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let workspaces = root.join("workspaces");
+        let g = grants_sharing(&[Path::new("/usr")], &[], &[workspaces.clone()]);
+        let other = workspaces.join("agent/threads/other/.venv");
+        assert!(g.refusal(&other).unwrap().contains("other threads"));
+        assert!(g.refusal(&root).unwrap().contains("other threads"));
+        assert_eq!(g.refusal(&root.join("tools")), None);
     }
 
     #[test]

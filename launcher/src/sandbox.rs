@@ -48,6 +48,11 @@ pub struct LauncherConfig {
     /// Paths that must never be visible to agents (state dir, secret files,
     /// App key). A thread whose sandbox would expose one is refused.
     pub protected: Vec<PathBuf>,
+    /// Directories that hold every thread's directories (the workspace
+    /// root): a launch's grant for the program it starts never opens one,
+    /// a directory holding one, or anything inside one that the thread's
+    /// own rules do not open already (another thread's venv).
+    pub shared: Vec<PathBuf>,
     /// The environment allowlist and extras.
     pub env: EnvPolicy,
     /// Per-process rlimits.
@@ -79,6 +84,7 @@ impl LauncherConfig {
             system_read_only: DEFAULT_SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect(),
             read_only: Vec::new(),
             protected: Vec::new(),
+            shared: Vec::new(),
             env: EnvPolicy::default(),
             rlimits: Rlimits::default(),
             cgroups: true,
@@ -333,6 +339,7 @@ impl Launcher {
                     scope: config.scope_ipc,
                 },
                 &config.protected,
+                &config.shared,
             )
         });
 

@@ -545,7 +545,10 @@ mod tests {
         let Some(Payload::AgentSdkUpdate(sdk)) = &update.payload else {
             panic!("not an sdk update: {update:?}");
         };
-        assert_eq!(sdk.error_message.as_deref(), Some("login failed for key ***"));
+        assert_eq!(
+            sdk.error_message.as_deref(),
+            Some("login failed for key ***")
+        );
     }
 
     #[test]

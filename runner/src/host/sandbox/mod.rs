@@ -139,6 +139,7 @@ impl AgentSandboxes {
             protected_paths(config),
         );
         launcher_config.read_only.extend(runner_programs(config));
+        launcher_config.shared = vec![config.workspace_root.clone()];
         // The runner's proxy reaches agents' git and CLIs as HTTPS_PROXY &
         // co., never with its credentials (a forwarder adds them).
         let agent_proxy =
