@@ -283,7 +283,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = d.path().canonicalize().unwrap();
         let workspaces = root.join("workspaces");
-        let g = grants_sharing(&[Path::new("/usr")], &[], &[workspaces.clone()]);
+        let g = grants_sharing(&[Path::new("/usr")], &[], std::slice::from_ref(&workspaces));
         let other = workspaces.join("agent/threads/other/.venv");
         assert!(g.refusal(&other).unwrap().contains("other threads"));
         assert!(g.refusal(&root).unwrap().contains("other threads"));

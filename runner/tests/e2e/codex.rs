@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agent_runner_proto::runner::TurnStatus;
 use sdk_codex::testing::{MockResponses, install_codex, write_config};
 
 use crate::real_sdk::{assert_workspace_file, first_command, ready_sdk, sdk_turn};
@@ -147,5 +148,90 @@ async fn codex_turn(bin: &Path, env: &[(&str, &str)]) {
     assert_eq!(usage.thread_id, thread);
     assert_eq!(usage.last_usage.map(|u| u.total_tokens), Some(120));
 
+    assert_workspace_file(&runner, &thread, "proof.txt", "hello-from-codex\n");
+}
+
+/// A hostile codex thread plants links in its `CODEX_HOME`
+/// (`~/.codex/auth.json` and `config.toml` pointing at a file outside its
+/// sandbox, as it would at the runner's `state.db`); the runner restarts on
+/// the same state, and the next start of the thread's codex seeds
+/// `CODEX_HOME` again: the links are replaced, the file outside is not
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_codex_home_link_is_replaced_not_written_through() {
+    let Some(bin) = codex_or_skip() else {
+        return;
+    };
+    let responses = MockResponses::start().await.expect("mock Responses API");
+    let home = tempfile::tempdir().expect("tempdir");
+    write_config(home.path(), responses.port).expect("codex config");
+    std::fs::write(
+        home.path().join("auth.json"),
+        "{\"OPENAI_API_KEY\":\"sk-test\"}",
+    )
+    .unwrap();
+    let outside = tempfile::tempdir().expect("tempdir");
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    responses.set_command(&format!(
+        "ln -sf {v} \"$HOME/.codex/auth.json\" && ln -sf {v} \"$HOME/.codex/config.toml\" && echo planted",
+        v = victim.display()
+    ));
+
+    let cp = mock().await;
+    let opts = RunnerOpts::new(cp.url())
+        .arg("--sdk")
+        .arg("codex")
+        .arg("--codex-bin")
+        .arg(&bin.to_string_lossy())
+        .arg("--codex-approval-policy")
+        .arg("never")
+        .arg("--codex-sandbox")
+        .arg("danger-full-access")
+        .env("CODEX_HOME", &home.path().to_string_lossy());
+    let mut runner = RunnerProc::start(opts);
+    let model = "mock-model";
+    ready_sdk(&cp, &runner, "codex", CODEX_WAIT).await;
+    let (thread, msgs) = sdk_turn(&cp, &runner, ("codex", model), "plant", CODEX_WAIT).await;
+    let planted = first_command(&msgs, &runner);
+    assert!(
+        planted.output.as_deref().unwrap_or("").contains("planted"),
+        "{planted:?}"
+    );
+    let codex_home = runner
+        .workspace_root()
+        .join("a/private")
+        .join(&thread)
+        .join("home/.codex");
+    assert!(
+        codex_home.join("auth.json").is_symlink(),
+        "the agent planted it"
+    );
+
+    runner.signal(libc::SIGTERM);
+    assert_eq!(runner.wait_exit(WAIT).await, Some(0), "{}", runner.logs());
+    let runner = runner.start_again();
+    cp.wait_for_registrations(2, WAIT)
+        .await
+        .expect("re-registers");
+    cp.wait_connected(WAIT).await.expect("reconnects");
+    responses.set_command(sdk_codex::testing::PROOF_COMMAND);
+    send(&cp, "m2", user_message("a", &thread, "again", false)).await;
+    cp.wait_for(
+        |m| rid_is(m, "m2") && is_turn(m, TurnStatus::Completed),
+        CODEX_WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("turn completes: {e:?}\n{}", runner.logs()));
+
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    for seeded in ["auth.json", "config.toml"] {
+        let path = codex_home.join(seeded);
+        assert!(!path.is_symlink(), "{} is still a link", path.display());
+    }
+    assert_eq!(
+        std::fs::read_to_string(codex_home.join("auth.json")).unwrap(),
+        "{\"OPENAI_API_KEY\":\"sk-test\"}"
+    );
     assert_workspace_file(&runner, &thread, "proof.txt", "hello-from-codex\n");
 }

@@ -88,6 +88,8 @@ stream_max_retries = 0
 pub struct MockResponses {
     pub port: u16,
     requests: Arc<Mutex<Vec<Value>>>,
+    /// The shell command the model asks for ([`PROOF_COMMAND`] unless set).
+    command: Arc<Mutex<String>>,
 }
 
 impl MockResponses {
@@ -98,17 +100,23 @@ impl MockResponses {
         let mock = Self {
             port,
             requests: Arc::default(),
+            command: Arc::new(Mutex::new(PROOF_COMMAND.to_owned())),
         };
-        let requests = mock.requests.clone();
+        let (requests, command) = (mock.requests.clone(), mock.command.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let requests = requests.clone();
+                let (requests, command) = (requests.clone(), command.clone());
                 tokio::spawn(async move {
-                    let _ = handle(stream, requests).await;
+                    let _ = handle(stream, requests, command).await;
                 });
             }
         });
         Ok(mock)
+    }
+
+    /// The shell command the model asks for from now on.
+    pub fn set_command(&self, command: &str) {
+        *lock(&self.command) = command.to_owned();
     }
 
     /// Every `/responses` request body so far.
@@ -121,7 +129,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-async fn handle(mut stream: TcpStream, requests: Arc<Mutex<Vec<Value>>>) -> std::io::Result<()> {
+async fn handle(
+    mut stream: TcpStream,
+    requests: Arc<Mutex<Vec<Value>>>,
+    command: Arc<Mutex<String>>,
+) -> std::io::Result<()> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {
@@ -156,7 +168,8 @@ async fn handle(mut stream: TcpStream, requests: Arc<Mutex<Vec<Value>>>) -> std:
         return Ok(());
     }
     let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let sse = respond(&request, lock(&requests).len());
+    let command = lock(&command).clone();
+    let sse = respond(&request, lock(&requests).len(), &command);
     lock(&requests).push(request);
     let reply = format!(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{sse}",
@@ -168,15 +181,15 @@ async fn handle(mut stream: TcpStream, requests: Arc<Mutex<Vec<Value>>>) -> std:
 
 /// The call to make: the shell tool of the request's `tools`, with the
 /// argument shape its schema declares.
-fn shell_call(request: &Value) -> Option<(String, Value)> {
+fn shell_call(request: &Value, command: &str) -> Option<(String, Value)> {
     let tools = request["tools"].as_array()?;
     tools.iter().find_map(|tool| {
         let properties = &tool["parameters"]["properties"];
         let name = tool["name"].as_str()?.to_owned();
         if properties.get("cmd").is_some() {
-            Some((name, json!({ "cmd": PROOF_COMMAND })))
+            Some((name, json!({ "cmd": command })))
         } else if properties["command"]["type"] == "array" {
-            Some((name, json!({ "command": ["bash", "-lc", PROOF_COMMAND] })))
+            Some((name, json!({ "command": ["bash", "-lc", command] })))
         } else {
             None
         }
@@ -190,7 +203,7 @@ fn event(data: Value) -> String {
     )
 }
 
-fn respond(request: &Value, index: usize) -> String {
+fn respond(request: &Value, index: usize, command: &str) -> String {
     let last_is_output = request["input"]
         .as_array()
         .and_then(|items| items.last())
@@ -200,7 +213,7 @@ fn respond(request: &Value, index: usize) -> String {
     let call = if last_is_output {
         None
     } else {
-        shell_call(request)
+        shell_call(request, command)
     };
     match call {
         Some((name, arguments)) => {
