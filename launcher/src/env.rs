@@ -101,7 +101,9 @@ impl EnvPolicy {
             }
         };
         for name in &self.inherit {
-            if let Some(v) = lookup(name) {
+            if let Some(v) = lookup(name)
+                && !proxy_with_credentials(name, &v)
+            {
                 put(&mut env, name.into(), Some(v));
             }
         }
@@ -124,9 +126,43 @@ impl EnvPolicy {
     }
 }
 
+/// Whether `name` is a proxy variable (`HTTPS_PROXY`, `all_proxy`, …)
+/// whose URL carries credentials (`http://user:pass@proxy:3128`): never
+/// inherited, since the launcher's user (the runner, `code-agent serve`)
+/// holds them and agents must not. The runner gives agents a forwarder's
+/// URL instead; elsewhere they get no proxy.
+fn proxy_with_credentials(name: &str, value: &OsStr) -> bool {
+    let lower = name.to_ascii_lowercase();
+    if !lower.ends_with("_proxy") || lower == "no_proxy" {
+        return false;
+    }
+    let value = value.to_string_lossy();
+    let rest = value.split_once("://").map_or(&*value, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority.contains('@')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_proxy_with_credentials_is_not_inherited() {
+        let lookup = |n: &str| match n {
+            "HTTPS_PROXY" => Some(OsString::from("http://op:pw-123@proxy:3128")),
+            "HTTP_PROXY" => Some(OsString::from("proxy:3128")),
+            "ALL_PROXY" => Some(OsString::from("socks5://u@proxy:1080/x")),
+            "NO_PROXY" => Some(OsString::from("user@host")),
+            _ => None,
+        };
+        let env = EnvPolicy::default().build(lookup, &[], "/h".as_ref(), "/t".as_ref(), "x");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("HTTPS_PROXY"), None);
+        assert_eq!(get("ALL_PROXY"), None);
+        assert_eq!(get("HTTP_PROXY"), Some("proxy:3128".into()));
+        assert_eq!(get("NO_PROXY"), Some("user@host".into()));
+        assert!(!proxy_with_credentials("HTTPS_PROXY", "http://proxy:3128/a@b".as_ref()));
+    }
 
     fn runner_env(name: &str) -> Option<OsString> {
         match name {
