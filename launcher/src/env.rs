@@ -161,7 +161,10 @@ mod tests {
         assert_eq!(get("ALL_PROXY"), None);
         assert_eq!(get("HTTP_PROXY"), Some("proxy:3128".into()));
         assert_eq!(get("NO_PROXY"), Some("user@host".into()));
-        assert!(!proxy_with_credentials("HTTPS_PROXY", "http://proxy:3128/a@b".as_ref()));
+        assert!(!proxy_with_credentials(
+            "HTTPS_PROXY",
+            "http://proxy:3128/a@b".as_ref()
+        ));
     }
 
     fn runner_env(name: &str) -> Option<OsString> {
