@@ -15,7 +15,6 @@ use std::process::Stdio;
 use agent_runner_proto::runner::*;
 use code_agent_engine::testing::{MockLlm, MockReply};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::real_sdk::{assert_workspace_file, first_command, ready_sdk, sdk_turn};
@@ -120,18 +119,9 @@ async fn serve_engine(mock: &MockLlm, args: &[String]) -> (Child, String) {
         .kill_on_drop(true)
         .spawn()
         .expect("spawn code-agent serve");
-    let stdout = child.stdout.take().expect("stdout piped");
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(WAIT, lines.next_line())
+    let addr = crate::code_agent_serve::listening_addr(&mut child)
         .await
-        .expect("the engine prints its address in time")
-        .expect("read stdout")
-        .expect("a line");
-    let addr = line
-        .strip_prefix("code-agent listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .trim()
-        .to_owned();
+        .expect("code-agent serve prints its address first");
     (child, addr)
 }
 

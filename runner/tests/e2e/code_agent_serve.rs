@@ -92,19 +92,10 @@ async fn serve(args: &[String], env: &[(&str, &str)]) -> Result<Served, String> 
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(WAIT, lines.next_line())
-        .await
-        .expect("the engine prints its address or exits in time")
-        .unwrap();
-    match line.and_then(|l| {
-        l.strip_prefix("code-agent listening on ")
-            .map(str::to_owned)
-    }) {
+    match listening_addr(&mut child).await {
         Some(addr) => Ok(Served {
             child,
-            addr: addr.trim().to_owned(),
+            addr,
             dir,
             root,
         }),
@@ -269,4 +260,17 @@ async fn it_serves_tls_with_the_token_from_the_environment() {
         );
     }
     let _ = served.child.start_kill();
+}
+
+/// The address `code-agent serve` prints as its first line, waiting at
+/// most [`WAIT`]; `None` when it printed something else or closed stdout.
+pub async fn listening_addr(child: &mut Child) -> Option<String> {
+    let stdout = child.stdout.take()?;
+    let line = tokio::time::timeout(WAIT, BufReader::new(stdout).lines().next_line())
+        .await
+        .expect("the engine prints its address or exits in time")
+        .ok()
+        .flatten()?;
+    line.strip_prefix("code-agent listening on ")
+        .map(|addr| addr.trim().to_owned())
 }

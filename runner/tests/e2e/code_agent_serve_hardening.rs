@@ -17,11 +17,10 @@ use std::process::Stdio;
 use code_agent_engine::testing::{MockLlm, MockReply};
 use code_agent_proto::{CreateSessionRequest, GenerateRequest, Message, SessionConfig};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
-use crate::code_agent_serve::{TestTls, client};
+use crate::code_agent_serve::{TestTls, client, listening_addr};
 use crate::support::*;
 
 const TOKEN: &str = "serve-hardening-token-5c1e";
@@ -99,17 +98,9 @@ async fn serve(
         cmd.uid(ENGINE_UID).gid(ENGINE_UID);
     }
     let mut child = cmd.spawn().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(WAIT, lines.next_line())
+    let addr = listening_addr(&mut child)
         .await
-        .expect("the engine prints its address in time")
-        .unwrap()
-        .expect("a line");
-    let addr = line
-        .strip_prefix("code-agent listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .trim()
-        .to_owned();
+        .expect("code-agent serve prints its address first");
     Served { child, addr, root }
 }
 
