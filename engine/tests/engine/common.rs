@@ -357,3 +357,15 @@ pub fn request_mentions(mock: &MockLlm, index: usize, needle: &str) -> bool {
         .iter()
         .any(|m| m["content"].as_str().is_some_and(|c| c.contains(needle)))
 }
+
+/// `message` as a request of `session` (the `x-code-agent-session-id`
+/// metadata the cron and MCP RPCs are scoped by); `None`: the operator's.
+pub fn scoped<T>(message: T, session: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(s) = session {
+        request
+            .metadata_mut()
+            .insert(code_agent_engine::mcp::SESSION_METADATA, s.parse().unwrap());
+    }
+    request
+}

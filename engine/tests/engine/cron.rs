@@ -406,12 +406,13 @@ async fn the_model_schedules_and_runs_a_job_with_the_cron_tool() {
         results[2].error
     );
     // The session's job: the RPC reaches it with the session's metadata.
-    let mut get = tonic::Request::new(GetCronJobRequest {
-        id: None,
-        name: Some("nightly".into()),
-    });
-    get.metadata_mut()
-        .insert(code_agent_engine::mcp::SESSION_METADATA, s.parse().unwrap());
+    let get = scoped(
+        GetCronJobRequest {
+            id: None,
+            name: Some("nightly".into()),
+        },
+        Some(&s),
+    );
     let job = h
         .client
         .get_cron_job(get)

@@ -5,23 +5,12 @@
 //! id (a re-created thread) starts with none; and a session cannot change
 //! the operator's (global) MCP servers.
 
-use code_agent_engine::mcp::SESSION_METADATA;
 use code_agent_engine::testing::{MockLlm, MockReply};
 use code_agent_proto::*;
 use serde_json::json;
 use tonic::Code;
 
 use crate::common::*;
-
-fn scoped<T>(message: T, session: Option<&str>) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(s) = session {
-        request
-            .metadata_mut()
-            .insert(SESSION_METADATA, s.parse().unwrap());
-    }
-    request
-}
 
 /// A session with the given id (the runner's thread id).
 async fn session_named(h: &mut Harness, id: &str, storage: StorageType) -> String {

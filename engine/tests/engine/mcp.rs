@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use code_agent_engine::mcp::SESSION_METADATA;
 use code_agent_engine::testing::{MockLlm, MockReply};
 use code_agent_engine::{EngineConfig, EngineLauncher};
 use code_agent_proto::*;
@@ -16,16 +15,6 @@ use mcp_client::testing::{HttpServer, install_python_mcp, python, server_script}
 use serde_json::json;
 
 use crate::common::*;
-
-fn scoped<T>(message: T, session: Option<&str>) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(s) = session {
-        request
-            .metadata_mut()
-            .insert(SESSION_METADATA, s.parse().unwrap());
-    }
-    request
-}
 
 fn stdio_config(name: &str, site: &std::path::Path) -> McpServerConfigProto {
     McpServerConfigProto {

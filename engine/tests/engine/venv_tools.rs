@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use code_agent_engine::EngineConfig;
 use code_agent_engine::lsp::{LspServerSpec, LspTable};
-use code_agent_engine::mcp::SESSION_METADATA;
 use code_agent_engine::testing::MockLlm;
 use code_agent_proto::*;
 use sdk_adapter::testing::cached_install;
@@ -122,14 +121,6 @@ async fn harness(venv: &Path) -> Harness {
     Harness::start_configured(mock, workspace, state, config).await
 }
 
-fn scoped<T>(message: T, session: &str) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request
-        .metadata_mut()
-        .insert(SESSION_METADATA, session.parse().unwrap());
-    request
-}
-
 #[tokio::test]
 async fn a_venvs_mcp_server_and_pylsp_run_under_the_default_sandbox() {
     let venv = match venv() {
@@ -166,7 +157,7 @@ async fn a_venvs_mcp_server_and_pylsp_run_under_the_default_sandbox() {
             RegisterMcpServerRequest {
                 config: Some(config),
             },
-            &s,
+            Some(&s),
         ))
         .await
         .unwrap()
@@ -178,7 +169,7 @@ async fn a_venvs_mcp_server_and_pylsp_run_under_the_default_sandbox() {
             ConnectMcpServerRequest {
                 name: "venv".into(),
             },
-            &s,
+            Some(&s),
         ))
         .await
         .unwrap()
