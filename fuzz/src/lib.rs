@@ -367,7 +367,9 @@ pub fn expected_invalid(msg: &ServerMessage) -> bool {
     }
     let ids: Vec<&str> = match &msg.request {
         None => return true,
-        Some(Request::HeartbeatRequest(_)) | Some(Request::CodexConfigurationRequest(_)) => vec![],
+        Some(Request::HeartbeatRequest(_))
+        | Some(Request::CodexConfigurationRequest(_))
+        | Some(Request::ApprovalDecision(_)) => vec![],
         Some(Request::CreateAgentRequest(r)) => vec![&r.agent_id],
         Some(Request::DeleteAgentRequest(r)) => vec![&r.agent_id],
         Some(Request::CreateThreadRequest(r)) => vec![&r.agent_id],
@@ -525,6 +527,7 @@ fn strings(msg: &mut ServerMessage) -> Vec<&mut String> {
             v.extend(r.model.as_mut());
             v.extend(r.model_reasoning_level.as_mut());
         }
+        Some(Request::ApprovalDecision(r)) => v.push(&mut r.approval_id),
         Some(Request::HeartbeatRequest(_)) | Some(Request::CodexConfigurationRequest(_)) | None => {
         }
     }

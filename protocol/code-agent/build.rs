@@ -4,7 +4,8 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     proto_build::compile(&proto_build::Job {
         protos: &["../../proto/a3s/code/agent/v1/code_agent.proto"],
-        include: "../../proto",
+        include: &["../../proto"],
+        out_subdir: "",
         json_packages: &[],
         hand_validated: &[],
     })

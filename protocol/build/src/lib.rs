@@ -17,8 +17,13 @@ use prost::Message;
 pub struct Job<'a> {
     /// The `.proto` files, relative to the crate's manifest directory.
     pub protos: &'a [&'a str],
-    /// The include root the files' `import`s and packages are relative to.
-    pub include: &'a str,
+    /// The include roots the files' `import`s and packages are relative to,
+    /// searched in order.
+    pub include: &'a [&'a str],
+    /// The folder inside `OUT_DIR` the generated files go to (`""` for
+    /// `OUT_DIR` itself): a crate that generates two versions of one package
+    /// gives each its own.
+    pub out_subdir: &'a str,
     /// Packages (e.g. `.companyhelm.runner.v1`) that also get serde impls in
     /// the canonical protobuf JSON mapping (`pbjson-build`), written to
     /// `OUT_DIR/<package>.serde.rs`.
@@ -35,7 +40,8 @@ pub fn compile(job: &Job<'_>) -> Result<(), Box<dyn std::error::Error>> {
     for proto in job.protos {
         println!("cargo:rerun-if-changed={proto}");
     }
-    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?).join(job.out_subdir);
+    std::fs::create_dir_all(&out_dir)?;
     let validate_set_path = write_validate_descriptors(&out_dir)?;
 
     let descriptor_path = out_dir.join("file_descriptor_set.bin");
@@ -45,20 +51,24 @@ pub fn compile(job: &Job<'_>) -> Result<(), Box<dyn std::error::Error>> {
             "--descriptor_set_in={}",
             validate_set_path.display()
         ))
-        .file_descriptor_set_path(&descriptor_path);
+        .file_descriptor_set_path(&descriptor_path)
+        .out_dir(&out_dir);
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_with_config(config, job.protos, &[job.include])?;
+        .out_dir(&out_dir)
+        .compile_with_config(config, job.protos, job.include)?;
 
     if !job.json_packages.is_empty() {
         pbjson_build::Builder::new()
             .register_descriptors(&std::fs::read(&descriptor_path)?)?
+            .out_dir(&out_dir)
             .build(job.json_packages)?;
     }
 
     let validate = prost_protovalidate_build::Builder::new()
         .file_descriptor_set_path(&descriptor_path)?
+        .out_dir(&out_dir)
         // Imported schemas are someone else's types: no impls for them here.
         .extern_path(".buf.validate", "::prost_protovalidate::types")
         .extern_path(".google.protobuf", "::prost_types");

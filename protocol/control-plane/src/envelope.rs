@@ -4,18 +4,19 @@
 //! Their payload sits in a oneof of messages, which the build-time generator
 //! does not cover, so these impls delegate to the payload's generated impl
 //! and prefix each violation with the oneof field's name
-//! (`create_agent_request.agent_id: …`). A payload whose message has no rules
+//! (`create_agent_request.agent_id: …`). This file is protocol 0.2's and
+//! what both versions share; `envelope_v07.rs` is protocol 0.7's. A payload whose message has no rules
 //! is valid as it is. An envelope with no payload is left to the caller: it is
 //! not a `buf.validate` rule, but the runner rejects it all the same.
 
 use prost_protovalidate::{Validate, ValidationError, Violation};
 
-use crate::runner::{
-    ClientMessage, CreateThreadRequest, ServerMessage, ThreadMcpHeader, client_message,
-    server_message, thread_mcp_server,
-};
+use crate::runner::{ClientMessage, ServerMessage, client_message, server_message};
 
-fn prefixed(field: &str, result: Result<(), ValidationError>) -> Result<(), ValidationError> {
+pub(crate) fn prefixed(
+    field: &str,
+    result: Result<(), ValidationError>,
+) -> Result<(), ValidationError> {
     result.map_err(|err| {
         ValidationError::new(
             err.into_violations()
@@ -29,48 +30,73 @@ fn prefixed(field: &str, result: Result<(), ValidationError>) -> Result<(), Vali
     })
 }
 
-/// The rules of the MCP transport messages, which sit in a oneof (see
-/// runner.proto): `command`, `url` and each header/env `key` non-empty.
-fn mcp_transports(request: &CreateThreadRequest) -> Result<(), ValidationError> {
-    fn min_len(out: &mut Vec<Violation>, path: String, value: &str) {
-        if value.is_empty() {
-            out.push(Violation::new(
-                path,
-                "string.min_len",
-                "value length must be at least 1 characters",
-            ));
-        }
-    }
-    fn keys(out: &mut Vec<Violation>, path: &str, headers: &[ThreadMcpHeader]) {
-        for (i, h) in headers.iter().enumerate() {
-            min_len(out, format!("{path}[{i}].key"), &h.key);
-        }
-    }
-    let mut out = Vec::new();
-    for (i, server) in request.mcp_servers.iter().enumerate() {
-        let at = format!("mcp_servers[{i}]");
-        match &server.transport_config {
-            Some(thread_mcp_server::TransportConfig::Stdio(s)) => {
-                min_len(&mut out, format!("{at}.stdio.command"), &s.command);
-                keys(&mut out, &format!("{at}.stdio.env_vars"), &s.env_vars);
+/// Writes `fn $name(&CreateThreadRequest)`: the rules of the MCP transport
+/// messages of one protocol version, which sit in a oneof (see runner.proto):
+/// `command`, `url` and each header/env `key` non-empty. Both versions have
+/// the same messages at the same numbers, as distinct Rust types.
+macro_rules! mcp_transport_rules {
+    ($name:ident, $module:ident) => {
+        pub(crate) fn $name(
+            request: &$crate::$module::CreateThreadRequest,
+        ) -> Result<(), prost_protovalidate::ValidationError> {
+            use $crate::$module::{ThreadMcpHeader, thread_mcp_server};
+            fn keys(
+                out: &mut Vec<prost_protovalidate::Violation>,
+                path: &str,
+                headers: &[ThreadMcpHeader],
+            ) {
+                for (i, h) in headers.iter().enumerate() {
+                    $crate::envelope::min_len(out, format!("{path}[{i}].key"), &h.key);
+                }
             }
-            Some(thread_mcp_server::TransportConfig::StreamableHttp(h)) => {
-                min_len(&mut out, format!("{at}.streamable_http.url"), &h.url);
-                keys(
-                    &mut out,
-                    &format!("{at}.streamable_http.headers"),
-                    &h.headers,
-                );
+            let mut out = Vec::new();
+            for (i, server) in request.mcp_servers.iter().enumerate() {
+                let at = format!("mcp_servers[{i}]");
+                match &server.transport_config {
+                    Some(thread_mcp_server::TransportConfig::Stdio(s)) => {
+                        $crate::envelope::min_len(
+                            &mut out,
+                            format!("{at}.stdio.command"),
+                            &s.command,
+                        );
+                        keys(&mut out, &format!("{at}.stdio.env_vars"), &s.env_vars);
+                    }
+                    Some(thread_mcp_server::TransportConfig::StreamableHttp(h)) => {
+                        $crate::envelope::min_len(
+                            &mut out,
+                            format!("{at}.streamable_http.url"),
+                            &h.url,
+                        );
+                        keys(
+                            &mut out,
+                            &format!("{at}.streamable_http.headers"),
+                            &h.headers,
+                        );
+                    }
+                    None => {}
+                }
             }
-            None => {}
+            if out.is_empty() {
+                Ok(())
+            } else {
+                Err(prost_protovalidate::ValidationError::new(out))
+            }
         }
-    }
-    if out.is_empty() {
-        Ok(())
-    } else {
-        Err(ValidationError::new(out))
+    };
+}
+
+pub(crate) fn min_len(out: &mut Vec<Violation>, path: String, value: &str) {
+    if value.is_empty() {
+        out.push(Violation::new(
+            path,
+            "string.min_len",
+            "value length must be at least 1 characters",
+        ));
     }
 }
+
+mcp_transport_rules!(mcp_transports, runner);
+pub(crate) use mcp_transport_rules;
 
 impl Validate for ServerMessage {
     fn validate(&self) -> Result<(), ValidationError> {
@@ -98,6 +124,7 @@ impl Validate for ServerMessage {
             Some(Request::InterruptTurnRequest(m)) => {
                 prefixed("interrupt_turn_request", m.validate())
             }
+            Some(Request::ApprovalDecision(m)) => prefixed("approval_decision", m.validate()),
         }
     }
 }
@@ -119,6 +146,8 @@ impl Validate for ClientMessage {
             Some(Payload::ThreadNameUpdate(m)) => prefixed("thread_name_update", m.validate()),
             Some(Payload::AgentSdkUpdate(m)) => prefixed("agent_sdk_update", m.validate()),
             Some(Payload::CodexDeviceCode(m)) => prefixed("codex_device_code", m.validate()),
+            Some(Payload::ApprovalRequest(m)) => prefixed("approval_request", m.validate()),
+            Some(Payload::ApprovalResolved(m)) => prefixed("approval_resolved", m.validate()),
         }
     }
 }

@@ -1,6 +1,8 @@
-//! Wire types for the control-plane contract, [`runner`]:
-//! `companyhelm.runner.v1` (registration, the bidirectional `ControlChannel`,
-//! GitHub tokens). The engine's contract, `a3s.code.agent.v1`, is the
+//! Wire types for the control-plane contract, `companyhelm.runner.v1`, in
+//! both versions the runner speaks: [`runner`] is 0.2 (the default:
+//! registration, the bidirectional `ControlChannel`, agents, GitHub tokens),
+//! [`runner_v07`] is 0.7 (thread-only). This project's extensions (fields
+//! at numbers of 100 and up) are in both. The engine's contract, `a3s.code.agent.v1`, is the
 //! `code-agent-proto` crate: neither links the other.
 //!
 //! Every message implements [`prost_protovalidate::Validate`] from its
@@ -15,24 +17,50 @@ mod generated {
     pub mod companyhelm {
         pub mod runner {
             pub mod v1 {
-                tonic::include_proto!("companyhelm.runner.v1");
+                include!(concat!(env!("OUT_DIR"), "/v0.2/companyhelm.runner.v1.rs"));
                 // serde impls in the canonical protobuf JSON mapping (pbjson).
-                include!(concat!(env!("OUT_DIR"), "/companyhelm.runner.v1.serde.rs"));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/v0.2/companyhelm.runner.v1.serde.rs"
+                ));
             }
         }
     }
-    include!(concat!(env!("OUT_DIR"), "/validate_impl.rs"));
+    include!(concat!(env!("OUT_DIR"), "/v0.2/validate_impl.rs"));
+}
+
+mod generated_v07 {
+    pub mod companyhelm {
+        pub mod runner {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/v0.7/companyhelm.runner.v1.rs"));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/v0.7/companyhelm.runner.v1.serde.rs"
+                ));
+            }
+        }
+    }
+    include!(concat!(env!("OUT_DIR"), "/v0.7/validate_impl.rs"));
 }
 
 mod envelope;
+mod envelope_v07;
 
 pub use generated::companyhelm::runner::v1 as runner;
+/// Protocol 0.7 (thread-only) of the same package: its own types, since the
+/// two versions cannot share a decoder (`proto/v0.7/…/runner.proto`).
+pub use generated_v07::companyhelm::runner::v1 as runner_v07;
 pub use prost_protovalidate::{Validate, ValidationError};
 
 /// The feature string of acknowledged delivery (docs/protocol.md "Acknowledged
 /// delivery"), offered in `RegisterRunnerRequest.features` and accepted in
 /// the response's. Defined here, once, for the runner and the mock.
 pub const ACKED_DELIVERY: &str = "acked-delivery/1";
+
+/// The feature string of approvals and questions (docs/protocol.md
+/// "Approvals and questions"), negotiated like [`ACKED_DELIVERY`].
+pub const APPROVALS: &str = "approvals/1";
 
 /// One line naming every violated field, e.g.
 /// `create_agent_request.agent_id: value length must be at least 1 characters`.

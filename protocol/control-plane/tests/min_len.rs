@@ -56,10 +56,14 @@ fn any_one_character_is_enough() {
 /// be back on every update sent.
 #[test]
 fn the_generated_code_counts_no_characters_for_min_len_one() {
-    let generated = include_str!(concat!(env!("OUT_DIR"), "/validate_impl.rs"));
-    assert!(generated.contains("self.thread_id.is_empty()"));
-    assert!(
-        !generated.contains("chars().count() < 1usize"),
-        "a min_len 1 check still counts characters"
-    );
+    for generated in [
+        include_str!(concat!(env!("OUT_DIR"), "/v0.2/validate_impl.rs")),
+        include_str!(concat!(env!("OUT_DIR"), "/v0.7/validate_impl.rs")),
+    ] {
+        assert!(generated.contains("self.thread_id.is_empty()"));
+        assert!(
+            !generated.contains("chars().count() < 1usize"),
+            "a min_len 1 check still counts characters"
+        );
+    }
 }

@@ -441,6 +441,14 @@ fn describe(m: &ClientMessage) -> String {
             format!("SkillMpUpdate {} {}", s.agent_id, s.package_name)
         }
         Some(Payload::HeartbeatResponse(_)) => "HeartbeatResponse".to_owned(),
+        Some(Payload::ApprovalRequest(a)) => format!("Approval?     {} {}", a.approval_id, a.title),
+        Some(Payload::ApprovalResolved(a)) => format!(
+            "Approved?     {} {}",
+            a.approval_id,
+            name(a.outcome, |v| {
+                agent_runner_proto::runner::ApprovalOutcome::try_from(v).ok()
+            })
+        ),
         Some(Payload::ThreadNameUpdate(n)) => format!(
             "ThreadName    {} {}",
             n.thread_id,

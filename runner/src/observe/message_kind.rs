@@ -11,7 +11,7 @@ pub fn kind(msg: &ClientMessage) -> &'static str {
 }
 
 /// Every [`kind`], by [`kind_index`].
-pub const KINDS: [&str; 12] = [
+pub const KINDS: [&str; 14] = [
     "empty",
     "request_error",
     "agent_update",
@@ -24,6 +24,8 @@ pub const KINDS: [&str; 12] = [
     "thread_name_update",
     "agent_sdk_update",
     "codex_device_code",
+    "approval_request",
+    "approval_resolved",
 ];
 
 /// Where `msg`'s [`kind`] is in [`KINDS`] (for per-kind tables without a
@@ -42,5 +44,7 @@ pub fn kind_index(msg: &ClientMessage) -> usize {
         Some(Payload::ThreadNameUpdate(_)) => 9,
         Some(Payload::AgentSdkUpdate(_)) => 10,
         Some(Payload::CodexDeviceCode(_)) => 11,
+        Some(Payload::ApprovalRequest(_)) => 12,
+        Some(Payload::ApprovalResolved(_)) => 13,
     }
 }

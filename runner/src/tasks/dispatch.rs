@@ -147,6 +147,19 @@ fn route(
             };
             to_thread(rt, kind, &agent_id, &thread_id, ThreadCmd::UserMessage(msg))
         }
+        // No agent has asked anything yet: every id is unknown.
+        Request::ApprovalDecision(r) => {
+            reject(
+                rt,
+                rid,
+                kind,
+                format!(
+                    "approval_decision.approval_id: unknown approval {}",
+                    r.approval_id
+                ),
+            );
+            RequestOutcome::Rejected
+        }
     }
 }
 
@@ -163,7 +176,9 @@ fn reject(rt: &Runtime, rid: RequestId, kind: &'static str, text: String) {
 /// be path-safe; the error names the field.
 fn check_ids(request: &Request) -> Result<(), String> {
     match request {
-        Request::HeartbeatRequest(_) | Request::CodexConfigurationRequest(_) => Ok(()),
+        Request::HeartbeatRequest(_)
+        | Request::CodexConfigurationRequest(_)
+        | Request::ApprovalDecision(_) => Ok(()),
         Request::CreateAgentRequest(r) => check_id("create_agent_request.agent_id", &r.agent_id),
         Request::DeleteAgentRequest(r) => check_id("delete_agent_request.agent_id", &r.agent_id),
         Request::CreateThreadRequest(r) => {
@@ -266,6 +281,7 @@ fn request_kind(msg: &ServerMessage) -> &'static str {
         Some(Request::InterruptTurnRequest(_)) => "interrupt_turn_request",
         Some(Request::HeartbeatRequest(_)) => "heartbeat_request",
         Some(Request::CodexConfigurationRequest(_)) => "codex_configuration_request",
+        Some(Request::ApprovalDecision(_)) => "approval_decision",
     }
 }
 
