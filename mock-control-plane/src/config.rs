@@ -55,6 +55,9 @@ pub struct MockConfig {
     /// Which names the two GitHub RPCs are served under; the others answer
     /// `UNIMPLEMENTED`.
     pub github_rpc_names: GithubRpcNames,
+    /// The protocol version served: 0.2 (default) or 0.7, thread-only
+    /// ([`crate::versions`]).
+    pub protocol: crate::versions::Protocol,
 }
 
 /// The name of the runner identity of an unnamed mock: the only one when no

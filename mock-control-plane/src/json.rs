@@ -12,6 +12,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::versions::{Outgoing, Protocol};
+
 /// Any message as a JSON value. Cannot fail for protobuf messages (they have
 /// no non-string map keys); anything else that fails becomes `null`.
 pub fn to_value<T: Serialize>(message: &T) -> Value {
@@ -53,6 +55,17 @@ pub fn server_message_from_json(value: Value) -> Result<ServerMessage> {
 pub fn server_message_from_str(text: &str) -> Result<ServerMessage> {
     let value: Value = serde_json::from_str(text).context("not valid JSON")?;
     server_message_from_json(value)
+}
+
+/// A ServerMessage of `protocol` from canonical protobuf JSON: a 0.7 mock
+/// reads 0.7's messages (`createThreadRequest` with `cliSecret`, no agents).
+pub fn outgoing_from_json(protocol: Protocol, value: Value) -> Result<Outgoing> {
+    Ok(match protocol {
+        Protocol::V02 => Outgoing::V02(from_value(value)?),
+        Protocol::V07 => Outgoing::V07(
+            from_value::<agent_runner_proto::runner_v07::ServerMessage>(value)?,
+        ),
+    })
 }
 
 /// A RegisterRunnerRequest in canonical protobuf JSON.

@@ -30,8 +30,10 @@ mod runner_view;
 mod runners;
 pub mod scenario;
 mod server;
+mod server_v07;
 mod state;
 pub mod stdio;
+pub mod versions;
 
 #[cfg(test)]
 mod plane_tests;
@@ -43,6 +45,7 @@ pub use config::{DEFAULT_RUNNER, GithubInstallation, GithubRpcNames, MockConfig,
 pub use plane::MockControlPlane;
 pub use runner_view::RunnerView;
 pub use state::{DroppedMessage, Registration, TimelineEvent, TimelineRef};
+pub use versions::{Outgoing, Protocol};
 
 /// The protocol crate, re-exported so users need not name it separately.
 pub use agent_runner_proto as proto;

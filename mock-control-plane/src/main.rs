@@ -113,6 +113,13 @@ struct ServeArgs {
     #[arg(long, value_name = "NAMES", default_value = "for-runner")]
     github_rpc_names: GithubRpcNames,
 
+    /// The protocol version to serve: `0.2` (agents, the GitHub RPCs) or
+    /// `0.7` (thread-only; stdin lines and scenario `send` steps are then
+    /// 0.7 ServerMessages, e.g. createThreadRequest with threadId, model and
+    /// cliSecret). A runner must be started with the same `--protocol`.
+    #[arg(long, value_name = "VERSION", default_value = "0.2")]
+    protocol: mock_control_plane::Protocol,
+
     /// JSON lines: each stdin line is a ServerMessage (or {"command":
     /// "drop_connection"|"restart"}); each stdout line is an event
     /// (listening, registered, connected, disconnected, message, sent, error).
@@ -168,6 +175,7 @@ fn config(args: &ServeArgs) -> Result<MockConfig> {
         ack_mode: args.acked_delivery,
         forget_acks_on_restart: args.forget_acks_on_restart,
         github_rpc_names: args.github_rpc_names,
+        protocol: args.protocol,
         read_delay: std::time::Duration::from_micros(args.read_delay_us),
         ..MockConfig::default()
     };

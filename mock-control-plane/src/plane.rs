@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use agent_runner_proto::runner::agent_runner_control_service_server::AgentRunnerControlServiceServer;
 use agent_runner_proto::runner::{ClientMessage, ServerMessage, server_message};
+use agent_runner_proto::runner_v07::agent_runner_control_service_server::AgentRunnerControlServiceServer as V07Server;
 use anyhow::{Context as _, Result, bail};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{Mutex, oneshot};
@@ -25,7 +26,9 @@ use crate::config::{GithubInstallation, MockConfig};
 use crate::prefix::{PrefixLayer, normalize};
 use crate::runners::merged_report;
 use crate::server::{GithubRpcs, MockService};
+use crate::server_v07::MockServiceV07;
 use crate::state::{Pushed, Registration, State, TimelineEvent, TimelineRef};
+use crate::versions::{Outgoing, Protocol};
 
 /// How long `stop()` lets open connections drain before cutting them.
 const GRACEFUL_STOP: Duration = Duration::from_secs(5);
@@ -65,6 +68,7 @@ pub struct MockControlPlane {
     tls: Option<(String, String)>,
     delay_headers: bool,
     github: GithubRpcs,
+    protocol: Protocol,
     serving: Mutex<Option<Serving>>,
 }
 
@@ -108,6 +112,7 @@ impl MockControlPlane {
             tls: config.tls,
             delay_headers: config.delay_headers,
             github: GithubRpcs::new(config.github_rpc_names),
+            protocol: config.protocol,
             serving: Mutex::new(None),
         };
         plane
@@ -129,14 +134,10 @@ impl MockControlPlane {
         // gRPC's default limits, on purpose: a message from the runner over
         // 4 MiB ends its stream, as it would with any control plane left at
         // its defaults (the runner caps every update under that).
-        let service = AgentRunnerControlServiceServer::with_interceptor(
-            MockService::new(self.state.clone(), self.delay_headers)
-                .with_github(self.github.clone()),
-            RunnerAuth::new(self.identities.clone()),
-        );
-        let router = builder
-            .layer(PrefixLayer::new(self.prefix.clone()))
-            .add_service(service);
+        let service = MockService::new(self.state.clone(), self.delay_headers)
+            .with_github(self.github.clone());
+        let auth = RunnerAuth::new(self.identities.clone());
+        let mut builder = builder.layer(PrefixLayer::new(self.prefix.clone()));
         let incoming = TcpListenerStream::new(listener).map(|accepted| {
             accepted.inspect(|stream| {
                 // Small request/reply frames: do not let Nagle hold them back.
@@ -144,9 +145,25 @@ impl MockControlPlane {
             })
         });
         let (shutdown, signal) = oneshot::channel::<()>();
-        let task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async move {
+        let signal = async move {
             let _ = signal.await;
-        }));
+        };
+        // One service of the mock's version: a runner of the other version
+        // meets a control plane that does not understand it, as it would.
+        let task = match self.protocol {
+            Protocol::V02 => tokio::spawn(
+                builder
+                    .add_service(AgentRunnerControlServiceServer::with_interceptor(
+                        service, auth,
+                    ))
+                    .serve_with_incoming_shutdown(incoming, signal),
+            ),
+            Protocol::V07 => tokio::spawn(
+                builder
+                    .add_service(V07Server::with_interceptor(MockServiceV07(service), auth))
+                    .serve_with_incoming_shutdown(incoming, signal),
+            ),
+        };
         Ok(Serving { shutdown, task })
     }
 
@@ -308,13 +325,23 @@ impl MockControlPlane {
     /// Pushes `message` into the live stream. Fails when no runner is
     /// connected, when several are (say which: [`crate::RunnerView::send`]),
     /// or when the stream has just closed.
-    pub async fn send(&self, message: ServerMessage) -> Result<()> {
-        self.send_to(None, message).await
+    /// A 0.2 message sent to a 0.7 mock is converted ([`crate::versions::to_v07`]);
+    /// one 0.7 does not have is refused.
+    pub async fn send(&self, message: impl Into<Outgoing>) -> Result<()> {
+        self.send_to(None, message.into()).await
+    }
+
+    /// The protocol version this mock serves.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     /// Pushes `message` into runner `r`'s live stream (`None`: the only
-    /// live one).
-    pub(crate) async fn send_to(&self, r: Option<usize>, message: ServerMessage) -> Result<()> {
+    /// live one), in the mock's version.
+    pub(crate) async fn send_to(&self, r: Option<usize>, message: Outgoing) -> Result<()> {
+        let message = message
+            .into_protocol(self.protocol)
+            .map_err(anyhow::Error::msg)?;
         tracing::debug!(?message, runner = ?r, "sending");
         match self.state.push(r, message) {
             Pushed::Done => Ok(()),
@@ -328,7 +355,7 @@ impl MockControlPlane {
                 if tx.send(message.clone()).await.is_err() {
                     bail!("the ControlChannel stream closed before the message could be sent");
                 }
-                self.state.record_sent(r, message);
+                self.state.record_sent(r, &message);
                 Ok(())
             }
         }

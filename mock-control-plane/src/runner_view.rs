@@ -139,8 +139,8 @@ impl RunnerView<'_> {
     }
 
     /// Pushes `message` into its live stream.
-    pub async fn send(&self, message: ServerMessage) -> Result<()> {
-        self.plane.send_to(Some(self.index), message).await
+    pub async fn send(&self, message: impl Into<crate::Outgoing>) -> Result<()> {
+        self.plane.send_to(Some(self.index), message.into()).await
     }
 
     /// `send(ServerMessage { request_id, request: Some(request) })`.

@@ -5,7 +5,7 @@
 //! messages independently, so their numbers must never meet), and which
 //! messages in the shared log are its own.
 
-use agent_runner_proto::runner::ServerMessage;
+use crate::versions::Outgoing;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -16,7 +16,7 @@ use crate::acks::{SequenceReport, Sequencing};
 /// end it.
 pub(crate) struct LiveStream {
     pub(crate) id: u64,
-    pub(crate) tx: mpsc::Sender<ServerMessage>,
+    pub(crate) tx: mpsc::Sender<Outgoing>,
     /// Ends the server→runner stream with this status.
     pub(crate) kill: oneshot::Sender<Status>,
     /// Stops the task reading the runner→server half.

@@ -33,7 +33,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::MockControlPlane;
-use crate::json::{client_message_to_json, server_message_from_json};
+use crate::json::{client_message_to_json, outgoing_from_json};
 use crate::matcher::{Mismatch, as_text, lookup, mismatches, substitute};
 
 /// The default timeout of a waiting step when the file sets none.
@@ -406,7 +406,7 @@ impl Run<'_> {
             }
             Step::Send { message } => {
                 let value = substitute(message, &self.vars)?;
-                let message = server_message_from_json(value.clone())?;
+                let message = outgoing_from_json(self.plane.protocol(), value.clone())?;
                 self.plane.wait_connected(self.default_timeout).await?;
                 self.last_send = self.plane.received_count();
                 self.plane.send(message).await?;

@@ -28,6 +28,7 @@ use crate::acks::AckMode;
 use crate::auth::RunnerIndex;
 use crate::config::{GithubInstallation as ConfiguredInstallation, GithubRpcNames};
 use crate::state::{OpenedStream, Registration, State};
+use crate::versions::{Outgoing, Protocol};
 
 #[derive(Clone)]
 pub(crate) struct MockService {
@@ -115,7 +116,7 @@ impl GithubRpcs {
 }
 
 /// The call's ASCII metadata as a map; binary (`-bin`) entries are skipped.
-fn metadata_map(metadata: &MetadataMap) -> BTreeMap<String, String> {
+pub(crate) fn metadata_map(metadata: &MetadataMap) -> BTreeMap<String, String> {
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     for entry in metadata.iter() {
         if let KeyAndValueRef::Ascii(key, value) = entry {
@@ -135,23 +136,28 @@ fn check<T: Validate>(message: &T) -> Option<String> {
     message.validate().err().map(|e| violations(&e))
 }
 
-type OutboundStream = Pin<Box<dyn Stream<Item = Result<ServerMessage, Status>> + Send>>;
+pub(crate) type OutboundStream<M = ServerMessage> =
+    Pin<Box<dyn Stream<Item = Result<M, Status>> + Send>>;
 
-/// The server→runner half: what tests send, until the stream is killed (the
+/// The server→runner half: what tests send (as `pick` takes it out of an
+/// [`Outgoing`] of the stream's version), until the stream is killed (the
 /// kill status ends it as an error) or closed (the senders are dropped: it
 /// ends cleanly).
-fn outbound_stream(
-    outbound: mpsc::Receiver<ServerMessage>,
+pub(crate) fn outbound_stream<M: Send + 'static>(
+    outbound: mpsc::Receiver<Outgoing>,
     kill: oneshot::Receiver<Status>,
-) -> OutboundStream {
-    struct Halves {
-        outbound: mpsc::Receiver<ServerMessage>,
+    pick: fn(Outgoing) -> Option<M>,
+) -> OutboundStream<M> {
+    struct Halves<M> {
+        outbound: mpsc::Receiver<Outgoing>,
         kill: oneshot::Receiver<Status>,
+        pick: fn(Outgoing) -> Option<M>,
         done: bool,
     }
     let halves = Halves {
         outbound,
         kill,
+        pick,
         done: false,
     };
     Box::pin(futures::stream::unfold(halves, |mut h| async move {
@@ -168,7 +174,15 @@ fn outbound_stream(
                 // The kill sender went away without a status: a clean end.
                 Err(_) => None,
             },
-            message = h.outbound.recv() => message.map(|m| (Ok(m), h)),
+            message = h.outbound.recv() => match message.map(h.pick) {
+                None => None,
+                Some(Some(m)) => Some((Ok(m), h)),
+                // Sending converts into the mock's version: never another.
+                Some(None) => {
+                    h.done = true;
+                    Some((Err(Status::internal("a message of the other protocol version")), h))
+                }
+            },
         }
     }))
 }
@@ -176,34 +190,43 @@ fn outbound_stream(
 /// The most messages [`read_inbound`] logs under one lock.
 const READ_BATCH: usize = 256;
 
-/// A received message with what validation found wrong in it.
-fn checked(message: ClientMessage) -> (ClientMessage, Option<String>) {
+/// A received 0.2 message with what validation found wrong in it.
+pub(crate) fn checked(message: ClientMessage) -> (ClientMessage, Option<String>) {
     let violations = check(&message);
-    if let Some(v) = &violations {
+    (message, violations)
+}
+
+/// Says what is wrong with a received message, if anything.
+fn logged(read: (ClientMessage, Option<String>)) -> (ClientMessage, Option<String>) {
+    if let Some(v) = &read.1 {
         tracing::warn!(violations = %v, "runner sent an invalid ClientMessage");
     }
-    tracing::debug!(?message, "received");
-    (message, violations)
+    tracing::debug!(message = ?read.0, "received");
+    read
 }
 
 /// The runner the request speaks for (the auth interceptor names it; an
 /// untagged call can only come from an open mock's only runner).
-fn runner_of<T>(request: &Request<T>) -> usize {
+pub(crate) fn runner_of<T>(request: &Request<T>) -> usize {
     request.extensions().get::<RunnerIndex>().map_or(0, |r| r.0)
 }
 
 /// The runner→server half of runner `r`'s stream: every message goes into
 /// the log until the runner closes its side, the call breaks, or the mock
 /// ends the stream.
-async fn read_inbound(
+async fn read_inbound<M>(
     state: Arc<State>,
     r: usize,
-    mut inbound: Streaming<ClientMessage>,
+    mut inbound: Streaming<M>,
+    read: fn(M) -> (ClientMessage, Option<String>),
     opened_id: u64,
     cancel: tokio_util::sync::CancellationToken,
-) {
+) where
+    M: prost::Message + Default + 'static,
+{
     // A slow control plane: the delay owed, slept off a millisecond or more
     // at a time (timers are no finer).
+    let read_as = read;
     let read_delay = state.lock().read_delay;
     let mut owed = std::time::Duration::ZERO;
     loop {
@@ -226,8 +249,9 @@ async fn read_inbound(
         let rejects = state.rejects();
         let mut rejected = false;
         while let Some(read) = next.take() {
+            let read = read.map(|m| m.map(|m| logged(read_as(m))));
             match read {
-                Ok(Some(message)) if rejects.as_ref().is_some_and(|f| f(&message)) => {
+                Ok(Some((message, _))) if rejects.as_ref().is_some_and(|f| f(&message)) => {
                     // A control plane that cannot take it: the stream ends
                     // here, nothing after it processed.
                     tracing::info!(
@@ -239,7 +263,7 @@ async fn read_inbound(
                 }
                 Ok(Some(message)) => {
                     owed += read_delay;
-                    batch.push(checked(message));
+                    batch.push(message);
                     if read_delay.is_zero() && batch.len() < READ_BATCH {
                         next = inbound.message().now_or_never();
                     }
@@ -276,7 +300,8 @@ async fn read_inbound(
 async fn acknowledge(
     state: Arc<State>,
     r: usize,
-    tx: mpsc::Sender<ServerMessage>,
+    protocol: Protocol,
+    tx: mpsc::Sender<Outgoing>,
     mut processed: watch::Receiver<u64>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
@@ -297,12 +322,7 @@ async fn acknowledge(
                 }
                 mark = *processed.borrow_and_update();
             }
-            let ack = ServerMessage {
-                request_id: String::new(),
-                request: None,
-                acked_sequence: mark,
-            };
-            if tx.send(ack).await.is_err() {
+            if tx.send(Outgoing::ack(protocol, mark)).await.is_err() {
                 return;
             }
             acked = mark;
@@ -316,21 +336,22 @@ async fn acknowledge(
     }
 }
 
-#[tonic::async_trait]
-impl AgentRunnerControlService for MockService {
-    async fn register_runner(
+impl MockService {
+    /// `RegisterRunner` of either version, given in 0.2's form with what the
+    /// version's rules found wrong in it: a configured failure, or the
+    /// registration recorded and the features and acknowledgement answered.
+    pub(crate) fn register(
         &self,
-        request: Request<RegisterRunnerRequest>,
-    ) -> Result<Response<RegisterRunnerResponse>, Status> {
+        r: usize,
+        metadata: BTreeMap<String, String>,
+        request: RegisterRunnerRequest,
+        violations: Option<String>,
+    ) -> Result<RegisterRunnerResponse, Status> {
         let failure = self.state.lock().fail_register.clone();
         if let Some(status) = failure {
             tracing::info!(%status, "failing RegisterRunner as configured");
             return Err(status);
         }
-        let r = runner_of(&request);
-        let metadata = metadata_map(request.metadata());
-        let request = request.into_inner();
-        let violations = check(&request);
         let sdks: Vec<&str> = request.agent_sdks.iter().map(|s| s.name.as_str()).collect();
         let (features, acked_sequence, runner) = self.state.update(|inner| {
             let runner = &mut inner.runners[r];
@@ -347,24 +368,31 @@ impl AgentRunnerControlService for MockService {
                 runner,
             },
         );
-        Ok(Response::new(RegisterRunnerResponse {
+        Ok(RegisterRunnerResponse {
             features,
             acked_sequence,
-        }))
+        })
     }
 
-    type ControlChannelStream = OutboundStream;
-
-    async fn control_channel(
+    /// `ControlChannel` of either version: the runner's messages read with
+    /// `read` into the log, what tests send taken out with `pick`.
+    pub(crate) async fn open_channel<I, O>(
         &self,
-        request: Request<Streaming<ClientMessage>>,
-    ) -> Result<Response<Self::ControlChannelStream>, Status> {
+        r: usize,
+        protocol: Protocol,
+        inbound: Streaming<I>,
+        read: fn(I) -> (ClientMessage, Option<String>),
+        pick: fn(Outgoing) -> Option<O>,
+    ) -> Result<OutboundStream<O>, Status>
+    where
+        I: prost::Message + Default + 'static,
+        O: Send + 'static,
+    {
         let failure = self.state.lock().fail_stream.clone();
         if let Some(status) = failure {
             tracing::info!(%status, "rejecting ControlChannel as configured");
             return Err(status);
         }
-        let r = runner_of(&request);
         let OpenedStream {
             id,
             tx,
@@ -374,10 +402,11 @@ impl AgentRunnerControlService for MockService {
             processed,
             runner,
         } = self.state.open_stream(r);
-        tracing::info!(stream = id, %runner, "runner connected its ControlChannel");
+        tracing::info!(stream = id, %runner, %protocol, "runner connected its ControlChannel");
         tokio::spawn(acknowledge(
             self.state.clone(),
             r,
+            protocol,
             tx,
             processed,
             cancel.clone(),
@@ -385,7 +414,8 @@ impl AgentRunnerControlService for MockService {
         tokio::spawn(read_inbound(
             self.state.clone(),
             r,
-            request.into_inner(),
+            inbound,
+            read,
             id,
             cancel,
         ));
@@ -396,13 +426,48 @@ impl AgentRunnerControlService for MockService {
             let Some(first) = outbound.recv().await else {
                 return Err(Status::unavailable("mock stopped"));
             };
-            let rest = outbound_stream(outbound, kill);
-            return Ok(Response::new(Box::pin(futures::StreamExt::chain(
-                futures::stream::iter([Ok(first)]),
+            let rest = outbound_stream(outbound, kill, pick);
+            let first =
+                pick(first).ok_or_else(|| Status::internal("a message of the other version"));
+            return Ok(Box::pin(futures::StreamExt::chain(
+                futures::stream::iter([first]),
                 rest,
-            ))));
+            )));
         }
-        Ok(Response::new(outbound_stream(outbound, kill)))
+        Ok(outbound_stream(outbound, kill, pick))
+    }
+}
+
+#[tonic::async_trait]
+impl AgentRunnerControlService for MockService {
+    async fn register_runner(
+        &self,
+        request: Request<RegisterRunnerRequest>,
+    ) -> Result<Response<RegisterRunnerResponse>, Status> {
+        let r = runner_of(&request);
+        let metadata = metadata_map(request.metadata());
+        let request = request.into_inner();
+        let violations = check(&request);
+        self.register(r, metadata, request, violations)
+            .map(Response::new)
+    }
+
+    type ControlChannelStream = OutboundStream;
+
+    async fn control_channel(
+        &self,
+        request: Request<Streaming<ClientMessage>>,
+    ) -> Result<Response<Self::ControlChannelStream>, Status> {
+        let r = runner_of(&request);
+        self.open_channel(
+            r,
+            Protocol::V02,
+            request.into_inner(),
+            checked,
+            Outgoing::v02,
+        )
+        .await
+        .map(Response::new)
     }
 
     async fn list_github_installations_for_runner(

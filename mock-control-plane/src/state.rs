@@ -13,6 +13,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use agent_runner_proto::runner::{ClientMessage, RegisterRunnerRequest, ServerMessage};
+
+use crate::versions::Outgoing;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -245,7 +247,8 @@ impl Inner {
     }
 
     /// Records `message` as sent to runner `r`.
-    fn note_sent(&mut self, r: usize, message: ServerMessage) {
+    fn note_sent(&mut self, r: usize, message: &Outgoing) {
+        let message = message.view();
         self.runners[r].sent.push(self.sent.len());
         self.sent.push((r, message.clone()));
         self.log(TimelineEvent::Sent(message));
@@ -261,15 +264,15 @@ pub(crate) enum Pushed {
     Closed,
     /// The stream's buffer is full: send through this sender (to runner
     /// `.0`), waiting.
-    Full(usize, mpsc::Sender<ServerMessage>, Box<ServerMessage>),
+    Full(usize, mpsc::Sender<Outgoing>, Box<Outgoing>),
 }
 
 /// What the new live stream's handler needs.
 pub(crate) struct OpenedStream {
     pub(crate) id: u64,
     /// Where acknowledgements go (the same queue as what tests send).
-    pub(crate) tx: mpsc::Sender<ServerMessage>,
-    pub(crate) outbound: mpsc::Receiver<ServerMessage>,
+    pub(crate) tx: mpsc::Sender<Outgoing>,
+    pub(crate) outbound: mpsc::Receiver<Outgoing>,
     pub(crate) kill: oneshot::Receiver<Status>,
     pub(crate) cancel: CancellationToken,
     /// The runner's highest processed sequence number, for its acknowledger.
@@ -487,7 +490,7 @@ impl State {
     /// Pushes `message` into runner `r`'s live stream (with `None`: the only
     /// live one) without waiting, recording it as sent under the same lock,
     /// so the timeline never shows a reply before the request it answers.
-    pub(crate) fn push(&self, r: Option<usize>, message: ServerMessage) -> Pushed {
+    pub(crate) fn push(&self, r: Option<usize>, message: Outgoing) -> Pushed {
         self.update(|inner| {
             let r = match r {
                 Some(r) => r,
@@ -512,7 +515,7 @@ impl State {
             };
             match live.tx.try_send(message.clone()) {
                 Ok(()) => {
-                    inner.note_sent(r, message);
+                    inner.note_sent(r, &message);
                     Pushed::Done
                 }
                 Err(mpsc::error::TrySendError::Full(message)) => {
@@ -524,7 +527,7 @@ impl State {
     }
 
     /// Records `message` as sent to runner `r` (after a waiting send).
-    pub(crate) fn record_sent(&self, r: usize, message: ServerMessage) {
+    pub(crate) fn record_sent(&self, r: usize, message: &Outgoing) {
         self.update(|inner| inner.note_sent(r, message));
     }
 

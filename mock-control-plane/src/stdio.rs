@@ -12,7 +12,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use agent_runner_proto::runner::ServerMessage;
 use anyhow::{Context as _, Result};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -20,18 +19,18 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::json::{
-    client_message_to_json, register_request_to_json, server_message_from_json,
-    server_message_to_json,
+    client_message_to_json, outgoing_from_json, register_request_to_json, server_message_to_json,
 };
 use crate::plane::SeveralRunners;
 use crate::state::{Registration, TimelineEvent};
+use crate::versions::{Outgoing, Protocol};
 use crate::{MockControlPlane, RunnerView};
 
 /// One parsed stdin line. `Option<String>`: the runner it is for (a
 /// `"runner"` key), when the mock serves several.
 #[derive(Debug)]
 enum Work {
-    Send(Box<ServerMessage>, Option<String>),
+    Send(Box<Outgoing>, Option<String>),
     DropConnection(Option<String>),
     Restart,
     SetAckMode(crate::AckMode),
@@ -39,7 +38,7 @@ enum Work {
 }
 
 /// A stdin line: a control command or a ServerMessage.
-fn parse_line(line: &str) -> Result<Work> {
+fn parse_line(protocol: Protocol, line: &str) -> Result<Work> {
     let mut value: Value = serde_json::from_str(line).context("not valid JSON")?;
     let runner = match value.as_object_mut().and_then(|o| o.remove("runner")) {
         None => None,
@@ -66,7 +65,7 @@ fn parse_line(line: &str) -> Result<Work> {
         };
     }
     Ok(Work::Send(
-        Box::new(server_message_from_json(value)?),
+        Box::new(outgoing_from_json(protocol, value)?),
         runner,
     ))
 }
@@ -253,7 +252,7 @@ enum Delivery {
 async fn deliver(
     plane: &MockControlPlane,
     view: Option<RunnerView<'_>>,
-    message: &ServerMessage,
+    message: &Outgoing,
     eof: &CancellationToken,
     stdin_closed: &AtomicBool,
 ) -> Delivery {
@@ -297,6 +296,7 @@ where
     let (work_tx, work_rx) = mpsc::unbounded_channel::<Work>();
     let eof = CancellationToken::new();
     let stdin_closed = AtomicBool::new(false);
+    let protocol = plane.protocol();
 
     let reader = {
         let extra_tx = extra_tx.clone();
@@ -321,7 +321,7 @@ where
                 if line.is_empty() {
                     continue;
                 }
-                match parse_line(line) {
+                match parse_line(protocol, line) {
                     Ok(work) => {
                         let _ = work_tx.send(work);
                     }
@@ -386,29 +386,29 @@ mod tests {
     #[test]
     fn parses_messages_and_commands() {
         assert!(matches!(
-            parse_line(r#"{"requestId":"r","heartbeatRequest":{}}"#),
+            parse_line(Protocol::V02, r#"{"requestId":"r","heartbeatRequest":{}}"#),
             Ok(Work::Send(_, None))
         ));
         assert!(matches!(
-            parse_line(r#"{"runner":"r1","requestId":"r","heartbeatRequest":{}}"#),
+            parse_line(Protocol::V02, r#"{"runner":"r1","requestId":"r","heartbeatRequest":{}}"#),
             Ok(Work::Send(_, Some(r))) if r == "r1"
         ));
         assert!(matches!(
-            parse_line(r#"{"command":"drop_connection","runner":"r0"}"#),
+            parse_line(Protocol::V02, r#"{"command":"drop_connection","runner":"r0"}"#),
             Ok(Work::DropConnection(Some(r))) if r == "r0"
         ));
-        assert!(parse_line(r#"{"runner":1,"heartbeatRequest":{}}"#).is_err());
+        assert!(parse_line(Protocol::V02, r#"{"runner":1,"heartbeatRequest":{}}"#).is_err());
         assert!(matches!(
-            parse_line(r#"{"command":"drop_connection"}"#),
+            parse_line(Protocol::V02, r#"{"command":"drop_connection"}"#),
             Ok(Work::DropConnection(None))
         ));
         assert!(matches!(
-            parse_line(r#"{"command":"restart"}"#),
+            parse_line(Protocol::V02, r#"{"command":"restart"}"#),
             Ok(Work::Restart)
         ));
-        assert!(parse_line(r#"{"command":"explode"}"#).is_err());
-        assert!(parse_line(r#"{"nope":1}"#).is_err());
-        assert!(parse_line("{").is_err());
+        assert!(parse_line(Protocol::V02, r#"{"command":"explode"}"#).is_err());
+        assert!(parse_line(Protocol::V02, r#"{"nope":1}"#).is_err());
+        assert!(parse_line(Protocol::V02, "{").is_err());
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod drivers;
 mod runners;
 mod serving;
 mod stream;
+mod v07;
 
 fn heartbeat(id: &str) -> ClientMessage {
     reply(

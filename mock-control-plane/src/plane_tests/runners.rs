@@ -361,6 +361,6 @@ fn view_futures_are_send(plane: &'static MockControlPlane) {
         assert_send(view.wait_for_count(|_| true, 1, WAIT));
         assert_send(view.wait_connected(WAIT));
         assert_send(view.wait_for_registrations(1, WAIT));
-        assert_send(view.send(Default::default()));
+        assert_send(view.send(agent_runner_proto::runner::ServerMessage::default()));
     }
 }

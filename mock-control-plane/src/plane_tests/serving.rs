@@ -263,7 +263,7 @@ fn futures_are_send(plane: &'static MockControlPlane) {
     assert_send(plane.wait_for_registrations(1, WAIT));
     assert_send(plane.wait_timeline(0, None));
     assert_send(plane.visit_timeline(0, None, |_| {}));
-    assert_send(plane.send(Default::default()));
+    assert_send(plane.send(agent_runner_proto::runner::ServerMessage::default()));
     assert_send(plane.stop());
     assert_send(plane.restart());
 }
