@@ -13,6 +13,8 @@
 //!
 //! protoc is the one the build uses (`build-support/protoc`).
 
+#![allow(clippy::expect_used)]
+
 use std::path::Path;
 use std::process::Command;
 
