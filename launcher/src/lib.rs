@@ -30,6 +30,7 @@ mod report;
 mod rlimits;
 mod sandbox;
 mod signal_scope;
+mod taken_env;
 mod thread_cgroups;
 mod tracking;
 mod vfork;
@@ -47,6 +48,7 @@ pub use probe::{HostProbe, LANDLOCK_ABI_MAX_VAR, probe_host};
 pub use report::{Applied, LauncherStatus};
 pub use rlimits::{DEFAULT_FSIZE, DEFAULT_NOFILE, Rlimits};
 pub use sandbox::{Launcher, LauncherConfig, ThreadSandbox};
+pub use taken_env::take_env;
 pub use tracking::{
     KillReport, Leftovers, TAG_VAR, find_leftovers, kill_tagged, sweep_leftovers, tagged_pids,
 };

@@ -40,4 +40,4 @@ pub use host::{client, credentials, github, sandbox, store, workspace};
 pub use observe::metrics;
 pub use runner::{Runner, restore};
 pub use tasks::{context, dispatch, sdks};
-pub use util::{proxy, redact, taken_env};
+pub use util::{proxy, redact};

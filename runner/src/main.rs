@@ -26,7 +26,7 @@ fn main() -> ExitCode {
 
 fn take_env_secret() -> Option<Secret> {
     // SAFETY: called first thing in main, before any other thread exists.
-    let value = unsafe { agent_runner::taken_env::take("AGENT_RUNNER_SECRET") };
+    let value = unsafe { agent_launcher::take_env("AGENT_RUNNER_SECRET") };
     value
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())

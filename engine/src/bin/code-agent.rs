@@ -30,8 +30,18 @@ enum Command {
     Serve(ServeArgs),
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Not `#[tokio::main]`: the bearer token is taken out of the environment
+/// (wiped from the environment block, so `/proc/<pid>/environ` and every
+/// child no longer have it) before any thread exists.
+fn main() -> anyhow::Result<()> {
+    // SAFETY: no other thread exists yet.
+    let canonical = unsafe { agent_launcher::take_env(serve::AUTH_TOKEN_ENV) };
+    // SAFETY: as above.
+    let former = unsafe { agent_launcher::take_env(serve::FORMER_AUTH_TOKEN_ENV) };
+    let (token_env, token) = match (canonical, former) {
+        (None, Some(v)) => (serve::FORMER_AUTH_TOKEN_ENV, Some(v)),
+        (v, _) => (serve::AUTH_TOKEN_ENV, v),
+    };
     let matches = Cli::command()
         .mut_subcommands(serve::accept_former_env)
         .get_matches();
@@ -39,7 +49,11 @@ async fn main() -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => {
             init_logging(&args.log_level, args.log_format)?;
-            serve::run(args).await
+            let guard = args.guard_with_env_token(token_env, token.as_deref())?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(serve::run_with(args, guard))
         }
     }
 }

@@ -128,6 +128,14 @@ async fn serve_answers_and_stops_on_sigterm() {
     )
     .await;
     let mut client = client(&addr, "cli-test-token").await;
+    // The token left the environment block at start: /proc shows it to
+    // nobody (root reads it even from a non-dumpable process).
+    let environ = std::fs::read(format!("/proc/{}/environ", child.id().unwrap()));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let environ = String::from_utf8_lossy(&environ.unwrap()).into_owned();
+        assert!(!environ.contains("cli-test-token"), "{environ}");
+    }
     let caps = client
         .get_capabilities(GetCapabilitiesRequest {})
         .await

@@ -66,9 +66,9 @@ pub fn is_secret_var(name: &str) -> bool {
 pub fn take_env_token() -> Option<(&'static str, String)> {
     use code_agent_engine::serve::{AUTH_TOKEN_ENV, FORMER_AUTH_TOKEN_ENV};
     // SAFETY: the caller runs this before starting any thread.
-    let canonical = unsafe { crate::util::taken_env::take(AUTH_TOKEN_ENV) };
+    let canonical = unsafe { agent_launcher::take_env(AUTH_TOKEN_ENV) };
     // SAFETY: as above.
-    let former = unsafe { crate::util::taken_env::take(FORMER_AUTH_TOKEN_ENV) };
+    let former = unsafe { agent_launcher::take_env(FORMER_AUTH_TOKEN_ENV) };
     match (canonical, former) {
         (Some(v), _) => Some((AUTH_TOKEN_ENV, v)),
         (None, Some(v)) => Some((FORMER_AUTH_TOKEN_ENV, v)),

@@ -3,7 +3,10 @@
 //! `/proc/<pid>/environ`, which `std::env::remove_var` leaves as it was)
 //! are overwritten, and the variable is removed, so neither a child nor a
 //! reader of that file (root, or anyone while the process is still
-//! dumpable) finds it.
+//! dumpable) finds it. Here, beside [`crate::harden_runner`], because every
+//! process that holds a secret an agent must not see does this at start:
+//! the runner (its bearer secret), `agent-runner code-agent serve` and the
+//! engine's own `code-agent serve` (their bearer token).
 
 use std::ffi::{CStr, CString};
 
@@ -13,7 +16,7 @@ use std::ffi::{CStr, CString};
 /// # Safety
 ///
 /// Call while no other thread exists (it writes to the environment).
-pub unsafe fn take(name: &str) -> Option<String> {
+pub unsafe fn take_env(name: &str) -> Option<String> {
     let cname = CString::new(name).ok()?;
     // SAFETY: single-threaded (the caller's promise); getenv returns a
     // pointer into the environment or null.
@@ -51,7 +54,7 @@ mod tests {
         if std::env::var_os("TAKEN_ENV_CHILD").is_some() {
             // SAFETY: this test binary's child runs only this test
             // (--exact, --test-threads 1): no other thread changes the env.
-            let got = unsafe { take(VAR) };
+            let got = unsafe { take_env(VAR) };
             let environ = std::fs::read("/proc/self/environ").unwrap_or_default();
             let shown = String::from_utf8_lossy(&environ).contains("s3cret-value-91");
             println!(
@@ -64,7 +67,7 @@ mod tests {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "util::taken_env::tests::the_value_leaves_the_environment_block",
+                "taken_env::tests::the_value_leaves_the_environment_block",
                 "--nocapture",
                 "--test-threads",
                 "1",
