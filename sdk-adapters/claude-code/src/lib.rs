@@ -31,6 +31,9 @@ mod control;
 mod mcp;
 mod protocol;
 mod session;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 mod tools;
 mod turn;
 

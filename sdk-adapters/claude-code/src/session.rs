@@ -136,6 +136,14 @@ impl Session {
             .arg("stdio")
             .arg(if resume { "--resume" } else { "--session-id" })
             .arg(session_id);
+        if !thread.mcp_servers.is_empty() {
+            // Claude Code in print mode connects MCP servers in the
+            // background and makes its first model call without the tools
+            // of those still connecting; the thread's servers are its tools,
+            // so claude waits for them (bounded by its `MCP_TIMEOUT`). The
+            // operator's or the thread's own value, set below, wins.
+            spec = spec.env("MCP_CONNECTION_NONBLOCKING", "0");
+        }
         let documented = sdk_process::runner_env(PASS_ENV, PASS_ENV_PREFIXES);
         for (key, value) in documented.iter().chain(&config.env).chain(thread_env) {
             spec = spec.env(key, value);
