@@ -24,6 +24,7 @@ pub(crate) const PASS_ENV: &[&str] = &[
     "CLOUD_ML_REGION",
     "DISABLE_TELEMETRY",
     "DISABLE_AUTOUPDATER",
+    "DISABLE_ERROR_REPORTING",
 ];
 
 /// Prefixes of further variables Claude Code reads.
