@@ -1,9 +1,10 @@
 //! The real Claude Code CLI through the whole runner: the runner binary
 //! with `--sdk claude-code`, the mock control plane, and claude pointed at
 //! a scripted mock Anthropic Messages API on loopback
-//! (`sdk_claude_code::testing`) by the runner's own environment
-//! (`ANTHROPIC_BASE_URL`, a fake `ANTHROPIC_API_KEY`, its outside traffic
-//! off), under the default (best-effort) sandbox. A thread with
+//! (`sdk_claude_code::testing`) by `--claude-base-url` (over an
+//! `ANTHROPIC_BASE_URL` of the runner's own that points nowhere), with a
+//! fake `ANTHROPIC_API_KEY` and its outside traffic off by the runner's
+//! environment, under the default (best-effort) sandbox. A thread with
 //! `additional_model_instructions` gets a user message; the model runs a
 //! `Bash` command, which really runs in the thread's workspace, and
 //! answers: the Item, Turn and token-usage updates reach the control plane
@@ -64,8 +65,17 @@ async fn a_claude_turn_runs_a_command_and_reports_items_and_usage() {
         .arg(&bin.to_string_lossy())
         .arg("--claude-permission-mode")
         .arg("bypassPermissions");
+    // The mock by the setting (over a base URL in the runner's own
+    // environment, which points nowhere); the rest by environment.
     for (key, value) in offline_env(api.port) {
-        opts = opts.env(&key, &value);
+        if key == sdk_claude_code::BASE_URL_ENV {
+            opts = opts
+                .arg("--claude-base-url")
+                .arg(&value)
+                .env(&key, "http://127.0.0.1:9");
+        } else {
+            opts = opts.env(&key, &value);
+        }
     }
     let runner = RunnerProc::start(opts);
     ready_sdk(&cp, &runner, "claude-code", CLAUDE_WAIT).await;
