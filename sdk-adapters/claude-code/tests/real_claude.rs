@@ -213,6 +213,17 @@ async fn a_real_claude_runs_a_command_and_answers() {
     let usage = *usages(&events).last().expect("token usage");
     assert_eq!(usage.last.total_tokens, CALL_INPUT + USAGE_OUTPUT);
     assert_eq!(usage.total.total_tokens, 3 * (CALL_INPUT + USAGE_OUTPUT));
+
+    // Nothing but the model calls reached the API (no count_tokens, no
+    // small-model call), each to the same endpoint.
+    let received = setup.mock.received();
+    assert!(
+        received
+            .iter()
+            .all(|r| r.is_model_call() && r.path == "/v1/messages?beta=true"),
+        "{:?}",
+        received.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
 }
 
 /// A thread's MCP server (the Python test server over stdio) is listed to
