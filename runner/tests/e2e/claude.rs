@@ -8,7 +8,10 @@
 //! `additional_model_instructions` gets a user message; the model runs a
 //! `Bash` command, which really runs in the thread's workspace, and
 //! answers: the Item, Turn and token-usage updates reach the control plane
-//! and the instructions reach the model's system prompt.
+//! and the instructions reach the model's system prompt. A second user
+//! message with `allow_steer` while a command runs reaches the model in
+//! the same turn, and an `InterruptTurnRequest` while a `sleep` runs ends
+//! the turn.
 //!
 //! Needs npm to install the pinned `@anthropic-ai/claude-code` (cached
 //! under the target directory); without it the test records a skip and
@@ -21,8 +24,10 @@ use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use sdk_claude_code::testing::{
     MockMessages, Reply, USAGE_CACHE_READ, USAGE_CACHE_WRITE, USAGE_INPUT, USAGE_OUTPUT,
-    install_claude, offline_env, system_text, tool_results,
+    install_claude, message_texts, offline_env, system_text, tool_results,
 };
+
+use mock_control_plane::MockControlPlane;
 
 use crate::real_sdk::{assert_workspace_file, first_command, ready_sdk};
 use crate::support::*;
@@ -46,17 +51,12 @@ fn claude_or_skip() -> Option<PathBuf> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claude_turn_runs_a_command_and_reports_items_and_usage() {
-    let Some(bin) = claude_or_skip() else {
-        return;
-    };
-    let api = MockMessages::start().await.expect("mock Messages API");
-    api.push(Reply::bash(
-        "echo hello-from-claude >> proof.txt; echo done",
-    ));
-    api.push(Reply::text("All done."));
-
+/// A runner on the claude at `bin`, pointed at `api`, with agent `a` and a
+/// thread with [`INSTRUCTIONS`]: the control plane, the runner, the thread.
+async fn runner_with_a_thread(
+    bin: &std::path::Path,
+    api: &MockMessages,
+) -> (MockControlPlane, RunnerProc, String) {
     let cp = mock().await;
     let mut opts = RunnerOpts::new(cp.url())
         .arg("--sdk")
@@ -107,6 +107,58 @@ async fn a_claude_turn_runs_a_command_and_reports_items_and_usage() {
             runner.logs()
         ),
     };
+    (cp, runner, thread)
+}
+
+/// Waits for the turn of `rid` to complete; every message answering it,
+/// none a RequestError.
+async fn completed_turn(
+    cp: &MockControlPlane,
+    runner: &RunnerProc,
+    rid: &str,
+) -> Vec<ClientMessage> {
+    let wanted = rid.to_owned();
+    cp.wait_for(
+        move |m| rid_is(m, &wanted) && is_turn(m, TurnStatus::Completed),
+        CLAUDE_WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("turn {rid} completes: {e:?}\n{}", runner.logs()));
+    let msgs = replies(cp, rid);
+    assert!(
+        !msgs.iter().any(|m| error_text(m).is_some()),
+        "no RequestError: {msgs:#?}"
+    );
+    msgs
+}
+
+/// Waits until the turn of `rid` reports a command RUNNING.
+async fn command_running(cp: &MockControlPlane, runner: &RunnerProc, rid: &str) {
+    let wanted = rid.to_owned();
+    cp.wait_for(
+        move |m| {
+            rid_is(m, &wanted)
+                && matches!(payload(m), Some(client_message::Payload::ItemUpdate(i))
+                    if i.item_type == ItemType::CommandExecution as i32
+                        && i.status == ItemStatus::Running as i32)
+        },
+        CLAUDE_WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("a command of {rid} runs: {e:?}\n{}", runner.logs()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_turn_runs_a_command_and_reports_items_and_usage() {
+    let Some(bin) = claude_or_skip() else {
+        return;
+    };
+    let api = MockMessages::start().await.expect("mock Messages API");
+    api.push(Reply::bash(
+        "echo hello-from-claude >> proof.txt; echo done",
+    ));
+    api.push(Reply::text("All done."));
+    let (cp, runner, thread) = runner_with_a_thread(&bin, &api).await;
 
     send(
         &cp,
@@ -114,17 +166,7 @@ async fn a_claude_turn_runs_a_command_and_reports_items_and_usage() {
         user_message("a", &thread, "run the proof", false),
     )
     .await;
-    cp.wait_for(
-        |m| rid_is(m, "m1") && is_turn(m, TurnStatus::Completed),
-        CLAUDE_WAIT,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("turn completes: {e:?}\n{}", runner.logs()));
-    let msgs = replies(&cp, "m1");
-    assert!(
-        !msgs.iter().any(|m| error_text(m).is_some()),
-        "no RequestError: {msgs:#?}"
-    );
+    let msgs = completed_turn(&cp, &runner, "m1").await;
     assert!(
         items(&msgs).contains(&(
             ItemType::UserMessage,
@@ -157,4 +199,60 @@ async fn a_claude_turn_runs_a_command_and_reports_items_and_usage() {
         "the thread's instructions reach the system prompt"
     );
     assert_eq!(tool_results(&model_calls[1]), ["done"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_turn_is_steered_and_another_interrupted_through_the_runner() {
+    let Some(bin) = claude_or_skip() else {
+        return;
+    };
+    let api = MockMessages::start().await.expect("mock Messages API");
+    let (cp, runner, thread) = runner_with_a_thread(&bin, &api).await;
+
+    // Steering: the second message joins the running turn.
+    api.push(Reply::bash("sleep 3; echo slept"));
+    api.push(Reply::text("Hello, as you asked."));
+    send(&cp, "m1", user_message("a", &thread, "take a nap", false)).await;
+    command_running(&cp, &runner, "m1").await;
+    let steer = "MARKER-e2e-steer: also say hello";
+    send(&cp, "m2", user_message("a", &thread, steer, true)).await;
+    let msgs = completed_turn(&cp, &runner, "m2").await;
+    // From the steer on, the turn's updates answer the steering message.
+    assert_eq!(said(&msgs), ["Hello, as you asked."], "{msgs:#?}");
+    let model_calls = api.model_calls();
+    assert_eq!(model_calls.len(), 2, "{}", runner.logs());
+    assert!(
+        message_texts(&model_calls[1])
+            .iter()
+            .any(|(_, text)| text.contains(steer)),
+        "the steer reached the model"
+    );
+
+    // Interrupt: the sleep does not run out.
+    api.push(Reply::bash("sleep 60; echo finished > late.txt"));
+    send(&cp, "m3", user_message("a", &thread, "sleep long", false)).await;
+    command_running(&cp, &runner, "m3").await;
+    let asked = std::time::Instant::now();
+    send(
+        &cp,
+        "i1",
+        Request::InterruptTurnRequest(InterruptTurnRequest {
+            agent_id: "a".into(),
+            thread_id: thread.clone(),
+        }),
+    )
+    .await;
+    // The interrupted turn's COMPLETED answers the interrupt.
+    let msgs = completed_turn(&cp, &runner, "i1").await;
+    assert!(
+        msgs.iter().any(|m| is_turn(m, TurnStatus::Completed)),
+        "{msgs:#?}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "the turn ended {:?} after the interrupt",
+        asked.elapsed()
+    );
+    let late = runner.thread_workspace("a", &thread).join("late.txt");
+    assert!(!late.exists());
 }
