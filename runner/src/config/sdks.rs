@@ -48,6 +48,18 @@ settings! {
         /// `sonnet:low/medium/high,opus:low/medium/high,haiku`.
         #[arg(long, env = "AGENT_RUNNER_CLAUDE_MODELS", value_name = "LIST", help_heading = "SDKs")]
         pub claude_models: Option<String>,
+        /// The Anthropic API base URL the claude-code SDK's CLI talks to
+        /// (`http://` or `https://`, no credentials in it): every thread's
+        /// claude gets it as `ANTHROPIC_BASE_URL`, over the runner's own,
+        /// without changing what the code-agent SDK uses. Default: the
+        /// runner's `ANTHROPIC_BASE_URL` if set, else Claude Code's own.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CLAUDE_BASE_URL",
+            value_name = "URL",
+            help_heading = "SDKs",
+        )]
+        pub claude_base_url: Option<String>,
     }
 }
 
@@ -78,6 +90,13 @@ impl ExternalSdkArgs {
         if let Some(models) = self.claude_models {
             options.claude.models =
                 sdk_claude_code::parse_models(&models).map_err(|m| key_err("claude_models", m))?;
+        }
+        if let Some(url) = self.claude_base_url {
+            sdk_claude_code::check_base_url(&url).map_err(|m| key_err("claude_base_url", m))?;
+            options
+                .claude
+                .env
+                .push((sdk_claude_code::BASE_URL_ENV.to_owned(), url));
         }
         Ok(options)
     }
@@ -363,7 +382,7 @@ mod external_sdk_tests {
         let file = dir.path().join("runner.toml");
         std::fs::write(
             &file,
-            "codex_bin = \"/opt/codex\"\ncodex_approval_policy = \"never\"\ncodex_sandbox = \"read-only\"\nclaude_models = \"sonnet:low/high\"\nclaude_permission_mode = \"plan\"\n",
+            "codex_bin = \"/opt/codex\"\ncodex_approval_policy = \"never\"\ncodex_sandbox = \"read-only\"\nclaude_models = \"sonnet:low/high\"\nclaude_permission_mode = \"plan\"\nclaude_base_url = \"https://gateway.example/anthropic\"\n",
         )
         .unwrap();
         let c = RunConfig::resolve(
@@ -386,6 +405,14 @@ mod external_sdk_tests {
         assert_eq!(o.claude.permission_mode.as_deref(), Some("plan"));
         assert_eq!(o.claude.models.len(), 1);
         assert_eq!(o.claude.models[0].reasoning_levels, ["low", "high"]);
+        assert_eq!(
+            o.claude.env,
+            [(
+                "ANTHROPIC_BASE_URL".to_owned(),
+                "https://gateway.example/anthropic".to_owned()
+            )]
+        );
+        assert!(c.sdk_options.codex.env.is_empty());
     }
 
     #[test]
@@ -418,6 +445,20 @@ mod external_sdk_tests {
                     ..Default::default()
                 },
                 "claude_models:",
+            ),
+            (
+                ExternalSdkArgs {
+                    claude_base_url: Some("https://user:pw@gateway.example".into()),
+                    ..Default::default()
+                },
+                "claude_base_url:",
+            ),
+            (
+                ExternalSdkArgs {
+                    claude_base_url: Some("gateway.example".into()),
+                    ..Default::default()
+                },
+                "claude_base_url:",
             ),
         ] {
             let err = with(external).unwrap_err().to_string();

@@ -13,6 +13,7 @@ mod acked;
 mod admin;
 
 mod additions;
+mod claude;
 mod claude_config;
 mod code_agent;
 mod code_agent_serve;

@@ -83,6 +83,33 @@ pub fn check_permission_mode(value: &str) -> Result<(), String> {
     }
 }
 
+/// The variable that names the Anthropic API base URL for Claude Code.
+pub const BASE_URL_ENV: &str = "ANTHROPIC_BASE_URL";
+
+/// Check an Anthropic API base URL (for the runner's config): `http://` or
+/// `https://`, a host, no whitespace, and no credentials in it (a URL's
+/// user and password would sit in the environment of every process the
+/// thread's claude starts; the key goes in `ANTHROPIC_API_KEY`).
+pub fn check_base_url(value: &str) -> Result<(), String> {
+    let rest = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"))
+        .ok_or_else(|| format!("{value:?} is not an http:// or https:// URL"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.is_empty() {
+        return Err(format!("{value:?} has no host"));
+    }
+    if authority.contains('@') {
+        return Err(
+            "the URL must not carry credentials (give the key as ANTHROPIC_API_KEY)".into(),
+        );
+    }
+    if value.chars().any(char::is_whitespace) {
+        return Err(format!("{value:?} contains whitespace"));
+    }
+    Ok(())
+}
+
 /// Parse a model list: comma-separated `name` or `name:level/level/…`
 /// (the reasoning levels, passed to claude as `--effort`).
 pub fn parse_models(text: &str) -> Result<Vec<ModelInfo>, String> {
@@ -144,5 +171,15 @@ mod tests {
         assert!(!ClaudeConfig::default().allows_tools());
         assert!(check_permission_mode("plan").is_ok());
         assert!(check_permission_mode("yolo").is_err());
+    }
+
+    #[test]
+    fn base_urls_are_plain_http_urls() {
+        assert!(check_base_url("http://127.0.0.1:8080").is_ok());
+        assert!(check_base_url("https://gateway.example/anthropic").is_ok());
+        assert!(check_base_url("gateway.example").is_err());
+        assert!(check_base_url("https://").is_err());
+        assert!(check_base_url("https://k:s@gateway.example").is_err());
+        assert!(check_base_url("https://gateway.example/a b").is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! The `claude-code` SDK: drives Anthropic's Claude Code CLI in print mode
 //! with stream-json on both sides (shapes as of `@anthropic-ai/claude-code`
-//! 2.1.197 and its Agent SDK's `sdk.d.ts`, checked against the live CLI).
+//! 2.1.197 and its Agent SDK's `sdk.d.ts`; the tests drive that version of the
+//! real CLI offline, `tests/real_claude.rs`).
 //!
 //! How a runner thread maps onto Claude Code:
 //! - The runner's `sdk_thread_id` is the Claude Code session id: a fresh
@@ -31,6 +32,9 @@ mod control;
 mod mcp;
 mod protocol;
 mod session;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 mod tools;
 mod turn;
 
@@ -46,7 +50,8 @@ use sdk_process::{ChildError, ThreadTable, TurnInbox, find_program};
 use tokio::sync::mpsc;
 
 pub use config::{
-    ClaudeConfig, DEFAULT_MODELS, PERMISSION_MODES, check_permission_mode, parse_models,
+    BASE_URL_ENV, ClaudeConfig, DEFAULT_MODELS, PERMISSION_MODES, check_base_url,
+    check_permission_mode, parse_models,
 };
 pub use config_dir::{CREDENTIALS, operator_config_dir};
 

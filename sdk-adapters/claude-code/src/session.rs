@@ -24,6 +24,7 @@ pub(crate) const PASS_ENV: &[&str] = &[
     "CLOUD_ML_REGION",
     "DISABLE_TELEMETRY",
     "DISABLE_AUTOUPDATER",
+    "DISABLE_ERROR_REPORTING",
 ];
 
 /// Prefixes of further variables Claude Code reads.
@@ -36,6 +37,11 @@ pub(crate) const PASS_ENV_PREFIXES: &[&str] = &[
 ];
 use serde_json::Value;
 use tokio::task::JoinHandle;
+
+/// How long a thread's claude waits for the thread's MCP servers to
+/// connect before its first model call (`MCP_CONNECT_TIMEOUT_MS`): a
+/// server that takes longer is still connected, in the background.
+const MCP_CONNECT_WAIT_MS: &str = "30000";
 
 use crate::ClaudeConfig;
 use crate::protocol;
@@ -136,6 +142,17 @@ impl Session {
             .arg("stdio")
             .arg(if resume { "--resume" } else { "--session-id" })
             .arg(session_id);
+        if !thread.mcp_servers.is_empty() {
+            // Claude Code in print mode connects MCP servers in the
+            // background and makes its first model call without the tools
+            // of those still connecting (and waits at most 5 s when told to
+            // block); the thread's servers are its tools, so claude waits
+            // for them, up to MCP_CONNECT_WAIT_MS. The operator's or the
+            // thread's own values, set below, win.
+            spec = spec
+                .env("MCP_CONNECTION_NONBLOCKING", "0")
+                .env("MCP_CONNECT_TIMEOUT_MS", MCP_CONNECT_WAIT_MS);
+        }
         let documented = sdk_process::runner_env(PASS_ENV, PASS_ENV_PREFIXES);
         for (key, value) in documented.iter().chain(&config.env).chain(thread_env) {
             spec = spec.env(key, value);

@@ -400,3 +400,41 @@ async fn delete_thread_kills_the_process() {
     adapter.delete_thread(&spec).await.unwrap();
     wait_dead(pid).await;
 }
+
+/// A thread with MCP servers gets a claude that waits for them before its
+/// first model call (the real one would not, in print mode), the
+/// adapter's own environment (the operator's) winning; a thread without
+/// servers gets neither variable.
+#[tokio::test]
+async fn a_thread_with_mcp_servers_makes_claude_wait_for_them() {
+    let probe = "env MCP_CONNECTION_NONBLOCKING\nenv MCP_CONNECT_TIMEOUT_MS";
+    let (_dir, adapter, spec) = setup().await;
+    let events = run(&adapter, &spec, probe).await;
+    assert_eq!(
+        texts(&events, ItemKind::AgentMessage),
+        ["(unset)", "(unset)"]
+    );
+
+    let (_dir, adapter, spec) = setup_adjusted(|mut config| {
+        config
+            .env
+            .push(("MCP_CONNECT_TIMEOUT_MS".into(), "1000".into()));
+        config
+    })
+    .await;
+    let spec = ThreadSpec {
+        mcp_servers: vec![sdk_adapter::McpServer {
+            server_id: "1".into(),
+            name: "remote".into(),
+            transport: sdk_adapter::McpTransport::StreamableHttp {
+                url: "http://127.0.0.1:9/mcp".into(),
+                bearer_token: None,
+                headers: vec![],
+            },
+        }]
+        .into(),
+        ..spec
+    };
+    let events = run(&adapter, &spec, probe).await;
+    assert_eq!(texts(&events, ItemKind::AgentMessage), ["0", "1000"]);
+}

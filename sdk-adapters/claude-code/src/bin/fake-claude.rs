@@ -33,7 +33,9 @@
 //! | anything else | an assistant text `echo: LINE` |
 //!
 //! Every result carries usage 100 in (+10 cache read) / 20 out and the
-//! uuids it answered (unless `FAKE_CLAUDE_NO_UUIDS` is set). The fake appends
+//! uuids it answered, unless `FAKE_CLAUDE_NO_UUIDS` is set: then, as the
+//! real Claude Code 2.1.197 does, none (a steering message written while a
+//! turn runs is answered by that turn's one result). The fake appends
 //! `pid N`, `args …`, `user TEXT` and `interrupt` lines to
 //! `$CLAUDE_CONFIG_DIR/fake.log`.
 
