@@ -486,7 +486,7 @@ async fn a_code_agent_thread_by_model_runs_a_command_with_its_secret() {
 async fn a_codex_thread_by_model_states_the_agent_api_in_its_instructions() {
     let state = tempfile::tempdir().unwrap();
     let cp = V07ControlPlane::start(true).await;
-    let runner = RunnerProc::start(crate::fakes::with_fake_codex(
+    let _runner = RunnerProc::start(crate::fakes::with_fake_codex(
         RunnerOpts::new(cp.url())
             .arg("--protocol")
             .arg("0.7")
