@@ -511,3 +511,33 @@ async fn a_codex_thread_by_model_states_the_agent_api_in_its_instructions() {
     assert_secret_nowhere(&cp);
     cp.assert_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_and_status_name_the_protocol_and_where_git_credentials_come_from() {
+    let cp = V07ControlPlane::start(true).await;
+    let (code, report, stderr) =
+        crate::doctor::doctor(&cp.url(), &[("AGENT_RUNNER_PROTOCOL", "0.7")]).await;
+    assert_eq!(code, 0, "{report:#} {stderr}");
+    let protocol = crate::doctor::find(&report, "checks", "check", "protocol");
+    assert!(
+        protocol["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("0.7")),
+        "{protocol:#}"
+    );
+    let git = crate::doctor::find(&report, "checks", "check", "git credentials");
+    assert!(
+        git["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("none")),
+        "{git:#}"
+    );
+    let runner = v07_runner(&cp, &["--sdk", "scripted", "--health-addr", "127.0.0.1:0"]);
+    cp.wait_channels(1).await;
+    let addr = crate::health::health_addr(&runner).await;
+    let (status, body) = crate::health::wait_get(&addr, "/status", |s, _| s == 200).await;
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
+    assert_eq!(json["connection"]["protocol"], "0.7", "{json:#}");
+    cp.assert_clean();
+}
