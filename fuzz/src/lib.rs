@@ -176,6 +176,7 @@ impl Live {
                 reasoning_level: None,
                 last_turn_id: None,
                 instructions: None,
+                agent_api_token: None,
             })
             .expect("harness: plant thread");
         let sdks = Sdks::from_adapters(vec![Arc::new(Sandboxed(

@@ -137,6 +137,8 @@ fn demo_config(dir: &std::path::Path, url: &str, sdk: &str) -> anyhow::Result<Ru
         sandbox: Default::default(),
         proxy: Default::default(),
         exit_when_idle: None,
+        protocol: crate::config::Protocol::V02,
+        agent_api_url: None,
         sdk_options: crate::config::SdkOptions {
             code_agent: sdk_code_agent::CodeAgentConfig {
                 state_dir: Some(dir.join("state").join("code-agent")),

@@ -122,7 +122,9 @@ pub async fn run(
         )),
     }
     if let Ok((config, sources)) = &resolved {
+        checks.push(protocol(config));
         checks.push(control_plane(config).await);
+        checks.push(git_credentials(config));
         checks.push(directory(
             "state dir",
             "state_dir",
@@ -335,6 +337,42 @@ fn without_credentials(text: &str) -> String {
 }
 
 /// Reachable, TLS valid, credentials accepted: one read-only RPC.
+/// The protocol version `run` would speak.
+fn protocol(config: &RunConfig) -> Check {
+    let detail = match config.protocol {
+        crate::config::Protocol::V02 => "0.2 (agents and threads)".to_owned(),
+        crate::config::Protocol::V07 => format!(
+            "0.7 (thread-only; agent API URL: {})",
+            config.agent_api_url.as_deref().unwrap_or("none")
+        ),
+    };
+    check("protocol", Outcome::Ok, detail, None)
+}
+
+/// Where the agents' git credentials would come from.
+fn git_credentials(config: &RunConfig) -> Check {
+    let name = "git credentials";
+    match (&config.github.app, config.protocol) {
+        (Some(app), _) => check(
+            name,
+            Outcome::Ok,
+            format!("the runner's own GitHub App {}", app.app_id),
+            None,
+        ),
+        (None, crate::config::Protocol::V02) => {
+            check(name, Outcome::Ok, "the control plane's GitHub RPCs", None)
+        }
+        (None, crate::config::Protocol::V07) => check(
+            name,
+            Outcome::Warn,
+            "none: protocol 0.7 has no GitHub RPCs and no GitHub App is configured (public repositories only)",
+            Some(
+                "set github_app_id and github_app_private_key_file for private repositories".into(),
+            ),
+        ),
+    }
+}
+
 async fn control_plane(config: &RunConfig) -> Check {
     let url = format!(
         "{}{}",
@@ -351,6 +389,21 @@ async fn control_plane(config: &RunConfig) -> Check {
     } else {
         " (plaintext)"
     };
+    // 0.7 has no read-only RPC: any gRPC answer shows the control plane
+    // reachable; the path and credentials are checked by registration.
+    if config.protocol == crate::config::Protocol::V07
+        && let Ok((_, Err(status))) = &answer
+        && status.code() == tonic::Code::Unimplemented
+    {
+        return check(
+            name,
+            Outcome::Warn,
+            format!(
+                "{url} reachable{tls}; protocol 0.7 has no read-only RPC, so the path and credentials are checked only when `run` registers"
+            ),
+            None,
+        );
+    }
     match answer {
         Err(_) => check(
             name,

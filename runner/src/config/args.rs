@@ -44,6 +44,28 @@ settings! {
             help_heading = "Connection",
         )]
         pub secret_file: Option<PathBuf>,
+        /// The version of the control-plane protocol to speak: `0.2` (agents
+        /// and threads) or `0.7` (thread-only: a thread names only its model;
+        /// docs/protocol.md says what differs). Default: `0.2`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_PROTOCOL",
+            value_name = "VERSION",
+            help_heading = "Connection",
+        )]
+        pub protocol: Option<Protocol>,
+        /// With protocol 0.7: the control plane's agent API, given to every
+        /// thread's processes as AGENT_API_URL (next to the thread's
+        /// `cli_secret` as AGENT_API_TOKEN) and named in the model's
+        /// instructions; `http://` or `https://`. Default: none (only the token
+        /// is given).
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_AGENT_API_URL",
+            value_name = "URL",
+            help_heading = "Connection",
+        )]
+        pub agent_api_url: Option<String>,
         /// The HTTP/2 keepalive ping interval (above zero). Default: `20s`.
         #[arg(
             long,
@@ -274,6 +296,30 @@ pub fn parse_health_addr(text: &str) -> Result<Option<SocketAddr>, String> {
 
 pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 30s, 2m)"))
+}
+
+/// The version of the control-plane protocol the runner speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+pub enum Protocol {
+    /// 0.2.0 and this project's additions: agents and threads.
+    #[default]
+    #[value(name = "0.2")]
+    #[serde(rename = "0.2")]
+    V02,
+    /// 0.7.0, thread-only: no agents, no GitHub RPCs, a `cli_secret` per thread.
+    #[value(name = "0.7")]
+    #[serde(rename = "0.7")]
+    V07,
+}
+
+impl Protocol {
+    /// The version as the operator writes it (`0.2`, `0.7`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::V02 => "0.2",
+            Protocol::V07 => "0.7",
+        }
+    }
 }
 
 /// How log lines are written to stderr.

@@ -65,6 +65,10 @@ pub struct RunConfig {
     pub proxy: crate::util::proxy::ProxyConfig,
     /// `--exit-when-idle`: drain and exit after this long idle (`None`: never).
     pub exit_when_idle: Option<Duration>,
+    /// The protocol version spoken to the control plane.
+    pub protocol: Protocol,
+    /// With protocol 0.7: the control plane's agent API (`AGENT_API_URL`).
+    pub agent_api_url: Option<String>,
 }
 
 /// How often SDKs are probed for changes unless the operator says otherwise.
@@ -149,6 +153,8 @@ impl RunConfig {
             .map_err(|m| key_err("proxy", m))?;
         let mut sdk_options = s.external_sdks.resolve()?;
         sdk_options.code_agent = s.code_agent.resolve()?;
+        let protocol = s.protocol.unwrap_or_default();
+        let agent_api_url = agent_api_url(s.agent_api_url.as_deref(), protocol)?;
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("."));
@@ -183,6 +189,8 @@ impl RunConfig {
             sandbox,
             proxy,
             exit_when_idle: s.exit_when_idle.filter(|d| !d.is_zero()),
+            protocol,
+            agent_api_url,
         };
         // `--proxy` reaches the embedded engine's model providers too.
         config.sdk_options.code_agent.model_proxy = config.proxy.model_proxy();
@@ -216,6 +224,30 @@ impl RunConfig {
         }
         Ok(())
     }
+}
+
+/// `--agent-api-url`, checked: an `http(s)://` URL, and only with protocol
+/// 0.7 (0.2 has no thread token to go with it); empty is none.
+fn agent_api_url(text: Option<&str>, protocol: Protocol) -> Result<Option<String>, ConfigError> {
+    let Some(text) = text.map(str::trim).filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    if protocol != Protocol::V07 {
+        return Err(key_err(
+            "agent_api_url",
+            "only applies with protocol = 0.7 (protocol 0.2 gives threads no agent API token)",
+        ));
+    }
+    let ok = (text.starts_with("http://") || text.starts_with("https://"))
+        && text.parse::<http::Uri>().is_ok_and(|u| u.host().is_some())
+        && !text.chars().any(char::is_whitespace);
+    if !ok {
+        return Err(key_err(
+            "agent_api_url",
+            format!("{text:?} is not an http:// or https:// URL"),
+        ));
+    }
+    Ok(Some(text.to_owned()))
 }
 
 /// Only the GitHub settings of `args` and its config file: what
@@ -425,6 +457,56 @@ mod tests {
         };
         let err = RunConfig::resolve(a, None).unwrap_err().to_string();
         assert!(err.starts_with("health_addr:"), "{err}");
+    }
+
+    #[test]
+    fn protocol_defaults_to_0_2_and_agent_api_url_needs_0_7() {
+        let c = RunConfig::resolve(args("http://x:1"), None).unwrap();
+        assert_eq!(c.protocol, Protocol::V02);
+        assert_eq!(c.agent_api_url, None);
+        let a = RunArgs {
+            protocol: Some(Protocol::V07),
+            agent_api_url: Some("https://cp.example/agent-api".into()),
+            ..args("http://x:1")
+        };
+        let c = RunConfig::resolve(a, None).unwrap();
+        assert_eq!(c.protocol, Protocol::V07);
+        assert_eq!(
+            c.agent_api_url.as_deref(),
+            Some("https://cp.example/agent-api")
+        );
+        let a = RunArgs {
+            agent_api_url: Some("https://cp.example".into()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.starts_with("agent_api_url:"), "{err}");
+        let a = RunArgs {
+            protocol: Some(Protocol::V07),
+            agent_api_url: Some("ftp://cp".into()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.starts_with("agent_api_url:"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.toml");
+        std::fs::write(&file, "protocol = \"0.9\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file.clone()),
+            ..args("http://x:1")
+        };
+        let err = RunConfig::resolve(a, None).unwrap_err().to_string();
+        assert!(err.contains("protocol"), "{err}");
+        std::fs::write(&file, "protocol = \"0.7\"\n").unwrap();
+        let a = RunArgs {
+            config: Some(file),
+            ..Default::default()
+        };
+        let a = RunArgs {
+            control_plane_url: Some("http://x:1".into()),
+            ..a
+        };
+        assert_eq!(RunConfig::resolve(a, None).unwrap().protocol, Protocol::V07);
     }
 
     #[test]

@@ -93,6 +93,12 @@ pub fn agent_sdk_update(request_id: RequestId, d: sdk_adapter::SdkDescription) -
     message(request_id, Payload::AgentSdkUpdate(agent_sdk(d)))
 }
 
+/// An `agent_sdk_update` of `sdk` as made already (protocol 0.7's unique
+/// model names).
+pub fn agent_sdk_message(request_id: RequestId, sdk: AgentSdk) -> ClientMessage {
+    message(request_id, Payload::AgentSdkUpdate(sdk))
+}
+
 /// A `ThreadNameUpdate`: the SDK's title for the thread (`None`: cleared).
 pub fn thread_name(
     request_id: RequestId,
@@ -276,7 +282,8 @@ pub fn token_usage(
             sdk_turn_id: id(sdk_turn_id),
             total_usage: Some(breakdown(usage.total)),
             last_usage: Some(breakdown(usage.last)),
-            model_context_window: usage.model_context_window,
+            // Never negative (0.7 requires `gte 0`; a window is a size).
+            model_context_window: usage.model_context_window.map(|w| w.max(0)),
         }),
     )
 }

@@ -70,6 +70,9 @@ pub struct ThreadRow {
     pub last_turn_id: Option<String>,
     /// The control plane's additional model instructions, if any.
     pub instructions: Option<String>,
+    /// Protocol 0.7's `cli_secret`: the thread's token for the control
+    /// plane's agent API (a secret: only here, in the state dir).
+    pub agent_api_token: Option<String>,
 }
 
 /// A turn that was running when its row was written.
@@ -151,7 +154,8 @@ impl Store {
                  model TEXT NOT NULL,
                  reasoning_level TEXT,
                  last_turn_id TEXT,
-                 instructions TEXT
+                 instructions TEXT,
+                 agent_api_token TEXT
              );
              CREATE TABLE IF NOT EXISTS running_turns (
                  thread_id TEXT PRIMARY KEY REFERENCES threads(thread_id) ON DELETE CASCADE,
@@ -228,7 +232,7 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
-                    instructions
+                    instructions, agent_api_token
              FROM threads ORDER BY agent_id, thread_id",
         )?;
         let rows = stmt.query_map([], thread_row)?;
@@ -241,7 +245,7 @@ impl Store {
             .conn()
             .query_row(
                 "SELECT thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
-                        instructions
+                        instructions, agent_api_token
                  FROM threads WHERE thread_id = ?1",
                 [thread_id],
                 thread_row,
@@ -362,8 +366,8 @@ fn write_thread(conn: &Connection, verb: &str, row: &ThreadRow) -> Result<(), St
     conn.prepare_cached(&format!(
         "{verb} INTO threads
          (thread_id, agent_id, sdk_thread_id, model, reasoning_level, last_turn_id,
-          instructions)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+          instructions, agent_api_token)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
     ))?
     .execute(params![
         row.thread_id,
@@ -372,7 +376,8 @@ fn write_thread(conn: &Connection, verb: &str, row: &ThreadRow) -> Result<(), St
         row.model,
         row.reasoning_level,
         row.last_turn_id,
-        row.instructions
+        row.instructions,
+        row.agent_api_token
     ])?;
     Ok(())
 }
@@ -386,16 +391,24 @@ fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
         reasoning_level: r.get(4)?,
         last_turn_id: r.get(5)?,
         instructions: r.get(6)?,
+        agent_api_token: r.get(7)?,
     })
 }
 
 /// Columns added after the first release, with the statement that adds each
 /// to a database written before it existed.
-const ADDED_COLUMNS: &[(&str, &str, &str)] = &[(
-    "threads",
-    "instructions",
-    "ALTER TABLE threads ADD COLUMN instructions TEXT",
-)];
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    (
+        "threads",
+        "instructions",
+        "ALTER TABLE threads ADD COLUMN instructions TEXT",
+    ),
+    (
+        "threads",
+        "agent_api_token",
+        "ALTER TABLE threads ADD COLUMN agent_api_token TEXT",
+    ),
+];
 
 /// Brings a database written by an older runner up to date.
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
@@ -496,6 +509,7 @@ mod tests {
                 reasoning_level: Some("low".into()),
                 last_turn_id: None,
                 instructions: Some("be brief".into()),
+                agent_api_token: Some("cli-secret-of-t".into()),
             })
             .unwrap();
             s.start_turn(&RunningTurnRow {
@@ -517,6 +531,7 @@ mod tests {
         assert_eq!(s.threads().unwrap()[0].last_turn_id.as_deref(), Some("u1"));
         let t = s.thread("t").unwrap().unwrap();
         assert_eq!(t.instructions.as_deref(), Some("be brief"));
+        assert_eq!(t.agent_api_token.as_deref(), Some("cli-secret-of-t"));
         assert!(s.thread("nope").unwrap().is_none());
         s.delete_agent("a").unwrap();
         assert!(s.threads().unwrap().is_empty());
@@ -548,6 +563,7 @@ mod tests {
         let old = s.thread("old").unwrap().unwrap();
         assert_eq!(old.last_turn_id.as_deref(), Some("u0"));
         assert_eq!(old.instructions, None);
+        assert_eq!(old.agent_api_token, None);
         s.put_thread(&ThreadRow {
             thread_id: "new".into(),
             instructions: Some("x".into()),

@@ -16,6 +16,7 @@
 
 mod outbound;
 pub(crate) mod problem;
+pub mod v07;
 pub(crate) mod wire;
 
 // The outbound path is the delivery module's (`crate::delivery::sending`);
@@ -35,7 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::config::RunConfig;
+use crate::config::{Protocol, RunConfig};
 use crate::delivery::in_flight::Mode;
 use crate::host::client::Service;
 use crate::tasks::context::Runtime;
@@ -80,6 +81,33 @@ pub struct Link {
     /// Registered at least once: failures after that are a lost link, not
     /// an unreachable control plane.
     ever_registered: std::sync::atomic::AtomicBool,
+    /// The protocol version spoken (`--protocol`).
+    protocol: Protocol,
+}
+
+/// What a registration answered: the features accepted, the sequence
+/// acknowledged.
+struct Registered {
+    features: Vec<String>,
+    acked_sequence: u64,
+}
+
+/// A `ServerMessage` of either protocol version: how the read loop hands
+/// it on.
+trait Inbound: prost::Message + Default + Send + 'static {
+    fn received(self, rt: &Arc<Runtime>, sending: &Sending, mode: Mode);
+}
+
+impl Inbound for agent_runner_proto::runner::ServerMessage {
+    fn received(self, rt: &Arc<Runtime>, sending: &Sending, mode: Mode) {
+        on_server_message(rt, sending, mode, self);
+    }
+}
+
+impl Inbound for agent_runner_proto::runner_v07::ServerMessage {
+    fn received(self, rt: &Arc<Runtime>, sending: &Sending, _mode: Mode) {
+        v07::on_server_message(rt, sending, self);
+    }
 }
 
 impl Link {
@@ -103,6 +131,7 @@ impl Link {
                 config.control_plane.origin, config.control_plane.path_prefix
             ))),
             ever_registered: std::sync::atomic::AtomicBool::new(false),
+            protocol: config.protocol,
         }
     }
 
@@ -192,7 +221,19 @@ impl Link {
         Ok(())
     }
 
-    async fn session(&self, close: &CancellationToken) -> SessionEnd {
+    /// `RegisterRunner` in the protocol version spoken.
+    async fn register(&self) -> Result<Registered, tonic::Status> {
+        let features = vec![ACKED_DELIVERY.to_owned()];
+        if let (Protocol::V07, Some(thread_only)) = (self.protocol, self.rt.thread_only()) {
+            let request = v07::registration(&self.rt, thread_only, features);
+            let mut client = agent_runner_proto::runner_v07::agent_runner_control_service_client::AgentRunnerControlServiceClient::new(self.service.clone())
+                .max_decoding_message_size(crate::host::client::MAX_DECODING_MESSAGE_SIZE);
+            let r = client.register_runner(request).await?.into_inner();
+            return Ok(Registered {
+                features: r.features,
+                acked_sequence: r.acked_sequence,
+            });
+        }
         let mut client = crate::host::client::rpc(self.service.clone());
         // What is known now; slow probes answer later (`agent_sdk_update`).
         let descriptions = crate::tasks::sdk_probe::for_registration(&self.rt);
@@ -205,14 +246,35 @@ impl Link {
                     sdk
                 })
                 .collect(),
-            features: vec![ACKED_DELIVERY.to_owned()],
+            features,
         };
+        let r = client.register_runner(request).await?.into_inner();
+        Ok(Registered {
+            features: r.features,
+            acked_sequence: r.acked_sequence,
+        })
+    }
+
+    async fn session(&self, close: &CancellationToken) -> SessionEnd {
+        match self.protocol {
+            Protocol::V02 => {
+                self.session_of::<agent_runner_proto::runner::ServerMessage>(close)
+                    .await
+            }
+            Protocol::V07 => {
+                self.session_of::<agent_runner_proto::runner_v07::ServerMessage>(close)
+                    .await
+            }
+        }
+    }
+
+    async fn session_of<M: Inbound>(&self, close: &CancellationToken) -> SessionEnd {
         let registered = tokio::select! {
-            r = client.register_runner(request) => r,
+            r = self.register() => r,
             () = close.cancelled() => return SessionEnd::Closed,
         };
         let registered = match registered {
-            Ok(response) => response.into_inner(),
+            Ok(registered) => registered,
             Err(status) => {
                 crate::observe::metrics::register_failed(status.code());
                 return self.lost_or_refused("RegisterRunner", status);
@@ -239,7 +301,7 @@ impl Link {
         // with their first message, which an idle control plane may never
         // send.
         let (accepted_tx, mut accepted) = oneshot::channel();
-        let opening = wire::control_channel(
+        let opening = wire::control_channel::<M>(
             self.service.clone(),
             Announced {
                 inner: Box::pin(outbound),
@@ -286,7 +348,7 @@ impl Link {
                 }
             };
             match next {
-                Ok(Some(msg)) => self.received(mode, msg),
+                Ok(Some(msg)) => msg.received(&self.rt, &self.sending, mode),
                 Ok(None) => {
                     tracing::warn!("control plane closed the channel");
                     return SessionEnd::Lost { healthy: healthy() };
@@ -299,12 +361,6 @@ impl Link {
                 }
             }
         }
-    }
-}
-
-impl Link {
-    fn received(&self, mode: Mode, msg: agent_runner_proto::runner::ServerMessage) {
-        on_server_message(&self.rt, &self.sending, mode, msg);
     }
 }
 

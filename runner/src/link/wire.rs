@@ -16,7 +16,8 @@
 //! update is the same bytes) are written here as they are, the number
 //! after them. prost's encoder never runs on the way out.
 
-use agent_runner_proto::runner::ServerMessage;
+use std::marker::PhantomData;
+
 use bytes::BufMut;
 use prost::Message as _;
 use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder, Streaming};
@@ -47,11 +48,16 @@ const YIELD_THRESHOLD: usize = 16 * 1024;
 /// `ClientMessage.sequence`'s field number (runner.proto).
 const SEQUENCE_FIELD: u32 = 100;
 
-/// Opens the ControlChannel over `service`, sending `updates`.
-pub async fn control_channel(
+/// Opens the ControlChannel over `service`, sending `updates` and
+/// decoding what comes back as `M` (the `ServerMessage` of the protocol
+/// version spoken: the path and the outbound bytes are the same in both).
+pub async fn control_channel<M>(
     service: Service,
     updates: impl IntoStreamingRequest<Message = Outgoing>,
-) -> Result<Response<Streaming<ServerMessage>>, Status> {
+) -> Result<Response<Streaming<M>>, Status>
+where
+    M: prost::Message + Default + Send + 'static,
+{
     let mut grpc =
         tonic::client::Grpc::new(service).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
     grpc.ready()
@@ -64,20 +70,23 @@ pub async fn control_channel(
     grpc.streaming(
         request,
         http::uri::PathAndQuery::from_static(PATH),
-        SharedCodec,
+        SharedCodec(PhantomData),
     )
     .await
 }
 
-/// Encodes shared updates, decodes what the control plane sends.
-#[derive(Debug, Clone, Copy, Default)]
-struct SharedCodec;
+/// Encodes shared updates, decodes what the control plane sends (`M`).
+#[derive(Debug)]
+struct SharedCodec<M>(PhantomData<fn() -> M>);
 
-impl Codec for SharedCodec {
+impl<M> Codec for SharedCodec<M>
+where
+    M: prost::Message + Default + Send + 'static,
+{
     type Encode = Outgoing;
-    type Decode = ServerMessage;
+    type Decode = M;
     type Encoder = SharedEncoder;
-    type Decoder = ProstDecoder<ServerMessage>;
+    type Decoder = ProstDecoder<M>;
 
     fn encoder(&mut self) -> SharedEncoder {
         SharedEncoder

@@ -81,6 +81,9 @@ pub struct Connection {
     /// The control plane's URL.
     #[serde(default)]
     pub url: String,
+    /// The protocol version spoken (`0.2`, `0.7`).
+    #[serde(default)]
+    pub protocol: String,
     /// The last failure to reach it, with the likely fix.
     #[serde(default)]
     pub last_error: Option<String>,
@@ -187,6 +190,13 @@ pub fn collect(
             not_ready_reason: ready.err().map(str::to_owned),
             reconnects: crate::observe::metrics::reconnects(),
             url: problem.url.clone(),
+            protocol: if rt.thread_only().is_some() {
+                crate::config::Protocol::V07
+            } else {
+                crate::config::Protocol::V02
+            }
+            .as_str()
+            .to_owned(),
             last_error: problem.last_error.clone(),
             last_error_seconds_ago: problem
                 .last_error_at
@@ -253,6 +263,9 @@ fn write_summary(out: &mut String, s: &Status) -> std::fmt::Result {
     }
     if !c.url.is_empty() {
         writeln!(out, "control     {}", c.url)?;
+    }
+    if !c.protocol.is_empty() {
+        writeln!(out, "protocol    {}", c.protocol)?;
     }
     if let Some(error) = &c.last_error {
         let ago = c
@@ -368,6 +381,7 @@ mod tests {
                 not_ready_reason: None,
                 reconnects: 2,
                 url: "https://cp.example.com/grpc".into(),
+                protocol: "0.2".into(),
                 last_error: Some("lost the control plane at https://cp.example.com/grpc (ControlChannel): h2 protocol error".into()),
                 last_error_seconds_ago: Some(90),
                 next_attempt_in_ms: Some(1_234),

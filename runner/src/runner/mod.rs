@@ -158,12 +158,20 @@ fn token_broker(
     service: &crate::host::client::Service,
 ) -> anyhow::Result<crate::host::github::TokenBroker> {
     let redactor = crate::util::redact::Redactor::process();
-    let github = crate::host::github::broker(
-        &config.github,
-        Some(crate::host::client::rpc(service.clone())),
-        redactor,
-        &config.proxy,
-    )
+    // Protocol 0.7 has no GitHub RPCs: the runner's own App, or nothing.
+    let github = match config.protocol {
+        crate::config::Protocol::V02 => crate::host::github::broker(
+            &config.github,
+            Some(crate::host::client::rpc(service.clone())),
+            redactor,
+            &config.proxy,
+        ),
+        crate::config::Protocol::V07 => crate::host::github::broker_without_control_plane(
+            &config.github,
+            redactor,
+            &config.proxy,
+        ),
+    }
     .context("github")?;
     tracing::info!(
         source = %github.describe_source(),
@@ -297,10 +305,24 @@ impl Runner {
             .with_context(|| format!("transcripts dir {}", transcripts_dir.display()))?;
         rt.outbox.set_transcripts(transcripts.clone());
         let _ = rt.transcripts.set(transcripts);
+        if config.protocol == crate::config::Protocol::V07 {
+            let _ = rt
+                .thread_only
+                .set(crate::tasks::thread_only::ThreadOnly::new(config));
+        }
         crate::observe::metrics::sdks_enabled(&rt.sdks.names());
         crate::runner::restore::restore(&rt, &sending.pending_turn_ends())
             .await
             .context("restoring state")?;
+        if rt.thread_only().is_some() {
+            crate::tasks::thread_only::ensure_agents(&rt)
+                .await
+                .context("protocol 0.7: the SDKs' implicit agents")?;
+        }
+        tracing::info!(
+            protocol = config.protocol.as_str(),
+            "control-plane protocol"
+        );
         let link = Link::new(rt.clone(), service, config, sending.clone());
         let link_state = link.state();
         let link_report = link.report();

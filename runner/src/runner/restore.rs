@@ -66,6 +66,10 @@ pub async fn restore(
         let Some(sdk) = agents.iter().find(|a| a.agent_id == row.agent_id) else {
             continue;
         };
+        // Masked again before anything of the thread can quote it.
+        if let Some(token) = &row.agent_api_token {
+            rt.redactor.add(token);
+        }
         let spec = rt.thread_spec(&row);
         if let Some(adapter) = rt.sdks.get(&sdk.sdk)
             && let Err(e) = adapter.create_thread(&spec).await

@@ -259,6 +259,7 @@ impl AgentTask {
             model,
             reasoning_level,
             mcp_servers,
+            agent_api_token,
         } = request;
         let reasoning_level = reasoning_level.filter(|l| !l.is_empty());
         let Some(agent) = self.agent(&rid)? else {
@@ -321,7 +322,7 @@ impl AgentTask {
         // milliseconds with a thousand threads; on an async worker, every
         // task queued behind it (the read loop's heartbeats too) waited.
         let tid = thread_id.clone();
-        let (sandbox, env) = self
+        let (sandbox, mut env) = self
             .blocking(move |rt, agent_id| {
                 Ok((
                     rt.thread_sandbox(agent_id, &tid),
@@ -330,6 +331,8 @@ impl AgentTask {
             })
             .await
             .map_err(|e| (rid.clone(), format!("preparing the thread's sandbox: {e}")))?;
+        let token = agent_api_token.as_ref().map(|t| t.expose().to_owned());
+        let spec_instructions = rt.with_agent_api(token.as_deref(), &mut env, instructions.clone());
         let mut spec = ThreadSpec {
             agent_id: self.agent_id.clone(),
             thread_id: thread_id.clone(),
@@ -339,7 +342,7 @@ impl AgentTask {
             sdk_thread_id: None,
             env,
             sandbox,
-            instructions: instructions.clone(),
+            instructions: spec_instructions,
             mcp_servers: crate::tasks::mcp_spec::shared(mcp_servers),
         };
         let handle = match adapter.create_thread(&spec).await {
@@ -359,6 +362,7 @@ impl AgentTask {
             reasoning_level,
             last_turn_id: None,
             instructions,
+            agent_api_token: token,
         };
         let inserted = self
             .blocking(move |rt, _| {

@@ -109,8 +109,8 @@ async fn announce(rt: &Runtime, rid: RequestId) {
     let codex = rt.sdks.advertised().into_iter().find(|d| d.name == CODEX);
     for d in changed.into_iter().filter(|d| d.name != CODEX).chain(codex) {
         tracing::info!(sdk = %d.name, status = ?d.status, "announcing the SDK's status");
-        rt.outbox
-            .push(crate::tasks::sdk_probe::agent_sdk_update(rid.clone(), d))
-            .await;
+        for update in crate::tasks::sdk_probe::sdk_updates(rt, rid.clone(), d) {
+            rt.outbox.push(update).await;
+        }
     }
 }

@@ -120,6 +120,9 @@ pub struct Runtime {
     /// Per-thread transcripts (set by the runner at start; bare runtimes
     /// keep none).
     pub transcripts: std::sync::OnceLock<crate::delivery::transcript::Transcripts>,
+    /// Set once at start-up when the runner speaks protocol 0.7 (implicit
+    /// agents, unique model names, the agent API); unset: 0.2.
+    pub thread_only: std::sync::OnceLock<crate::tasks::thread_only::ThreadOnly>,
 }
 
 /// Everything a [`Runtime`] is made of.
@@ -171,6 +174,7 @@ impl Runtime {
             sandboxes: parts.sandboxes,
             mcp_servers: std::sync::Mutex::new(HashMap::new()),
             transcripts: std::sync::OnceLock::new(),
+            thread_only: std::sync::OnceLock::new(),
         })
     }
 
@@ -267,8 +271,45 @@ impl Runtime {
         self.thread_deleted(thread_id);
     }
 
+    /// The protocol 0.7 state, when the runner speaks 0.7.
+    pub fn thread_only(&self) -> Option<&crate::tasks::thread_only::ThreadOnly> {
+        self.thread_only.get()
+    }
+
+    /// The environment and instructions of a thread holding agent API
+    /// `token` (protocol 0.7), added to `env` and `instructions`.
+    pub fn with_agent_api(
+        &self,
+        token: Option<&str>,
+        env: &mut Vec<(String, String)>,
+        instructions: Option<String>,
+    ) -> Option<String> {
+        match (token, self.thread_only()) {
+            (Some(token), Some(t)) => {
+                env.extend(t.env(token));
+                t.instructions(instructions)
+            }
+            (Some(token), None) => {
+                // A 0.7 thread restored by a runner now speaking 0.2: its
+                // token still reaches its processes, the URL is not known.
+                env.push((
+                    crate::tasks::thread_only::TOKEN_VAR.to_owned(),
+                    token.to_owned(),
+                ));
+                instructions
+            }
+            (None, _) => instructions,
+        }
+    }
+
     /// What the thread's adapter is given for `row`.
     pub fn thread_spec(&self, row: &ThreadRow) -> ThreadSpec {
+        let mut env = self.thread_env(&row.agent_id, &row.thread_id);
+        let instructions = self.with_agent_api(
+            row.agent_api_token.as_deref(),
+            &mut env,
+            row.instructions.clone(),
+        );
         ThreadSpec {
             sandbox: self.thread_sandbox(&row.agent_id, &row.thread_id),
             agent_id: row.agent_id.clone(),
@@ -277,8 +318,8 @@ impl Runtime {
             model: row.model.clone(),
             reasoning_level: row.reasoning_level.clone().filter(|l| !l.is_empty()),
             sdk_thread_id: Some(row.sdk_thread_id.clone()).filter(|id| !id.is_empty()),
-            env: self.thread_env(&row.agent_id, &row.thread_id),
-            instructions: row.instructions.clone(),
+            env,
+            instructions,
             mcp_servers: self.thread_mcp_servers(&row.thread_id),
         }
     }

@@ -19,6 +19,16 @@ use crate::tasks::mailboxes::ThreadRoute;
 
 /// Handle one message from the control plane.
 pub fn dispatch(rt: &Arc<Runtime>, msg: ServerMessage) {
+    dispatch_with(rt, msg, None);
+}
+
+/// [`dispatch`] of a message converted from protocol 0.7
+/// (`crate::link::v07`): a thread it creates holds `agent_api_token`.
+pub fn dispatch_with(
+    rt: &Arc<Runtime>,
+    msg: ServerMessage,
+    agent_api_token: Option<crate::config::Secret>,
+) {
     let rid = messages::request_id(&msg.request_id);
     let kind = request_kind(&msg);
     tracing::debug!(request_id = ?rid, kind, "request received");
@@ -27,7 +37,7 @@ pub fn dispatch(rt: &Arc<Runtime>, msg: ServerMessage) {
         rt.note_activity();
     }
     let followed = rid.clone();
-    let outcome = route(rt, msg, rid, kind);
+    let outcome = route(rt, msg, rid, kind, agent_api_token);
     metrics::request_handled(kind, followed.as_deref(), outcome);
 }
 
@@ -36,6 +46,7 @@ fn route(
     msg: ServerMessage,
     rid: RequestId,
     kind: &'static str,
+    agent_api_token: Option<crate::config::Secret>,
 ) -> RequestOutcome {
     if let Err(err) = msg.validate() {
         reject(
@@ -108,6 +119,7 @@ fn route(
                         // proto3 cannot tell "unset" from "empty": both are "none".
                         reasoning_level: r.reasoning_level.filter(|l| !l.is_empty()),
                         mcp_servers,
+                        agent_api_token,
                     }),
                     rid,
                 },

@@ -28,6 +28,9 @@ pub struct NewThread {
     pub reasoning_level: Option<String>,
     /// The thread's MCP servers (checked; kept in memory only).
     pub mcp_servers: Vec<sdk_adapter::McpServer>,
+    /// Protocol 0.7's `cli_secret`: the thread's agent API token (prints
+    /// as `***`; registered with the redactor before it gets here).
+    pub agent_api_token: Option<crate::config::Secret>,
 }
 
 /// A request for an agent's task.

@@ -189,6 +189,13 @@ impl Mailboxes {
         }
     }
 
+    /// The agent of live thread `thread_id`.
+    pub fn thread_agent(&self, thread_id: &str) -> Option<String> {
+        lock(&self.threads)
+            .get(thread_id)
+            .map(|t| t.agent_id.clone())
+    }
+
     /// Mailboxes of an agent's threads.
     pub fn agent_threads(&self, agent_id: &str) -> Vec<ThreadTx> {
         lock(&self.threads)

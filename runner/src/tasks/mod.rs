@@ -18,4 +18,5 @@ pub(crate) mod mcp_spec;
 pub(crate) mod sdk_probe;
 pub mod sdks;
 pub(crate) mod thread;
+pub(crate) mod thread_only;
 pub(crate) mod turn_wait;

@@ -20,11 +20,27 @@ use tokio_util::sync::CancellationToken;
 
 use sdk_adapter::{SdkAdapter, SdkDescription};
 
+use agent_runner_proto::runner::ClientMessage;
+
 use crate::delivery::messages::RequestId;
 use crate::tasks::context::Runtime;
 
 /// The `agent_sdk_update` announcing `d`.
 pub use crate::delivery::messages::agent_sdk_update;
+
+/// The `agent_sdk_update`s announcing `d`: in protocol 0.7 (model names
+/// unique across SDKs) also every other SDK whose advertised names changed
+/// with it.
+pub fn sdk_updates(rt: &Runtime, request_id: RequestId, d: SdkDescription) -> Vec<ClientMessage> {
+    match rt.thread_only() {
+        None => vec![agent_sdk_update(request_id, d)],
+        Some(t) => t
+            .updates(&rt.sdks.advertised(), &d.name)
+            .into_iter()
+            .map(|sdk| crate::delivery::messages::agent_sdk_message(request_id.clone(), sdk))
+            .collect(),
+    }
+}
 
 /// Probe every SDK now and announce those that changed (carrying
 /// `request_id`, the request that caused the change, if any); how many
@@ -34,9 +50,9 @@ pub async fn announce_changes(rt: &Runtime, request_id: RequestId) -> usize {
     let count = changed.len();
     for d in changed {
         tracing::info!(sdk = %d.name, status = ?d.status, models = d.models.len(), "SDK changed since registration; announcing it");
-        rt.outbox
-            .push(agent_sdk_update(request_id.clone(), d))
-            .await;
+        for update in sdk_updates(rt, request_id.clone(), d) {
+            rt.outbox.push(update).await;
+        }
     }
     count
 }
@@ -73,7 +89,9 @@ fn probe_in_background(rt: &Arc<Runtime>, adapter: Arc<dyn SdkAdapter>) {
         tracing::debug!(sdk = %name, status = ?d.status, ms = started.elapsed().as_millis() as u64, "SDK probed");
         if let Some(d) = rt.sdks.settle(ticket, d) {
             tracing::info!(sdk = %d.name, status = ?d.status, models = d.models.len(), "SDK probed after registration; announcing it");
-            rt.outbox.push(agent_sdk_update(None, d)).await;
+            for update in sdk_updates(&rt, None, d) {
+                rt.outbox.push(update).await;
+            }
         }
     });
 }

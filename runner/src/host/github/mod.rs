@@ -11,6 +11,7 @@ pub mod broker;
 pub mod control_plane;
 mod error;
 pub mod jwt;
+pub mod none;
 pub mod refresh;
 pub mod source;
 
@@ -51,6 +52,25 @@ pub struct Installation {
     pub token_expires_at: Option<SystemTime>,
     /// Why no token could be had.
     pub error: Option<String>,
+}
+
+/// The broker of a runner that may not ask the control plane (protocol
+/// 0.7): its GitHub App when one is configured, else none at all
+/// ([`none::NoSource`]).
+pub fn broker_without_control_plane(
+    config: &GithubConfig,
+    redactor: Redactor,
+    proxies: &crate::util::proxy::ProxyConfig,
+) -> Result<TokenBroker, GithubError> {
+    if config.app.is_some() {
+        return broker(config, None, redactor, proxies);
+    }
+    Ok(TokenBroker::new(
+        Arc::new(none::NoSource),
+        redactor,
+        config.host.clone(),
+        BrokerOptions::default(),
+    ))
 }
 
 /// The broker of a runner configured with `config`: its GitHub App when one
