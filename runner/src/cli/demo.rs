@@ -55,6 +55,11 @@ pub struct DemoArgs {
     /// Show the runner's own log lines (e.g. `info`) on stderr.
     #[arg(long)]
     pub log_level: Option<String>,
+    /// The protocol version the demo's control plane and runner speak:
+    /// `0.2` (agents and threads) or `0.7` (thread-only: the thread names
+    /// only its model and carries a `cli_secret`).
+    #[arg(long, value_name = "VERSION", default_value = "0.2")]
+    pub protocol: crate::config::Protocol,
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
@@ -64,9 +69,21 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     super::code_agent::redact_provider_keys();
     let chosen = DemoSdk::choose(&args, provider_in_env())?;
     let dir = tempfile_dir()?;
-    let cp = MockControlPlane::start(MockConfig::default()).await?;
-    println!("mock control plane listening on {}", cp.url());
-    let config = demo_config(&dir, &cp.url(), &chosen.name)?;
+    let cp = MockControlPlane::start(MockConfig {
+        protocol: match args.protocol {
+            crate::config::Protocol::V02 => mock_control_plane::Protocol::V02,
+            crate::config::Protocol::V07 => mock_control_plane::Protocol::V07,
+        },
+        ..MockConfig::default()
+    })
+    .await?;
+    println!(
+        "mock control plane (protocol {}) listening on {}",
+        args.protocol.as_str(),
+        cp.url()
+    );
+    let mut config = demo_config(&dir, &cp.url(), &chosen.name)?;
+    config.protocol = args.protocol;
     let runner = Runner::start(&config).await?;
     cp.wait_connected(WAIT).await?;
     print_registrations(&cp);
@@ -229,29 +246,47 @@ async fn run_thread(cp: &MockControlPlane, plan: Plan) -> anyhow::Result<Option<
     } = plan;
     let mut cursor = 0;
 
-    cp.send_request(
-        "req-1",
-        Request::CreateAgentRequest(CreateAgentRequest {
-            agent_id: "demo-agent".into(),
-            agent_sdk: sdk.clone(),
-        }),
-    )
-    .await?;
-    print_until(cp, &mut cursor, |m| {
-        m.request_id.as_deref() == Some("req-1")
-    })
-    .await?;
-
-    cp.send_request(
-        "req-2",
-        Request::CreateThreadRequest(CreateThreadRequest {
-            agent_id: "demo-agent".into(),
-            model: model.clone(),
-            reasoning_level,
-            ..Default::default()
-        }),
-    )
-    .await?;
+    if cp.protocol() == mock_control_plane::Protocol::V07 {
+        // Thread-only: no agent; the runner picks the SDK by the model.
+        use agent_runner_proto::runner_v07 as v07;
+        cp.send(v07::ServerMessage {
+            request_id: "req-2".into(),
+            request: Some(v07::server_message::Request::CreateThreadRequest(
+                v07::CreateThreadRequest {
+                    thread_id: "demo-thread".into(),
+                    model: model.clone(),
+                    reasoning_level,
+                    cli_secret: "demo-cli-secret".into(),
+                    ..Default::default()
+                },
+            )),
+            acked_sequence: 0,
+        })
+        .await?;
+    } else {
+        cp.send_request(
+            "req-1",
+            Request::CreateAgentRequest(CreateAgentRequest {
+                agent_id: "demo-agent".into(),
+                agent_sdk: sdk.clone(),
+            }),
+        )
+        .await?;
+        print_until(cp, &mut cursor, |m| {
+            m.request_id.as_deref() == Some("req-1")
+        })
+        .await?;
+        cp.send_request(
+            "req-2",
+            Request::CreateThreadRequest(CreateThreadRequest {
+                agent_id: "demo-agent".into(),
+                model: model.clone(),
+                reasoning_level,
+                ..Default::default()
+            }),
+        )
+        .await?;
+    }
     let created = print_until(cp, &mut cursor, |m| {
         m.request_id.as_deref() == Some("req-2")
     })
@@ -481,6 +516,7 @@ mod tests {
             script_text: script.map(str::to_owned),
             prompt: prompt.map(str::to_owned),
             log_level: None,
+            protocol: Default::default(),
         }
     }
 

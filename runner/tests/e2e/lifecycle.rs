@@ -267,6 +267,30 @@ async fn a_demo_whose_turn_fails_exits_non_zero() {
     assert!(stderr.contains("the model refused"), "{stderr}");
 }
 
+/// `demo --protocol 0.7` runs the same turn over protocol 0.7: a thread
+/// named by its model, no agent, its cli_secret masked in every update.
+#[tokio::test]
+async fn the_demo_speaks_protocol_07() {
+    let out = tokio::process::Command::new(runner_bin())
+        .args(["demo", "--protocol", "0.7", "--script-text"])
+        .arg("say hello over 0.7\nrun test -n \"$AGENT_API_TOKEN\" && echo token-set")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("protocol 0.7"), "{stdout}");
+    assert!(!stdout.contains("AgentUpdate"), "{stdout}");
+    assert!(stdout.contains("hello over 0.7"), "{stdout}");
+    assert!(stdout.contains("token-set"), "{stdout}");
+    assert!(!stdout.contains("demo-cli-secret"), "{stdout}");
+}
+
 /// `--sdk` picks the demo's SDK; one that cannot run is an error, not a
 /// silent switch to the scripted SDK, and an option the SDK would ignore
 /// is refused before anything starts.
