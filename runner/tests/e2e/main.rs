@@ -38,6 +38,7 @@ mod operator_cli;
 mod protocol;
 mod protocol_v07;
 mod proxy;
+mod real_cli_v07;
 mod real_sdk;
 mod replicas;
 mod sandbox;
