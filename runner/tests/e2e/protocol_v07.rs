@@ -343,6 +343,22 @@ async fn a_scripted_thread_has_its_secret_in_its_environment_masked_everywhere_a
     .unwrap();
     assert_eq!(other.trim(), "another-secret-0000000000");
     assert!(!again.logs().contains(SECRET), "the secret is in the log");
+    // The transcripts hold the masked updates; the store alone the secret.
+    let transcripts = again.dirs.path().join("state/transcripts");
+    let (mut seen, mut dirs) = (0, vec![transcripts.clone()]);
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read(&path).unwrap_or_default();
+            assert!(!String::from_utf8_lossy(&text).contains(SECRET), "{path:?}");
+            seen += usize::from(!text.is_empty());
+        }
+    }
+    assert!(seen > 0, "no transcript in {}", transcripts.display());
     assert_secret_nowhere(&cp);
     cp.assert_clean();
 }
