@@ -62,6 +62,39 @@ pub fn registration(
     })
 }
 
+/// Drops, from what a previous run journaled, the updates 0.7 has no words
+/// for (`AgentUpdate`, `SkillMpUpdate`: left by a run that spoke 0.2 on
+/// the same state dir), and forgets them in `journal`; how many. Once, at
+/// start-up: the sending path is never checked.
+pub fn drop_unspeakable(
+    recovered: &mut crate::delivery::journal::Recovered,
+    journal: &crate::delivery::journal::Journal,
+) -> usize {
+    use v02::client_message::Payload;
+    let mut dropped = Vec::new();
+    recovered.entries.retain(|entry| {
+        let only_02 = v02::ClientMessage::decode(entry.message.as_ref()).is_ok_and(|m| {
+            matches!(
+                m.payload,
+                Some(Payload::AgentUpdate(_) | Payload::SkillMpUpdate(_))
+            )
+        });
+        if only_02 {
+            dropped.push(entry.id);
+        }
+        !only_02
+    });
+    let count = dropped.len();
+    if count > 0 {
+        journal.forget(dropped);
+        tracing::info!(
+            count,
+            "journaled agent and skill updates of protocol 0.2 dropped: 0.7 has no such messages"
+        );
+    }
+    count
+}
+
 /// What the read loop does with one 0.7 `ServerMessage` (see the module
 /// doc); never waits.
 pub fn on_server_message(rt: &Arc<Runtime>, sending: &Sending, msg: v07::ServerMessage) {
@@ -201,6 +234,40 @@ fn kind(msg: &v07::ServerMessage) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 0.2 run's agent update, journaled and not delivered, never reaches
+    /// a 0.7 control plane; a thread update does.
+    #[tokio::test]
+    async fn journaled_agent_updates_are_dropped_in_0_7() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (journal, _) = crate::delivery::journal::Journal::open(dir.path()).unwrap();
+            for msg in [
+                messages::agent(None, "a", v02::AgentStatus::Ready),
+                messages::thread(None, "t", v02::ThreadStatus::Ready),
+            ] {
+                let id = journal.next_id();
+                journal
+                    .append(id, msg.encode_to_vec().into())
+                    .await
+                    .unwrap();
+            }
+            journal.flush().await.unwrap();
+        }
+        let (journal, mut recovered) = crate::delivery::journal::Journal::open(dir.path()).unwrap();
+        assert_eq!(recovered.entries.len(), 2);
+        assert_eq!(drop_unspeakable(&mut recovered, &journal), 1);
+        assert_eq!(recovered.entries.len(), 1);
+        let kept = v02::ClientMessage::decode(recovered.entries[0].message.as_ref()).unwrap();
+        assert!(matches!(
+            kept.payload,
+            Some(v02::client_message::Payload::ThreadUpdate(_))
+        ));
+        journal.flush().await.unwrap();
+        drop(journal);
+        let (_, again) = crate::delivery::journal::Journal::open(dir.path()).unwrap();
+        assert_eq!(again.entries.len(), 1, "forgotten for good");
+    }
 
     /// The messages converted by their bytes keep every field.
     #[test]

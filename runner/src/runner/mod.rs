@@ -265,10 +265,13 @@ impl Runner {
         let (credentials, git_env) = start_credentials(&mailboxes, config, github.clone())?;
         // The outbox journal: what a previous run produced and did not get
         // delivered is sent first.
-        let (journal, recovered) = journal
+        let (journal, mut recovered) = journal
             .await
             .context("opening the outbox journal")?
             .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
+        if config.protocol == crate::config::Protocol::V07 {
+            crate::link::v07::drop_unspeakable(&mut recovered, &journal);
+        }
         let outbox = Arc::new(Outbox::journaled(
             config.outbox_capacity,
             journal.clone(),

@@ -37,8 +37,6 @@ struct State {
     registrations: Vec<RegisterRunnerRequest>,
     /// Every message processed (duplicates dropped), in arrival order.
     received: Vec<ClientMessage>,
-    /// Messages dropped as already processed (acked mode).
-    duplicates: usize,
     /// What broke the 0.7 rules.
     violations: Vec<String>,
     /// The highest sequence processed.
@@ -105,7 +103,6 @@ impl AgentRunnerControlService for Service {
                 check(&mut s, &msg, acked);
                 if acked && msg.sequence != 0 {
                     if msg.sequence <= s.processed {
-                        s.duplicates += 1;
                         continue;
                     }
                     s.processed = msg.sequence;
@@ -211,11 +208,6 @@ impl V07ControlPlane {
     /// Every message processed so far.
     pub fn received(&self) -> Vec<ClientMessage> {
         lock(&self.state).received.clone()
-    }
-
-    /// Messages dropped as already processed.
-    pub fn duplicates(&self) -> usize {
-        lock(&self.state).duplicates
     }
 
     /// The messages answering `rid`.
