@@ -215,4 +215,21 @@ mod tests {
         ws.remove(&ws.agent_home("a")).unwrap();
         assert!(ws.remove(dir.path()).is_err());
     }
+
+    /// The agent races the opening: it keeps swapping `.agents` with a
+    /// link to a directory outside while the runner opens the thread over
+    /// and over. Nothing is ever linked, created or changed outside.
+    #[test]
+    fn opening_holds_while_the_agent_swaps_its_sdk_dir_for_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        let t = ws.create_thread("a", "t").unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), b"precious").unwrap();
+        let outcome = sdk_adapter::testing::race::race(&t.join(".agents"), &outside, || {
+            ws.create_thread("a", "t").map(drop)
+        });
+        eprintln!("{outcome:?}");
+    }
 }

@@ -13,6 +13,7 @@
 
 pub mod cached_install;
 pub mod fake_cli;
+pub mod race;
 
 use std::path::Path;
 use std::time::Duration;

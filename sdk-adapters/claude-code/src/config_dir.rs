@@ -259,4 +259,29 @@ mod tests {
         let dir = prepare(&config, &tmp.path().join("home")).unwrap();
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     }
+
+    /// The agent races the seeding: it keeps swapping `~/.claude` (then
+    /// `~/.claude/projects`) with a link to a directory outside while the
+    /// runner prepares the dir and adopts a transcript over and over.
+    /// Nothing is ever written, chmodded or chowned outside.
+    #[test]
+    fn seeding_holds_while_the_agent_swaps_its_config_dir_for_a_link() {
+        use sdk_adapter::testing::race::race;
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, config) = operator(tmp.path());
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("p")).unwrap();
+        std::fs::write(outside.join("state.db"), b"precious").unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(home.join(DIR_NAME).join("projects")).unwrap();
+        let outcome = race(&home.join(DIR_NAME), &outside, || {
+            prepare(&config, &home).map(drop)
+        });
+        eprintln!("config dir: {outcome:?}");
+        std::fs::create_dir_all(home.join(DIR_NAME).join("projects")).unwrap();
+        let outcome = race(&home.join(DIR_NAME).join("projects"), &outside, || {
+            adopt_transcript(&config, &home, "s").map(drop)
+        });
+        eprintln!("projects: {outcome:?}");
+    }
 }

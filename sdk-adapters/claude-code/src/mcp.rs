@@ -137,4 +137,29 @@ mod tests {
         assert_eq!(write(dir.path(), &[]).unwrap(), None);
         assert!(!path.exists());
     }
+
+    /// The agent races the write: it keeps swapping its HOME with a link to
+    /// a directory outside while the runner writes the file over and over.
+    /// Nothing is ever written or chowned outside.
+    #[test]
+    fn the_write_holds_while_the_agent_swaps_its_home_for_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("state.db"), b"precious").unwrap();
+        let servers = [McpServer {
+            server_id: "1".into(),
+            name: "remote".into(),
+            transport: McpTransport::StreamableHttp {
+                url: "https://h/mcp".into(),
+                bearer_token: Some(Secret::new("tok")),
+                headers: vec![],
+            },
+        }];
+        let outcome =
+            sdk_adapter::testing::race::race(&home, &outside, || write(&home, &servers).map(drop));
+        eprintln!("{outcome:?}");
+    }
 }

@@ -334,4 +334,29 @@ mod tests {
         assert!(!dir.is_symlink());
         assert_eq!(std::fs::read(dir.join("auth.json")).unwrap(), b"a");
     }
+
+    /// The agent races the seeding: it keeps swapping `~/.codex` with a
+    /// link to a directory outside while the runner seeds it over and
+    /// over. Nothing is ever written, chmodded or chowned outside.
+    #[test]
+    fn seeding_holds_while_the_agent_swaps_the_codex_home_for_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let operator = tmp.path().join("operator");
+        std::fs::create_dir(&operator).unwrap();
+        std::fs::write(operator.join("auth.json"), b"{\"token\":1}").unwrap();
+        std::fs::write(operator.join("config.toml"), b"model = \"x\"").unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("state.db"), b"precious").unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(home.join(".codex")).unwrap();
+        let config = CodexConfig {
+            env: vec![("CODEX_HOME".into(), operator.display().to_string())],
+            ..CodexConfig::default()
+        };
+        let outcome = sdk_adapter::testing::race::race(&home.join(".codex"), &outside, || {
+            thread_codex_home(&config, &home).map(drop)
+        });
+        eprintln!("{outcome:?}");
+    }
 }

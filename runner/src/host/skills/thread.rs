@@ -293,4 +293,36 @@ mod tests {
             std::path::Path::new("../.agents/skills")
         );
     }
+
+    /// The agent races the linking: it keeps swapping `.agents/skills`
+    /// (then `.claude`) with a link to a directory outside while the runner
+    /// links the thread's skills over and over. Nothing is ever linked,
+    /// created or changed outside.
+    #[test]
+    fn linking_holds_while_the_agent_swaps_the_skills_dir_for_a_link() {
+        use sdk_adapter::testing::race::race;
+        let tmp = tempfile::tempdir().unwrap();
+        let workspace = tmp.path().join("w");
+        let agent_skills = tmp.path().join("agent-skills");
+        let outside = tmp.path().join("outside");
+        for d in [&workspace, &agent_skills, &outside] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::create_dir(agent_skills.join("lint")).unwrap();
+        std::fs::write(outside.join("keep"), b"precious").unwrap();
+        let skills = [ThreadSkill {
+            name: "review".into(),
+            dir: tmp.path().join("cache/review"),
+        }];
+        std::fs::create_dir_all(workspace.join(".agents/skills")).unwrap();
+        let outcome = race(&workspace.join(".agents/skills"), &outside, || {
+            super::link(&workspace, &agent_skills, &skills)
+        });
+        eprintln!(".agents/skills: {outcome:?}");
+        std::fs::create_dir_all(workspace.join(".claude")).unwrap();
+        let outcome = race(&workspace.join(".claude"), &outside, || {
+            super::link(&workspace, &agent_skills, &skills)
+        });
+        eprintln!(".claude: {outcome:?}");
+    }
 }
