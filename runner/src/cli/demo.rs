@@ -137,6 +137,8 @@ fn demo_config(dir: &std::path::Path, url: &str, sdk: &str) -> anyhow::Result<Ru
         sandbox: Default::default(),
         proxy: Default::default(),
         exit_when_idle: None,
+        approval_timeout: crate::tasks::approvals::DEFAULT_TIMEOUT,
+        approval_policy: crate::tasks::approvals::Policy::Deny,
         sdk_options: crate::config::SdkOptions {
             code_agent: sdk_code_agent::CodeAgentConfig {
                 state_dir: Some(dir.join("state").join("code-agent")),

@@ -8,7 +8,8 @@
 //! channel stayed up for [`HEALTHY_AFTER`]) and starts a new session.
 //! `UNAUTHENTICATED` and `PERMISSION_DENIED` are terminal.
 //!
-//! Every registration offers acknowledged delivery (`acked-delivery/1`);
+//! Every registration offers acknowledged delivery (`acked-delivery/1`)
+//! and approvals (`approvals/1`, [`crate::tasks::approvals`]);
 //! what is sent, re-sent, numbered and kept until delivery is settled is
 //! [`crate::delivery::sending`]'s business: the link asks it for the next
 //! batch, hands it `acked_sequence` and tells it when a connection ends,
@@ -27,6 +28,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_runner_proto::APPROVALS;
 use agent_runner_proto::runner::RegisterRunnerRequest;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::Stream;
@@ -205,7 +207,7 @@ impl Link {
                     sdk
                 })
                 .collect(),
-            features: vec![ACKED_DELIVERY.to_owned()],
+            features: vec![ACKED_DELIVERY.to_owned(), APPROVALS.to_owned()],
         };
         let registered = tokio::select! {
             r = client.register_runner(request) => r,
@@ -224,8 +226,11 @@ impl Link {
         crate::tasks::sdk_probe::probe_pending(&self.rt);
         let accepted = registered.features.iter().any(|f| f == ACKED_DELIVERY);
         let mode = self.sending.registered(accepted, registered.acked_sequence);
+        let approvals = registered.features.iter().any(|f| f == APPROVALS);
+        crate::tasks::approvals::registered(&self.rt, approvals, accepted);
         tracing::info!(
             acked_delivery = accepted,
+            approvals,
             "registered with the control plane"
         );
 

@@ -120,6 +120,9 @@ pub struct Runtime {
     /// Per-thread transcripts (set by the runner at start; bare runtimes
     /// keep none).
     pub transcripts: std::sync::OnceLock<crate::delivery::transcript::Transcripts>,
+    /// `approvals/1`: whether the control plane decides, the settings, and
+    /// every request waiting for its decision.
+    pub approvals: crate::tasks::approvals::Approvals,
 }
 
 /// Everything a [`Runtime`] is made of.
@@ -171,6 +174,7 @@ impl Runtime {
             sandboxes: parts.sandboxes,
             mcp_servers: std::sync::Mutex::new(HashMap::new()),
             transcripts: std::sync::OnceLock::new(),
+            approvals: crate::tasks::approvals::Approvals::new(),
         })
     }
 
