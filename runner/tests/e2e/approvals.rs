@@ -351,3 +351,68 @@ async fn without_the_extension_the_policy_decides() {
     );
     assert_eq!(approval_messages(&cp), 0);
 }
+
+/// A runner killed while its turn waits: after the restart the turn is
+/// reported ended and its request resolved `TURN_ENDED`.
+#[tokio::test]
+async fn a_restart_ends_the_waiting_turn_and_its_request() {
+    let (cp, mut r, thread) = deciding(&[]).await;
+    send(
+        &cp,
+        "m1",
+        user_message("a", &thread, "approve touch lost.txt", false),
+    )
+    .await;
+    let asked = request_of(&cp, "m1").await;
+    r.signal(libc::SIGKILL);
+    r.wait_exit(WAIT).await;
+    let _r2 = r.start_again();
+    let (rid, end) = resolved(&cp, &asked.approval_id).await;
+    assert_eq!(rid.as_deref(), Some("m1"));
+    assert_eq!(end.resolved_by, ApprovalResolver::TurnEnded as i32);
+    assert_eq!(end.outcome, ApprovalOutcome::Deny as i32);
+    turn_completed(&cp, "m1").await;
+    assert!(!r.thread_workspace("a", &thread).join("lost.txt").exists());
+}
+
+/// Without acknowledged delivery, a request still waiting is sent again
+/// on every new connection; the decision then applies once.
+#[tokio::test]
+async fn a_waiting_request_is_sent_again_after_a_reconnect() {
+    let cp = MockControlPlane::start(mock_control_plane::MockConfig {
+        ack_mode: mock_control_plane::AckMode::Refuse,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    cp.accept_approvals(true);
+    let r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    cp.wait_connected(WAIT).await.unwrap();
+    create_agent(&cp, "a").await;
+    let thread = create_thread(&cp, "a", "t").await;
+    send(
+        &cp,
+        "m1",
+        user_message("a", &thread, "approve touch again.txt", false),
+    )
+    .await;
+    let asked = request_of(&cp, "m1").await;
+    assert!(cp.drop_stream());
+    cp.wait_for_connections(2, WAIT).await.unwrap();
+    let id = asked.approval_id.clone();
+    cp.wait_for_count(
+        move |m| matches!(payload(m), Some(Payload::ApprovalRequest(a)) if a.approval_id == id),
+        2,
+        WAIT,
+    )
+    .await
+    .expect("sent again");
+    send(
+        &cp,
+        "d1",
+        decision(&asked.approval_id, ApprovalOutcome::Approve, None),
+    )
+    .await;
+    turn_completed(&cp, "m1").await;
+    assert!(r.thread_workspace("a", &thread).join("again.txt").exists());
+}

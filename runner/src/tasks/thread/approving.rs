@@ -47,6 +47,7 @@ impl ThreadTask {
         let expires =
             unix_ms().saturating_add(i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX));
         let rid = turn.rid.clone();
+        let rid_sent = rid.clone();
         let request = messages::approval_request(
             rid.clone(),
             &id,
@@ -74,6 +75,15 @@ impl ThreadTask {
             rid,
         });
         tracing::info!(thread_id = %self.spec.thread_id, approval_id = %id, kind, "the agent waits for approval");
+        // Recorded before it goes out: a request the control plane saw is
+        // one a restart reports ended.
+        let recorded = rt
+            .store
+            .record_approval_wait(id.clone(), self.spec.thread_id.clone(), rid_sent)
+            .await;
+        if let Err(e) = recorded {
+            tracing::error!(thread_id = %self.spec.thread_id, error = %e, "recording the approval request failed");
+        }
         self.send(request).await;
     }
 
@@ -150,6 +160,9 @@ impl ThreadTask {
                 by,
             ))
             .await;
+            if let Err(e) = self.rt.store.record_approval_end(pending.id.clone()).await {
+                tracing::error!(thread_id = %self.spec.thread_id, error = %e, "recording the approval's end failed");
+            }
         }
     }
 }
