@@ -182,6 +182,28 @@ mod tests {
         assert_eq!(features, [APPROVALS]);
     }
 
+    /// Over stdio: a decision goes in as a JSON line like any request, a
+    /// request comes out like any update.
+    #[test]
+    fn decisions_and_requests_cross_stdio_as_canonical_json() {
+        let line = r#"{"requestId":"d1","approvalDecision":{"approvalId":"apr-1","outcome":"APPROVAL_OUTCOME_DENY","message":"no"}}"#;
+        let msg = crate::json::server_message_from_str(line).unwrap();
+        assert_eq!(msg, Answer::deny("no").message_for("d1".into(), "apr-1"));
+        let request = agent_runner_proto::runner::ClientMessage {
+            request_id: Some("m1".into()),
+            payload: Some(Payload::ApprovalRequest(ApprovalRequest {
+                approval_id: "apr-1".into(),
+                title: "run `ls`".into(),
+                command: Some("ls".into()),
+                ..Default::default()
+            })),
+            sequence: 0,
+        };
+        let json = crate::json::client_message_to_json(&request);
+        assert_eq!(json["approvalRequest"]["approvalId"], "apr-1");
+        assert_eq!(json["approvalRequest"]["command"], "ls");
+    }
+
     #[test]
     fn an_answer_becomes_a_decision() {
         let msg = Answer::deny("no").message_for("d1".into(), "apr-1");

@@ -416,3 +416,105 @@ async fn a_waiting_request_is_sent_again_after_a_reconnect() {
     turn_completed(&cp, "m1").await;
     assert!(r.thread_workspace("a", &thread).join("again.txt").exists());
 }
+
+/// Operators see a waiting request (`threads`, `ps`) with its age, and the
+/// metrics count how requests ended.
+#[tokio::test]
+async fn operators_see_waiting_requests_and_their_outcomes() {
+    let (cp, r, thread) = deciding(&["--health-addr", "127.0.0.1:0"]).await;
+    let addr = crate::health::health_addr(&r).await;
+    send(&cp, "m1", user_message("a", &thread, "ask Proceed?", false)).await;
+    let asked = request_of(&cp, "m1").await;
+    crate::health::wait_metric_is(&addr, "agent_runner_approvals_waiting", 1.0).await;
+    let (ok, text) = crate::admin::admin(&r, &["threads"]).await;
+    assert!(ok, "{text}");
+    let shown = format!("awaiting approval {} (question,", asked.approval_id);
+    assert!(text.contains(&shown), "{text}");
+    let (ok, text) = crate::admin::admin(&r, &["ps", "--json"]).await;
+    assert!(ok, "{text}");
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let entry = &v["threads"][0]["approvals"][0];
+    assert_eq!(entry["approval_id"], asked.approval_id.as_str(), "{v:#}");
+    assert!(entry["waiting_for_ms"].as_u64().is_some(), "{v:#}");
+    send(
+        &cp,
+        "d1",
+        decision(&asked.approval_id, ApprovalOutcome::Deny, None),
+    )
+    .await;
+    turn_completed(&cp, "m1").await;
+    crate::health::wait_metric_is(&addr, "agent_runner_approvals_waiting", 0.0).await;
+    crate::health::wait_metric_is(
+        &addr,
+        "agent_runner_approvals_total{kind=\"question\",resolver=\"control_plane\",outcome=\"deny\"}",
+        1.0,
+    )
+    .await;
+}
+
+/// codex (the fake app-server, approval policy `untrusted`): its command
+/// approval request reaches the control plane with the command, cwd and
+/// reason; an approval lets it run, a denial declines it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_asks_the_control_plane_before_it_runs_a_command() {
+    let state = tempfile::tempdir().unwrap();
+    let cp = mock().await;
+    cp.accept_approvals(true);
+    let opts = RunnerOpts::new(cp.url())
+        .arg("--codex-approval-policy")
+        .arg("untrusted");
+    let r = RunnerProc::start(crate::fakes::with_fake_codex(opts, state.path()));
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    sdk_probed(&cp, "codex").await;
+    create_sdk_agent(&cp, "a", "codex").await;
+    let thread = try_create_thread(&cp, "a", "t", "fake-fast", WAIT)
+        .await
+        .expect("a codex thread");
+    let _answering = cp.answer_approvals(|a| {
+        Some(match a.command.as_deref() {
+            Some("make ok") => Answer::approve(),
+            _ => Answer::deny("no"),
+        })
+    });
+    send(
+        &cp,
+        "m1",
+        user_message("a", &thread, "approve make ok\napprove rm -rf /", false),
+    )
+    .await;
+    turn_completed(&cp, "m1").await;
+    let m1 = replies(&cp, "m1");
+    assert_eq!(
+        said(&m1),
+        ["approval: accept", "approval: decline"],
+        "{}",
+        r.logs()
+    );
+    let asked: Vec<ApprovalRequest> = m1
+        .iter()
+        .filter_map(|m| match &m.payload {
+            Some(Payload::ApprovalRequest(a)) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked[0].kind, ApprovalKind::CommandExecution as i32);
+    assert_eq!(asked[0].cwd.as_deref(), Some("/fake/cwd"));
+    assert_eq!(asked[0].reason.as_deref(), Some("wants to write"));
+    assert_eq!(asked[0].sdk_item_id.as_deref(), Some("call_approval"));
+    let outcomes: Vec<i32> = cp
+        .received()
+        .iter()
+        .filter_map(|m| match &m.payload {
+            Some(Payload::ApprovalResolved(r)) => Some(r.outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ApprovalOutcome::Approve as i32,
+            ApprovalOutcome::Deny as i32
+        ]
+    );
+}
