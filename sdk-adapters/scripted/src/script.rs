@@ -218,6 +218,19 @@ mod tests {
     }
 
     #[test]
+    fn approve_and_ask_take_the_rest_of_the_line() {
+        assert_eq!(
+            steps("approve rm -rf  build\nask Which  branch?\napprove\nApprove x"),
+            [
+                Step::Approve("rm -rf  build".into()),
+                Step::Ask("Which  branch?".into()),
+                Step::Echo("approve".into()),
+                Step::Echo("Approve x".into()),
+            ]
+        );
+    }
+
+    #[test]
     fn every_keyword() {
         assert_eq!(
             steps(
