@@ -19,6 +19,7 @@
 //! Both use the canonical protobuf JSON mapping ([`json`]).
 
 pub mod acks;
+pub mod approvals;
 mod auth;
 mod config;
 pub mod github_api;

@@ -355,7 +355,8 @@ impl MockService {
         let sdks: Vec<&str> = request.agent_sdks.iter().map(|s| s.name.as_str()).collect();
         let (features, acked_sequence, runner) = self.state.update(|inner| {
             let runner = &mut inner.runners[r];
-            let (features, acked) = runner.sequencing.registration(&request.features);
+            let (mut features, acked) = runner.sequencing.registration(&request.features);
+            crate::approvals::accepted(inner.approvals, &request.features, &mut features);
             (features, acked, runner.name.clone())
         });
         tracing::info!(?sdks, %runner, "runner registered");

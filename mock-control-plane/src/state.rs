@@ -173,6 +173,8 @@ pub(crate) struct Inner {
     pub(crate) reject: Option<Rejects>,
     /// Messages rejected so far.
     pub(crate) rejected: usize,
+    /// Whether registrations accept `approvals/1` ([`crate::approvals`]).
+    pub(crate) approvals: bool,
 }
 
 /// Which messages a rejecting mock cannot take

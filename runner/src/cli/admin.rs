@@ -125,13 +125,43 @@ fn render_ps(answer: &Value) -> String {
             ]);
         }
     }
+    let asking: String = threads
+        .iter()
+        .filter_map(|t| {
+            approvals_waiting(t)
+                .map(|a| format!("{}: {a}\n", t["thread_id"].as_str().unwrap_or("?")))
+        })
+        .collect();
     if table.is_empty() {
         return format!(
-            "no agent processes ({} threads; `agent-runner threads` lists them)\n",
+            "no agent processes ({} threads; `agent-runner threads` lists them)\n{asking}",
             threads.len()
         );
     }
-    table.render()
+    format!("{}{asking}", table.render())
+}
+
+/// `awaiting 2 approvals (oldest 3m 2s)` for a thread whose agent waits
+/// for the control plane's decisions; `None` when it waits for none.
+fn approvals_waiting(thread: &Value) -> Option<String> {
+    let list: Vec<&Value> = thread["approvals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    let oldest = list
+        .iter()
+        .filter_map(|a| a["waiting_for_ms"].as_u64())
+        .max()?;
+    let age = human::duration(std::time::Duration::from_millis(oldest));
+    Some(match list.as_slice() {
+        [one] => format!(
+            "awaiting approval {} ({}, {age})",
+            one["approval_id"].as_str().unwrap_or("?"),
+            one["kind"].as_str().unwrap_or("?")
+        ),
+        many => format!("awaiting {} approvals (oldest {age})", many.len()),
+    })
 }
 
 /// `p` and its descendants, depth first, with their depth.
@@ -194,6 +224,10 @@ fn render_threads(answer: &Value) -> String {
             let state = match t["waiting"]["messages"].as_u64() {
                 Some(n) if n > 1 => format!("{} ({n} messages)", s(&t["state"])),
                 _ => s(&t["state"]),
+            };
+            let state = match approvals_waiting(t) {
+                Some(asking) => format!("{state}, {asking}"),
+                None => state,
             };
             table.row(vec![
                 s(&a["agent_id"]),
@@ -303,6 +337,29 @@ mod tests {
              b      codex     -       no threads\n"
         );
         assert_eq!(render_threads(&json!({"agents": []})), "no agents\n");
+    }
+
+    #[test]
+    fn waiting_approvals_show_with_their_age() {
+        let one = json!([{"approval_id": "apr-1-1", "kind": "command_execution", "waiting_for_ms": 62000}]);
+        let answer = json!({"agents": [{"agent_id": "a", "sdk": "scripted", "threads": [
+            {"thread_id": "t1", "model": "m", "state": "running", "turn_id": "turn-9",
+             "running_for_ms": 63000, "approvals": one},
+        ]}]});
+        let shown = render_threads(&answer);
+        assert!(
+            shown.contains("running, awaiting approval apr-1-1 (command_execution, 1m 2s)"),
+            "{shown}"
+        );
+        let two = json!({"threads": [{"thread_id": "t1", "processes": [], "approvals": [
+            {"approval_id": "x", "kind": "question", "waiting_for_ms": 1000},
+            {"approval_id": "y", "kind": "question", "waiting_for_ms": 3000},
+        ]}]});
+        let shown = render_ps(&two);
+        assert!(
+            shown.ends_with("t1: awaiting 2 approvals (oldest 3.0s)\n"),
+            "{shown}"
+        );
     }
 
     #[test]

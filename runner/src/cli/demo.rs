@@ -156,6 +156,8 @@ fn demo_config(dir: &std::path::Path, url: &str, sdk: &str) -> anyhow::Result<Ru
         exit_when_idle: None,
         protocol: crate::config::Protocol::V02,
         agent_api_url: None,
+        approval_timeout: crate::tasks::approvals::DEFAULT_TIMEOUT,
+        approval_policy: crate::tasks::approvals::Policy::Deny,
         sdk_options: crate::config::SdkOptions {
             code_agent: sdk_code_agent::CodeAgentConfig {
                 state_dir: Some(dir.join("state").join("code-agent")),

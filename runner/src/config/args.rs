@@ -182,6 +182,28 @@ settings! {
             help_heading = "Directories and limits",
         )]
         pub exit_when_idle: Option<Duration>,
+        /// How long an agent's approval request or question waits for the
+        /// control plane's decision (`approvals/1`) before it is denied
+        /// (resolved as a timeout; at least 1ms). Default: `10m`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_APPROVAL_TIMEOUT",
+            value_name = "DUR",
+            value_parser = parse_duration,
+            help_heading = "Directories and limits",
+        )]
+        pub approval_timeout: Option<Duration>,
+        /// What the runner answers an agent's approval request itself when the
+        /// control plane did not accept `approvals/1`: `deny` or `approve`
+        /// (questions get no answer either way). Default: `deny`.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_APPROVAL_POLICY",
+            value_name = "POLICY",
+            value_parser = parse_approval_policy,
+            help_heading = "Directories and limits",
+        )]
+        pub approval_policy: Option<super::ApprovalPolicy>,
         /// The largest skill package (an InstallSkillsMpRequest's or a thread's),
         /// in bytes; a fetch is stopped as soon as what it wrote (`.git`
         /// included) is larger. Default: `16777216` (16 MiB).
@@ -292,6 +314,10 @@ pub fn parse_health_addr(text: &str) -> Result<Option<SocketAddr>, String> {
             "{text:?} is not IP:PORT (examples: 127.0.0.1:9464, 0.0.0.0:9464, [::]:9464; empty turns the endpoints off)"
         )
     })
+}
+
+pub(super) fn parse_approval_policy(text: &str) -> Result<super::ApprovalPolicy, String> {
+    super::ApprovalPolicy::parse(text)
 }
 
 pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -33,6 +33,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
+mod approval;
 mod args;
 pub mod defs;
 mod dirs;
@@ -51,6 +52,7 @@ pub mod source;
 mod tests;
 mod url;
 
+pub use approval::*;
 pub use args::*;
 pub use dirs::*;
 use file::FileLayer;

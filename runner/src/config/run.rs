@@ -69,6 +69,10 @@ pub struct RunConfig {
     pub protocol: Protocol,
     /// With protocol 0.7: the control plane's agent API (`AGENT_API_URL`).
     pub agent_api_url: Option<String>,
+    /// How long an approval request waits for the control plane.
+    pub approval_timeout: Duration,
+    /// What the runner answers itself without `approvals/1`.
+    pub approval_policy: super::ApprovalPolicy,
 }
 
 /// How often SDKs are probed for changes unless the operator says otherwise.
@@ -191,6 +195,10 @@ impl RunConfig {
             exit_when_idle: s.exit_when_idle.filter(|d| !d.is_zero()),
             protocol,
             agent_api_url,
+            approval_timeout: s
+                .approval_timeout
+                .unwrap_or(super::DEFAULT_APPROVAL_TIMEOUT),
+            approval_policy: s.approval_policy.unwrap_or_default(),
         };
         // `--proxy` reaches the embedded engine's model providers too.
         config.sdk_options.code_agent.model_proxy = config.proxy.model_proxy();
@@ -202,6 +210,9 @@ impl RunConfig {
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         if self.max_concurrent_turns == 0 {
             return Err(key_err("max_concurrent_turns", "must be at least 1"));
+        }
+        if self.approval_timeout.is_zero() {
+            return Err(key_err("approval_timeout", "must be more than 0s"));
         }
         if self.max_queued_requests == 0 {
             return Err(key_err("max_queued_requests", "must be at least 1"));

@@ -26,6 +26,8 @@
 //! | `ThreadNameUpdate.thread_name` | [`NAME_CAP`] |
 //! | `AgentSdk.error_message` | [`SDK_ERROR_CAP`] |
 //! | every id, `request_id`, `package_name`, `device_code` | [`ID_CAP`] |
+//! | `ApprovalRequest.title` | [`NAME_CAP`]; `command` [`COMMAND_CAP`]; `cwd` [`CWD_CAP`]; `reason` [`REASON_CAP`] |
+//! | `ApprovalRequest.paths`, `options` | [`MAX_APPROVAL_ENTRIES`] entries of at most [`CWD_CAP`] |
 //! | `AgentSdk.models` | [`MAX_MODELS`] models, names ≤ [`MODEL_NAME_CAP`], ≤ [`MAX_LEVELS`] levels of ≤ [`LEVEL_CAP`] |
 //!
 //! A text over its cap keeps its start, cut on a character boundary, and
@@ -81,6 +83,11 @@ pub const MAX_LEVELS: usize = 16;
 /// A reasoning level's name.
 pub const LEVEL_CAP: usize = 64;
 
+/// What an agent said about why it asks for an approval.
+pub const REASON_CAP: usize = 64 * 1024;
+/// Paths, or choices, one approval request carries.
+pub const MAX_APPROVAL_ENTRIES: usize = 64;
+
 /// Masked beyond the cut before cutting: longer than any secret the runner
 /// masks (tokens, bearer tokens, header values).
 pub const SECRET_WINDOW: usize = 64 * 1024;
@@ -92,7 +99,7 @@ pub const MARKER_ROOM: usize = 64;
 /// sequence number (at most 12 bytes), with room to spare: no message has
 /// more than 16 fields, and none of them takes 16 bytes of framing.
 const FRAMING: usize = 1024;
-/// The framing of one repeated entry (a model, a level).
+/// The framing of one repeated entry (a model, a level, a path).
 const ENTRY_FRAMING: usize = 16;
 
 /// The largest `ItemUpdate` message: five ids (request, item, thread, turn,
@@ -111,6 +118,17 @@ const NAME_MAX: usize = 2 * ID_CAP + NAME_CAP + FRAMING;
 /// device code, heartbeat): ids, enums and numbers only.
 const IDS_MAX: usize = 4 * ID_CAP + FRAMING;
 
+/// The largest `ApprovalRequest` message: four ids, the title, command,
+/// cwd, reason, and its paths and options.
+const APPROVAL_MAX: usize = 5 * ID_CAP
+    + NAME_CAP
+    + COMMAND_CAP
+    + CWD_CAP
+    + REASON_CAP
+    + 2 * MAX_APPROVAL_ENTRIES * (CWD_CAP + ENTRY_FRAMING)
+    + FRAMING;
+
+const _: () = assert!(APPROVAL_MAX <= MESSAGE_LIMIT);
 const _: () = assert!(ITEM_MAX <= MESSAGE_LIMIT);
 const _: () = assert!(SDK_MAX <= MESSAGE_LIMIT);
 const _: () = assert!(ERROR_MAX <= MESSAGE_LIMIT);

@@ -4,7 +4,8 @@
 //! a gRPC peer with default limits.
 
 use agent_runner_proto::runner::{
-    AgentSdk, AgentSdkStatus, AgentStatus, AgentUpdate, ClientMessage, CodexDeviceCode,
+    AgentSdk, AgentSdkStatus, AgentStatus, AgentUpdate, ApprovalKind, ApprovalOutcome,
+    ApprovalRequest, ApprovalResolved, ApprovalResolver, ClientMessage, CodexDeviceCode,
     CommandExecutionItem, HeartbeatResponse, ItemStatus, ItemType, ItemUpdate, LlmModel,
     RequestError, SkillMpStatus, SkillMpUpdate, ThreadNameUpdate, ThreadStatus,
     ThreadTokenUsageUpdate, ThreadUpdate, TokenUsageBreakdown, TurnStatus, TurnUpdate,
@@ -139,6 +140,97 @@ pub fn turn(
             sdk_turn_id: id(sdk_turn_id),
             status: status.into(),
             thread_id: id(thread_id),
+        }),
+    )
+}
+
+/// An `ApprovalRequest`: the turn `sdk_turn_id` of `thread_id` waits for a
+/// decision on `ask`, until `expires_unix_ms`.
+pub fn approval_request(
+    request_id: RequestId,
+    approval_id: &str,
+    thread_id: &str,
+    sdk_turn_id: &str,
+    ask: &sdk_adapter::ApprovalAsk,
+    expires_unix_ms: i64,
+) -> ClientMessage {
+    // One line a person can decide on, never empty.
+    let mut title = ask.title.split_whitespace().collect::<Vec<_>>().join(" ");
+    if title.is_empty() {
+        title = "the agent asks for approval".to_owned();
+    }
+    fit::cap_text(&mut title, fit::NAME_CAP);
+    let mut command = ask.command.clone();
+    fit::cap_opt(&mut command, fit::COMMAND_CAP);
+    let mut cwd = ask.cwd.clone();
+    fit::cap_opt(&mut cwd, fit::CWD_CAP);
+    let mut reason = ask.reason.clone();
+    fit::cap_opt(&mut reason, fit::REASON_CAP);
+    let entries = |list: &[String]| -> Vec<String> {
+        list.iter()
+            .take(fit::MAX_APPROVAL_ENTRIES)
+            .map(|entry| {
+                let mut entry = entry.clone();
+                fit::cap_text(&mut entry, fit::CWD_CAP);
+                entry
+            })
+            .collect()
+    };
+    message(
+        request_id,
+        Payload::ApprovalRequest(ApprovalRequest {
+            approval_id: id(approval_id),
+            thread_id: id(thread_id),
+            sdk_turn_id: id(sdk_turn_id),
+            kind: approval_kind(ask.kind).into(),
+            title,
+            command,
+            cwd,
+            paths: entries(&ask.paths),
+            reason,
+            options: entries(&ask.options),
+            sdk_item_id: ask.item_id.as_deref().map(id),
+            expires_unix_ms: expires_unix_ms.max(0),
+        }),
+    )
+}
+
+/// The wire's name for an approval's kind.
+pub fn approval_kind(kind: sdk_adapter::ApprovalKind) -> ApprovalKind {
+    match kind {
+        sdk_adapter::ApprovalKind::CommandExecution => ApprovalKind::CommandExecution,
+        sdk_adapter::ApprovalKind::FileChange => ApprovalKind::FileChange,
+        sdk_adapter::ApprovalKind::Permission => ApprovalKind::Permission,
+        sdk_adapter::ApprovalKind::McpElicitation => ApprovalKind::McpElicitation,
+        sdk_adapter::ApprovalKind::Question => ApprovalKind::Question,
+    }
+}
+
+/// The wire's name for a decision.
+pub fn approval_outcome(verdict: sdk_adapter::Verdict) -> ApprovalOutcome {
+    match verdict {
+        sdk_adapter::Verdict::Approve => ApprovalOutcome::Approve,
+        sdk_adapter::Verdict::ApproveForThread => ApprovalOutcome::ApproveForThread,
+        sdk_adapter::Verdict::Deny => ApprovalOutcome::Deny,
+        sdk_adapter::Verdict::CancelTurn => ApprovalOutcome::CancelTurn,
+    }
+}
+
+/// An `ApprovalResolved`: how `approval_id` ended and who decided.
+pub fn approval_resolved(
+    request_id: RequestId,
+    approval_id: &str,
+    thread_id: &str,
+    outcome: ApprovalOutcome,
+    resolved_by: ApprovalResolver,
+) -> ClientMessage {
+    message(
+        request_id,
+        Payload::ApprovalResolved(ApprovalResolved {
+            approval_id: id(approval_id),
+            thread_id: id(thread_id),
+            outcome: outcome.into(),
+            resolved_by: resolved_by.into(),
         }),
     )
 }

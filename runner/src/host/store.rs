@@ -2,7 +2,8 @@
 //!
 //! One SQLite database, `state.db` under `--state-dir`, in WAL mode: agents,
 //! threads (with the SDK's own ids, model, reasoning level and the control
-//! plane's additional instructions), and the turn each thread has running.
+//! plane's additional instructions), the turn each thread has running, and
+//! the approval requests waiting for a decision.
 //! A database written by an older runner is migrated when opened (columns
 //! added since are added, empty). Statements are tiny and run on the calling task
 //! behind a mutex; each is a single row write, well under a millisecond.
@@ -160,6 +161,11 @@ impl Store {
              CREATE TABLE IF NOT EXISTS running_turns (
                  thread_id TEXT PRIMARY KEY REFERENCES threads(thread_id) ON DELETE CASCADE,
                  sdk_turn_id TEXT NOT NULL,
+                 request_id TEXT
+             );
+             CREATE TABLE IF NOT EXISTS waiting_approvals (
+                 approval_id TEXT PRIMARY KEY,
+                 thread_id TEXT NOT NULL,
                  request_id TEXT
              );",
         )?;
@@ -340,6 +346,62 @@ impl Store {
                     .map(drop)
             })
             .await?;
+        Ok(())
+    }
+
+    /// An approval request of `thread_id` (sent with `request_id`) waits
+    /// for a decision: a restart reports it ended. On the store thread;
+    /// returns once committed.
+    pub async fn record_approval_wait(
+        &self,
+        approval_id: String,
+        thread_id: String,
+        request_id: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.turns
+            .run(move |c| {
+                c.prepare_cached(
+                    "INSERT OR REPLACE INTO waiting_approvals (approval_id, thread_id, request_id)
+                     VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![approval_id, thread_id, request_id])
+                .map(drop)
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The approval request `approval_id` was resolved.
+    pub async fn record_approval_end(&self, approval_id: String) -> Result<(), StoreError> {
+        self.turns
+            .run(move |c| {
+                c.prepare_cached("DELETE FROM waiting_approvals WHERE approval_id = ?1")?
+                    .execute([&approval_id])
+                    .map(drop)
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Every approval request recorded as waiting: (approval id, thread id,
+    /// request id).
+    pub fn waiting_approvals(&self) -> Result<Vec<(String, String, Option<String>)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT approval_id, thread_id, request_id FROM waiting_approvals ORDER BY approval_id",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Forgets the approval request `approval_id` (reported ended).
+    pub fn forget_approval(&self, approval_id: &str) -> Result<(), StoreError> {
+        self.conn()
+            .execute(
+                "DELETE FROM waiting_approvals WHERE approval_id = ?1",
+                [approval_id],
+            )
+            .map(drop)?;
         Ok(())
     }
 

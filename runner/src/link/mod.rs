@@ -8,7 +8,8 @@
 //! channel stayed up for [`HEALTHY_AFTER`]) and starts a new session.
 //! `UNAUTHENTICATED` and `PERMISSION_DENIED` are terminal.
 //!
-//! Every registration offers acknowledged delivery (`acked-delivery/1`);
+//! Every registration offers acknowledged delivery (`acked-delivery/1`)
+//! and approvals (`approvals/1`, [`crate::tasks::approvals`]);
 //! what is sent, re-sent, numbered and kept until delivery is settled is
 //! [`crate::delivery::sending`]'s business: the link asks it for the next
 //! batch, hands it `acked_sequence` and tells it when a connection ends,
@@ -28,6 +29,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_runner_proto::APPROVALS;
 use agent_runner_proto::runner::RegisterRunnerRequest;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::Stream;
@@ -223,7 +225,7 @@ impl Link {
 
     /// `RegisterRunner` in the protocol version spoken.
     async fn register(&self) -> Result<Registered, tonic::Status> {
-        let features = vec![ACKED_DELIVERY.to_owned()];
+        let features = vec![ACKED_DELIVERY.to_owned(), APPROVALS.to_owned()];
         if let (Protocol::V07, Some(thread_only)) = (self.protocol, self.rt.thread_only()) {
             let request = v07::registration(&self.rt, thread_only, features);
             let mut client = agent_runner_proto::runner_v07::agent_runner_control_service_client::AgentRunnerControlServiceClient::new(self.service.clone())
@@ -286,8 +288,11 @@ impl Link {
         crate::tasks::sdk_probe::probe_pending(&self.rt);
         let accepted = registered.features.iter().any(|f| f == ACKED_DELIVERY);
         let mode = self.sending.registered(accepted, registered.acked_sequence);
+        let approvals = registered.features.iter().any(|f| f == APPROVALS);
+        crate::tasks::approvals::registered(&self.rt, approvals, accepted);
         tracing::info!(
             acked_delivery = accepted,
+            approvals,
             "registered with the control plane"
         );
 

@@ -179,9 +179,27 @@ fn waiting_json(turn: Option<&WaitingTurn>) -> Value {
     })
 }
 
+/// The approval requests waiting for the control plane, by thread id, as
+/// `threads` and `ps` show them (oldest first).
+fn approvals(rt: &Runtime) -> HashMap<String, Vec<Value>> {
+    let mut by_thread: HashMap<String, Vec<Value>> = HashMap::new();
+    for (id, w) in rt.approvals.waiting() {
+        by_thread
+            .entry(w.thread_id.clone())
+            .or_default()
+            .push(json!({
+                "approval_id": id,
+                "kind": crate::tasks::approvals::kind_label(w.kind),
+                "waiting_for_ms": w.since.elapsed().as_millis() as u64,
+            }));
+    }
+    by_thread
+}
+
 /// Agents and threads with their state.
 fn threads(rt: &Runtime) -> Value {
     let (running, waiting) = turns(rt);
+    let asking = approvals(rt);
     let agents = rt.store.agents().unwrap_or_default();
     let threads = rt.store.threads().unwrap_or_default();
     let list: Vec<Value> = agents
@@ -206,6 +224,7 @@ fn threads(rt: &Runtime) -> Value {
                         "running_for_s": turn.map(|t| t.started.elapsed().as_secs()),
                         "running_for_ms": turn.map(|t| t.started.elapsed().as_millis() as u64),
                         "waiting": waiting_json(waits),
+                        "approvals": asking.get(&t.thread_id).cloned().unwrap_or_default(),
                     })
                 })
                 .collect();
@@ -219,6 +238,7 @@ fn threads(rt: &Runtime) -> Value {
 /// trees.
 fn ps(rt: &Runtime) -> Value {
     let (running, waiting) = turns(rt);
+    let asking = approvals(rt);
     let sdk_of: HashMap<String, String> = rt
         .store
         .agents()
@@ -252,6 +272,7 @@ fn ps(rt: &Runtime) -> Value {
                     "running_for_ms": r.started.elapsed().as_millis() as u64,
                 })),
                 "waiting": waiting_json(waiting.get(&t.thread_id)),
+                "approvals": asking.get(&t.thread_id).cloned().unwrap_or_default(),
                 "processes": procs,
             })
         })

@@ -299,6 +299,8 @@ impl Runner {
             github: Some(github),
             sandboxes,
         });
+        rt.approvals
+            .configure(config.approval_timeout, config.approval_policy);
         // Per-thread transcripts (`agent-runner logs`), written off the hot path.
         // Recorded, masked, where updates enter the outbox (every reply and
         // update naming a thread, and a thread's request errors).

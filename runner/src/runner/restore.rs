@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use agent_runner_proto::runner::TurnStatus;
+use agent_runner_proto::runner::{ApprovalOutcome, ApprovalResolver, TurnStatus};
 use sdk_adapter::AgentSpec;
 
 use crate::delivery::messages;
@@ -20,7 +20,8 @@ use crate::tasks::context::Runtime;
 /// reported ended (`RequestError` + `TurnUpdate COMPLETED`) — unless its
 /// own `TurnUpdate COMPLETED` is in `journaled_ends` (`(thread_id,
 /// sdk_turn_id)` of completions the outbox journal will send): the turn
-/// ended before the crash and only its record lagged behind.
+/// ended before the crash and only its record lagged behind. Every approval
+/// request still recorded as waiting is reported resolved `TURN_ENDED`.
 pub async fn restore(
     rt: &Arc<Runtime>,
     journaled_ends: &HashSet<(String, String)>,
@@ -46,6 +47,19 @@ pub async fn restore(
         ));
         rt.store.finish_turn(&row.thread_id, &row.sdk_turn_id)?;
         tracing::warn!(thread_id = %row.thread_id, turn_id = %row.sdk_turn_id, "turn lost in a restart reported as interrupted");
+    }
+    // Every approval request the dead runner's turns waited on ended with
+    // them (their turns were reported ended above).
+    for (approval_id, thread_id, rid) in rt.store.waiting_approvals()? {
+        rt.outbox.push_reply(messages::approval_resolved(
+            rid,
+            &approval_id,
+            &thread_id,
+            ApprovalOutcome::Deny,
+            ApprovalResolver::TurnEnded,
+        ));
+        rt.store.forget_approval(&approval_id)?;
+        tracing::warn!(%thread_id, %approval_id, "approval request lost in a restart reported as ended with its turn");
     }
     let agents = rt.store.agents()?;
     for a in &agents {

@@ -123,6 +123,9 @@ pub struct Runtime {
     /// Set once at start-up when the runner speaks protocol 0.7 (implicit
     /// agents, unique model names, the agent API); unset: 0.2.
     pub thread_only: std::sync::OnceLock<crate::tasks::thread_only::ThreadOnly>,
+    /// `approvals/1`: whether the control plane decides, the settings, and
+    /// every request waiting for its decision.
+    pub approvals: crate::tasks::approvals::Approvals,
 }
 
 /// Everything a [`Runtime`] is made of.
@@ -175,6 +178,7 @@ impl Runtime {
             mcp_servers: std::sync::Mutex::new(HashMap::new()),
             transcripts: std::sync::OnceLock::new(),
             thread_only: std::sync::OnceLock::new(),
+            approvals: crate::tasks::approvals::Approvals::new(),
         })
     }
 

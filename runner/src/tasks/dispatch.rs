@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
-use agent_runner_proto::runner::{ServerMessage, server_message::Request};
+use agent_runner_proto::runner::{ApprovalOutcome, ServerMessage, server_message::Request};
 use agent_runner_proto::{Validate, violations};
+use sdk_adapter::Verdict;
 
 use crate::delivery::messages::{self, RequestId};
 use crate::host::workspace::check_id;
@@ -159,18 +160,30 @@ fn route(
             };
             to_thread(rt, kind, &agent_id, &thread_id, ThreadCmd::UserMessage(msg))
         }
-        // No agent has asked anything yet: every id is unknown.
         Request::ApprovalDecision(r) => {
-            reject(
-                rt,
-                rid,
-                kind,
-                format!(
-                    "approval_decision.approval_id: unknown approval {}",
-                    r.approval_id
-                ),
-            );
-            RequestOutcome::Rejected
+            // Found here, without waiting on the thread: its task applies it.
+            let (agent_id, thread_id) = match rt.approvals.thread_of(&r.approval_id) {
+                Ok(found) => found,
+                Err(text) => {
+                    reject(rt, rid, kind, text);
+                    return RequestOutcome::Rejected;
+                }
+            };
+            let verdict = match ApprovalOutcome::try_from(r.outcome) {
+                Ok(ApprovalOutcome::Approve) => Verdict::Approve,
+                Ok(ApprovalOutcome::ApproveForThread) => Verdict::ApproveForThread,
+                Ok(ApprovalOutcome::CancelTurn) => Verdict::CancelTurn,
+                // Validated: defined and not unspecified.
+                _ => Verdict::Deny,
+            };
+            let decision = mail::Decision {
+                approval_id: r.approval_id,
+                verdict,
+                answer: r.answer,
+                message: r.message,
+            };
+            let cmd = ThreadCmd::Approval { rid, decision };
+            to_thread(rt, kind, &agent_id, &thread_id, cmd)
         }
     }
 }

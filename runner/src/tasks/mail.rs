@@ -107,6 +107,26 @@ pub enum ThreadCmd {
     },
     /// The runner is shutting down: interrupt the running turn.
     Drain,
+    /// The control plane's decision on one of the thread's approval requests.
+    Approval {
+        /// The request's id, for replies.
+        rid: RequestId,
+        /// The decision.
+        decision: Decision,
+    },
+}
+
+/// An `ApprovalDecision`, checked.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// The request decided.
+    pub approval_id: String,
+    /// The decision.
+    pub verdict: sdk_adapter::Verdict,
+    /// A question's answer.
+    pub answer: Option<String>,
+    /// What the agent is told.
+    pub message: Option<String>,
 }
 
 impl ThreadCmd {
@@ -114,7 +134,9 @@ impl ThreadCmd {
     pub fn rid(self) -> RequestId {
         match self {
             ThreadCmd::UserMessage(m) => m.rid,
-            ThreadCmd::Interrupt { rid } | ThreadCmd::Delete { rid, .. } => rid,
+            ThreadCmd::Interrupt { rid }
+            | ThreadCmd::Delete { rid, .. }
+            | ThreadCmd::Approval { rid, .. } => rid,
             ThreadCmd::Drain => None,
         }
     }
@@ -143,6 +165,14 @@ pub fn unknown_thread(outbox: &Outbox, thread_id: &str, cmd: ThreadCmd) -> Reque
         }
         ThreadCmd::UserMessage(m) => {
             reject(outbox, m.rid, format!("unknown thread {thread_id}"));
+            RequestOutcome::Rejected
+        }
+        ThreadCmd::Approval { rid, decision } => {
+            let text = format!(
+                "approval_decision.approval_id: approval {} is already resolved (thread {thread_id} is gone)",
+                decision.approval_id
+            );
+            reject(outbox, rid, text);
             RequestOutcome::Rejected
         }
     }

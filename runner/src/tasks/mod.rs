@@ -5,10 +5,12 @@
 //! thread ([`thread`]) is a task that drives its SDK adapter ([`sdks`]) and
 //! turns the adapter's events into updates for delivery; a thread's next
 //! turn waits for a turn slot in [`turn_wait`] when every one is taken.
+//! [`approvals`] is the runner-wide side of the agents' approval requests.
 //! [`context`] is what every task is handed: the shared handles of one
 //! runner.
 
 pub(crate) mod agent;
+pub mod approvals;
 pub(crate) mod codex_login;
 pub mod context;
 pub mod dispatch;

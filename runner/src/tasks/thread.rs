@@ -31,6 +31,8 @@ use crate::tasks::mail::{ThreadCmd, UserMessage};
 use crate::tasks::mailboxes::{Queued, ThreadRx, ThreadTx};
 use crate::tasks::turn_wait::{self, Held, Waiting};
 
+mod approving;
+
 /// The answer to a message the drain found waiting for a turn slot: the
 /// answer to one that arrives during the drain.
 const DRAINING: &str = "runner is draining";
@@ -67,6 +69,7 @@ fn spawn(rt: Arc<Runtime>, sdk: String, spec: ThreadSpec, last_turn: Option<Stri
             last_turn,
             active: None,
             waiting: None,
+            approvals: Default::default(),
             rx,
         }
         .run(),
@@ -99,6 +102,9 @@ struct ThreadTask {
     active: Option<ActiveTurn>,
     /// The next turn, waiting for a slot (never while a turn runs).
     waiting: Option<Waiting>,
+    /// The running turn's requests waiting for a decision, and what was
+    /// approved for the thread ([`approving`]).
+    approvals: crate::tasks::approvals::ThreadApprovals,
     rx: ThreadRx,
 }
 
@@ -149,6 +155,10 @@ impl ThreadTask {
                     if let Flow::Deleted = Box::pin(self.handle(cmd, queued, steer_tag)).await {
                         break;
                     }
+                }
+                id = self.approvals.next_expiry() => {
+                    handled += 1;
+                    Box::pin(self.approval_expired(id)).await;
                 }
                 slot = turn_wait::next_slot(&mut self.waiting) => {
                     handled += 1;
@@ -227,6 +237,7 @@ impl ThreadTask {
                 self.cancel_waiting(&text).await;
                 self.interrupt(rid).await;
             }
+            ThreadCmd::Approval { rid, decision } => self.decide(rid, decision).await,
             ThreadCmd::Drain => {
                 self.cancel_waiting(DRAINING).await;
                 if let Some(turn) = &self.active {
@@ -452,6 +463,8 @@ impl ThreadTask {
                 None => {
                     turn.interrupted = Some((rid, Instant::now() + INTERRUPT_GRACE));
                     turn.control.interrupt();
+                    // What the turn waits for is over with it.
+                    self.turn_ended_approvals().await;
                 }
                 Some((first, _)) => {
                     if let Some(rid) = rid
@@ -535,6 +548,10 @@ impl ThreadTask {
                 self.end_turn(outcome).await;
                 handled + 1
             }
+            Some(Some(TurnEvent::Approval(asked))) => {
+                Box::pin(self.ask(asked)).await;
+                handled + 1
+            }
             // A steer after updates: handled on its own, after them.
             Some(event) => handled + Box::pin(self.on_event(event)).await,
         }
@@ -544,6 +561,8 @@ impl ThreadTask {
         let Some(turn) = self.active.take() else {
             return;
         };
+        // Whatever still waits is over with the turn (before its end goes out).
+        self.turn_ended_approvals().await;
         let thread_id = self.spec.thread_id.clone();
         if let TurnOutcome::Failed(text) = &outcome {
             crate::observe::metrics::adapter_error(&self.sdk, "turn");
@@ -622,6 +641,9 @@ impl ThreadTask {
                 turn.interrupted = Some((rid.clone(), Instant::now() + INTERRUPT_GRACE));
             }
             turn.control.interrupt();
+        }
+        if self.active.is_some() {
+            self.turn_ended_approvals().await;
             self.finish_inline().await;
         }
         let rt = &self.rt;

@@ -379,7 +379,7 @@ async fn legacy_drops_while_streaming_deliver_every_terminal_update() {
     let regs = cp.registrations();
     assert!(
         regs.iter()
-            .all(|r| r.request.features == vec!["acked-delivery/1".to_owned()]),
+            .all(|r| r.request.features == ["acked-delivery/1", "approvals/1"]),
         "every registration offers the feature"
     );
     println!(

@@ -11,6 +11,7 @@ mod support;
 
 mod acked;
 mod admin;
+mod approvals;
 
 mod additions;
 mod claude;

@@ -20,6 +20,9 @@ pub enum TurnEvent {
     /// The SDK named (or renamed) the thread: its title for it. `None`
     /// clears the name. The runner sends it as a `ThreadNameUpdate`.
     ThreadNamed(Option<String>),
+    /// The turn waits for a decision ([`crate::ask_approval`]); the runner
+    /// answers through the event's reply, exactly once.
+    Approval(crate::ApprovalEvent),
     /// The turn is over. Always the last event; the stream ends after it.
     Finished(TurnOutcome),
 }

@@ -17,6 +17,7 @@
 //! Every process an adapter starts for a thread goes through the thread's
 //! [`Sandbox`] (the `agent-launcher` crate, re-exported as [`launcher`]).
 
+mod approval;
 pub mod beneath;
 pub mod cap;
 mod event;
@@ -30,6 +31,9 @@ mod turn_task;
 
 /// The launcher every spawn site starts its processes through.
 pub use agent_launcher as launcher;
+pub use approval::{
+    ApprovalAnswer, ApprovalAsk, ApprovalEvent, ApprovalKind, ApprovalReply, Verdict, ask_approval,
+};
 pub use event::{
     CommandInfo, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown,
     TurnEvent, TurnOutcome,

@@ -1,7 +1,11 @@
 //! Answers to the app-server's server-to-client requests.
 //!
-//! The runner has nobody to ask, so it answers at once, by policy, and never
-//! leaves a request hanging (codex would wait for it forever):
+//! Command, file-change and permission approvals (v2 and the legacy
+//! `execCommandApproval`/`applyPatchApproval`) that arrive while a turn runs,
+//! under an approval policy other than `never`, are asked through the turn
+//! ([`ask_for`], [`decided`]): the runner decides (a person at the control
+//! plane, or its policy). Everything else is answered at once, and never
+//! left hanging (codex would wait for it forever):
 //! - command / file-change / permission approvals: accepted when the thread
 //!   runs with approval policy `never` (the operator chose full autonomy;
 //!   codex should not even ask), declined otherwise;
@@ -14,6 +18,7 @@
 //! legacy `execCommandApproval`/`applyPatchApproval` get it as their
 //! `rejection`.
 
+use sdk_adapter::{ApprovalAnswer, ApprovalAsk, ApprovalKind, Verdict};
 use serde_json::{Value, json};
 
 use crate::rpc::METHOD_NOT_FOUND;
@@ -69,6 +74,109 @@ pub(crate) fn answer(method: &str, params: &Value, accept: bool) -> Answer {
     }
 }
 
+/// Whether `method` is an approval the runner asks about.
+pub(crate) fn asks(method: &str) -> bool {
+    matches!(
+        method,
+        "item/commandExecution/requestApproval"
+            | "item/fileChange/requestApproval"
+            | "item/permissions/requestApproval"
+            | "execCommandApproval"
+            | "applyPatchApproval"
+    )
+}
+
+/// What a person needs to decide `method` (one [`asks`] names).
+pub(crate) fn ask_for(method: &str, params: &Value) -> ApprovalAsk {
+    let text = |key: &str| params.get(key).and_then(Value::as_str).map(str::to_owned);
+    let command = match params.get("command") {
+        Some(Value::Array(parts)) => Some(
+            parts
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        Some(Value::String(command)) => Some(command.clone()),
+        _ => None,
+    };
+    let mut ask = match method {
+        "item/commandExecution/requestApproval" | "execCommandApproval" => {
+            let shown = command.clone().unwrap_or_default();
+            let mut ask =
+                ApprovalAsk::new(ApprovalKind::CommandExecution, format!("run `{shown}`"));
+            ask.command = command;
+            ask.cwd = text("cwd");
+            ask
+        }
+        "item/permissions/requestApproval" => {
+            let wanted = params
+                .get("permissions")
+                .map(Value::to_string)
+                .unwrap_or_default();
+            ApprovalAsk::new(
+                ApprovalKind::Permission,
+                format!("grant permissions {wanted}"),
+            )
+        }
+        _ => {
+            let mut ask = ApprovalAsk::new(ApprovalKind::FileChange, "apply a file change");
+            ask.paths = text("grantRoot").into_iter().collect();
+            if let Some(Value::Object(changes)) =
+                params.get("fileChanges").or(params.get("changes"))
+            {
+                ask.paths.extend(changes.keys().cloned());
+            }
+            ask
+        }
+    };
+    ask.reason = text("reason");
+    ask.item_id = text("itemId").or_else(|| text("callId"));
+    ask
+}
+
+/// codex's answer to `method` for `answer`. codex's decisions carry no
+/// text: a denial's message is logged by the runner, not given to codex
+/// (except as a legacy request's `rejection`).
+pub(crate) fn decided(method: &str, params: &Value, answer: &ApprovalAnswer) -> Value {
+    let verdict = answer.verdict;
+    match method {
+        "item/permissions/requestApproval" => {
+            let granted = match verdict {
+                Verdict::Approve | Verdict::ApproveForThread => params
+                    .get("permissions")
+                    .cloned()
+                    .unwrap_or_else(|| json!({})),
+                Verdict::Deny | Verdict::CancelTurn => json!({}),
+            };
+            let scope = if verdict == Verdict::ApproveForThread {
+                "session"
+            } else {
+                "turn"
+            };
+            json!({ "permissions": granted, "scope": scope })
+        }
+        "execCommandApproval" | "applyPatchApproval" => match verdict {
+            Verdict::Approve => json!({ "decision": "approved" }),
+            Verdict::ApproveForThread => json!({ "decision": "approved_for_session" }),
+            Verdict::CancelTurn => json!({ "decision": "abort" }),
+            Verdict::Deny => {
+                let why = answer
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "denied".to_owned());
+                json!({ "decision": { "denied": { "rejection": why } } })
+            }
+        },
+        _ => json!({ "decision": match verdict {
+            Verdict::Approve => "accept",
+            Verdict::ApproveForThread => "acceptForSession",
+            Verdict::Deny => "decline",
+            Verdict::CancelTurn => "cancel",
+        }}),
+    }
+}
+
 /// What a request is about, for the log line.
 pub(crate) fn subject(params: &Value) -> String {
     for key in ["command", "reason", "message", "tool"] {
@@ -106,5 +214,37 @@ mod tests {
             }
         ));
         assert_eq!(subject(&p), "rm -rf /");
+    }
+
+    #[test]
+    fn asked_approvals_say_what_and_map_back() {
+        let p = json!({"command": "touch x", "cwd": "/w", "reason": "wants to", "itemId": "i1"});
+        let ask = ask_for("item/commandExecution/requestApproval", &p);
+        assert_eq!(ask.kind, ApprovalKind::CommandExecution);
+        assert_eq!(ask.command.as_deref(), Some("touch x"));
+        assert_eq!(ask.cwd.as_deref(), Some("/w"));
+        assert_eq!(ask.reason.as_deref(), Some("wants to"));
+        assert_eq!(ask.item_id.as_deref(), Some("i1"));
+        let yes = ApprovalAnswer::approve();
+        let session = sdk_adapter::ApprovalAnswer {
+            verdict: Verdict::ApproveForThread,
+            ..yes.clone()
+        };
+        let method = "item/fileChange/requestApproval";
+        assert_eq!(decided(method, &p, &yes), json!({"decision": "accept"}));
+        assert_eq!(
+            decided(method, &p, &session),
+            json!({"decision": "acceptForSession"})
+        );
+        let no = ApprovalAnswer::deny("not now");
+        let legacy = decided("execCommandApproval", &p, &no);
+        assert_eq!(legacy["decision"]["denied"]["rejection"], "not now");
+        let perms = json!({"permissions": {"network": true}});
+        let granted = decided("item/permissions/requestApproval", &perms, &session);
+        assert_eq!(
+            granted,
+            json!({"permissions": {"network": true}, "scope": "session"})
+        );
+        assert!(asks("execCommandApproval") && !asks("item/tool/requestUserInput"));
     }
 }

@@ -34,6 +34,14 @@ pub(crate) enum TurnMsg {
     Interrupting,
     /// The process went away (the reason).
     Exited(String),
+    /// An approval request (`method`, JSON-RPC `id`) the runner decides:
+    /// the turn asks and answers it through `rpc` once decided.
+    Approval {
+        id: Value,
+        method: String,
+        params: Value,
+        rpc: Arc<Rpc>,
+    },
 }
 
 /// Where notifications go: the running turn, if any.
@@ -229,6 +237,19 @@ async fn route(mut inbound: Inbound, rpc: Arc<Rpc>, sink: Arc<Sink>, accept: boo
     while let Some(value) = inbound.recv().await {
         match rpc::classify(value) {
             Incoming::Request { id, method, params } => {
+                // Asked through the running turn when the runner decides
+                // (approval policy other than `never`).
+                if !accept
+                    && approvals::asks(&method)
+                    && sink.send(TurnMsg::Approval {
+                        id: id.clone(),
+                        method: method.clone(),
+                        params: params.clone(),
+                        rpc: rpc.clone(),
+                    })
+                {
+                    continue;
+                }
                 let sent = match approvals::answer(&method, &params, accept) {
                     Answer::Result(result) => {
                         if method.contains("pproval") {

@@ -14,7 +14,7 @@
 //!   case, followed by one ASCII space and a non-blank argument: `say hi` is a
 //!   step, while `say`, `say   `, ` say hi` and `Say hi` are "anything else"
 //!   and are echoed (`echo: say`).
-//! - Text arguments (`say`, `think`, `run`, `fail`, `name`) are the rest of the line
+//! - Text arguments (`say`, `think`, `run`, `approve`, `ask`, `fail`, `name`) are the rest of the line
 //!   after that one space, verbatim.
 //! - One keyword takes no argument: a line that is exactly `instructions`
 //!   is that step (the thread's additional model instructions, said back).
@@ -61,6 +61,13 @@ pub enum Step {
         /// The arguments (a JSON object).
         arguments: serde_json::Value,
     },
+    /// `approve COMMAND`: ask for approval to run COMMAND (a command
+    /// execution request); run it as `run` does if approved, else a command
+    /// item whose output is `[denied]`.
+    Approve(String),
+    /// `ask TEXT`: ask the user TEXT (a question); the answer becomes an
+    /// agent message (`(no answer)` when none came).
+    Ask(String),
     /// Any other line: an agent message `echo: ` + the line.
     Echo(String),
 }
@@ -121,6 +128,8 @@ fn parse_line(line: &str) -> Option<Result<Step, String>> {
         "say" => Ok(Step::Say(arg.to_owned())),
         "think" => Ok(Step::Think(arg.to_owned())),
         "run" => Ok(Step::Run(arg.to_owned())),
+        "approve" => Ok(Step::Approve(arg.to_owned())),
+        "ask" => Ok(Step::Ask(arg.to_owned())),
         "fail" => Ok(Step::Fail(arg.to_owned())),
         "name" => Ok(Step::Name(arg.to_owned())),
         "sleep" => parse_sleep(arg),
@@ -206,6 +215,19 @@ mod tests {
             Err(e) => e,
             Ok(step) => panic!("{line:?} parsed as {step:?}"),
         }
+    }
+
+    #[test]
+    fn approve_and_ask_take_the_rest_of_the_line() {
+        assert_eq!(
+            steps("approve rm -rf  build\nask Which  branch?\napprove\nApprove x"),
+            [
+                Step::Approve("rm -rf  build".into()),
+                Step::Ask("Which  branch?".into()),
+                Step::Echo("approve".into()),
+                Step::Echo("Approve x".into()),
+            ]
+        );
     }
 
     #[test]

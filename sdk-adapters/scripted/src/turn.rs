@@ -21,8 +21,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sdk_adapter::{
-    CommandInfo, ItemEvent, ItemKind, ItemStatus, McpServer, Sandbox, TURN_EVENT_BUFFER,
-    TokenUsage, TokenUsageBreakdown, Turn, TurnEvent, TurnOutcome,
+    ApprovalAnswer, ApprovalAsk, ApprovalKind, CommandInfo, ItemEvent, ItemKind, ItemStatus,
+    McpServer, Sandbox, TURN_EVENT_BUFFER, TokenUsage, TokenUsageBreakdown, Turn, TurnEvent,
+    TurnOutcome,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -170,7 +171,12 @@ impl TurnTask {
             // Boxed: these two futures (a child process, an MCP session) are
             // several KiB; inline, they would size every turn's task, and
             // 10,000 turns waiting in `sleep` would each carry them.
-            Step::Run(command) => return Box::pin(self.run_command(command)).await,
+            Step::Run(command) => {
+                let item_id = self.next_item_id();
+                return Box::pin(self.run_command(item_id, command)).await;
+            }
+            Step::Approve(command) => return Box::pin(self.approve(command)).await,
+            Step::Ask(question) => Box::pin(self.ask(question)).await?,
             Step::Mcp {
                 server,
                 tool,
@@ -180,8 +186,59 @@ impl TurnTask {
         Ok(Flow::Continue)
     }
 
-    async fn run_command(&mut self, command: String) -> Result<Flow, Gone> {
+    /// `approve COMMAND`: asks, then runs it or reports it `[denied]`.
+    /// An interrupt while it waits stops waiting (the runner denies it).
+    async fn approve(&mut self, command: String) -> Result<Flow, Gone> {
         let item_id = self.next_item_id();
+        let mut ask = ApprovalAsk::new(ApprovalKind::CommandExecution, format!("run `{command}`"));
+        ask.command = Some(command.clone());
+        ask.cwd = Some(self.cwd.clone());
+        ask.reason = Some("the script asks to run it".to_owned());
+        ask.item_id = Some(item_id.clone());
+        let answer = tokio::select! {
+            answer = sdk_adapter::ask_approval(&self.events, ask) => answer.map_err(|_| Gone)?,
+            () = stopped(self.control.cancel_token(), &self.events) => {
+                ApprovalAnswer::deny("the turn was interrupted")
+            }
+        };
+        if answer.approved() {
+            return self.run_command(item_id, command).await;
+        }
+        let output = match answer.message {
+            Some(message) => format!("[denied] {message}"),
+            None => "[denied]".to_owned(),
+        };
+        let info = CommandInfo {
+            command,
+            cwd: self.cwd.clone(),
+            process_id: item_id.clone(),
+            output: Some(output),
+            ..Default::default()
+        };
+        self.send(command_item(&item_id, ItemStatus::Running, info.clone()))
+            .await?;
+        self.send(command_item(&item_id, ItemStatus::Completed, info))
+            .await?;
+        Ok(Flow::Continue)
+    }
+
+    /// `ask TEXT`: the answer (or `(no answer)`) as an agent message.
+    async fn ask(&mut self, question: String) -> Result<(), Gone> {
+        let ask = ApprovalAsk::new(ApprovalKind::Question, question);
+        let answer = tokio::select! {
+            answer = sdk_adapter::ask_approval(&self.events, ask) => answer.map_err(|_| Gone)?,
+            () = stopped(self.control.cancel_token(), &self.events) => {
+                ApprovalAnswer::deny("the turn was interrupted")
+            }
+        };
+        let text = answer
+            .answer
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "(no answer)".to_owned());
+        self.text_item(ItemKind::AgentMessage, text).await
+    }
+
+    async fn run_command(&mut self, item_id: String, command: String) -> Result<Flow, Gone> {
         let spawned = self
             .sandbox
             .get()

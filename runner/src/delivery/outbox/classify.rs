@@ -27,7 +27,7 @@ pub(super) fn is_turn_end(msg: &ClientMessage) -> bool {
 /// An update that must survive a crash and a dead connection: terminal
 /// (`TurnUpdate COMPLETED`, a COMPLETED item, a `RequestError`),
 /// structural (a turn's or thread's status, agent, skill, SDK and
-/// thread-name updates) or a thread's token usage (its totals: the last report of a turn may be the
+/// thread-name updates, approval requests and how they ended) or a thread's token usage (its totals: the last report of a turn may be the
 /// only one; a full outbox still replaces a queued one by the thread's
 /// next, forgetting its journal entry). The rest (RUNNING snapshots,
 /// heartbeat answers, device codes) is superseded by later updates or only
@@ -43,7 +43,9 @@ pub fn is_durable(msg: &ClientMessage) -> bool {
             | Payload::AgentUpdate(_)
             | Payload::SkillMpUpdate(_)
             | Payload::AgentSdkUpdate(_)
-            | Payload::ThreadNameUpdate(_),
+            | Payload::ThreadNameUpdate(_)
+            | Payload::ApprovalRequest(_)
+            | Payload::ApprovalResolved(_),
         ) => true,
         _ => false,
     }

@@ -167,6 +167,16 @@ fn agents(registry: &mut Registry, m: &Metrics) {
         "Errors an SDK adapter returned, by SDK and operation (a failed turn is operation=\"turn\")",
         m.adapter_errors.clone(),
     );
+    registry.register(
+        "approvals",
+        "Agents' approval requests and questions by how they ended: kind, resolver (control_plane, timeout, turn_ended, policy, thread) and outcome",
+        m.approvals.clone(),
+    );
+    registry.register(
+        "approvals_waiting",
+        "Approval requests waiting for the control plane's decision now",
+        m.approvals_waiting.clone(),
+    );
 }
 
 /// GitHub tokens, the sandbox and git credentials.

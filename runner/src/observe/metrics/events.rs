@@ -8,8 +8,8 @@ use agent_runner_proto::runner::ClientMessage;
 use sdk_adapter::TurnOutcome;
 
 use super::labels::{
-    AdapterErrorLabels, CodeLabel, FeatureLabel, KindLabel, ModeLabel, SdkLabel, StateLabel,
-    ThreadLabel, TurnLabels,
+    AdapterErrorLabels, ApprovalLabels, CodeLabel, FeatureLabel, KindLabel, ModeLabel, SdkLabel,
+    StateLabel, ThreadLabel, TurnLabels,
 };
 use super::{STATES, code_name, get, kinds};
 use crate::observe::link_state::LinkState;
@@ -186,6 +186,23 @@ pub fn adapter_error(sdk: &str, operation: &'static str) {
             operation,
         })
         .inc();
+}
+
+/// An agent's request of `kind` ended: `resolver` decided `outcome`.
+pub fn approval_resolved(kind: &'static str, resolver: &'static str, outcome: &'static str) {
+    get()
+        .approvals
+        .get_or_create(&ApprovalLabels {
+            kind,
+            resolver,
+            outcome,
+        })
+        .inc();
+}
+
+/// Requests waiting for the control plane: `delta` more (or fewer).
+pub fn approvals_waiting(delta: i64) {
+    get().approvals_waiting.inc_by(delta);
 }
 
 /// The agent sandbox could not apply `feature` on this host.

@@ -43,6 +43,13 @@ pub(super) struct AdapterErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ApprovalLabels {
+    pub(super) kind: &'static str,
+    pub(super) resolver: &'static str,
+    pub(super) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct FeatureLabel {
     pub(super) feature: String,
 }

@@ -30,11 +30,12 @@ mod requests;
 
 pub use events::delivery_set_aside;
 pub use events::{
-    adapter_error, delivery_ack_ignored, delivery_legacy_released_early, delivery_resent,
-    delivery_unacked_full, get_token_refresh_failures, git_credential_rate_limited, journal_append,
-    link_state, outbox_coalesced, outbox_dropped, outbox_totals, reconnect, reconnects,
-    register_failed, sandbox_missing, sdks_enabled, store_batch, token_refresh_failed,
-    token_refreshed, turn_ended, turn_started, turn_wait_ended, turn_waiting,
+    adapter_error, approval_resolved, approvals_waiting, delivery_ack_ignored,
+    delivery_legacy_released_early, delivery_resent, delivery_unacked_full,
+    get_token_refresh_failures, git_credential_rate_limited, journal_append, link_state,
+    outbox_coalesced, outbox_dropped, outbox_totals, reconnect, reconnects, register_failed,
+    sandbox_missing, sdks_enabled, store_batch, token_refresh_failed, token_refreshed, turn_ended,
+    turn_started, turn_wait_ended, turn_waiting,
 };
 pub use requests::{RequestOutcome, request_arrived, request_handled, update_sent};
 
@@ -52,8 +53,9 @@ use crate::observe::link_state::LinkState;
 use crate::observe::message_kind as kinds;
 
 use labels::{
-    AdapterErrorLabels, CodeLabel, FeatureLabel, Histograms, KindLabel, ModeLabel, RequestLabels,
-    SdkLabel, StateLabel, ThreadLabel, TurnLabels, request_histogram, turn_histogram,
+    AdapterErrorLabels, ApprovalLabels, CodeLabel, FeatureLabel, Histograms, KindLabel, ModeLabel,
+    RequestLabels, SdkLabel, StateLabel, ThreadLabel, TurnLabels, request_histogram,
+    turn_histogram,
 };
 use requests::Pending;
 
@@ -87,6 +89,8 @@ pub struct Metrics {
     turn_duration: Histograms<TurnLabels>,
     child_processes: Gauge,
     adapter_errors: Family<AdapterErrorLabels, Counter>,
+    approvals: Family<ApprovalLabels, Counter>,
+    approvals_waiting: Gauge,
     token_refreshes: Counter,
     token_refresh_failures: Counter,
     sandbox_missing: Family<FeatureLabel, Gauge>,
@@ -140,6 +144,8 @@ impl Metrics {
             turn_duration: Family::new_with_constructor(turn_histogram),
             child_processes: Gauge::default(),
             adapter_errors: Family::default(),
+            approvals: Family::default(),
+            approvals_waiting: Gauge::default(),
             token_refreshes: Counter::default(),
             token_refresh_failures: Counter::default(),
             sandbox_missing: Family::default(),

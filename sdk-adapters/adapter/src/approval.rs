@@ -1,0 +1,216 @@
+//! How an adapter's turn asks before it acts, in SDK-neutral terms.
+//!
+//! An SDK that stops to ask (a command to approve, a file change, a
+//! permission, a question for the user) sends [`TurnEvent::Approval`] in its
+//! turn's event stream, in order with its items, and awaits the answer
+//! ([`ask_approval`]). The runner decides who answers: a person at the
+//! control plane, the operator's policy, an earlier "for this thread", a
+//! timeout, or the turn's end. The waiting turn holds no thread of its own:
+//! it awaits a oneshot channel, so any number of turns may wait at once.
+//!
+//! Every ask gets exactly one answer; one whose answer can no longer come
+//! (the runner dropped it) is a denial.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{Gone, TurnEvent};
+
+/// What the agent asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ApprovalKind {
+    /// Run a command.
+    CommandExecution,
+    /// Write or edit files.
+    FileChange,
+    /// A permission (a tool, a directory, network access…).
+    Permission,
+    /// An MCP server asks the user for input.
+    McpElicitation,
+    /// A question for the user; the answer is text.
+    Question,
+}
+
+/// Everything a person needs to decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalAsk {
+    /// What kind of request.
+    pub kind: ApprovalKind,
+    /// One line a person can decide on.
+    pub title: String,
+    /// The command, for a command execution.
+    pub command: Option<String>,
+    /// Where it would run.
+    pub cwd: Option<String>,
+    /// The paths concerned (file changes, permissions).
+    pub paths: Vec<String>,
+    /// What the agent said about why.
+    pub reason: Option<String>,
+    /// The choices, for a question or an elicitation that has them.
+    pub options: Vec<String>,
+    /// The item this request gates, when there is one.
+    pub item_id: Option<String>,
+}
+
+impl ApprovalAsk {
+    /// A request of `kind` titled `title`; the rest is filled in by the caller.
+    pub fn new(kind: ApprovalKind, title: impl Into<String>) -> Self {
+        Self {
+            kind,
+            title: title.into(),
+            command: None,
+            cwd: None,
+            paths: Vec::new(),
+            reason: None,
+            options: Vec::new(),
+            item_id: None,
+        }
+    }
+
+    /// What "the same request" means for "approve for this thread": the
+    /// kind with the command, or with the paths.
+    pub fn same_as_key(&self) -> (ApprovalKind, String) {
+        let what = match &self.command {
+            Some(command) => command.clone(),
+            None => self.paths.join("\n"),
+        };
+        (self.kind, what)
+    }
+}
+
+/// The decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go ahead, this once.
+    Approve,
+    /// Go ahead, and for every later request of the same kind and command
+    /// (or paths) in this thread.
+    ApproveForThread,
+    /// Do not.
+    Deny,
+    /// Do not, and the turn is interrupted.
+    CancelTurn,
+}
+
+/// The answer to an [`ApprovalAsk`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalAnswer {
+    /// The decision.
+    pub verdict: Verdict,
+    /// A question's answer text.
+    pub answer: Option<String>,
+    /// What the person (or the runner) tells the agent, e.g. why it was denied.
+    pub message: Option<String>,
+}
+
+impl ApprovalAnswer {
+    /// A denial saying `message`.
+    pub fn deny(message: impl Into<String>) -> Self {
+        Self {
+            verdict: Verdict::Deny,
+            answer: None,
+            message: Some(message.into()),
+        }
+    }
+
+    /// An approval (this once).
+    pub fn approve() -> Self {
+        Self {
+            verdict: Verdict::Approve,
+            answer: None,
+            message: None,
+        }
+    }
+
+    /// Whether the agent may go ahead.
+    pub fn approved(&self) -> bool {
+        matches!(self.verdict, Verdict::Approve | Verdict::ApproveForThread)
+    }
+}
+
+/// Where the one answer goes; the first [`ApprovalReply::send`] wins.
+#[derive(Clone)]
+pub struct ApprovalReply(Arc<Mutex<Option<oneshot::Sender<ApprovalAnswer>>>>);
+
+impl ApprovalReply {
+    /// A reply and the receiver its answer arrives on.
+    pub fn new() -> (Self, oneshot::Receiver<ApprovalAnswer>) {
+        let (tx, rx) = oneshot::channel();
+        (Self(Arc::new(Mutex::new(Some(tx)))), rx)
+    }
+
+    /// Answers; `false` when it was answered already or nobody waits any more.
+    pub fn send(&self, answer: ApprovalAnswer) -> bool {
+        let taken = match self.0.lock() {
+            Ok(mut slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        taken.is_some_and(|tx| tx.send(answer).is_ok())
+    }
+}
+
+impl std::fmt::Debug for ApprovalReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApprovalReply")
+    }
+}
+
+impl PartialEq for ApprovalReply {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// An ask in the event stream, with where its answer goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalEvent {
+    /// What is asked.
+    pub ask: ApprovalAsk,
+    /// Where the answer goes.
+    pub reply: ApprovalReply,
+}
+
+/// Asks `ask` through the turn's event stream and waits for the answer (a
+/// denial when the answer can no longer come); `Gone` when nobody reads
+/// the turn any more.
+pub async fn ask_approval(
+    events: &mpsc::Sender<TurnEvent>,
+    ask: ApprovalAsk,
+) -> Result<ApprovalAnswer, Gone> {
+    let (reply, answer) = ApprovalReply::new();
+    events
+        .send(TurnEvent::Approval(ApprovalEvent { ask, reply }))
+        .await
+        .map_err(|_| Gone)?;
+    Ok(answer
+        .await
+        .unwrap_or_else(|_| ApprovalAnswer::deny("the turn ended before a decision came")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_first_answer_wins_and_a_dropped_one_denies() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let asking = tokio::spawn(async move {
+            ask_approval(&tx, ApprovalAsk::new(ApprovalKind::Question, "name?")).await
+        });
+        let Some(TurnEvent::Approval(event)) = rx.recv().await else {
+            panic!("an approval event");
+        };
+        assert!(event.reply.send(ApprovalAnswer::approve()));
+        assert!(!event.reply.send(ApprovalAnswer::deny("late")));
+        assert_eq!(asking.await.unwrap(), Ok(ApprovalAnswer::approve()));
+
+        let (tx, mut rx) = mpsc::channel(4);
+        let asking = tokio::spawn(async move {
+            ask_approval(&tx, ApprovalAsk::new(ApprovalKind::Question, "q")).await
+        });
+        drop(rx.recv().await);
+        let answer = asking.await.unwrap().unwrap();
+        assert!(!answer.approved());
+    }
+}
