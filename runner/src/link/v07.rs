@@ -27,9 +27,10 @@ use agent_runner_proto::{Validate, violations};
 use prost::Message;
 
 use crate::config::Secret;
-use crate::delivery::messages::{self, RequestId};
+use crate::delivery::messages;
 use crate::delivery::sending::Sending;
 use crate::tasks::context::Runtime;
+use crate::tasks::dispatch::refuse;
 use crate::tasks::thread_only::{self, ThreadOnly};
 
 /// `A` as a `B` by its bytes: for messages whose fields have the same
@@ -107,7 +108,7 @@ pub fn on_server_message(rt: &Arc<Runtime>, sending: &Sending, msg: v07::ServerM
     let rid = messages::request_id(&msg.request_id);
     let kind = kind(&msg);
     if let Err(err) = msg.validate() {
-        reject(
+        refuse(
             rt,
             rid,
             kind,
@@ -116,12 +117,12 @@ pub fn on_server_message(rt: &Arc<Runtime>, sending: &Sending, msg: v07::ServerM
         return;
     }
     let Some(thread_only) = rt.thread_only() else {
-        reject(rt, rid, kind, "the runner does not speak 0.7".to_owned());
+        refuse(rt, rid, kind, "the runner does not speak 0.7".to_owned());
         return;
     };
     match convert(rt, thread_only, msg) {
         Ok((converted, token)) => crate::tasks::dispatch::dispatch_with(rt, converted, token),
-        Err(text) => reject(rt, rid, kind, text),
+        Err(text) => refuse(rt, rid, kind, text),
     }
 }
 
@@ -210,12 +211,6 @@ fn owner(rt: &Runtime, thread_id: &str) -> String {
                 .unwrap_or("scripted"),
         )
     })
-}
-
-fn reject(rt: &Runtime, rid: RequestId, kind: &'static str, text: String) {
-    let request_id = rid.as_deref().unwrap_or("-");
-    tracing::warn!(request_id, kind, reason = %text, "request refused");
-    rt.outbox.push_reply(messages::request_error(rid, text));
 }
 
 fn kind(msg: &v07::ServerMessage) -> &'static str {

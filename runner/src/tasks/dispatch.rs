@@ -42,6 +42,17 @@ pub fn dispatch_with(
     metrics::request_handled(kind, followed.as_deref(), outcome);
 }
 
+/// Refuses a request before it could be routed (the 0.7 edge: invalid by
+/// 0.7's rules, an unknown model): answered, logged and counted as any
+/// request the dispatcher refuses.
+pub fn refuse(rt: &Runtime, rid: RequestId, kind: &'static str, text: String) {
+    metrics::request_arrived(kind, rid.as_deref());
+    rt.note_activity();
+    let followed = rid.clone();
+    reject(rt, rid, kind, text);
+    metrics::request_handled(kind, followed.as_deref(), RequestOutcome::Invalid);
+}
+
 fn route(
     rt: &Arc<Runtime>,
     msg: ServerMessage,
