@@ -55,35 +55,11 @@ pub const USAGE_OUTPUT: i64 = 20;
 /// `Err` says why it cannot be had (no npm, install failed, no binary for
 /// this platform).
 pub fn install_claude() -> Result<PathBuf, String> {
-    let npm_ok = std::process::Command::new("npm")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !npm_ok {
-        return Err("npm is not installed".into());
-    }
-    let cache = cached_install::target_cache("claude-npm", VERSION)
-        .ok_or("cannot locate the target directory")?;
-    cached_install::install_once(
-        &cache,
+    let cache = cached_install::npm_install_once(
+        "claude-npm",
+        "@anthropic-ai/claude-code",
+        VERSION,
         |dir| native_binary(dir).is_some(),
-        |staging| {
-            let output = std::process::Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                .arg(staging)
-                .arg(format!("@anthropic-ai/claude-code@{VERSION}"))
-                .output()
-                .map_err(|e| format!("running npm: {e}"))?;
-            if output.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "npm install @anthropic-ai/claude-code@{VERSION} failed: {}",
-                    String::from_utf8_lossy(&output.stderr)
-                ))
-            }
-        },
     )?;
     native_binary(&cache).ok_or_else(|| {
         format!(

@@ -28,37 +28,10 @@ pub const PROOF_COMMAND: &str = "echo hello-from-codex >> proof.txt; echo done";
 /// ([`cached_install`]). `Err` says why it cannot be had (no npm, install
 /// failed).
 pub fn install_codex() -> Result<PathBuf, String> {
-    let npm_ok = std::process::Command::new("npm")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !npm_ok {
-        return Err("npm is not installed".into());
-    }
-    let cache = cached_install::target_cache("codex-npm", VERSION)
-        .ok_or("cannot locate the target directory")?;
     let launcher = |dir: &Path| dir.join("node_modules/.bin/codex");
-    cached_install::install_once(
-        &cache,
-        |dir| launcher(dir).exists(),
-        |staging| {
-            let output = std::process::Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                .arg(staging)
-                .arg(format!("@openai/codex@{VERSION}"))
-                .output()
-                .map_err(|e| format!("running npm: {e}"))?;
-            if output.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "npm install @openai/codex@{VERSION} failed: {}",
-                    String::from_utf8_lossy(&output.stderr)
-                ))
-            }
-        },
-    )?;
+    let cache = cached_install::npm_install_once("codex-npm", "@openai/codex", VERSION, |dir| {
+        launcher(dir).exists()
+    })?;
     Ok(launcher(&cache))
 }
 

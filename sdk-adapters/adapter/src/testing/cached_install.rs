@@ -21,6 +21,43 @@ pub fn target_cache(kind: &str, version: &str) -> Option<PathBuf> {
     Some(profile.parent()?.join(kind).join(version))
 }
 
+/// `npm install PACKAGE@VERSION` once into `<target>/<kind>/<version>`
+/// ([`install_once`]), complete when `ready(dir)`; the cache directory.
+/// `Err` says why it cannot be had (no npm, the install failed).
+pub fn npm_install_once(
+    kind: &str,
+    package: &str,
+    version: &str,
+    ready: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
+    let npm_ok = std::process::Command::new("npm")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !npm_ok {
+        return Err("npm is not installed".into());
+    }
+    let cache = target_cache(kind, version).ok_or("cannot locate the target directory")?;
+    install_once(&cache, ready, |staging| {
+        let output = std::process::Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(staging)
+            .arg(format!("{package}@{version}"))
+            .output()
+            .map_err(|e| format!("running npm: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "npm install {package}@{version} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    })?;
+    Ok(cache)
+}
+
 /// Makes `cache` hold a complete install: nothing to do when `ready(cache)`;
 /// otherwise, under `<cache>.lock`, checks again, runs `install(staging)`
 /// into a fresh directory beside `cache` and renames it into place. `Err`
