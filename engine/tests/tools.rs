@@ -8,12 +8,8 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use code_agent_engine::tools::{ToolContext, ToolOutput, ToolRegistry};
@@ -266,20 +262,6 @@ async fn symlinks_leading_out_are_refused_and_inside_ones_work() {
     assert_eq!(out.output, "real/a.txt:1:root:a\n", "{out:?}");
 }
 
-/// `renameat2(RENAME_EXCHANGE)` of two absolute paths.
-fn exchange(a: &CString, b: &CString) -> bool {
-    // SAFETY: both are NUL-terminated paths that outlive the call.
-    unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        ) == 0
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swapping_a_directory_for_a_symlink_never_leads_out() {
     let (_dir, ctx) = workspace();
@@ -288,25 +270,11 @@ async fn swapping_a_directory_for_a_symlink_never_leads_out() {
     std::fs::write(outside_root.join("f.txt"), "OUTSIDE-SECRET\n").unwrap();
     std::fs::create_dir(ctx.workspace.join("sub")).unwrap();
     std::fs::write(ctx.workspace.join("sub/f.txt"), "inside\n").unwrap();
-    symlink(&outside_root, ctx.workspace.join("swap")).unwrap();
 
-    // What the agent's own `bash` would run: swap `sub` and the symlink in
-    // a tight loop, for at most ~2 s.
-    let stop = Arc::new(AtomicBool::new(false));
-    let swaps = Arc::new(AtomicUsize::new(0));
-    let sub = CString::new(ctx.workspace.join("sub").as_os_str().as_bytes()).unwrap();
-    let swap = CString::new(ctx.workspace.join("swap").as_os_str().as_bytes()).unwrap();
-    let swapper = {
-        let (stop, swaps) = (stop.clone(), swaps.clone());
-        std::thread::spawn(move || {
-            let started = Instant::now();
-            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(2) {
-                if exchange(&sub, &swap) {
-                    swaps.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        })
-    };
+    // What the agent's own `bash` would run: swap `sub` and a symlink to
+    // the outside in a tight loop, for at most a few seconds.
+    let swapper =
+        sdk_adapter::testing::race::Swapper::start(&ctx.workspace.join("sub"), &outside_root);
 
     let (mut writes, mut reads, mut refused) = (0, 0, 0);
     let started = Instant::now();
@@ -337,12 +305,8 @@ async fn swapping_a_directory_for_a_symlink_never_leads_out() {
             refused += 1;
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-    assert!(
-        swaps.load(Ordering::Relaxed) > 0,
-        "the swapper never swapped"
-    );
+    let swaps = swapper.stop();
+    assert!(swaps > 0, "the swapper never swapped");
     assert!(writes > 0 && reads > 0, "writes {writes}, reads {reads}");
     // Nothing was written outside: the only file there is unchanged.
     assert_eq!(files_in(&outside_root), vec!["f.txt"], "refused {refused}");
