@@ -358,6 +358,36 @@ pub fn request_mentions(mock: &MockLlm, index: usize, needle: &str) -> bool {
         .any(|m| m["content"].as_str().is_some_and(|c| c.contains(needle)))
 }
 
+/// Registers `config` for `session` and connects it by `name`: the
+/// registration must succeed; the connection's answer is returned.
+pub async fn register_and_connect(
+    h: &mut Harness,
+    session: &str,
+    config: McpServerConfigProto,
+    name: &str,
+) -> ConnectMcpServerResponse {
+    let registered = h
+        .client
+        .register_mcp_server(scoped(
+            RegisterMcpServerRequest {
+                config: Some(config),
+            },
+            Some(session),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(registered.success);
+    h.client
+        .connect_mcp_server(scoped(
+            ConnectMcpServerRequest { name: name.into() },
+            Some(session),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// `message` as a request of `session` (the `x-code-agent-session-id`
 /// metadata the cron and MCP RPCs are scoped by); `None`: the operator's.
 pub fn scoped<T>(message: T, session: Option<&str>) -> tonic::Request<T> {

@@ -96,29 +96,7 @@ async fn session_scoped_stdio_server_joins_the_loop_crashes_and_reconnects() {
     .await;
     let s = h.session().await;
     let other = h.session().await;
-    let registered = h
-        .client
-        .register_mcp_server(scoped(
-            RegisterMcpServerRequest {
-                config: Some(stdio_config("local", &site)),
-            },
-            Some(&s),
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(registered.success);
-    let connected = h
-        .client
-        .connect_mcp_server(scoped(
-            ConnectMcpServerRequest {
-                name: "local".into(),
-            },
-            Some(&s),
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let connected = register_and_connect(&mut h, &s, stdio_config("local", &site), "local").await;
     assert!(connected.success, "{}", connected.message);
     assert!(
         connected

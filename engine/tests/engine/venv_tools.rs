@@ -151,29 +151,7 @@ async fn a_venvs_mcp_server_and_pylsp_run_under_the_default_sandbox() {
             })),
         }),
     };
-    let registered = h
-        .client
-        .register_mcp_server(scoped(
-            RegisterMcpServerRequest {
-                config: Some(config),
-            },
-            Some(&s),
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(registered.success);
-    let connected = h
-        .client
-        .connect_mcp_server(scoped(
-            ConnectMcpServerRequest {
-                name: "venv".into(),
-            },
-            Some(&s),
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let connected = register_and_connect(&mut h, &s, config, "venv").await;
     assert!(connected.success, "{}", connected.message);
     assert!(
         connected
