@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use mock_control_plane::MockControlPlane;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::support::*;
@@ -117,9 +118,31 @@ fn b64(text: &str) -> String {
 #[tokio::test]
 async fn a_thread_is_refused_by_the_admin_socket_the_operator_is_not() {
     let (cp, runner) = agent_with(|o| o.arg("--health-addr").arg("127.0.0.1:0")).await;
-    let victim = create_thread(&cp, "a", "victim").await;
-    start_turn(&cp, "v", "a", &victim, "run sleep 300").await;
-    let thread = create_thread(&cp, "a", "t").await;
+    admin_socket_refuses_threads(&cp, &runner, Refusal::ByPeer).await;
+}
+
+/// How a thread is kept from the admin socket.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// It connects, and the runner refuses it by its peer credentials.
+    ByPeer,
+    /// It cannot connect: the socket's mode (0600, the runner's uid) keeps
+    /// another uid (an `--agent-uid` agent) out before any peer check.
+    ByMode,
+}
+
+/// On a runner with agent `a` and a health port: a thread's dials of the
+/// admin socket (`threads`, `ps`, `kill` of another thread, and the same
+/// detached with a scrubbed environment) are refused and name no other
+/// thread; the operator's dial is answered; `/status` names no thread.
+pub(crate) async fn admin_socket_refuses_threads(
+    cp: &MockControlPlane,
+    runner: &RunnerProc,
+    refusal: Refusal,
+) {
+    let victim = create_thread(cp, "a", "victim").await;
+    start_turn(cp, "v", "a", &victim, "run sleep 300").await;
+    let thread = create_thread(cp, "a", "t").await;
     let socket = runner.dirs.path().join("state/admin.sock");
     let kill = format!(r#"{{"cmd":"kill","thread":"{victim}"}}"#);
     let script = [
@@ -132,21 +155,24 @@ async fn a_thread_is_refused_by_the_admin_socket_the_operator_is_not() {
     ]
     .map(|c| format!("run {c}"))
     .join("\n");
-    start_turn(&cp, "m", "a", &thread, &script).await;
-    turn_completed(&cp, "m").await;
-    let outputs = command_outputs(&replies(&cp, "m"));
+    start_turn(cp, "m", "a", &thread, &script).await;
+    turn_completed(cp, "m").await;
+    let outputs = command_outputs(&replies(cp, "m"));
     assert_eq!(outputs.len(), 4, "{outputs:#?}");
     for out in &outputs {
         assert!(
             !out.contains(&victim),
             "a thread learnt another's id: {out}"
         );
-        assert!(
-            out.contains("ANSWER<{\"error\":\"refused: "),
-            "not refused: {out}"
-        );
+        let refused = match refusal {
+            Refusal::ByPeer => out.contains("ANSWER<{\"error\":\"refused: "),
+            Refusal::ByMode => out.contains("PermissionError") && !out.contains("ANSWER<"),
+        };
+        assert!(refused, "not refused: {out}");
     }
-    runner.wait_log("admin socket: client refused").await;
+    if refusal == Refusal::ByPeer {
+        runner.wait_log("admin socket: client refused").await;
+    }
 
     // The same dial from outside every thread gets its answer: the probe
     // above can fail. (The refusal does not rest on the sandbox: it holds
@@ -164,12 +190,12 @@ async fn a_thread_is_refused_by_the_admin_socket_the_operator_is_not() {
     );
 
     // The victim's turn still runs; the operator sees it and may stop it.
-    let (ok, text) = admin_cli(&runner, &["threads", "--json"]).await;
+    let (ok, text) = admin_cli(runner, &["threads", "--json"]).await;
     assert!(ok && text.contains(&victim), "{text}");
     assert!(text.contains("\"running\""), "{text}");
 
     // /status: counts only, no id of any thread or turn.
-    let addr = health_addr(&runner).await;
+    let addr = health_addr(runner).await;
     let status = raw_get(&addr, "/status").await;
     assert!(status.contains("\"running_turns\": 1"), "{status}");
     for id in [&victim, &thread] {
@@ -183,7 +209,7 @@ async fn a_thread_is_refused_by_the_admin_socket_the_operator_is_not() {
         !status.contains("thread_id") && !status.contains("turn_id"),
         "{status}"
     );
-    let (ok, text) = admin_cli(&runner, &["kill", &victim]).await;
+    let (ok, text) = admin_cli(runner, &["kill", &victim]).await;
     assert!(ok, "{text}");
 }
 

@@ -11,6 +11,7 @@ mod support;
 
 mod acked;
 mod admin;
+mod agent_uid;
 mod approvals;
 
 mod additions;
@@ -23,6 +24,7 @@ mod codex;
 mod codex_login;
 mod credentials;
 mod doctor;
+mod engine_state;
 mod github;
 mod github_git;
 mod harness;

@@ -304,7 +304,18 @@ async fn scripted_attacks_succeed_with_sandbox_off() {
 /// same way (it runs in the thread's sandbox).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_agent_bash_attacks_fail() {
+    code_agent_bash_suite(&[]).await;
+}
+
+/// The engine's `bash` runs every attack of the probe, on a runner given
+/// `extra` arguments (`--agent-uid`: the runner's directories are opened
+/// for that user to walk to its workspace); every attack fails, the
+/// thread's own work succeeds, and the runner keeps serving.
+pub(crate) async fn code_agent_bash_suite(extra: &[&str]) {
     let s = Secrets::new();
+    if !extra.is_empty() {
+        std::fs::set_permissions(s.dirs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     // The victim's workspace path is only known once its thread exists, so
     // the probe looks for it: any other thread's workspace with victim.txt.
     let victim_glob = s.dirs.path().join("ws/v/threads");
@@ -315,8 +326,9 @@ async fn code_agent_bash_attacks_fail() {
     ])
     .await;
     let cp = mock().await;
-    let opts = s
-        .opts(&cp, "best-effort")
+    let opts = extra
+        .iter()
+        .fold(s.opts(&cp, "best-effort"), |o, a| o.arg(a))
         .arg("--sdk")
         .arg("scripted")
         .arg("--sdk")

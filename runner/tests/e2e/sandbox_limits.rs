@@ -13,12 +13,13 @@ use std::path::Path;
 use agent_launcher::CgroupProbe;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
+use mock_control_plane::MockControlPlane;
 
 use crate::sandbox::{gone, outlives_its_turn_then_dies_on_delete, pid_in, wait_gone};
 use crate::support::*;
 
 /// Why no cgroup can bound a thread's processes here, if so.
-fn no_pids_cgroup() -> Option<String> {
+pub(crate) fn no_pids_cgroup() -> Option<String> {
     let probe = agent_launcher::probe_host();
     let v2_pids = matches!(&probe.cgroup, CgroupProbe::Available { controllers, .. }
         if controllers.iter().any(|c| c == "pids"));
@@ -42,19 +43,25 @@ fn no_thread_cgroup() -> Option<String> {
     }
 }
 
-/// Spawns `sleep 3132`s, each in a session of its own (the step's group
-/// kill misses them), until a fork fails or 500 are running.
-const BOMB: &str = "run sh -c 'n=0; while [ $n -lt 500 ]; do setsid sleep 3132 </dev/null >/dev/null 2>&1 & n=$((n+1)); done; echo spawned=$n' 2>&1; echo bomb=$?";
+/// Spawns `sleep <marker>`s, each in a session of its own (the step's
+/// group kill misses them), until a fork fails or 500 are running. Each
+/// test gives its own marker, so tests running at once count only theirs.
+fn bomb(marker: u32) -> String {
+    format!(
+        "run sh -c 'n=0; while [ $n -lt 500 ]; do setsid sleep {marker} </dev/null >/dev/null 2>&1 & n=$((n+1)); done; echo spawned=$n' 2>&1; echo bomb=$?"
+    )
+}
 
-/// The pids of every `sleep 3132` on the host.
-fn bombs() -> Vec<i32> {
+/// The pids of every `sleep <marker>` on the host.
+fn bombs(marker: u32) -> Vec<i32> {
+    let cmdline = format!("sleep\0{marker}\0");
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x003132\x00")
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == cmdline.as_bytes())
         })
         .filter(|pid| !gone(*pid))
         .collect()
@@ -74,8 +81,22 @@ async fn a_fork_bomb_stops_at_the_thread_pids_limit_while_others_are_served() {
         return;
     }
     let (cp, runner) = agent_with(|o| o.arg("--sandbox-pids-max").arg("48")).await;
-    let thread = create_thread(&cp, "a", "tb").await;
-    start_turn(&cp, "bomb", "a", &thread, &format!("{BOMB}\nsleep 60000")).await;
+    a_fork_bomb_is_held(&cp, runner, 3132).await;
+}
+
+/// On a runner with agent `a` and `--sandbox-pids-max 48`: a fork bomb in
+/// one thread stops at the limit, another thread is served meanwhile, an
+/// interrupt kills every bomb and the thread runs again.
+pub(crate) async fn a_fork_bomb_is_held(cp: &MockControlPlane, runner: RunnerProc, marker: u32) {
+    let thread = create_thread(cp, "a", "tb").await;
+    start_turn(
+        cp,
+        "bomb",
+        "a",
+        &thread,
+        &format!("{}\nsleep 60000", bomb(marker)),
+    )
+    .await;
     let done = cp
         .wait_for(
             |m| rid_is(m, "bomb") && !command_outputs(std::slice::from_ref(m)).is_empty(),
@@ -86,7 +107,7 @@ async fn a_fork_bomb_stops_at_the_thread_pids_limit_while_others_are_served() {
     let out = command_outputs(std::slice::from_ref(&done)).join("");
     assert!(!out.contains("spawned=500"), "no limit stopped it: {out}");
     assert!(out.contains("bomb=2"), "{out}");
-    let running = bombs();
+    let running = bombs(marker);
     assert!(
         !running.is_empty() && running.len() <= 48,
         "{} bombs: {out}",
@@ -94,30 +115,30 @@ async fn a_fork_bomb_stops_at_the_thread_pids_limit_while_others_are_served() {
     );
 
     // The runner and another thread go on while the bombs hold the limit.
-    let other = create_thread(&cp, "a", "to").await;
+    let other = create_thread(cp, "a", "to").await;
     send(
-        &cp,
+        cp,
         "other",
         user_message("a", &other, "run echo served", false),
     )
     .await;
-    turn_completed(&cp, "other").await;
-    assert_eq!(command_outputs(&replies(&cp, "other")), ["served\n"]);
+    turn_completed(cp, "other").await;
+    assert_eq!(command_outputs(&replies(cp, "other")), ["served\n"]);
 
     // An interrupt kills every one; the thread then runs again.
-    send(&cp, "i1", interrupt("a", &thread)).await;
-    turn_completed(&cp, "i1").await;
+    send(cp, "i1", interrupt("a", &thread)).await;
+    turn_completed(cp, "i1").await;
     for pid in running {
         wait_gone(pid, "interrupt").await;
     }
     send(
-        &cp,
+        cp,
         "again",
         user_message("a", &thread, "run echo again", false),
     )
     .await;
-    turn_completed(&cp, "again").await;
-    assert_eq!(command_outputs(&replies(&cp, "again")), ["again\n"]);
+    turn_completed(cp, "again").await;
+    assert_eq!(command_outputs(&replies(cp, "again")), ["again\n"]);
     runner.stop().await;
 }
 
@@ -156,24 +177,38 @@ fn untagged(pid: i32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hidden_process_dies_on_interrupt_and_on_delete() {
-    if let Some(why) = no_thread_cgroup() {
+    if let Some(why) = no_hiding_test() {
         test_kit::skip_this_test(&why);
         return;
     }
-    if !Path::new("/usr/bin/python3").is_file() {
-        test_kit::skip_this_test("no /usr/bin/python3 to make a non-dumpable process with");
-        return;
-    }
     let (cp, runner, thread) = thread_ready().await;
+    a_hidden_process_dies(&cp, runner, &thread).await;
+}
+
+/// Whether this host lacks what the hidden-process test needs: a thread
+/// cgroup and a python to make a non-dumpable process with.
+pub(crate) fn no_hiding_test() -> Option<String> {
+    if let Some(why) = no_thread_cgroup() {
+        return Some(why);
+    }
+    (!Path::new("/usr/bin/python3").is_file())
+        .then(|| "no /usr/bin/python3 to make a non-dumpable process with".to_owned())
+}
+
+/// On a runner with agent `a` and its `thread`: a process that hid from
+/// the tag (`setsid env -i`, non-dumpable) dies on interrupt and, started
+/// again by a turn that ends, on thread delete.
+pub(crate) async fn a_hidden_process_dies(cp: &MockControlPlane, runner: RunnerProc, thread: &str) {
+    let thread = thread.to_owned();
     let pid_file = runner.thread_workspace("a", &thread).join("hidden.pid");
 
-    start_turn(&cp, "m1", "a", &thread, &format!("{HIDE}\nsleep 60000")).await;
+    start_turn(cp, "m1", "a", &thread, &format!("{HIDE}\nsleep 60000")).await;
     let pid = pid_in(&pid_file).await;
     assert!(!gone(pid) && untagged(pid), "{}", runner.logs());
-    send(&cp, "i1", interrupt("a", &thread)).await;
-    turn_completed(&cp, "i1").await;
+    send(cp, "i1", interrupt("a", &thread)).await;
+    turn_completed(cp, "i1").await;
     wait_gone(pid, "interrupt").await;
 
-    outlives_its_turn_then_dies_on_delete(&cp, &thread, &pid_file, HIDE, "hidden").await;
+    outlives_its_turn_then_dies_on_delete(cp, &thread, &pid_file, HIDE, "hidden").await;
     runner.stop().await;
 }
