@@ -101,10 +101,33 @@ impl Workspaces {
         self.agent_home(agent_id).join(".agents").join("skills")
     }
 
-    /// Creates `dir` (a workspace or home) if missing.
+    /// Creates `dir` (a workspace or home, under the root) if missing.
     pub fn create(&self, dir: &Path) -> io::Result<()> {
-        debug_assert!(dir.starts_with(&self.root));
-        std::fs::create_dir_all(dir)
+        self.ensure(dir).map(drop)
+    }
+
+    /// Opens `dir` (under the root), creating what is missing, one
+    /// component beneath the other by directory fd
+    /// ([`sdk_adapter::beneath::ensure_dir`]): a link planted on the way is
+    /// replaced by a directory, never followed, whoever could write there.
+    fn ensure(&self, dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
+        use std::path::Component;
+        let outside = || {
+            io::Error::other(format!(
+                "{} is not a plain path under the workspace root",
+                dir.display()
+            ))
+        };
+        let rel = dir.strip_prefix(&self.root).map_err(|_| outside())?;
+        let mut fd = sdk_adapter::beneath::open_root(&self.root)?;
+        for part in rel.components() {
+            let Component::Normal(name) = part else {
+                return Err(outside());
+            };
+            let name = name.to_str().ok_or_else(outside)?;
+            fd = sdk_adapter::beneath::ensure_dir(&fd, name, None, None)?;
+        }
+        Ok(fd)
     }
 
     /// Create a thread's workspace (if missing) with the agent's skills
@@ -113,12 +136,11 @@ impl Workspaces {
     /// replaced with something of its own is left alone.
     pub fn create_thread(&self, agent_id: &str, thread_id: &str) -> io::Result<PathBuf> {
         let dir = self.thread_dir(agent_id, thread_id);
-        self.create(&dir)?;
+        let root = self.ensure(&dir)?;
         let skills = self.agent_skills(agent_id);
-        std::fs::create_dir_all(&skills)?;
+        self.ensure(&skills)?;
         // The agent can write the workspace: beneath its fd, a link planted
         // at `.agents`/`.claude` is replaced, not followed.
-        let root = sdk_adapter::beneath::open_root(&dir)?;
         for sdk_dir in [".agents", ".claude"] {
             let parent = sdk_adapter::beneath::ensure_dir(&root, sdk_dir, None, None)?;
             sdk_adapter::beneath::symlink_if_missing(&skills, &parent, "skills")?;
@@ -201,6 +223,25 @@ mod tests {
         assert!(std::fs::read_dir(&outside).unwrap().next().is_none());
         assert!(!t.join(".agents").is_symlink());
         assert!(t.join(".agents/skills").is_symlink());
+    }
+
+    /// A link planted on the way to a workspace (the agent's `threads`
+    /// dir, its skills dir) is replaced by a directory, never followed:
+    /// opening a thread creates nothing outside the root.
+    #[test]
+    fn a_link_planted_above_a_workspace_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(dir.path().join("ws")).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::create_dir(ws.agent_home("a")).unwrap();
+        std::os::unix::fs::symlink(&outside, ws.agent_home("a").join("threads")).unwrap();
+        std::os::unix::fs::symlink(&outside, ws.agent_home("a").join(".agents")).unwrap();
+        let t = ws.create_thread("a", "t").unwrap();
+        assert!(std::fs::read_dir(&outside).unwrap().next().is_none());
+        assert!(t.is_dir() && !ws.agent_home("a").join("threads").is_symlink());
+        assert!(ws.agent_skills("a").is_dir() && !ws.agent_home("a").join(".agents").is_symlink());
+        assert!(ws.create(dir.path()).is_err(), "outside the root");
     }
 
     #[test]
