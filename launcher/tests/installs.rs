@@ -133,3 +133,124 @@ async fn a_program_the_sandbox_may_not_open_fails_naming_the_path_and_the_settin
     let out = run(&a_off, tokio::process::Command::new(&tool)).await;
     assert!(out.ok && out.stdout == "ran\n", "{}", out.stderr);
 }
+
+/// `/usr/bin/python3`, real (not a link out of `/usr`), or `None`.
+fn system_python() -> Option<PathBuf> {
+    let python = std::fs::canonicalize("/usr/bin/python3").ok()?;
+    python.starts_with("/usr").then_some(python)
+}
+
+/// A user's `~/.local` as the two Python installers that write it leave
+/// it, under `home` (outside `/usr`, outside every thread):
+/// - `pip install --user`: `bin/userword`, a script of the system python,
+///   importing `userword` from `lib/python3.X/site-packages`;
+/// - `uv tool install` (pipx alike): `bin/uvword`, a symlink to the script
+///   of a venv of its own in `share/uv/tools/uvword`, which imports
+///   `uvword` from that venv.
+///
+/// The launcher is given no read-only path for either.
+fn dot_local(home: &Path, python: &Path) -> PathBuf {
+    let local = home.join(".local");
+    let version = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')",
+        ])
+        .output()
+        .unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let site = local.join(format!("lib/python{}/site-packages", version.trim()));
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("userword.py"), "WORD = 'from-pip-user'\n").unwrap();
+    executable(
+        &local.join("bin/userword"),
+        &format!(
+            "#!{}\nimport userword\nprint(userword.WORD)\n",
+            python.display()
+        ),
+    );
+    let venv = local.join("share/uv/tools/uvword");
+    let made = std::process::Command::new(python)
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let venv_site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    std::fs::write(venv_site.join("uvword.py"), "WORD = 'from-uv-tool'\n").unwrap();
+    executable(
+        &venv.join("bin/uvword"),
+        &format!(
+            "#!{}\nimport uvword\nprint(uvword.WORD)\n",
+            venv.join("bin/python").display()
+        ),
+    );
+    symlink(venv.join("bin/uvword"), local.join("bin/uvword")).unwrap();
+    local
+}
+
+#[tokio::test]
+async fn programs_in_a_users_local_bin_run_under_the_default_sandbox() {
+    if landlock_abi().is_none() {
+        eprintln!("SKIP: Landlock unavailable on this kernel");
+        return;
+    }
+    let Some(python) = system_python() else {
+        eprintln!("SKIP: no /usr/bin/python3");
+        return;
+    };
+    let tree = Tree::new();
+    let home = tree
+        .path("outside")
+        .canonicalize()
+        .unwrap()
+        .join("operator");
+    let local = dot_local(&home, &python);
+    let path_var = format!("{}:/usr/bin:/bin", local.join("bin").display());
+    let launcher = tree.launcher(Mode::BestEffort);
+    let a = launcher.thread(tree.spec("a")).unwrap();
+    assert!(a.applied().landlocked(), "{}", a.applied());
+
+    for (tool, word) in [("userword", "from-pip-user"), ("uvword", "from-uv-tool")] {
+        let mut cmd = tokio::process::Command::new(tool);
+        // pip's user scheme is found by its base (the thread's HOME is
+        // its own), as an operator sets it for such tools.
+        cmd.env("PATH", &path_var)
+            .env("PYTHONUSERBASE", &local)
+            .env_remove("PYTHONPATH");
+        let out = run(&a, cmd).await;
+        assert!(out.ok, "{tool}: {}", out.stderr);
+        assert_eq!(out.stdout, format!("{word}\n"), "{tool}");
+        // Only what the tool needs: never the user's whole HOME or `.local`.
+        for granted in &out.applied.granted {
+            assert!(
+                granted != &home && granted != &local,
+                "{tool} was granted {}",
+                granted.display()
+            );
+        }
+    }
+    // What was granted is for those launches only: a plain shell of the
+    // thread still reads nothing under `.local`.
+    let shell = support::sh(
+        &a,
+        &format!(
+            "cat '{}'",
+            local.join("share/uv/tools/uvword/pyvenv.cfg").display()
+        ),
+    )
+    .await;
+    assert!(!shell.ok, "{}", shell.stdout);
+
+    // Without those grants the sandbox refuses them: the test can fail.
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.args(["-c", "uvword"]).env("PATH", &path_var);
+    let out = run(&a, cmd).await;
+    assert!(!out.ok, "a shell's child got the grant: {}", out.stdout);
+}
