@@ -3,8 +3,9 @@
 //! deploys it: the engine's `bash` probes (secret files, state, another
 //! thread's workspace and capability, `/proc`, signals, writes outside),
 //! the admin socket and `/status` dialled from a thread, a non-dumpable
-//! `env -i setsid` escapee, a bounded fork bomb, and another session's
-//! cron jobs. Every attack fails while the thread's own work succeeds. Only
+//! `env -i setsid` escapee, a bounded fork bomb, another session's cron
+//! jobs, a Claude settings hook planted for other threads, and links
+//! planted in codex's home for the runner to write through. Every attack fails while the thread's own work succeeds. Only
 //! root may start agents as another uid: elsewhere each test skips, in the
 //! ledger (CI runs as root, and fails if one skips).
 
@@ -24,10 +25,19 @@ pub(crate) fn no_agent_uid() -> Option<&'static str> {
     (unsafe { libc::geteuid() } != 0).then_some("--agent-uid needs a root runner")
 }
 
+/// [`connected_as_uid`], and agent `a` (scripted) created.
+pub(crate) async fn agent_as_uid(
+    configure: impl FnOnce(RunnerOpts) -> RunnerOpts,
+) -> (MockControlPlane, RunnerProc) {
+    let (cp, runner) = connected_as_uid(configure).await;
+    create_agent(&cp, "a").await;
+    (cp, runner)
+}
+
 /// A mock and a connected runner, `configure`d, whose agents run as
 /// [`AGENT_UID`]; its directories are opened for that user to walk to
-/// its workspace (as an operator must). Agent `a` (scripted) is created.
-pub(crate) async fn agent_as_uid(
+/// its workspace (as an operator must).
+pub(crate) async fn connected_as_uid(
     configure: impl FnOnce(RunnerOpts) -> RunnerOpts,
 ) -> (MockControlPlane, RunnerProc) {
     let dirs: Arc<RunnerDirs> = RunnerDirs::new();
@@ -40,7 +50,6 @@ pub(crate) async fn agent_as_uid(
     cp.wait_connected(WAIT)
         .await
         .unwrap_or_else(|e| panic!("connects: {e:?}\n{}", runner.logs()));
-    create_agent(&cp, "a").await;
     (cp, runner)
 }
 
@@ -100,4 +109,16 @@ async fn a_fork_bomb_of_the_agent_uid_stops_at_the_thread_pids_limit() {
 async fn cron_jobs_of_another_session_are_out_of_reach_of_the_agent_uid() {
     needs_agent_uid!();
     crate::engine_state::cron_stays_with_its_thread(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_hook_planted_by_the_agent_uid_reaches_no_other_thread() {
+    needs_agent_uid!();
+    crate::claude_config::hook_reaches_no_other(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_home_link_planted_by_the_agent_uid_is_replaced() {
+    needs_agent_uid!();
+    crate::codex::planted_codex_home_link(true).await;
 }

@@ -55,11 +55,22 @@ fn read(path: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_one_claude_thread_plants_reaches_no_other() {
+    hook_reaches_no_other(false).await;
+}
+
+/// The whole story; `as_agent_uid`: the runner's agents (the fake claude
+/// and what it runs) run as `agent_uid::AGENT_UID`.
+pub(crate) async fn hook_reaches_no_other(as_agent_uid: bool) {
     let operator = tempfile::tempdir().unwrap();
     let op = operator.path();
     std::fs::write(op.join(".credentials.json"), LOGIN).unwrap();
     std::fs::write(op.join("settings.json"), OPERATOR_SETTINGS).unwrap();
-    let (cp, runner) = connected_with(|o| with_fake_claude(o, op)).await;
+    let configure = |o| with_fake_claude(o, op);
+    let (cp, runner) = if as_agent_uid {
+        crate::agent_uid::connected_as_uid(configure).await
+    } else {
+        connected_with(configure).await
+    };
     sdk_probed(&cp, "claude-code").await;
     create_sdk_agent(&cp, "a", "claude-code").await;
     let one = claude_thread(&cp, "t1").await;

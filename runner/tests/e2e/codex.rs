@@ -14,6 +14,7 @@
 //! directory); without it the test prints why and passes, unless
 //! `AGENT_RUNNER_REQUIRE_REAL_CODEX` is set.
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -159,6 +160,12 @@ async fn codex_turn(bin: &Path, env: &[(&str, &str)]) {
 /// written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planted_codex_home_link_is_replaced_not_written_through() {
+    planted_codex_home_link(false).await;
+}
+
+/// The whole story; `as_agent_uid`: the runner's agents (codex and what it
+/// runs) run as `agent_uid::AGENT_UID`.
+pub(crate) async fn planted_codex_home_link(as_agent_uid: bool) {
     let Some(bin) = codex_or_skip() else {
         return;
     };
@@ -189,7 +196,25 @@ async fn a_planted_codex_home_link_is_replaced_not_written_through() {
         .arg("--codex-sandbox")
         .arg("danger-full-access")
         .env("CODEX_HOME", &home.path().to_string_lossy());
-    let mut runner = RunnerProc::start(opts);
+    let mut runner = if as_agent_uid {
+        // codex's describe probe runs on the operator's CODEX_HOME itself,
+        // so the agent uid must own it (docs/security.md, "codex with
+        // --agent-uid"); Landlock keeps every thread out of it.
+        let uid: u32 = crate::agent_uid::AGENT_UID.parse().unwrap();
+        for entry in [home.path().to_path_buf()].into_iter().chain(
+            std::fs::read_dir(home.path())
+                .unwrap()
+                .map(|e| e.unwrap().path()),
+        ) {
+            std::os::unix::fs::lchown(&entry, Some(uid), Some(uid)).unwrap();
+        }
+        let dirs = RunnerDirs::new();
+        std::fs::set_permissions(dirs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let opts = opts.arg("--agent-uid").arg(crate::agent_uid::AGENT_UID);
+        RunnerProc::start_in(opts, dirs)
+    } else {
+        RunnerProc::start(opts)
+    };
     let model = "mock-model";
     ready_sdk(&cp, &runner, "codex", CODEX_WAIT).await;
     let (thread, msgs) = sdk_turn(&cp, &runner, ("codex", model), "plant", CODEX_WAIT).await;
