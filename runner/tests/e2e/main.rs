@@ -24,6 +24,7 @@ mod codex;
 mod codex_login;
 mod credentials;
 mod doctor;
+mod engine_race;
 mod engine_state;
 mod github;
 mod github_git;
