@@ -5,7 +5,8 @@
 //! the admin socket and `/status` dialled from a thread, a non-dumpable
 //! `env -i setsid` escapee, a bounded fork bomb, another session's cron
 //! jobs, a Claude settings hook planted for other threads, and links
-//! planted in codex's home for the runner to write through. Every attack fails while the thread's own work succeeds. Only
+//! planted in codex's home for the runner to write through, and a
+//! symlink-swap race against the engine's file tools. Every attack fails while the thread's own work succeeds. Only
 //! root may start agents as another uid: elsewhere each test skips, in the
 //! ledger (CI runs as root, and fails if one skips).
 
@@ -121,4 +122,10 @@ async fn a_claude_hook_planted_by_the_agent_uid_reaches_no_other_thread() {
 async fn a_codex_home_link_planted_by_the_agent_uid_is_replaced() {
     needs_agent_uid!();
     crate::codex::planted_codex_home_link(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engines_file_tools_hold_while_an_agent_uid_swaps_links() {
+    needs_agent_uid!();
+    crate::engine_race::file_tools_hold(true).await;
 }

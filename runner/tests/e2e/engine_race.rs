@@ -2,10 +2,11 @@
 //! whole runner: a code-agent thread's own `bash` (sandboxed) starts a
 //! swapper that keeps exchanging a directory of its workspace with a link
 //! to a directory outside (`renameat2(RENAME_EXCHANGE)`), then the mock
-//! model has the engine's `write`, `edit`, `read`, `ls` and `grep` work
+//! model has the engine's `write`, `edit`, `read`, `ls`, `glob` and `grep` work
 //! in that directory, over and over. Those tools run in the runner's
 //! process, with the runner's authority: nothing outside may change or be
-//! read, while the thread's own calls still land (some rounds win).
+//! read, while the thread's own calls still land (some rounds win). Once
+//! as the runner's uid, once with `--agent-uid`.
 
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
@@ -36,7 +37,7 @@ fn round(r: usize) -> MockReply {
     let calls: Vec<(String, &str, serde_json::Value)> = (0..CALLS)
         .map(|i| {
             let id = format!("c{r}-{i}");
-            match i % 5 {
+            match i % 6 {
                 0 => (
                     id,
                     "write",
@@ -49,6 +50,7 @@ fn round(r: usize) -> MockReply {
                 ),
                 2 => (id, "read", json!({"path": "d/secret.txt"})),
                 3 => (id, "ls", json!({"path": "d"})),
+                4 => (id, "glob", json!({"pattern": "d/*.txt"})),
                 _ => (
                     id,
                     "grep",
@@ -66,6 +68,12 @@ fn round(r: usize) -> MockReply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engines_file_tools_hold_while_the_agent_swaps_links() {
+    file_tools_hold(false).await;
+}
+
+/// The whole race; `as_agent_uid`: the swapper runs as
+/// `agent_uid::AGENT_UID` (the tools still run as the runner).
+pub(crate) async fn file_tools_hold(as_agent_uid: bool) {
     if !std::path::Path::new("/usr/bin/python3").is_file() {
         test_kit::skip_this_test("no /usr/bin/python3 to run the swapper with");
         return;
@@ -82,7 +90,7 @@ async fn the_engines_file_tools_hold_while_the_agent_swaps_links() {
     script.extend((0..ROUNDS).map(round));
     script.push(MockReply::text("raced"));
     let llm = MockLlm::start(script).await;
-    let (cp, runner) = agent_with(|o| {
+    let configure = |o: RunnerOpts| {
         o.arg("--sdk")
             .arg("scripted")
             .arg("--sdk")
@@ -90,8 +98,12 @@ async fn the_engines_file_tools_hold_while_the_agent_swaps_links() {
             .env("OPENAI_API_KEY", "sk-e2e-race")
             .env("OPENAI_BASE_URL", &llm.base_url())
             .env("CODE_AGENT_MODELS", MODEL)
-    })
-    .await;
+    };
+    let (cp, runner) = if as_agent_uid {
+        crate::agent_uid::agent_as_uid(configure).await
+    } else {
+        agent_with(configure).await
+    };
     create_sdk_agent(&cp, "c", "code-agent").await;
     let thread = try_create_thread(&cp, "c", "t-race", MODEL, WAIT)
         .await
