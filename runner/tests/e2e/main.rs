@@ -12,6 +12,7 @@ mod support;
 mod acked;
 mod admin;
 mod approvals;
+mod approvals_claude;
 
 mod additions;
 mod claude;
