@@ -7,7 +7,9 @@
 //! workspace, the agent's description, the gated item). Approved, the
 //! command runs (its file appears in the workspace) and its output goes
 //! back to the model; denied, it does not run and the model is told the
-//! person's message.
+//! person's message. A control plane that did not accept the extension
+//! sees none of it: claude's prompt is denied by the adapter's policy, as
+//! before.
 //!
 //! Needs npm to install the pinned `@anthropic-ai/claude-code` (cached
 //! under the target directory); without it the test records a skip and
@@ -42,15 +44,16 @@ fn claude_or_skip() -> Option<PathBuf> {
     }
 }
 
-/// A control plane that accepts `approvals/1`, a runner on the claude at
-/// `bin` in `default` permission mode pointed at `api`, agent `a` and a
-/// thread (its id).
+/// A control plane that accepts `approvals/1` (if `accept`), a runner on
+/// the claude at `bin` in `default` permission mode pointed at `api`,
+/// agent `a` and a thread (its id).
 async fn deciding(
     bin: &std::path::Path,
     api: &MockMessages,
+    accept: bool,
 ) -> (MockControlPlane, RunnerProc, String) {
     let cp = mock().await;
-    cp.accept_approvals(true);
+    cp.accept_approvals(accept);
     let mut opts = RunnerOpts::new(cp.url())
         .arg("--sdk")
         .arg("claude-code")
@@ -162,7 +165,7 @@ async fn a_real_claude_asks_the_control_plane_before_bash_runs() {
         return;
     };
     let api = MockMessages::start().await.expect("mock Messages API");
-    let (cp, runner, thread) = deciding(&bin, &api).await;
+    let (cp, runner, thread) = deciding(&bin, &api, true).await;
     let workspace = runner.thread_workspace("a", &thread);
 
     // Approved: the command runs after the decision, not before.
@@ -233,6 +236,40 @@ async fn a_real_claude_asks_the_control_plane_before_bash_runs() {
     assert!(
         told.iter().any(|t| t.contains(why)),
         "the model hears why: {told:?}\n{}",
+        runner.logs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_extension_a_real_claudes_prompt_is_denied_as_before() {
+    let Some(bin) = claude_or_skip() else {
+        return;
+    };
+    let api = MockMessages::start().await.expect("mock Messages API");
+    let (cp, runner, thread) = deciding(&bin, &api, false).await;
+    api.push(Reply::bash("touch unasked.txt"));
+    api.push(Reply::text("Could not."));
+    send(&cp, "m1", user_message("a", &thread, "make it", false)).await;
+    cp.wait_for(
+        |m| rid_is(m, "m1") && is_turn(m, TurnStatus::Completed),
+        CLAUDE_WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the turn completes: {e:?}\n{}", runner.logs()));
+    let asked = cp.received().iter().any(|m| {
+        matches!(
+            payload(m),
+            Some(Payload::ApprovalRequest(_) | Payload::ApprovalResolved(_))
+        )
+    });
+    assert!(!asked, "no approval message without the extension");
+    let workspace = runner.thread_workspace("a", &thread);
+    assert!(!workspace.join("unasked.txt").exists(), "the command ran");
+    let calls = api.model_calls();
+    let told = tool_results(calls.last().expect("a model call"));
+    assert!(
+        told.iter().any(|t| t.contains("agent-runner denies")),
+        "the adapter's policy answered: {told:?}\n{}",
         runner.logs()
     );
 }
