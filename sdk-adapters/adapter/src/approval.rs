@@ -51,8 +51,16 @@ pub struct ApprovalAsk {
     pub options: Vec<String>,
     /// The item this request gates, when there is one.
     pub item_id: Option<String>,
+    /// What the adapter adds for the runner alone (never sent); boxed, as
+    /// most asks have none and turn events stay small.
+    pub adapter: Option<Box<AdapterSide>>,
+}
+
+/// What an adapter adds to an [`ApprovalAsk`] for the runner alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdapterSide {
     /// The SDK's tool that asks, when its requests are per tool (Claude
-    /// Code's): part of what "the same request" means, never sent.
+    /// Code's): part of what "the same request" means.
     pub tool: Option<String>,
     /// What the SDK answers itself when no control plane decides (the
     /// extension is off); `None`: the runner's `--approval-policy` does.
@@ -71,8 +79,7 @@ impl ApprovalAsk {
             reason: None,
             options: Vec::new(),
             item_id: None,
-            tool: None,
-            fallback: None,
+            adapter: None,
         }
     }
 
@@ -83,7 +90,7 @@ impl ApprovalAsk {
             Some(command) => command.clone(),
             None => self.paths.join("\n"),
         };
-        match &self.tool {
+        match self.adapter.as_ref().and_then(|a| a.tool.as_ref()) {
             Some(tool) => (self.kind, format!("{tool}\0{what}")),
             None => (self.kind, what),
         }

@@ -20,7 +20,7 @@
 //! directories, a switch to `acceptEdits`). Without a control plane the
 //! answer is the adapter's policy, as before ([`crate::protocol::permission`]).
 
-use sdk_adapter::{ApprovalAnswer, ApprovalAsk, ApprovalKind, Verdict};
+use sdk_adapter::{AdapterSide, ApprovalAnswer, ApprovalAsk, ApprovalKind, Verdict};
 use serde_json::{Value, json};
 
 use crate::protocol::DENY_REASON;
@@ -91,9 +91,11 @@ pub(crate) fn ask_for(request: &Value, cwd: &str) -> ApprovalAsk {
         };
         ask
     };
-    ask.tool = Some(tool);
-    // Nobody decides: the adapter's policy, as before the extension.
-    ask.fallback = Some(ApprovalAnswer::deny(DENY_REASON));
+    ask.adapter = Some(Box::new(AdapterSide {
+        tool: Some(tool),
+        // Nobody decides: the adapter's policy, as before the extension.
+        fallback: Some(ApprovalAnswer::deny(DENY_REASON)),
+    }));
     ask
 }
 
@@ -160,7 +162,9 @@ mod tests {
         assert_eq!(ask.command.as_deref(), Some("touch a\nrm b"));
         assert_eq!(ask.cwd.as_deref(), Some("/w"));
         assert_eq!(ask.reason.as_deref(), Some("tidy up"));
-        assert_eq!(ask.fallback, Some(ApprovalAnswer::deny(DENY_REASON)));
+        let side = ask.adapter.as_deref().expect("the adapter's side");
+        assert_eq!(side.tool.as_deref(), Some("Bash"));
+        assert_eq!(side.fallback, Some(ApprovalAnswer::deny(DENY_REASON)));
 
         let write = ask_for(&request("Write", json!({"file_path": "/w/x"})), "/w");
         assert_eq!(

@@ -314,7 +314,8 @@ async fn permission_prompts_are_asked_through_the_turn_in_default_mode() {
         Some(&*thread.workspace.to_string_lossy())
     );
     assert_eq!(ask.reason.as_deref(), Some("run it"));
-    assert_eq!(ask.tool.as_deref(), Some("Bash"));
+    let side = ask.adapter.as_deref().expect("the adapter's side");
+    assert_eq!(side.tool.as_deref(), Some("Bash"));
     let gated = before.iter().find_map(|e| match e {
         TurnEvent::Item(item) if item.kind == ItemKind::CommandExecution => {
             Some(item.item_id.clone())

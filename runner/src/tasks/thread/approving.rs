@@ -37,8 +37,8 @@ impl ThreadTask {
             // No control plane decides (or the turn is gone): the SDK's
             // own answer when it has one, else the operator's policy.
             let answer = ask
-                .fallback
-                .clone()
+                .adapter
+                .and_then(|a| a.fallback)
                 .unwrap_or_else(|| policy_answer(rt.approvals.policy()));
             let outcome = verdict_label(answer.verdict);
             metrics::approval_resolved(kind, Resolver::Policy.as_str(), outcome);
