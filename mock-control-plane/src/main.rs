@@ -76,6 +76,13 @@ struct ServeArgs {
     #[arg(long, value_name = "US", default_value_t = 0)]
     read_delay_us: u64,
 
+    /// Accept `approvals/1`: agents' approval requests and questions come
+    /// out as `approvalRequest` messages, decided by `approvalDecision`
+    /// lines (--stdio) or `decide` steps (--script; a scenario can also say
+    /// `accept_approvals: true`).
+    #[arg(long)]
+    accept_approvals: bool,
+
     /// Forget what was processed on `restart` (the next registration
     /// answers acked_sequence 0), as a control plane without durable state.
     #[arg(long)]
@@ -232,6 +239,11 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
         None => None,
     };
     let plane = MockControlPlane::start(config(&args)?).await?;
+    // Before anyone knows the URL, so the first registration sees it.
+    plane.accept_approvals(args.accept_approvals);
+    if let Some(script) = &script {
+        script.apply(&plane);
+    }
 
     let code = if let Some(script) = script {
         let mut out = std::io::stdout();

@@ -6,7 +6,9 @@
 //! times out or ends with its turn, each ending with one
 //! `ApprovalResolved`; a decision for an id that is unknown or already
 //! resolved is refused naming it. A control plane that did not accept the
-//! extension sees none of this: the operator's policy decides.
+//! extension sees none of this: the operator's policy decides. The
+//! thread's transcript records both messages, and the mock's approvals
+//! scenario (its `decide` steps) passes.
 
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
@@ -175,6 +177,80 @@ async fn a_denied_command_does_not_run_and_the_agent_hears_why() {
     assert_eq!(command_outputs(&replies(&cp, "m1")), ["[denied] not today"]);
     let workspace = r.thread_workspace("a", &thread);
     assert!(!workspace.join("denied.txt").exists(), "the command ran");
+    // The thread's transcript records both messages, with the turn's and
+    // the decision's request ids.
+    let kinds = transcript_kinds(&r, &thread, 2).await;
+    assert!(
+        kinds.contains(&("approval_request".into(), Some("m1".into())))
+            && kinds.contains(&("approval_resolved".into(), Some("d1".into()))),
+        "{kinds:?}"
+    );
+}
+
+/// The (kind, request id) of every line of `thread`'s transcript, once it
+/// holds at least `approvals` approval lines.
+async fn transcript_kinds(
+    r: &RunnerProc,
+    thread: &str,
+    approvals: usize,
+) -> Vec<(String, Option<String>)> {
+    let file = r
+        .dirs
+        .path()
+        .join("state/transcripts")
+        .join(format!("{thread}.jsonl"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let kinds: Vec<(String, Option<String>)> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| {
+                let text = |k: &str| v[k].as_str().map(str::to_owned);
+                (text("kind").unwrap_or_default(), text("request_id"))
+            })
+            .collect();
+        let seen = kinds
+            .iter()
+            .filter(|(k, _)| k.starts_with("approval_"))
+            .count();
+        if seen >= approvals || tokio::time::Instant::now() > deadline {
+            return kinds;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The mock's YAML scenario of approvals (its `decide` steps approve,
+/// answer and deny the scripted agent's requests) passes against the real
+/// runner.
+#[tokio::test]
+async fn the_approvals_scenario_passes_against_the_real_runner() {
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../mock-control-plane/scenarios/approvals.yaml"
+    ))
+    .unwrap();
+    let parsed = mock_control_plane::scenario::parse(&yaml).unwrap();
+    let cp = mock().await;
+    parsed.apply(&cp);
+    let r = RunnerProc::start(RunnerOpts::new(cp.url()));
+    let mut out = Vec::new();
+    let result =
+        mock_control_plane::scenario::run(&cp, &parsed, Default::default(), &mut out).await;
+    let progress = String::from_utf8_lossy(&out);
+    result.unwrap_or_else(|e| panic!("{e:#}\n{progress}\n{}", r.logs()));
+    let thread = cp
+        .received()
+        .iter()
+        .find_map(|m| match payload(m) {
+            Some(Payload::ThreadUpdate(u)) => Some(u.thread_id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let workspace = r.thread_workspace("agent-approvals", &thread);
+    assert!(workspace.join("approved.txt").exists(), "{progress}");
+    assert!(!workspace.join("denied.txt").exists(), "{progress}");
 }
 
 /// No decision within `--approval-timeout`: denied, resolved by timeout.

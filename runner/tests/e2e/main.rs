@@ -13,6 +13,7 @@ mod acked;
 mod admin;
 mod agent_uid;
 mod approvals;
+mod approvals_claude;
 
 mod additions;
 mod claude;

@@ -51,6 +51,20 @@ pub struct ApprovalAsk {
     pub options: Vec<String>,
     /// The item this request gates, when there is one.
     pub item_id: Option<String>,
+    /// What the adapter adds for the runner alone (never sent); boxed, as
+    /// most asks have none and turn events stay small.
+    pub adapter: Option<Box<AdapterSide>>,
+}
+
+/// What an adapter adds to an [`ApprovalAsk`] for the runner alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdapterSide {
+    /// The SDK's tool that asks, when its requests are per tool (Claude
+    /// Code's): part of what "the same request" means.
+    pub tool: Option<String>,
+    /// What the SDK answers itself when no control plane decides (the
+    /// extension is off); `None`: the runner's `--approval-policy` does.
+    pub fallback: Option<ApprovalAnswer>,
 }
 
 impl ApprovalAsk {
@@ -65,17 +79,21 @@ impl ApprovalAsk {
             reason: None,
             options: Vec::new(),
             item_id: None,
+            adapter: None,
         }
     }
 
     /// What "the same request" means for "approve for this thread": the
-    /// kind with the command, or with the paths.
+    /// kind with the command, or with the paths (and the tool, when set).
     pub fn same_as_key(&self) -> (ApprovalKind, String) {
         let what = match &self.command {
             Some(command) => command.clone(),
             None => self.paths.join("\n"),
         };
-        (self.kind, what)
+        match self.adapter.as_ref().and_then(|a| a.tool.as_ref()) {
+            Some(tool) => (self.kind, format!("{tool}\0{what}")),
+            None => (self.kind, what),
+        }
     }
 }
 

@@ -32,7 +32,8 @@ mod turn_task;
 /// The launcher every spawn site starts its processes through.
 pub use agent_launcher as launcher;
 pub use approval::{
-    ApprovalAnswer, ApprovalAsk, ApprovalEvent, ApprovalKind, ApprovalReply, Verdict, ask_approval,
+    AdapterSide, ApprovalAnswer, ApprovalAsk, ApprovalEvent, ApprovalKind, ApprovalReply, Verdict,
+    ask_approval,
 };
 pub use event::{
     CommandInfo, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown,

@@ -25,9 +25,11 @@ pub struct ClaudeConfig {
     pub bin: PathBuf,
     /// `--permission-mode`; `None` keeps Claude Code's default. Whatever the
     /// mode, Claude Code's permission prompts come to the runner
-    /// (`--permission-prompt-tool stdio`), which allows them only under
-    /// `bypassPermissions` and denies them otherwise (nobody is there to
-    /// ask). `bypassPermissions` itself is implemented that way — claude
+    /// (`--permission-prompt-tool stdio`), which allows them under
+    /// `bypassPermissions`; under `default`, `acceptEdits` and `plan` they
+    /// are asked of a control plane that accepted `approvals/1`; otherwise
+    /// (and without such a control plane) they are denied (nobody is there
+    /// to ask). `bypassPermissions` itself is implemented that way — claude
     /// runs in `default` mode and every prompt is allowed — because Claude
     /// Code refuses its own bypass mode when running as root.
     pub permission_mode: Option<String>,
@@ -60,6 +62,17 @@ impl ClaudeConfig {
     /// Whether permission prompts are allowed.
     pub(crate) fn allows_tools(&self) -> bool {
         self.permission_mode.as_deref() == Some("bypassPermissions")
+    }
+
+    /// Whether permission prompts are asked through the runner (a person
+    /// at a control plane that accepted the extension decides; without one
+    /// the policy, as [`ClaudeConfig::allows_tools`] says, does): in the
+    /// modes where Claude Code asks, `default`, `acceptEdits` and `plan`.
+    pub(crate) fn asks_runner(&self) -> bool {
+        matches!(
+            self.permission_mode.as_deref(),
+            Some("default" | "acceptEdits" | "plan")
+        )
     }
 
     /// The `--permission-mode` claude is started with.
@@ -169,6 +182,12 @@ mod tests {
         assert!(config.allows_tools());
         assert_eq!(config.cli_permission_mode(), Some("default"));
         assert!(!ClaudeConfig::default().allows_tools());
+        assert!(!config.asks_runner() && !ClaudeConfig::default().asks_runner());
+        let plan = ClaudeConfig {
+            permission_mode: Some("plan".into()),
+            ..ClaudeConfig::default()
+        };
+        assert!(plan.asks_runner());
         assert!(check_permission_mode("plan").is_ok());
         assert!(check_permission_mode("yolo").is_err());
     }

@@ -20,7 +20,9 @@
 //!   nothing else (module `config_dir`): settings and hooks one thread
 //!   writes there never reach another; its transcripts live there too.
 //! - Permission prompts (`--permission-prompt-tool stdio`) are answered at
-//!   once by policy ([`ClaudeConfig::permission_mode`]).
+//!   once by policy ([`ClaudeConfig::permission_mode`]), or, under
+//!   `default`, `acceptEdits` and `plan`, asked through the turn (module
+//!   `permission`): a control plane that accepted `approvals/1` decides.
 //! - Registration advertises [`ClaudeConfig::models`]: Claude Code has no
 //!   model listing. Without the binary the SDK is UNCONFIGURED.
 //! - `delete_thread`, `delete_agent` and dropping the adapter kill the
@@ -30,6 +32,7 @@ mod config;
 mod config_dir;
 mod control;
 mod mcp;
+mod permission;
 mod protocol;
 mod session;
 #[cfg(feature = "testing")]

@@ -6,7 +6,9 @@
 //! or `--resume ID` for one that has a transcript. The router task answers
 //! Claude Code's control requests at once (permission prompts by policy,
 //! anything else with an error) and hands every other line to the running
-//! turn.
+//! turn. Under `--claude-permission-mode default|acceptEdits|plan` a
+//! permission prompt that arrives while a turn runs goes to that turn
+//! instead, which asks the runner (module `permission`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -57,6 +59,13 @@ pub(crate) enum TurnMsg {
     Interrupting,
     /// The process went away (the reason).
     Exited(String),
+    /// A permission prompt the runner decides: the control request's id,
+    /// the request, and where the answer goes.
+    Permission {
+        id: Value,
+        request: Value,
+        handle: sdk_process::ChildHandle,
+    },
 }
 
 pub(crate) type Sink = TurnSink<TurnMsg>;
@@ -174,6 +183,7 @@ impl Session {
             child.handle(),
             sink.clone(),
             config.allows_tools(),
+            config.asks_runner(),
         ));
         Ok(Self {
             child,
@@ -193,6 +203,7 @@ async fn route(
     handle: sdk_process::ChildHandle,
     sink: Arc<Sink>,
     allow: bool,
+    asks: bool,
 ) {
     let label = handle.label().to_owned();
     while let Some(line) = inbound.recv().await {
@@ -201,6 +212,16 @@ async fn route(
                 let id = line.get("request_id").cloned().unwrap_or(Value::Null);
                 let request = line.get("request").cloned().unwrap_or(Value::Null);
                 let subtype = request.get("subtype").and_then(Value::as_str).unwrap_or("");
+                if subtype == "can_use_tool"
+                    && asks
+                    && sink.send(TurnMsg::Permission {
+                        id: id.clone(),
+                        request: request.clone(),
+                        handle: handle.clone(),
+                    })
+                {
+                    continue;
+                }
                 let answer = if subtype == "can_use_tool" {
                     let tool = request
                         .get("tool_name")

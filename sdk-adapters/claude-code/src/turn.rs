@@ -19,6 +19,9 @@
 //!   the subtype); otherwise the messages it answered are settled and the
 //!   turn completes once none is pending (module `control`).
 //! - The process going away → Failed (Interrupted if an interrupt was asked).
+//! - A permission prompt handed to the turn (module `permission`) →
+//!   [`TurnEvent::Approval`], gating the tool's item; the answer goes back
+//!   to claude when it comes.
 //! - Tool items still RUNNING when the turn ends are reported COMPLETED.
 //! - After the turn, the session's title in its transcript (the last
 //!   `custom-title`, else the last `summary` entry) → [`TurnEvent::ThreadNamed`]
@@ -137,7 +140,54 @@ impl TurnTask {
             TurnMsg::Exited(reason) => {
                 Ok(Some(self.inbox.exited(self.control.interrupted(), &reason)))
             }
+            TurnMsg::Permission {
+                id,
+                request,
+                handle,
+            } => {
+                self.permission(run, id, request, handle).await?;
+                Ok(None)
+            }
         }
+    }
+
+    /// Asks the runner about a permission prompt, in order with the
+    /// turn's items; the answer is awaited on a task of its own, so the
+    /// turn goes on reading claude.
+    async fn permission(
+        &mut self,
+        run: &Run,
+        id: Value,
+        request: Value,
+        handle: sdk_process::ChildHandle,
+    ) -> Result<(), Gone> {
+        let mut ask = crate::permission::ask_for(&request, &self.cwd);
+        let tool_use = request.get("tool_use_id").and_then(Value::as_str);
+        ask.item_id = tool_use
+            .and_then(|t| run.tools.get(t))
+            .map(|(item_id, _)| item_id.clone());
+        let (reply, answer) = sdk_adapter::ApprovalReply::new();
+        self.send(TurnEvent::Approval(sdk_adapter::ApprovalEvent {
+            ask,
+            reply,
+        }))
+        .await?;
+        tokio::spawn(async move {
+            let answer = answer.await.unwrap_or_else(|_| {
+                sdk_adapter::ApprovalAnswer::deny("the turn ended before a decision came")
+            });
+            let result = crate::permission::decided(&request, &answer);
+            let tool = request
+                .get("tool_name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            tracing::info!(%tool, allowed = answer.approved(), "answered a permission prompt");
+            let line = crate::protocol::control_success(&id, result);
+            if let Err(e) = handle.send(&line).await {
+                tracing::debug!(error = %e, "could not answer a permission prompt");
+            }
+        });
+        Ok(())
     }
 
     async fn line(&mut self, run: &mut Run, line: Value) -> Result<Option<TurnOutcome>, Gone> {

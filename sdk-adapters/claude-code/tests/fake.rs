@@ -1,6 +1,7 @@
 //! The claude-code adapter against `fake-claude` (this package's stand-in
 //! for `claude`, see `src/bin/fake-claude.rs`): registration, every tool
-//! kind, permission prompts, steering, interrupt, failures, a crash
+//! kind, permission prompts (by policy, and asked through the turn),
+//! steering, interrupt, failures, a crash
 //! mid-turn, a restart that resumes, model changes, and process cleanup.
 //!
 //! Every test has its own config dir, so they run in parallel. Timings are
@@ -17,10 +18,13 @@ use sdk_adapter::testing::fake_cli::{
     steers_a_waiting_turn,
 };
 use sdk_adapter::testing::{
-    PATIENCE, alive, check_item_lifecycles, completed, completed_command, create, outcome, run,
-    texts, thread_spec, usage, wait_dead,
+    PATIENCE, alive, check_item_lifecycles, completed, completed_command, create, next, outcome,
+    rest, run, start, texts, thread_spec, usage, wait_dead,
 };
-use sdk_adapter::{ItemKind, SdkAdapter, SdkError, SdkStatus, ThreadSpec, TurnOutcome};
+use sdk_adapter::{
+    ApprovalAnswer, ApprovalEvent, ApprovalKind, ItemKind, SdkAdapter, SdkError, SdkStatus,
+    ThreadSpec, TurnEvent, TurnOutcome,
+};
 use sdk_claude_code::{CREDENTIALS, ClaudeAdapter, ClaudeConfig};
 use sdk_process::fake::FakeLog;
 use tempfile::TempDir;
@@ -276,6 +280,64 @@ async fn permission_prompts_are_denied_unless_bypass() {
     let command = completed_command(&events);
     assert_eq!(command.output.as_deref(), Some("ran: touch x"));
     assert!(args(dir.path())[0].contains("--permission-mode default"));
+}
+
+/// The next approval `turn` asks, and every event before it.
+async fn next_approval(turn: &mut sdk_adapter::Turn) -> (ApprovalEvent, Vec<TurnEvent>) {
+    let mut seen = Vec::new();
+    loop {
+        match next(turn, &seen).await {
+            TurnEvent::Approval(asked) => return (asked, seen),
+            event => seen.push(event),
+        }
+    }
+}
+
+/// Under `default`, a prompt is asked through the turn with what a person
+/// needs (gating the Bash item), and the command runs only if approved; a
+/// denial's message reaches the agent.
+#[tokio::test]
+async fn permission_prompts_are_asked_through_the_turn_in_default_mode() {
+    let (_dir, adapter, thread) = setup_adjusted(|config| ClaudeConfig {
+        permission_mode: Some("default".into()),
+        ..config
+    })
+    .await;
+    let mut turn = start(&adapter, &thread, "bash touch x").await;
+    let (asked, before) = next_approval(&mut turn).await;
+    let ask = &asked.ask;
+    assert_eq!(ask.kind, ApprovalKind::CommandExecution);
+    assert_eq!(ask.title, "run `touch x`");
+    assert_eq!(ask.command.as_deref(), Some("touch x"));
+    assert_eq!(
+        ask.cwd.as_deref(),
+        Some(&*thread.workspace.to_string_lossy())
+    );
+    assert_eq!(ask.reason.as_deref(), Some("run it"));
+    let side = ask.adapter.as_deref().expect("the adapter's side");
+    assert_eq!(side.tool.as_deref(), Some("Bash"));
+    let gated = before.iter().find_map(|e| match e {
+        TurnEvent::Item(item) if item.kind == ItemKind::CommandExecution => {
+            Some(item.item_id.clone())
+        }
+        _ => None,
+    });
+    assert_eq!(ask.item_id, gated, "{before:#?}");
+    assert!(asked.reply.send(ApprovalAnswer::approve()));
+    let events = rest(&mut turn).await;
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    assert_eq!(
+        completed_command(&events).output.as_deref(),
+        Some("ran: touch x")
+    );
+
+    let mut turn = start(&adapter, &thread, "bash rm y").await;
+    let (asked, _) = next_approval(&mut turn).await;
+    assert!(asked.reply.send(ApprovalAnswer::deny("MARKER-not-today")));
+    let events = rest(&mut turn).await;
+    let command = completed_command(&events);
+    assert_eq!(command.command, "rm y");
+    assert_eq!(command.output.as_deref(), Some("MARKER-not-today"));
 }
 
 #[tokio::test]

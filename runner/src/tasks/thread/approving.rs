@@ -2,10 +2,10 @@
 //! ([`sdk_adapter::TurnEvent::Approval`]), and the thread's task answers
 //! it exactly once: at once when the thread approved the same request
 //! before ("approve for this thread") or when no control plane decides
-//! (the operator's policy, nothing sent); otherwise an `ApprovalRequest`
-//! goes out with the turn's request id and the answer waits for the
-//! control plane's decision, the timeout, or the turn's end, each
-//! followed by one `ApprovalResolved`.
+//! (the SDK's own fallback answer, else the operator's policy; nothing
+//! sent); otherwise an `ApprovalRequest` goes out with the turn's request
+//! id and the answer waits for the control plane's decision, the timeout,
+//! or the turn's end, each followed by one `ApprovalResolved`.
 //!
 //! The agent's turn awaits its reply (a oneshot channel), so a waiting turn
 //! holds no worker; the thread's task keeps serving its mailbox meanwhile.
@@ -34,8 +34,12 @@ impl ThreadTask {
         }
         let rt = self.rt.clone();
         let Some(turn) = self.active.as_ref().filter(|_| rt.approvals.accepted()) else {
-            // No control plane decides (or the turn is gone): the policy.
-            let answer = policy_answer(rt.approvals.policy());
+            // No control plane decides (or the turn is gone): the SDK's
+            // own answer when it has one, else the operator's policy.
+            let answer = ask
+                .adapter
+                .and_then(|a| a.fallback)
+                .unwrap_or_else(|| policy_answer(rt.approvals.policy()));
             let outcome = verdict_label(answer.verdict);
             metrics::approval_resolved(kind, Resolver::Policy.as_str(), outcome);
             tracing::info!(thread_id = %self.spec.thread_id, kind, outcome, "approval decided by the runner's policy");

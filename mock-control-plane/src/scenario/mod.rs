@@ -20,9 +20,12 @@
 //!   - drop_connection: {}
 //! ```
 //!
-//! See `README.md` for every step and option.
+//! See `README.md` for every step and option; module `decide` answers
+//! approval requests.
 
-use std::collections::BTreeMap;
+mod decide;
+
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::time::Duration;
@@ -51,7 +54,22 @@ pub struct Scenario {
     pub vars: BTreeMap<String, String>,
     /// The steps, run in order.
     pub steps: Vec<Step>,
+    /// Whether the mock accepts `approvals/1` (`accept_approvals: true`).
+    pub accept_approvals: bool,
 }
+
+impl Scenario {
+    /// Sets what the scenario asks of the mock itself (before a runner
+    /// registers: [`run`] does it too, perhaps too late for a runner
+    /// already connected).
+    pub fn apply(&self, plane: &MockControlPlane) {
+        if self.accept_approvals {
+            plane.accept_approvals(true);
+        }
+    }
+}
+
+pub use decide::Decide;
 
 /// Where an `expect` starts searching the received log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -116,6 +134,8 @@ pub enum Step {
         /// Messages without a number on an acked session.
         unnumbered: Option<u64>,
     },
+    /// Decide the next approval request not decided yet (module `decide`).
+    Decide(Decide),
 }
 
 /// An `expect` (or `capture`) step.
@@ -144,6 +164,7 @@ impl Step {
             Step::DropConnection => "drop_connection",
             Step::Restart => "restart",
             Step::ExpectSequence { .. } => "expect_sequence",
+            Step::Decide(_) => "decide",
         }
     }
 }
@@ -157,6 +178,8 @@ struct RawScenario {
     timeout_ms: Option<u64>,
     #[serde(default)]
     vars: BTreeMap<String, Value>,
+    #[serde(default)]
+    accept_approvals: bool,
     steps: Vec<serde_yaml::Value>,
 }
 
@@ -209,7 +232,7 @@ struct RawExpectSequence {
 }
 
 const STEP_KINDS: &str = "wait_registered, wait_connected, send, expect, capture, \
-                          expect_none, sleep_ms, drop_connection, restart, expect_sequence";
+                          expect_none, sleep_ms, drop_connection, restart, expect_sequence, decide";
 
 /// The step's arguments; `null` (`- restart:`) reads as the defaults.
 fn args<T: Default + for<'de> Deserialize<'de>>(value: serde_yaml::Value) -> Result<T> {
@@ -301,6 +324,7 @@ fn parse_step(raw: serde_yaml::Value) -> Result<Step> {
                 unnumbered: a.unnumbered,
             }
         }
+        "decide" => Step::Decide(args::<decide::RawDecide>(value)?.parse()?),
         other => bail!("unknown step kind {other:?} (expected one of {STEP_KINDS})"),
     };
     Ok(step)
@@ -323,6 +347,7 @@ pub fn parse(yaml: &str) -> Result<Scenario> {
             .map(|(k, v)| (k, as_text(&v)))
             .collect(),
         steps,
+        accept_approvals: raw.accept_approvals,
     })
 }
 
@@ -341,6 +366,8 @@ struct Run<'a> {
     vars: BTreeMap<String, String>,
     last_send: usize,
     last_match: usize,
+    /// Approval ids a `decide` step answered.
+    decided: HashSet<String>,
     out: &'a mut (dyn Write + Send),
 }
 
@@ -353,6 +380,7 @@ pub async fn run(
     vars: BTreeMap<String, String>,
     out: &mut (dyn Write + Send),
 ) -> Result<Outcome> {
+    scenario.apply(plane);
     let mut all_vars = scenario.vars.clone();
     all_vars.extend(vars);
     let mut run = Run {
@@ -361,6 +389,7 @@ pub async fn run(
         vars: all_vars,
         last_send: 0,
         last_match: 0,
+        decided: HashSet::new(),
         out,
     };
     let total = scenario.steps.len();
@@ -413,6 +442,7 @@ impl Run<'_> {
                 let _ = writeln!(self.out, "  sent {value}");
             }
             Step::Expect(expect) => self.expect(expect).await?,
+            Step::Decide(decide) => self.decide(decide).await?,
             Step::ExpectNone {
                 pattern,
                 within,
@@ -573,6 +603,7 @@ steps:
   - sleep_ms: 20
   - drop_connection: {}
   - restart:
+  - decide: {outcome: deny, message: no}
 "#,
         )
         .expect("parses");
@@ -591,7 +622,8 @@ steps:
                 "expect_none",
                 "sleep_ms",
                 "drop_connection",
-                "restart"
+                "restart",
+                "decide"
             ]
         );
         match &scenario.steps[4] {
@@ -619,6 +651,7 @@ steps:
             ("steps: [{expect: {mtch: {}}}]", "mtch"),
             ("steps: [{send: 3}]", "ServerMessage object"),
             ("steps: [plain]", "mapping"),
+            ("steps: [{decide: {outcome: maybe}}]", "unknown outcome"),
             ("stpes: []", "stpes"),
         ] {
             let err = parse(yaml).expect_err(yaml);
@@ -629,7 +662,7 @@ steps:
 
     #[test]
     fn shipped_basic_scenario_parses() {
-        let text = include_str!("../scenarios/basic.yaml");
+        let text = include_str!("../../scenarios/basic.yaml");
         let scenario = parse(text).expect("basic.yaml parses");
         assert!(
             scenario
