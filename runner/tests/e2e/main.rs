@@ -12,6 +12,8 @@ mod support;
 mod acked;
 mod admin;
 mod approvals;
+mod approvals_codex;
+mod approvals_engine;
 
 mod additions;
 mod claude;
