@@ -179,7 +179,12 @@ impl CodeAgentArgs {
             config.endpoint = Some(url);
         }
         config.state_dir = self.code_agent_state_dir;
-        for tool in self.code_agent_approve_tools.iter().map(|t| t.trim()) {
+        let tools = self
+            .code_agent_approve_tools
+            .iter()
+            .flat_map(|t| t.split(','))
+            .map(str::trim);
+        for tool in tools {
             let named = tool
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));

@@ -6,7 +6,8 @@
 //! approval request reaches the control plane carrying the command, the
 //! thread's workspace as its cwd and the turn's request id; while it waits
 //! the file does not exist; approved, the command runs; denied, it never
-//! runs and the turn still completes.
+//! runs and the turn still completes. And codex's questions and MCP
+//! elicitations (the fake app-server) answered by the control plane.
 //!
 //! Needs npm for the pinned package (as `e2e::codex`); without it the test
 //! records a skip and passes, unless `AGENT_RUNNER_REQUIRE_REAL_CODEX` is
@@ -170,4 +171,57 @@ async fn real_codex_runs_a_command_only_after_the_control_plane_approves() {
         !m2.iter().any(|m| error_text(m).is_some()),
         "no RequestError: {m2:#?}"
     );
+}
+
+/// codex's questions and MCP elicitations (the fake app-server, approval
+/// policy `untrusted`) reach the control plane too, and its answers reach
+/// codex: the question's answer text, the elicitation's content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_questions_and_elicitations_are_answered_by_the_control_plane() {
+    use mock_control_plane::approvals::Answer;
+    let state = tempfile::tempdir().expect("tempdir");
+    let cp = mock().await;
+    cp.accept_approvals(true);
+    let opts = RunnerOpts::new(cp.url())
+        .arg("--codex-approval-policy")
+        .arg("untrusted");
+    let runner = RunnerProc::start(crate::fakes::with_fake_codex(opts, state.path()));
+    cp.wait_connected(WAIT).await.expect("runner connects");
+    sdk_probed(&cp, "codex").await;
+    create_sdk_agent(&cp, "a", "codex").await;
+    let thread = try_create_thread(&cp, "a", "t", "fake-fast", WAIT)
+        .await
+        .expect("a codex thread");
+    let _answering = cp.answer_approvals(|a| {
+        Some(match ApprovalKind::try_from(a.kind) {
+            Ok(ApprovalKind::Question) => Answer::text("blue"),
+            Ok(ApprovalKind::McpElicitation) => Answer::text(r#"{"env":"prod"}"#),
+            _ => Answer::deny("unexpected"),
+        })
+    });
+    send(&cp, "m1", user_message("a", &thread, "ask\nelicit", false)).await;
+    turn_completed(&cp, "m1").await;
+    let m1 = replies(&cp, "m1");
+    assert_eq!(
+        said(&m1),
+        [
+            r#"answers: {"q1":{"answers":["blue"]}}"#,
+            r#"elicitation: accept {"env":"prod"}"#
+        ],
+        "{}",
+        runner.logs()
+    );
+    let asked: Vec<ApprovalRequest> = m1
+        .iter()
+        .filter_map(|m| match &m.payload {
+            Some(Payload::ApprovalRequest(a)) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked[0].kind, ApprovalKind::Question as i32);
+    assert_eq!(asked[0].title, "Which?");
+    assert_eq!(asked[1].kind, ApprovalKind::McpElicitation as i32);
+    assert!(asked[1].title.contains("Which env?"), "{:?}", asked[1]);
+    assert_eq!(asked[1].options, ["dev", "prod"]);
 }

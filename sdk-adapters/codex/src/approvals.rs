@@ -215,9 +215,10 @@ fn schema_choices(schema: Option<&Value>) -> Vec<String> {
 }
 
 /// The answers to a `requestUserInput`: by question id, from a JSON object
-/// answer, or the answer text for every question; none unless approved.
+/// answer, or the answer text for every question; none without an answer
+/// (a question's outcome does not matter, its answer does).
 fn answers(params: &Value, answer: &ApprovalAnswer) -> Value {
-    let Some(text) = answer.answer.as_deref().filter(|_| answer.approved()) else {
+    let Some(text) = answer.answer.as_deref() else {
         return json!({ "answers": {} });
     };
     let by_id: Option<serde_json::Map<String, Value>> = serde_json::from_str(text).ok();
