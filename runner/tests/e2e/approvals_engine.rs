@@ -6,8 +6,10 @@
 //! plane as a command approval with the command and the workspace; while
 //! it waits the file does not exist; approved, the command runs; denied, it
 //! does not and the denial's message reaches the model as the tool's
-//! result. A control plane that did not accept the extension sees no
-//! request, and the runner's `--approval-policy` (deny) decides.
+//! result. Approved for the thread, the same command runs again without
+//! asking; one nobody decides is denied at `--approval-timeout`. A control
+//! plane that did not accept the extension sees no request, and the
+//! runner's `--approval-policy` (deny) decides.
 
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
@@ -29,6 +31,15 @@ fn bash(call: &str, command: &str) -> MockReply {
 /// A runner with the engine asking before `bash`, against `mock`, and a
 /// control plane accepting approvals or not; agent `a`'s thread.
 async fn engine_runner(mock: &MockLlm, accept: bool) -> (MockControlPlane, RunnerProc, String) {
+    engine_runner_with(mock, accept, &[]).await
+}
+
+/// [`engine_runner`] with more runner arguments.
+async fn engine_runner_with(
+    mock: &MockLlm,
+    accept: bool,
+    args: &[&str],
+) -> (MockControlPlane, RunnerProc, String) {
     let cp = crate::support::mock().await;
     cp.accept_approvals(accept);
     let mut opts = RunnerOpts::new(cp.url())
@@ -36,6 +47,9 @@ async fn engine_runner(mock: &MockLlm, accept: bool) -> (MockControlPlane, Runne
         .arg("code-agent")
         .arg("--code-agent-approve-tools")
         .arg("bash,write");
+    for a in args {
+        opts = opts.arg(a);
+    }
     for (k, v) in model_env(mock) {
         opts = opts.env(&k, &v);
     }
@@ -201,4 +215,56 @@ async fn without_the_extension_the_engine_is_denied_by_policy() {
         )),
         "nothing about approvals is sent"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_for_thread_is_remembered_and_an_undecided_call_times_out() {
+    let again = "echo again >> again.txt";
+    let mock = MockLlm::start(vec![
+        bash("call_1", again),
+        MockReply::text("One."),
+        bash("call_2", again),
+        MockReply::text("Two."),
+        bash("call_3", "echo late > late.txt"),
+        MockReply::text("Three."),
+    ])
+    .await;
+    let (cp, runner, thread) = engine_runner_with(&mock, true, &["--approval-timeout", "2s"]).await;
+    let workspace = runner.thread_workspace("a", &thread);
+    send(&cp, "m1", user_message("a", &thread, "one", false)).await;
+    let request = asked(&cp, &runner, "m1").await;
+    decide(
+        &cp,
+        "d1",
+        &request.approval_id,
+        ApprovalOutcome::ApproveForThread,
+        "",
+    )
+    .await;
+    completed(&cp, &runner, "m1").await;
+    send(&cp, "m2", user_message("a", &thread, "two", false)).await;
+    let m2 = completed(&cp, &runner, "m2").await;
+    assert!(
+        !m2.iter()
+            .any(|m| matches!(payload(m), Some(Payload::ApprovalRequest(_)))),
+        "the same command is not asked again: {m2:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("again.txt")).unwrap_or_default(),
+        "again\nagain\n"
+    );
+
+    send(&cp, "m3", user_message("a", &thread, "three", false)).await;
+    let request = asked(&cp, &runner, "m3").await;
+    let m3 = completed(&cp, &runner, "m3").await;
+    assert_eq!(said(&m3), ["Three."]);
+    assert!(!workspace.join("late.txt").exists(), "timed out: denied");
+    let id = request.approval_id.clone();
+    let timed_out = cp.received().iter().any(|m| {
+        matches!(payload(m),
+        Some(Payload::ApprovalResolved(r)) if r.approval_id == id
+            && r.resolved_by == ApprovalResolver::Timeout as i32
+            && r.outcome == ApprovalOutcome::Deny as i32)
+    });
+    assert!(timed_out, "{:#?}", cp.received());
 }
