@@ -202,6 +202,7 @@ impl RunConfig {
         };
         // `--proxy` reaches the embedded engine's model providers too.
         config.sdk_options.code_agent.model_proxy = config.proxy.model_proxy();
+        config.sdk_options.code_agent.approval_timeout = config.approval_timeout;
         default_code_agent_state_dir(&mut config.sdk_options.code_agent, &config.state_dir);
         config.check()?;
         Ok(config)

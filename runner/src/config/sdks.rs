@@ -146,6 +146,18 @@ settings! {
             help_heading = "SDKs",
         )]
         pub code_agent_ca_cert: Option<PathBuf>,
+        /// Engine tools whose every call waits for a person's approval
+        /// (`bash`, `write`, `edit`, an MCP tool's `mcp__SERVER__TOOL`…):
+        /// asked at the control plane under `approvals/1`, else decided by
+        /// --approval-policy; comma-separated in the variable. Default: none.
+        #[arg(
+            long,
+            env = "AGENT_RUNNER_CODE_AGENT_APPROVE_TOOLS",
+            value_name = "TOOL",
+            value_delimiter = ',',
+            help_heading = "SDKs",
+        )]
+        pub code_agent_approve_tools: Vec<String>,
     }
 }
 
@@ -167,6 +179,25 @@ impl CodeAgentArgs {
             config.endpoint = Some(url);
         }
         config.state_dir = self.code_agent_state_dir;
+        let tools = self
+            .code_agent_approve_tools
+            .iter()
+            .flat_map(|t| t.split(','))
+            .map(str::trim);
+        for tool in tools {
+            let named = tool
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            if !named {
+                return Err(key_err(
+                    "code_agent_approve_tools",
+                    format!("{tool:?} is not a tool name (letters, digits, `_`, `-`, `.`)"),
+                ));
+            }
+            if !tool.is_empty() {
+                config.approve_tools.push(tool.to_owned());
+            }
+        }
         config.auth_token = match &self.code_agent_auth_token_file {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {

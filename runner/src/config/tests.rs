@@ -160,3 +160,28 @@ fn help_shows_the_sections() {
     }
     assert!(help.contains("[env: AGENT_RUNNER_DRAIN_TIMEOUT"), "{help}");
 }
+
+#[test]
+fn engine_tools_needing_approval_are_checked_and_reach_the_adapter() {
+    let (args, matches) = parse(&[
+        "--control-plane-url=http://cp:1",
+        "--code-agent-approve-tools=bash, write",
+        "--approval-timeout=2m",
+    ]);
+    let (config, _) = RunConfig::resolve_sourced(args, Some(&matches), None).unwrap();
+    let engine = &config.sdk_options.code_agent;
+    assert_eq!(engine.approve_tools, ["bash", "write"]);
+    assert_eq!(engine.approval_timeout, std::time::Duration::from_secs(120));
+    let (args, matches) = parse(&["--control-plane-url=http://cp:1"]);
+    let (config, _) = RunConfig::resolve_sourced(args, Some(&matches), None).unwrap();
+    assert!(config.sdk_options.code_agent.approve_tools.is_empty());
+    let (args, matches) = parse(&[
+        "--control-plane-url=http://cp:1",
+        "--code-agent-approve-tools=rm -rf",
+    ]);
+    let err = RunConfig::resolve_sourced(args, Some(&matches), None).unwrap_err();
+    assert!(
+        err.to_string().contains("code_agent_approve_tools"),
+        "{err}"
+    );
+}

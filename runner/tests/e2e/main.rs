@@ -14,6 +14,8 @@ mod admin;
 mod agent_uid;
 mod approvals;
 mod approvals_claude;
+mod approvals_codex;
+mod approvals_engine;
 
 mod additions;
 mod claude;

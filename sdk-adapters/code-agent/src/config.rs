@@ -57,6 +57,12 @@ pub struct CodeAgentConfig {
     /// runner's `--proxy`). `None`: the environment's `HTTPS_PROXY` /
     /// `HTTP_PROXY` / `NO_PROXY`. Unused with `endpoint`.
     pub model_proxy: Option<code_agent_engine::llm::ModelProxy>,
+    /// The engine tools whose calls wait for a person's approval (module
+    /// `approvals`), matched without regard to case; empty: none.
+    pub approve_tools: Vec<String>,
+    /// How long the runner lets an approval wait (its `--approval-timeout`);
+    /// the engine's own confirmation timeout is set past it.
+    pub approval_timeout: Duration,
 }
 
 impl Default for CodeAgentConfig {
@@ -71,6 +77,8 @@ impl Default for CodeAgentConfig {
             interrupt_grace: Duration::from_secs(10),
             coalesce: Duration::from_millis(100),
             model_proxy: None,
+            approve_tools: Vec::new(),
+            approval_timeout: Duration::from_secs(600),
         }
     }
 }

@@ -24,10 +24,15 @@
 //!   interrupt is `Cancel` (module `control`).
 //! - `delete_thread` ⇒ `DestroySession`; `delete_agent` does it for each
 //!   of the agent's threads this adapter knows.
+//! - Confirmations: every session gets a confirmation policy naming the
+//!   tools that need approval (`approve_tools`), and every turn follows its
+//!   session's `CONFIRMATION_REQUIRED` events, asking the runner and
+//!   answering with `ConfirmToolExecution` (module `approvals`).
 //! - `describe` ⇒ `ListProviders` (module `describe`); before the embedded
 //!   engine is started, registration reads the same provider store without
 //!   starting it (`known`), so the engine starts with the first thread.
 
+mod approvals;
 mod config;
 mod connect;
 mod control;
@@ -327,9 +332,58 @@ impl CodeAgentAdapter {
                 return Err(at(connected.message));
             }
         }
+        self.set_confirmation_policy(&mut client, &id).await?;
         state.ready = true;
         state.session_id = Some(id.clone());
         Ok(id)
+    }
+
+    /// Which tools of session `id` wait for approval (module `approvals`).
+    /// An engine without the call is fine as long as none need it.
+    async fn set_confirmation_policy(&self, client: &mut Client, id: &str) -> Result<(), SdkError> {
+        let tools = &self.config.approve_tools;
+        let policy = approvals::policy(tools, self.config.approval_timeout);
+        let request = approvals::set_policy(id, policy);
+        match self
+            .call(
+                "SetConfirmationPolicy",
+                client.set_confirmation_policy(request),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(status) if status.code() == Code::Unimplemented && tools.is_empty() => {
+                tracing::debug!(error = %status_text(&status), "the engine has no SetConfirmationPolicy; no tool needs approval");
+                Ok(())
+            }
+            Err(status) => Err(sdk_error("SetConfirmationPolicy", &status)),
+        }
+    }
+
+    /// The session's confirmation requests during a turn; `None` (logged)
+    /// when the engine cannot stream them.
+    async fn confirmations(
+        &self,
+        spec: &ThreadSpec,
+    ) -> Result<Option<tonic::Streaming<code_agent_proto::AgentEvent>>, SdkError> {
+        let id = session_id(spec)?;
+        let client = self.client().await?;
+        let subscribed = tokio::time::timeout(
+            self.config.request_timeout,
+            approvals::subscribe(&client, &id),
+        )
+        .await;
+        Ok(match subscribed {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(status)) => {
+                tracing::warn!(session_id = %id, error = %status_text(&status), "code-agent SubscribeEvents failed; confirmations will not be asked");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(session_id = %id, "code-agent SubscribeEvents timed out; confirmations will not be asked");
+                None
+            }
+        })
     }
 
     async fn destroy(&self, session_id: String) -> Result<(), SdkError> {
@@ -496,6 +550,8 @@ impl SdkAdapter for CodeAgentAdapter {
     async fn start_turn(&self, spec: &ThreadSpec, input: TurnInput) -> Result<Turn, SdkError> {
         let slot = self.slot(spec);
         let mut state = slot.state.lock().await;
+        // Followed before the generation starts, so none is missed.
+        let confirmations = self.confirmations(spec).await?;
         let (session_id, stream) = self.open_stream(spec, &mut state, &input).await?;
         let title = if std::mem::take(&mut state.unnamed) {
             title::from_first_message(&input.text)
@@ -508,8 +564,8 @@ impl SdkAdapter for CodeAgentAdapter {
         let (events, receiver) = mpsc::channel(TURN_EVENT_BUFFER);
         let (msgs_tx, msgs) = mpsc::channel(TURN_MSG_BUFFER);
         let control = Arc::new(CodeAgentControl::new(
-            client,
-            session_id,
+            client.clone(),
+            session_id.clone(),
             self.config.request_timeout,
             STEER_TIMEOUT,
             msgs_tx,
@@ -534,6 +590,12 @@ impl SdkAdapter for CodeAgentAdapter {
             interrupt_grace: self.config.interrupt_grace,
             thread_usage: slot.usage.clone(),
             context_window,
+            confirmations: confirmations.map(|events| turn::Confirmations {
+                events,
+                client,
+                session_id,
+                request_timeout: self.config.request_timeout,
+            }),
         };
         tokio::spawn(task.run());
         Ok(Turn {

@@ -23,12 +23,16 @@
 //!   After an interrupt, any end is Interrupted; if the stream has not
 //!   ended `interrupt_grace` after `Cancel`, the adapter stops reading it.
 //! - Items still open when the turn ends are COMPLETED with what they have.
+//! - The session's `CONFIRMATION_REQUIRED` events become
+//!   [`TurnEvent::Approval`]s, in order with the items; each answer goes
+//!   back to the engine from a task of its own (module `approvals`), so the
+//!   turn goes on reading meanwhile.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use code_agent_proto::GenerateChunk;
+use code_agent_proto::{AgentEvent, GenerateChunk};
 use sdk_adapter::{
     Gone, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown, TurnEvent,
     TurnOutcome, sleep_until,
@@ -37,6 +41,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Streaming;
 
+use crate::approvals;
+use crate::connect::Client;
 use crate::control::{CodeAgentControl, TurnMsg};
 use crate::status_text;
 use crate::tools::{self, ToolItem};
@@ -67,6 +73,17 @@ pub(crate) struct TurnTask {
     /// The thread's cumulative usage (shared with its later turns).
     pub thread_usage: Arc<Mutex<TokenUsageBreakdown>>,
     pub context_window: Option<i64>,
+    /// Where the engine's confirmation requests come from and go back to;
+    /// `None` when the engine cannot stream them.
+    pub confirmations: Option<Confirmations>,
+}
+
+/// A turn's confirmation requests (module `approvals`).
+pub(crate) struct Confirmations {
+    pub events: Streaming<AgentEvent>,
+    pub client: Client,
+    pub session_id: String,
+    pub request_timeout: Duration,
 }
 
 #[derive(Default)]
@@ -154,6 +171,9 @@ impl TurnTask {
                         }
                         run.deferred = Some(outcome);
                     }
+                }
+                event = next_confirmation(&mut self.confirmations), if self.confirmations.is_some() => {
+                    self.confirmation(event).await?;
                 }
                 () = control.gate().interrupted().cancelled(), if run.interrupt_deadline.is_none() => {
                     run.interrupt_deadline = Some(Instant::now() + self.interrupt_grace);
@@ -384,8 +404,61 @@ impl TurnTask {
         .await
     }
 
+    /// One event of the confirmation stream: asks the runner, and answers
+    /// the engine once it decided. A stream that ended is no longer read.
+    async fn confirmation(
+        &mut self,
+        event: Result<Option<AgentEvent>, tonic::Status>,
+    ) -> Result<(), Gone> {
+        let event = match event {
+            Ok(Some(event)) => event,
+            Ok(None) | Err(_) => {
+                if !self.interrupted() {
+                    tracing::debug!(turn_id = %self.turn_id, "the engine's confirmation stream ended");
+                }
+                self.confirmations = None;
+                return Ok(());
+            }
+        };
+        let Some(confirmations) = self.confirmations.as_ref() else {
+            return Ok(());
+        };
+        let Some((tool_id, ask)) = approvals::ask_for(&event, &self.cwd) else {
+            return Ok(());
+        };
+        let (client, session_id, timeout) = (
+            confirmations.client.clone(),
+            confirmations.session_id.clone(),
+            confirmations.request_timeout,
+        );
+        let (reply, answer) = sdk_adapter::ApprovalReply::new();
+        self.send(TurnEvent::Approval(sdk_adapter::ApprovalEvent {
+            ask,
+            reply,
+        }))
+        .await?;
+        tokio::spawn(async move {
+            let answer = answer.await.unwrap_or_else(|_| {
+                sdk_adapter::ApprovalAnswer::deny("the turn ended before a decision came")
+            });
+            let request = approvals::confirmation(&session_id, &tool_id, &answer);
+            approvals::confirm(&client, request, timeout).await;
+        });
+        Ok(())
+    }
+
     async fn send(&self, event: TurnEvent) -> Result<(), Gone> {
         self.events.send(event).await.map_err(|_| Gone)
+    }
+}
+
+/// The next confirmation event (never, without a stream).
+async fn next_confirmation(
+    confirmations: &mut Option<Confirmations>,
+) -> Result<Option<AgentEvent>, tonic::Status> {
+    match confirmations {
+        Some(c) => c.events.message().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,17 +1,22 @@
 //! Answers to the app-server's server-to-client requests.
 //!
 //! Command, file-change and permission approvals (v2 and the legacy
-//! `execCommandApproval`/`applyPatchApproval`) that arrive while a turn runs,
-//! under an approval policy other than `never`, are asked through the turn
+//! `execCommandApproval`/`applyPatchApproval`), questions for the user
+//! (`item/tool/requestUserInput`) and MCP elicitations
+//! (`mcpServer/elicitation/request`) that arrive while a turn runs, under an
+//! approval policy other than `never`, are asked through the turn
 //! ([`ask_for`], [`decided`]): the runner decides (a person at the control
-//! plane, or its policy). Everything else is answered at once, and never
+//! plane, or its policy). A question's answer text answers every question
+//! of the request, unless it is a JSON object of answers by question id; an
+//! accepted elicitation's content is the answer when that is a JSON
+//! object, else empty. Everything else is answered at once, and never
 //! left hanging (codex would wait for it forever):
 //! - command / file-change / permission approvals: accepted when the thread
 //!   runs with approval policy `never` (the operator chose full autonomy;
 //!   codex should not even ask), declined otherwise;
-//! - questions for the user (`item/tool/requestUserInput`): no answers;
-//! - MCP elicitations: declined; dynamic tool calls: failed (the runner
-//!   registers none);
+//! - questions for the user: no answers; MCP elicitations: declined (both
+//!   outside a turn, or under `never`);
+//! - dynamic tool calls: failed (the runner registers none);
 //! - anything else: a JSON-RPC "method not found" error.
 //!
 //! The v2 decisions carry no reason text; the reason is logged, and the
@@ -83,6 +88,8 @@ pub(crate) fn asks(method: &str) -> bool {
             | "item/permissions/requestApproval"
             | "execCommandApproval"
             | "applyPatchApproval"
+            | "item/tool/requestUserInput"
+            | "mcpServer/elicitation/request"
     )
 }
 
@@ -108,6 +115,28 @@ pub(crate) fn ask_for(method: &str, params: &Value) -> ApprovalAsk {
             ask.command = command;
             ask.cwd = text("cwd");
             ask
+        }
+        "item/tool/requestUserInput" => return question(params),
+        "mcpServer/elicitation/request" => {
+            let server = text("serverName").unwrap_or_default();
+            let message = text("message").unwrap_or_default();
+            let mut ask = ApprovalAsk::new(
+                ApprovalKind::McpElicitation,
+                format!("{server} asks: {message}"),
+            );
+            ask.reason = Some(message);
+            ask.command = Some(format!(
+                "{server}: {}",
+                params
+                    .get("requestedSchema")
+                    .map(Value::to_string)
+                    .unwrap_or_default()
+            ));
+            ask.options = schema_choices(params.get("requestedSchema"));
+            if let Some(url) = text("url") {
+                ask.paths = vec![url];
+            }
+            return ask;
         }
         "item/permissions/requestApproval" => {
             let wanted = params
@@ -135,12 +164,108 @@ pub(crate) fn ask_for(method: &str, params: &Value) -> ApprovalAsk {
     ask
 }
 
+/// A `requestUserInput`'s questions as one ask: the questions joined as
+/// the title, the first question's option labels as the choices.
+fn question(params: &Value) -> ApprovalAsk {
+    let questions = params
+        .get("questions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let asked: Vec<String> = questions
+        .iter()
+        .filter_map(|q| q.get("question").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    let mut ask = ApprovalAsk::new(ApprovalKind::Question, asked.join(" / "));
+    ask.reason = questions
+        .first()
+        .and_then(|q| q.get("header"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    ask.options = questions
+        .first()
+        .and_then(|q| q.get("options"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.get("label").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    ask.item_id = params
+        .get("itemId")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    ask
+}
+
+/// The values an elicitation's schema allows for its single enum field.
+fn schema_choices(schema: Option<&Value>) -> Vec<String> {
+    let Some(Value::Object(properties)) = schema.and_then(|s| s.get("properties")) else {
+        return Vec::new();
+    };
+    properties
+        .values()
+        .find_map(|p| p.get("enum").and_then(Value::as_array))
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The answers to a `requestUserInput`: by question id, from a JSON object
+/// answer, or the answer text for every question; none without an answer
+/// (a question's outcome does not matter, its answer does).
+fn answers(params: &Value, answer: &ApprovalAnswer) -> Value {
+    let Some(text) = answer.answer.as_deref() else {
+        return json!({ "answers": {} });
+    };
+    let by_id: Option<serde_json::Map<String, Value>> = serde_json::from_str(text).ok();
+    let mut out = serde_json::Map::new();
+    let questions = params.get("questions").and_then(Value::as_array);
+    for id in questions
+        .into_iter()
+        .flatten()
+        .filter_map(|q| q.get("id").and_then(Value::as_str))
+    {
+        let given = match &by_id {
+            Some(map) => match map.get(id) {
+                Some(Value::String(one)) => vec![one.clone()],
+                Some(Value::Array(many)) => many
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+                _ => continue,
+            },
+            None => vec![text.to_owned()],
+        };
+        out.insert(id.to_owned(), json!({ "answers": given }));
+    }
+    json!({ "answers": out })
+}
+
 /// codex's answer to `method` for `answer`. codex's decisions carry no
 /// text: a denial's message is logged by the runner, not given to codex
 /// (except as a legacy request's `rejection`).
 pub(crate) fn decided(method: &str, params: &Value, answer: &ApprovalAnswer) -> Value {
     let verdict = answer.verdict;
     match method {
+        "item/tool/requestUserInput" => answers(params, answer),
+        "mcpServer/elicitation/request" => match verdict {
+            Verdict::Approve | Verdict::ApproveForThread => {
+                let content = answer
+                    .answer
+                    .as_deref()
+                    .and_then(|a| serde_json::from_str::<Value>(a).ok())
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}));
+                json!({ "action": "accept", "content": content, "_meta": null })
+            }
+            Verdict::Deny => json!({ "action": "decline", "content": null, "_meta": null }),
+            Verdict::CancelTurn => json!({ "action": "cancel", "content": null, "_meta": null }),
+        },
         "item/permissions/requestApproval" => {
             let granted = match verdict {
                 Verdict::Approve | Verdict::ApproveForThread => params
@@ -245,6 +370,58 @@ mod tests {
             granted,
             json!({"permissions": {"network": true}, "scope": "session"})
         );
-        assert!(asks("execCommandApproval") && !asks("item/tool/requestUserInput"));
+        assert!(asks("execCommandApproval") && !asks("item/tool/call"));
+    }
+
+    #[test]
+    fn questions_and_elicitations_are_asked_and_answered() {
+        let p = json!({"itemId": "ask_1", "questions": [
+            {"id": "q1", "header": "Pick", "question": "Which?", "options": [{"label": "red"}, {"label": "blue"}]},
+        ]});
+        let method = "item/tool/requestUserInput";
+        let ask = ask_for(method, &p);
+        assert_eq!(ask.kind, ApprovalKind::Question);
+        assert_eq!(ask.title, "Which?");
+        assert_eq!(ask.options, ["red", "blue"]);
+        assert_eq!(ask.item_id.as_deref(), Some("ask_1"));
+        let answered = ApprovalAnswer {
+            answer: Some("blue".into()),
+            ..ApprovalAnswer::approve()
+        };
+        assert_eq!(
+            decided(method, &p, &answered),
+            json!({"answers": {"q1": {"answers": ["blue"]}}})
+        );
+        let by_id = ApprovalAnswer {
+            answer: Some(r#"{"q1": ["red", "blue"], "q9": "x"}"#.into()),
+            ..ApprovalAnswer::approve()
+        };
+        assert_eq!(
+            decided(method, &p, &by_id),
+            json!({"answers": {"q1": {"answers": ["red", "blue"]}}})
+        );
+        let none = decided(method, &p, &ApprovalAnswer::deny("no"));
+        assert_eq!(none, json!({"answers": {}}));
+
+        let e = json!({"serverName": "docs", "message": "Which env?", "mode": "form",
+            "requestedSchema": {"type": "object", "properties": {"env": {"type": "string", "enum": ["dev", "prod"]}}}});
+        let method = "mcpServer/elicitation/request";
+        let ask = ask_for(method, &e);
+        assert_eq!(ask.kind, ApprovalKind::McpElicitation);
+        assert!(ask.title.contains("docs") && ask.title.contains("Which env?"));
+        assert_eq!(ask.options, ["dev", "prod"]);
+        let accepted = ApprovalAnswer {
+            answer: Some(r#"{"env": "dev"}"#.into()),
+            ..ApprovalAnswer::approve()
+        };
+        assert_eq!(decided(method, &e, &accepted)["action"], "accept");
+        assert_eq!(
+            decided(method, &e, &accepted)["content"],
+            json!({"env": "dev"})
+        );
+        assert_eq!(
+            decided(method, &e, &ApprovalAnswer::deny("no"))["action"],
+            "decline"
+        );
     }
 }

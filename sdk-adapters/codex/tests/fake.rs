@@ -21,7 +21,8 @@ use sdk_adapter::testing::{
     run, start, texts, thread_spec, until, usage, wait_dead,
 };
 use sdk_adapter::{
-    ItemKind, ItemStatus, SdkAdapter, SdkDescription, SdkStatus, ThreadSpec, TurnOutcome,
+    ApprovalAnswer, ApprovalKind, ItemKind, ItemStatus, SdkAdapter, SdkDescription, SdkStatus,
+    ThreadSpec, TurnEvent, TurnOutcome,
 };
 use sdk_codex::{CodexAdapter, CodexConfig};
 use sdk_process::fake::FakeLog;
@@ -254,6 +255,59 @@ async fn approvals_are_declined_unless_the_policy_is_never() {
     assert_eq!(texts(&events, ItemKind::AgentMessage), ["approval: accept"]);
     let command = completed_command(&events);
     assert_eq!(command.output.as_deref(), Some("ran\n"));
+}
+
+/// Questions and MCP elicitations are asked through the turn (under a
+/// policy other than `never`) and their answers reach codex.
+#[tokio::test]
+async fn questions_and_elicitations_are_asked_and_answered() {
+    let (_dir, adapter, thread) = setup().await;
+    let mut turn = start(&adapter, &thread, "ask\nelicit\nelicit").await;
+    let mut events = Vec::new();
+    let mut asked = Vec::new();
+    loop {
+        let event = sdk_adapter::testing::next(&mut turn, &events).await;
+        if let TurnEvent::Approval(a) = &event {
+            asked.push(a.ask.clone());
+            let answer = match (a.ask.kind, asked.len()) {
+                (ApprovalKind::Question, _) => Some("blue"),
+                (_, 2) => Some(r#"{"env":"dev"}"#),
+                _ => None,
+            };
+            a.reply.send(match answer {
+                Some(text) => ApprovalAnswer {
+                    answer: Some(text.to_owned()),
+                    ..ApprovalAnswer::approve()
+                },
+                None => ApprovalAnswer::deny("no"),
+            });
+        }
+        let finished = matches!(event, TurnEvent::Finished(_));
+        events.push(event);
+        if finished {
+            break;
+        }
+    }
+    assert_eq!(outcome(&events), TurnOutcome::Completed);
+    assert_eq!(
+        texts(&events, ItemKind::AgentMessage),
+        [
+            r#"answers: {"q1":{"answers":["blue"]}}"#,
+            r#"elicitation: accept {"env":"dev"}"#,
+            "elicitation: decline null",
+        ]
+    );
+    let kinds: Vec<ApprovalKind> = asked.iter().map(|a| a.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            ApprovalKind::Question,
+            ApprovalKind::McpElicitation,
+            ApprovalKind::McpElicitation
+        ]
+    );
+    assert_eq!(asked[0].title, "Which?");
+    assert_eq!(asked[1].options, ["dev", "prod"]);
 }
 
 #[tokio::test]

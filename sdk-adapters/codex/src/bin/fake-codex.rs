@@ -11,6 +11,7 @@
 //! | `all-items` | one item of every type (and an unknown one), with deltas, interleaved noise |
 //! | `approve CMD` | asks `item/commandExecution/requestApproval`, waits for the answer, reports it in an `agentMessage` (`approval: <decision>`) and a `commandExecution` item |
 //! | `ask` | asks `item/tool/requestUserInput`, reports the answers |
+//! | `elicit` | asks `mcpServer/elicitation/request`, reports the action and content (`elicitation: <action> <content>`) |
 //! | `flood N` | a `commandExecution` item with N output deltas in a burst |
 //! | `usage` | `thread/tokenUsage/updated` (total 120 = 100 in + 20 out) |
 //! | `wait` | waits for a `turn/steer` in this turn (each steer is echoed) or `turn/interrupt` |
@@ -452,6 +453,7 @@ impl Fake {
                 "all-items" => self.all_items(),
                 "approve" => self.approve(rest),
                 "ask" => self.ask(),
+                "elicit" => self.elicit(),
                 "flood" => self.flood(rest.parse().unwrap_or(100)),
                 "usage" => self.usage(),
                 "name" => notify(
@@ -734,6 +736,17 @@ impl Fake {
             "questions": [{"id": "q1", "header": "Pick", "question": "Which?", "isOther": false, "isSecret": false, "options": null}],
         }));
         self.agent_message(&format!("answers: {}", response["result"]["answers"]));
+    }
+
+    fn elicit(&mut self) {
+        let (thread, turn) = self.ids();
+        let response = self.request("mcpServer/elicitation/request", json!({
+            "threadId": thread, "turnId": turn, "serverName": "docs", "mode": "form", "message": "Which env?", "_meta": null,
+            "requestedSchema": {"type": "object", "properties": {"env": {"type": "string", "enum": ["dev", "prod"]}}},
+        }));
+        let result = &response["result"];
+        let action = result["action"].as_str().unwrap_or("?");
+        self.agent_message(&format!("elicitation: {action} {}", result["content"]));
     }
 
     fn flood(&mut self, n: usize) {
