@@ -288,6 +288,15 @@ pub struct Pending {
     pub rid: RequestId,
 }
 
+/// Whether "approve for this thread" can stand for later requests like
+/// `key`: never for questions and elicitations (each wants its own
+/// answer), nor for a request that names no command, path or tool (a
+/// codex permission request without paths): remembered, it would approve
+/// every later one of its kind.
+fn rememberable(key: &(ApprovalKind, String)) -> bool {
+    !matches!(key.0, ApprovalKind::Question | ApprovalKind::McpElicitation) && !key.1.is_empty()
+}
+
 /// A thread's waiting requests and what was approved for the thread.
 #[derive(Default)]
 pub struct ThreadApprovals {
@@ -296,14 +305,17 @@ pub struct ThreadApprovals {
 }
 
 impl ThreadApprovals {
-    /// Whether `ask` was approved for the thread already (questions never are).
+    /// Whether `ask` was approved for the thread already.
     pub fn approved_for_thread(&self, ask: &ApprovalAsk) -> bool {
-        ask.kind != ApprovalKind::Question && self.remembered.contains(&ask.same_as_key())
+        let key = ask.same_as_key();
+        rememberable(&key) && self.remembered.contains(&key)
     }
 
-    /// Later requests like `key` are approved without asking.
+    /// Later requests like `key` are approved without asking — unless it
+    /// says nothing of what was approved (see [`rememberable`]): then the
+    /// approval was for that request only.
     pub fn remember(&mut self, key: (ApprovalKind, String)) {
-        if key.0 != ApprovalKind::Question {
+        if rememberable(&key) {
             self.remembered.insert(key);
         }
     }
@@ -394,6 +406,14 @@ mod tests {
         question.command = Some("ls".into());
         thread.remember(question.same_as_key());
         assert!(!thread.approved_for_thread(&question));
+        // A permission naming nothing is approved once, not for the thread.
+        let vague = ApprovalAsk::new(ApprovalKind::Permission, "more access");
+        thread.remember(vague.same_as_key());
+        assert!(!thread.approved_for_thread(&vague));
+        let mut elicit = ApprovalAsk::new(ApprovalKind::McpElicitation, "token?");
+        elicit.paths = vec!["server".into()];
+        thread.remember(elicit.same_as_key());
+        assert!(!thread.approved_for_thread(&elicit));
     }
 
     #[test]
