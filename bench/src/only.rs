@@ -128,13 +128,52 @@ pub async fn run(name: &str, bin: &Path, quick: bool) -> Result<()> {
                 "drains": runs,
             })
         }
+        "delivery" => {
+            // The delivery table's two rows (acked, legacy) back to back,
+            // each against the median of bare runs made around them.
+            let (floor_n, threads, lines, turns) = if quick {
+                (20_000, 2, 1_000, 200)
+            } else {
+                (200_000, 8, 10_000, 1_000)
+            };
+            let mut floors = vec![crate::floor::throughput_cpu(floor_n).await?.messages_per_s];
+            let acked = crate::delivery::measure(
+                bin,
+                "acked",
+                mock_control_plane::AckMode::Immediate,
+                threads,
+                lines,
+                turns,
+            )
+            .await?;
+            floors.push(crate::floor::throughput_cpu(floor_n).await?.messages_per_s);
+            let legacy = crate::delivery::measure(
+                bin,
+                "legacy",
+                mock_control_plane::AckMode::Refuse,
+                threads,
+                lines,
+                turns,
+            )
+            .await?;
+            floors.push(crate::floor::throughput_cpu(floor_n).await?.messages_per_s);
+            let floor = crate::stats::median(floors.iter().copied());
+            serde_json::json!({
+                "floor_msgs_per_s": floor,
+                "floor_runs_msgs_per_s": floors,
+                "acked_vs_floor": acked.throughput.messages_per_s / floor,
+                "legacy_vs_floor": legacy.throughput.messages_per_s / floor,
+                "acked": acked,
+                "legacy": legacy,
+            })
+        }
         "peers" => {
             let (turns, threads) = if quick { (5, 2) } else { (30, 10) };
             serde_json::to_value(crate::peers::measure(bin, turns, threads).await?)?
         }
         other => {
             bail!(
-                "unknown scenario {other:?} (startup, idle, scale, heartbeat, code-agent, peers, throughput, drain)"
+                "unknown scenario {other:?} (startup, idle, scale, heartbeat, code-agent, peers, throughput, drain, delivery)"
             )
         }
     };

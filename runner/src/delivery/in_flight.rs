@@ -221,12 +221,16 @@ impl InFlight {
         self.ack(through).unwrap_or_default()
     }
 
-    /// Settles the oldest update kept, whatever its age (legacy mode's
-    /// count bound).
-    pub fn settle_oldest(&mut self) -> Settled {
-        let mut settled = Settled::default();
-        if let Some(s) = self.sent.pop_front() {
-            settled.updates = 1;
+    /// Settles the oldest updates kept, whatever their age, until at most
+    /// `keep` are left (legacy mode's count bound): all at once, one
+    /// [`Settled`] for them, not one allocation per update.
+    pub fn settle_beyond(&mut self, keep: usize) -> Settled {
+        let excess = self.sent.len().saturating_sub(keep);
+        let mut settled = Settled {
+            journal: Vec::new(),
+            updates: excess,
+        };
+        for s in self.sent.drain(..excess) {
             settled.journal.extend(s.journal);
         }
         settled

@@ -169,7 +169,13 @@ fn route(
                 reasoning_level: r.model_reasoning_level.filter(|l| !l.is_empty()),
                 rid,
             };
-            to_thread(rt, kind, &agent_id, &thread_id, ThreadCmd::UserMessage(msg))
+            to_thread(
+                rt,
+                kind,
+                &agent_id,
+                &thread_id,
+                ThreadCmd::UserMessage(Box::new(msg)),
+            )
         }
         Request::ApprovalDecision(r) => {
             // Found here, without waiting on the thread: its task applies it.
@@ -193,7 +199,10 @@ fn route(
                 answer: r.answer,
                 message: r.message,
             };
-            let cmd = ThreadCmd::Approval { rid, decision };
+            let cmd = ThreadCmd::Approval {
+                rid,
+                decision: Box::new(decision),
+            };
             to_thread(rt, kind, &agent_id, &thread_id, cmd)
         }
     }

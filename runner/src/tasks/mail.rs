@@ -91,8 +91,10 @@ pub struct UserMessage {
 
 /// A request for a thread's task.
 pub enum ThreadCmd {
-    /// A user message.
-    UserMessage(UserMessage),
+    /// A user message. Boxed, like the decision below: every thread's
+    /// mailbox takes a block of 32 commands' room when it is made (tokio's
+    /// channel), so the enum is kept to the size of its small variants.
+    UserMessage(Box<UserMessage>),
     /// Stop the running turn.
     Interrupt {
         /// The request's id, for replies.
@@ -112,7 +114,7 @@ pub enum ThreadCmd {
         /// The request's id, for replies.
         rid: RequestId,
         /// The decision.
-        decision: Decision,
+        decision: Box<Decision>,
     },
 }
 

@@ -32,6 +32,8 @@ use crate::tasks::mailboxes::{Queued, ThreadRx, ThreadTx};
 use crate::tasks::turn_wait::{self, Held, Waiting};
 
 mod approving;
+#[cfg(test)]
+mod tests;
 
 /// The answer to a message the drain found waiting for a turn slot: the
 /// answer to one that arrives during the drain.
@@ -175,8 +177,10 @@ impl ThreadTask {
                 },
             }
         }
-        self.cancel_waiting("the thread is gone: its message never started a turn")
-            .await;
+        // Boxed like the handlers: inline, this one await (the outbox, the
+        // journal) sized the whole task, and every thread's task waits in
+        // the loop above all its life.
+        Box::pin(self.cancel_waiting("the thread is gone: its message never started a turn")).await;
         // Anything still queued was sent to a thread that no longer exists.
         self.rx.close();
         while let Some(cmd) = self.rx.recv().await.map(Queued::take) {
@@ -224,8 +228,12 @@ impl ThreadTask {
             ThreadCmd::UserMessage(msg) => match &mut self.waiting {
                 // Handled once the waiting turn started, as it would have
                 // been had that turn started at once.
-                Some(waiting) => waiting.hold(Held { msg, tag, queued }),
-                None => self.user_message(msg, tag, queued).await,
+                Some(waiting) => waiting.hold(Held {
+                    msg: *msg,
+                    tag,
+                    queued,
+                }),
+                None => self.user_message(*msg, tag, queued).await,
             },
             ThreadCmd::Interrupt { rid } => {
                 // What waits has not started: the interrupt cancels it, and
@@ -237,7 +245,7 @@ impl ThreadTask {
                 self.cancel_waiting(&text).await;
                 self.interrupt(rid).await;
             }
-            ThreadCmd::Approval { rid, decision } => self.decide(rid, decision).await,
+            ThreadCmd::Approval { rid, decision } => self.decide(rid, *decision).await,
             ThreadCmd::Drain => {
                 self.cancel_waiting(DRAINING).await;
                 if let Some(turn) = &self.active {

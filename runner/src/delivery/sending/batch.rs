@@ -107,10 +107,13 @@ impl Sending {
                     mode,
                     out,
                     marks,
-                    forget,
+                    mut forget,
                     unnumbered,
                     ..
                 } = taking;
+                if let Mode::Legacy { .. } = mode {
+                    self.release_early(&mut inner, &mut forget);
+                }
                 // Not numbered (the reservation ran out): first next time.
                 for sent in unnumbered.into_iter().rev() {
                     inner.resend.push_front(sent);
@@ -198,26 +201,28 @@ impl Sending {
                 sequence: number,
             });
         }
-        if let Mode::Legacy { .. } = taking.mode {
-            self.release_early(inner, &mut taking.forget);
-        }
     }
 
     /// Legacy mode: retention is bounded by count too; the oldest settle
-    /// early rather than hold producers back.
+    /// early rather than hold producers back. Once per batch, under the
+    /// lock that recorded it (nobody sees the set above its bound), not
+    /// once per update: one pass, one list of journal entries to forget.
     fn release_early(&self, inner: &mut Inner, forget: &mut Vec<u64>) {
-        while inner.inflight.len() > self.outbox.capacity() {
-            let settled = inner.inflight.settle_oldest();
-            forget.extend(settled.journal);
-            crate::observe::metrics::delivery_legacy_released_early(settled.updates);
-            inner.released_early += settled.updates as u64;
-            if inner.released_early.is_power_of_two() {
-                tracing::warn!(
-                    total = inner.released_early,
-                    kept = self.outbox.capacity(),
-                    "legacy control plane: more terminal updates sent within the re-send window than the outbox capacity; the oldest are no longer kept for a re-send"
-                );
-            }
+        let settled = inner.inflight.settle_beyond(self.outbox.capacity());
+        if settled.updates == 0 {
+            return;
+        }
+        forget.extend(settled.journal);
+        crate::observe::metrics::delivery_legacy_released_early(settled.updates);
+        let before = inner.released_early;
+        inner.released_early += settled.updates as u64;
+        // Logged as the total passes 1, 2, 4, 8…
+        if inner.released_early.checked_ilog2() > before.checked_ilog2() {
+            tracing::warn!(
+                total = inner.released_early,
+                kept = self.outbox.capacity(),
+                "legacy control plane: more terminal updates sent within the re-send window than the outbox capacity; the oldest are no longer kept for a re-send"
+            );
         }
     }
 

@@ -150,13 +150,13 @@ async fn enforce_without_landlock_refuses_turns_with_a_request_error() {
     let _ = rt.mailboxes.send_thread(
         "a",
         "t",
-        ThreadCmd::UserMessage(UserMessage {
+        ThreadCmd::UserMessage(Box::new(UserMessage {
             text: "run touch ran".into(),
             allow_steer: false,
             model: None,
             reasoning_level: None,
             rid: Some("m1".into()),
-        }),
+        })),
     );
     let msg = tokio::time::timeout(std::time::Duration::from_secs(30), rt.outbox.pop())
         .await
