@@ -1,5 +1,5 @@
 //! The codex adapter against `fake-codex` (this package's stand-in for
-//! `codex app-server`, see `src/bin/fake-codex.rs`): registration, a turn
+//! `codex app-server`, see `src/bin/fake-codex/main.rs`): registration, a turn
 //! with every item kind, approvals, coalescing, steering, interrupt, a crash
 //! mid-turn, a restart that resumes, and process cleanup.
 //!
