@@ -15,34 +15,20 @@
 //! under the target directory); without it the test records a skip and
 //! passes, unless `AGENT_RUNNER_REQUIRE_REAL_CLAUDE` is set.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use agent_runner_proto::runner::client_message::Payload;
 use agent_runner_proto::runner::server_message::Request;
 use agent_runner_proto::runner::*;
 use mock_control_plane::MockControlPlane;
-use sdk_claude_code::testing::{MockMessages, Reply, install_claude, offline_env, tool_results};
+use sdk_claude_code::testing::{MockMessages, Reply, tool_results};
 
+use crate::claude::{claude_opts, claude_or_skip};
 use crate::real_sdk::ready_sdk;
 use crate::support::*;
 
 /// Claude starts, calls the model and runs a command: slower than a fake.
 const CLAUDE_WAIT: Duration = Duration::from_secs(120);
-
-/// The pinned claude, or `None` after recording why it cannot be had.
-fn claude_or_skip() -> Option<PathBuf> {
-    match install_claude() {
-        Ok(bin) => Some(bin),
-        Err(reason) => {
-            if std::env::var_os("AGENT_RUNNER_REQUIRE_REAL_CLAUDE").is_some() {
-                panic!("the real Claude Code approvals test cannot run: {reason}");
-            }
-            test_kit::skip_this_test(&format!("Claude Code approvals e2e test: {reason}"));
-            None
-        }
-    }
-}
 
 /// A control plane that accepts `approvals/1` (if `accept`), a runner on
 /// the claude at `bin` in `default` permission mode pointed at `api`,
@@ -54,20 +40,7 @@ async fn deciding(
 ) -> (MockControlPlane, RunnerProc, String) {
     let cp = mock().await;
     cp.accept_approvals(accept);
-    let mut opts = RunnerOpts::new(cp.url())
-        .arg("--sdk")
-        .arg("claude-code")
-        .arg("--claude-bin")
-        .arg(&bin.to_string_lossy())
-        .arg("--claude-permission-mode")
-        .arg("default");
-    for (key, value) in offline_env(api.port) {
-        if key == sdk_claude_code::BASE_URL_ENV {
-            opts = opts.arg("--claude-base-url").arg(&value);
-        } else {
-            opts = opts.env(&key, &value);
-        }
-    }
+    let opts = claude_opts(RunnerOpts::new(cp.url()), bin, api.port, "default");
     let runner = RunnerProc::start(opts);
     ready_sdk(&cp, &runner, "claude-code", CLAUDE_WAIT).await;
     create_sdk_agent(&cp, "a", "claude-code").await;

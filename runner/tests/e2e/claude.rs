@@ -37,8 +37,9 @@ const CLAUDE_WAIT: Duration = Duration::from_secs(120);
 
 const INSTRUCTIONS: &str = "Sign every answer as MARKER-e2e-instructions.";
 
-/// The pinned claude, or `None` after recording why it cannot be had.
-fn claude_or_skip() -> Option<PathBuf> {
+/// The pinned claude, or `None` after recording why it cannot be had
+/// (with `AGENT_RUNNER_REQUIRE_REAL_CLAUDE` set, a failure instead).
+pub(crate) fn claude_or_skip() -> Option<PathBuf> {
     match install_claude() {
         Ok(bin) => Some(bin),
         Err(reason) => {
@@ -51,23 +52,24 @@ fn claude_or_skip() -> Option<PathBuf> {
     }
 }
 
-/// A runner on the claude at `bin`, pointed at `api`, with agent `a` and a
-/// thread with [`INSTRUCTIONS`]: the control plane, the runner, the thread.
-async fn runner_with_a_thread(
+/// `opts` for a runner on the claude at `bin` in permission `mode`, kept
+/// offline against the mock Messages API on `api_port`: the mock by the
+/// setting (over a base URL in the runner's own environment, which points
+/// nowhere), the rest by environment.
+pub(crate) fn claude_opts(
+    opts: RunnerOpts,
     bin: &std::path::Path,
-    api: &MockMessages,
-) -> (MockControlPlane, RunnerProc, String) {
-    let cp = mock().await;
-    let mut opts = RunnerOpts::new(cp.url())
+    api_port: u16,
+    mode: &str,
+) -> RunnerOpts {
+    let mut opts = opts
         .arg("--sdk")
         .arg("claude-code")
         .arg("--claude-bin")
         .arg(&bin.to_string_lossy())
         .arg("--claude-permission-mode")
-        .arg("bypassPermissions");
-    // The mock by the setting (over a base URL in the runner's own
-    // environment, which points nowhere); the rest by environment.
-    for (key, value) in offline_env(api.port) {
+        .arg(mode);
+    for (key, value) in offline_env(api_port) {
         if key == sdk_claude_code::BASE_URL_ENV {
             opts = opts
                 .arg("--claude-base-url")
@@ -77,6 +79,22 @@ async fn runner_with_a_thread(
             opts = opts.env(&key, &value);
         }
     }
+    opts
+}
+
+/// A runner on the claude at `bin`, pointed at `api`, with agent `a` and a
+/// thread with [`INSTRUCTIONS`]: the control plane, the runner, the thread.
+async fn runner_with_a_thread(
+    bin: &std::path::Path,
+    api: &MockMessages,
+) -> (MockControlPlane, RunnerProc, String) {
+    let cp = mock().await;
+    let opts = claude_opts(
+        RunnerOpts::new(cp.url()),
+        bin,
+        api.port,
+        "bypassPermissions",
+    );
     let runner = RunnerProc::start(opts);
     ready_sdk(&cp, &runner, "claude-code", CLAUDE_WAIT).await;
 

@@ -13,9 +13,8 @@ use agent_runner_proto::runner::*;
 use code_agent_engine::testing::{MockLlm, MockReply};
 use serde_json::json;
 
+use crate::engine_state::MODEL;
 use crate::support::*;
-
-const MODEL: &str = "mock-model";
 /// What the outside directory holds: the agent must never see it.
 const SECRET: &str = "outside-secret-7f3a";
 const ROUNDS: usize = 6;
@@ -90,21 +89,7 @@ pub(crate) async fn file_tools_hold(as_agent_uid: bool) {
     script.extend((0..ROUNDS).map(round));
     script.push(MockReply::text("raced"));
     let llm = MockLlm::start(script).await;
-    let configure = |o: RunnerOpts| {
-        o.arg("--sdk")
-            .arg("scripted")
-            .arg("--sdk")
-            .arg("code-agent")
-            .env("OPENAI_API_KEY", "sk-e2e-race")
-            .env("OPENAI_BASE_URL", &llm.base_url())
-            .env("CODE_AGENT_MODELS", MODEL)
-    };
-    let (cp, runner) = if as_agent_uid {
-        crate::agent_uid::agent_as_uid(configure).await
-    } else {
-        agent_with(configure).await
-    };
-    create_sdk_agent(&cp, "c", "code-agent").await;
+    let (cp, runner) = crate::engine_state::code_agent_runner(&llm, as_agent_uid).await;
     let thread = try_create_thread(&cp, "c", "t-race", MODEL, WAIT)
         .await
         .unwrap_or_else(|m| panic!("thread: {m:?}\n{}", runner.logs()));

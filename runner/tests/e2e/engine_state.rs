@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::support::*;
 
-const MODEL: &str = "mock-model";
+pub(crate) const MODEL: &str = "mock-model";
 /// The thread id the control plane gives the job's owner, twice.
 const OWNER: &str = "cron-owner";
 
@@ -89,16 +89,19 @@ fn mark(ws: &Path) -> Option<String> {
     std::fs::read_to_string(ws.join("cron-ran.txt")).ok()
 }
 
-/// The whole story; `as_agent_uid`: the runner's agents run as
-/// `agent_uid::AGENT_UID`.
-pub(crate) async fn cron_stays_with_its_thread(as_agent_uid: bool) {
-    let llm = MockLlm::start(script()).await;
+/// A connected runner whose embedded engine talks to `llm` (model
+/// [`MODEL`]), with scripted agent `a` and code-agent agent `c`;
+/// `as_agent_uid`: its agents run as `agent_uid::AGENT_UID`.
+pub(crate) async fn code_agent_runner(
+    llm: &MockLlm,
+    as_agent_uid: bool,
+) -> (MockControlPlane, RunnerProc) {
     let configure = |o: RunnerOpts| {
         o.arg("--sdk")
             .arg("scripted")
             .arg("--sdk")
             .arg("code-agent")
-            .env("OPENAI_API_KEY", "sk-e2e-cron")
+            .env("OPENAI_API_KEY", "sk-e2e-engine")
             .env("OPENAI_BASE_URL", &llm.base_url())
             .env("CODE_AGENT_MODELS", MODEL)
     };
@@ -108,6 +111,14 @@ pub(crate) async fn cron_stays_with_its_thread(as_agent_uid: bool) {
         agent_with(configure).await
     };
     create_sdk_agent(&cp, "c", "code-agent").await;
+    (cp, runner)
+}
+
+/// The whole story; `as_agent_uid`: the runner's agents run as
+/// `agent_uid::AGENT_UID`.
+pub(crate) async fn cron_stays_with_its_thread(as_agent_uid: bool) {
+    let llm = MockLlm::start(script()).await;
+    let (cp, runner) = code_agent_runner(&llm, as_agent_uid).await;
     let owner = thread(&cp, "t-owner", Some(OWNER)).await;
     let other = thread(&cp, "t-other", None).await;
     let owner_ws = runner.thread_workspace("c", &owner);

@@ -181,7 +181,7 @@ async fn real_codex_runs_a_07_thread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_claude_runs_a_07_thread() {
-    use sdk_claude_code::testing::{MockMessages, Reply, install_claude, offline_env};
+    use sdk_claude_code::testing::{MockMessages, Reply, install_claude};
     let bin = match install_claude() {
         Ok(bin) => bin,
         Err(reason) => {
@@ -198,22 +198,12 @@ async fn real_claude_runs_a_07_thread() {
     ));
     api.push(Reply::text("All done."));
     let cp = mock_v07().await;
-    let mut opts = RunnerOpts::new(cp.url())
-        .arg("--protocol")
-        .arg("0.7")
-        .arg("--sdk")
-        .arg("claude-code")
-        .arg("--claude-bin")
-        .arg(&bin.to_string_lossy())
-        .arg("--claude-permission-mode")
-        .arg("bypassPermissions");
-    for (key, value) in offline_env(api.port) {
-        if key == sdk_claude_code::BASE_URL_ENV {
-            opts = opts.arg("--claude-base-url").arg(&value);
-        } else {
-            opts = opts.env(&key, &value);
-        }
-    }
+    let opts = crate::claude::claude_opts(
+        RunnerOpts::new(cp.url()).arg("--protocol").arg("0.7"),
+        &bin,
+        api.port,
+        "bypassPermissions",
+    );
     let runner = RunnerProc::start(opts);
     ready_sdk(&cp, &runner, "claude-code", WAIT).await;
     let msgs = v07_turn(&cp, &runner, "t-claude-07", "sonnet", "run the proof").await;
