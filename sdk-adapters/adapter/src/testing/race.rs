@@ -74,6 +74,16 @@ impl Swapper {
                         let _ = std::os::unix::fs::symlink(&outside, &spare);
                     }
                 }
+                // Leave things as they were: the directory back at `target`
+                // and no link beside it, so what the test does next (another
+                // race beneath `target`) does not go through a link the
+                // swapper left and write outside itself.
+                if !is_dir_not_link(&target) && is_dir_not_link(&spare) {
+                    exchange(&a, &b);
+                }
+                if std::fs::symlink_metadata(&spare).is_ok_and(|m| m.file_type().is_symlink()) {
+                    let _ = std::fs::remove_file(&spare);
+                }
             })
         };
         Self {
