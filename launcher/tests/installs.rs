@@ -59,12 +59,12 @@ fn nvm_prefix(root: &Path) -> Option<PathBuf> {
 #[tokio::test]
 async fn an_nvm_installed_cli_runs_under_the_default_sandbox() {
     if landlock_abi().is_none() {
-        eprintln!("SKIP: Landlock unavailable on this kernel");
+        test_kit::skip_this_test("Landlock unavailable on this kernel");
         return;
     }
     let tree = Tree::new();
     let Some(prefix) = nvm_prefix(&tree.path("outside").canonicalize().unwrap()) else {
-        eprintln!("SKIP: no node at /usr/bin/node");
+        test_kit::skip_this_test("no node at /usr/bin/node");
         return;
     };
     let path_var = format!("{}:/usr/bin:/bin", prefix.join("bin").display());
@@ -108,7 +108,7 @@ async fn an_nvm_installed_cli_runs_under_the_default_sandbox() {
 #[tokio::test]
 async fn a_program_the_sandbox_may_not_open_fails_naming_the_path_and_the_setting() {
     if landlock_abi().is_none() {
-        eprintln!("SKIP: Landlock unavailable on this kernel");
+        test_kit::skip_this_test("Landlock unavailable on this kernel");
         return;
     }
     let tree = Tree::new();
@@ -198,11 +198,11 @@ fn dot_local(home: &Path, python: &Path) -> PathBuf {
 #[tokio::test]
 async fn programs_in_a_users_local_bin_run_under_the_default_sandbox() {
     if landlock_abi().is_none() {
-        eprintln!("SKIP: Landlock unavailable on this kernel");
+        test_kit::skip_this_test("Landlock unavailable on this kernel");
         return;
     }
     let Some(python) = system_python() else {
-        eprintln!("SKIP: no /usr/bin/python3");
+        test_kit::skip_this_test("no /usr/bin/python3");
         return;
     };
     let tree = Tree::new();

@@ -13,7 +13,7 @@ use support::{Tree, alive, is_root, landlock_abi, sh, sh_with};
 
 fn require_landlock() -> bool {
     if landlock_abi().is_none() {
-        eprintln!("SKIP: Landlock unavailable on this kernel");
+        test_kit::skip_this_test("Landlock unavailable on this kernel");
         return false;
     }
     true
@@ -139,7 +139,7 @@ async fn cannot_signal_processes_outside_its_sandbox() {
         return;
     }
     if landlock_abi().unwrap_or(0) < 6 {
-        eprintln!("SKIP: Landlock ABI < 6 has no signal scoping");
+        test_kit::skip_this_test("Landlock ABI < 6 has no signal scoping");
         return;
     }
     let tree = Tree::new();
@@ -176,7 +176,7 @@ async fn below_abi_6_enforce_wants_an_agent_uid_and_best_effort_says_signals_are
         return;
     }
     if landlock_abi().unwrap_or(0) < 5 {
-        eprintln!("SKIP: Landlock ABI < 5 here; this test lowers the ABI to 5");
+        test_kit::skip_this_test("Landlock ABI < 5 here; this test lowers the ABI to 5");
         return;
     }
     let abi5 = || agent_launcher::HostProbe {
@@ -244,7 +244,7 @@ async fn below_abi_6_enforce_wants_an_agent_uid_and_best_effort_says_signals_are
 #[tokio::test]
 async fn root_agents_hold_no_capability() {
     if !require_landlock() || !is_root() {
-        eprintln!("SKIP: needs root");
+        test_kit::skip_this_test("needs root");
         return;
     }
     let tree = Tree::new();
@@ -263,7 +263,7 @@ async fn root_agents_hold_no_capability() {
 #[tokio::test]
 async fn runs_as_the_agent_uid() {
     if !require_landlock() || !is_root() {
-        eprintln!("SKIP: needs root");
+        test_kit::skip_this_test("needs root");
         return;
     }
     let tree = Tree::new();
@@ -373,7 +373,7 @@ async fn rlimits_are_in_effect() {
 #[tokio::test]
 async fn tcp_connect_is_limited_to_configured_ports() {
     if landlock_abi().unwrap_or(0) < 4 || !std::path::Path::new("/usr/bin/bash").exists() {
-        eprintln!("SKIP: needs Landlock ABI >= 4 and bash");
+        test_kit::skip_this_test("needs Landlock ABI >= 4 and bash");
         return;
     }
     let allowed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

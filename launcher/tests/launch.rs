@@ -126,7 +126,7 @@ async fn a_launch_that_cannot_start_says_which_step_failed() {
 #[tokio::test]
 async fn a_launch_is_confined_like_a_spawn() {
     if landlock_abi().is_none() {
-        eprintln!("SKIP: no Landlock on this host");
+        test_kit::skip_this_test("no Landlock on this host");
         return;
     }
     let tree = Tree::new();

@@ -110,7 +110,7 @@ async fn hide(sb: &ThreadSandbox) -> i32 {
 #[tokio::test]
 async fn a_non_dumpable_process_without_tag_or_session_is_killed() {
     if !Path::new("/usr/bin/python3").is_file() {
-        eprintln!("SKIP: no /usr/bin/python3 to make a non-dumpable process with");
+        test_kit::skip_this_test("no /usr/bin/python3 to make a non-dumpable process with");
         return;
     }
     let tree = Tree::new();
@@ -167,7 +167,7 @@ async fn a_launched_process_joins_every_cgroup_of_its_thread() {
     };
     let a = launcher.thread(tree.spec("a")).unwrap();
     if a.applied().cgroup_limits != vec!["pids.max=16"] {
-        eprintln!("SKIP: no pids controller here: {}", a.applied());
+        test_kit::skip_this_test(&format!("no pids controller here: {}", a.applied()));
         return;
     }
     let (mut child, _) = a.launch(Launch::new("sleep").arg("30")).unwrap();
@@ -232,7 +232,7 @@ async fn writes_past_the_file_size_limit_fail_with_efbig() {
 #[tokio::test]
 async fn enforce_refuses_a_host_where_no_cgroup_can_hold_a_thread() {
     if landlock_abi().is_none() {
-        eprintln!("SKIP: Landlock unavailable (enforce fails on it first)");
+        test_kit::skip_this_test("Landlock unavailable (enforce fails on it first)");
         return;
     }
     let tree = Tree::new();

@@ -34,7 +34,7 @@ impl Tree {
     ) -> Option<(Launcher, CgroupCleanup)> {
         let probe = agent_launcher::probe_host();
         if let agent_launcher::CgroupProbe::Unavailable { reason } = &probe.cgroup {
-            eprintln!("SKIP: no delegated cgroup v2 subtree here: {reason}");
+            test_kit::skip_this_test(&format!("no delegated cgroup v2 subtree here: {reason}"));
             return None;
         }
         let mut config = self.config(Mode::BestEffort);
@@ -55,7 +55,7 @@ impl Tree {
     ) -> Option<(Launcher, CgroupCleanup)> {
         let mut probe = agent_launcher::probe_host();
         if let Err(why) = &probe.pids_v1 {
-            eprintln!("SKIP: no usable cgroup v1 pids hierarchy here: {why}");
+            test_kit::skip_this_test(&format!("no usable cgroup v1 pids hierarchy here: {why}"));
             return None;
         }
         probe.cgroup = agent_launcher::CgroupProbe::Unavailable {
