@@ -189,6 +189,26 @@ pub struct ApprovalEvent {
     pub reply: ApprovalReply,
 }
 
+/// `ask` as the event to put in the turn's stream, and its answer to await
+/// once it is sent (a denial when the answer can no longer come). For an
+/// adapter that must go on reading its SDK while the person decides: it
+/// sends the event in order with the turn's items and awaits the answer on
+/// a task of its own.
+pub fn approval_event(
+    ask: ApprovalAsk,
+) -> (
+    TurnEvent,
+    impl Future<Output = ApprovalAnswer> + Send + 'static,
+) {
+    let (reply, answer) = ApprovalReply::new();
+    let answer = async move {
+        answer
+            .await
+            .unwrap_or_else(|_| ApprovalAnswer::deny("the turn ended before a decision came"))
+    };
+    (TurnEvent::Approval(ApprovalEvent { ask, reply }), answer)
+}
+
 /// Asks `ask` through the turn's event stream and waits for the answer (a
 /// denial when the answer can no longer come); `Gone` when nobody reads
 /// the turn any more.
@@ -196,14 +216,9 @@ pub async fn ask_approval(
     events: &mpsc::Sender<TurnEvent>,
     ask: ApprovalAsk,
 ) -> Result<ApprovalAnswer, Gone> {
-    let (reply, answer) = ApprovalReply::new();
-    events
-        .send(TurnEvent::Approval(ApprovalEvent { ask, reply }))
-        .await
-        .map_err(|_| Gone)?;
-    Ok(answer
-        .await
-        .unwrap_or_else(|_| ApprovalAnswer::deny("the turn ended before a decision came")))
+    let (event, answer) = approval_event(ask);
+    events.send(event).await.map_err(|_| Gone)?;
+    Ok(answer.await)
 }
 
 #[cfg(test)]

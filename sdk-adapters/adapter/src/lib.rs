@@ -33,7 +33,7 @@ mod turn_task;
 pub use agent_launcher as launcher;
 pub use approval::{
     AdapterSide, ApprovalAnswer, ApprovalAsk, ApprovalEvent, ApprovalKind, ApprovalReply, Verdict,
-    ask_approval,
+    approval_event, ask_approval,
 };
 pub use event::{
     CommandInfo, ItemContent, ItemEvent, ItemKind, ItemStatus, TokenUsage, TokenUsageBreakdown,

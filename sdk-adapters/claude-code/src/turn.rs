@@ -166,16 +166,10 @@ impl TurnTask {
         ask.item_id = tool_use
             .and_then(|t| run.tools.get(t))
             .map(|(item_id, _)| item_id.clone());
-        let (reply, answer) = sdk_adapter::ApprovalReply::new();
-        self.send(TurnEvent::Approval(sdk_adapter::ApprovalEvent {
-            ask,
-            reply,
-        }))
-        .await?;
+        let (event, answer) = sdk_adapter::approval_event(ask);
+        self.send(event).await?;
         tokio::spawn(async move {
-            let answer = answer.await.unwrap_or_else(|_| {
-                sdk_adapter::ApprovalAnswer::deny("the turn ended before a decision came")
-            });
+            let answer = answer.await;
             let result = crate::permission::decided(&request, &answer);
             let tool = request
                 .get("tool_name")

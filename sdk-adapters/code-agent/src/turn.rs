@@ -431,16 +431,10 @@ impl TurnTask {
             confirmations.session_id.clone(),
             confirmations.request_timeout,
         );
-        let (reply, answer) = sdk_adapter::ApprovalReply::new();
-        self.send(TurnEvent::Approval(sdk_adapter::ApprovalEvent {
-            ask,
-            reply,
-        }))
-        .await?;
+        let (event, answer) = sdk_adapter::approval_event(ask);
+        self.send(event).await?;
         tokio::spawn(async move {
-            let answer = answer.await.unwrap_or_else(|_| {
-                sdk_adapter::ApprovalAnswer::deny("the turn ended before a decision came")
-            });
+            let answer = answer.await;
             let request = approvals::confirmation(&session_id, &tool_id, &answer);
             approvals::confirm(&client, request, timeout).await;
         });

@@ -189,16 +189,10 @@ impl TurnTask {
                 // Asked in order with the turn's items; the answer is awaited
                 // on a task of its own, so the turn goes on reading codex.
                 let ask = crate::approvals::ask_for(&method, &params);
-                let (reply, answer) = sdk_adapter::ApprovalReply::new();
-                self.send(TurnEvent::Approval(sdk_adapter::ApprovalEvent {
-                    ask,
-                    reply,
-                }))
-                .await?;
+                let (event, answer) = sdk_adapter::approval_event(ask);
+                self.send(event).await?;
                 tokio::spawn(async move {
-                    let answer = answer.await.unwrap_or_else(|_| {
-                        sdk_adapter::ApprovalAnswer::deny("the turn ended before a decision came")
-                    });
+                    let answer = answer.await;
                     let result = crate::approvals::decided(&method, &params, &answer);
                     if let Err(e) = rpc.respond(id, result).await {
                         tracing::debug!(error = %e, %method, "could not answer an approval request");
