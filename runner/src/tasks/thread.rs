@@ -512,13 +512,13 @@ impl ThreadTask {
         let after = loop {
             match next {
                 Some(TurnEvent::Item(item)) => {
-                    burst.push(messages::item(turn.rid.clone(), thread_id, &turn.id, item));
+                    burst.push(messages::item(turn.rid.clone(), thread_id, &turn.id, *item));
                 }
                 Some(TurnEvent::Usage(usage)) => burst.push(messages::token_usage(
                     turn.rid.clone(),
                     thread_id,
                     &turn.id,
-                    usage,
+                    *usage,
                 )),
                 Some(TurnEvent::ThreadNamed(name)) => {
                     burst.push(messages::thread_name(turn.rid.clone(), thread_id, name));
@@ -557,7 +557,7 @@ impl ThreadTask {
                 handled + 1
             }
             Some(Some(TurnEvent::Approval(asked))) => {
-                Box::pin(self.ask(asked)).await;
+                Box::pin(self.ask(*asked)).await;
                 handled + 1
             }
             // A steer after updates: handled on its own, after them.

@@ -206,7 +206,10 @@ pub fn approval_event(
             .await
             .unwrap_or_else(|_| ApprovalAnswer::deny("the turn ended before a decision came"))
     };
-    (TurnEvent::Approval(ApprovalEvent { ask, reply }), answer)
+    (
+        TurnEvent::Approval(Box::new(ApprovalEvent { ask, reply })),
+        answer,
+    )
 }
 
 /// Asks `ask` through the turn's event stream and waits for the answer (a

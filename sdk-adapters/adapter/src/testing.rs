@@ -224,7 +224,7 @@ pub fn items(events: &[TurnEvent], status: ItemStatus) -> Vec<ItemEvent> {
     events
         .iter()
         .filter_map(|e| match e {
-            TurnEvent::Item(item) if item.status == status => Some(item.clone()),
+            TurnEvent::Item(item) if item.status == status => Some((**item).clone()),
             _ => None,
         })
         .collect()
@@ -266,7 +266,7 @@ pub fn updates_of(events: &[TurnEvent], item_id: &str) -> Vec<ItemEvent> {
     events
         .iter()
         .filter_map(|e| match e {
-            TurnEvent::Item(i) if i.item_id == item_id => Some(i.clone()),
+            TurnEvent::Item(i) if i.item_id == item_id => Some((**i).clone()),
             _ => None,
         })
         .collect()
@@ -303,7 +303,7 @@ pub fn usages(events: &[TurnEvent]) -> Vec<TokenUsage> {
     events
         .iter()
         .filter_map(|e| match e {
-            TurnEvent::Usage(u) => Some(*u),
+            TurnEvent::Usage(u) => Some(**u),
             _ => None,
         })
         .collect()

@@ -287,7 +287,7 @@ async fn next_approval(turn: &mut sdk_adapter::Turn) -> (ApprovalEvent, Vec<Turn
     let mut seen = Vec::new();
     loop {
         match next(turn, &seen).await {
-            TurnEvent::Approval(asked) => return (asked, seen),
+            TurnEvent::Approval(asked) => return (*asked, seen),
             event => seen.push(event),
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use mcp_client::testing::{HttpServer, install_python_mcp, stdio_server};
 use sdk_adapter::testing::{rest, thread_spec};
-use sdk_adapter::{ItemEvent, ItemKind, ItemStatus, SdkAdapter, TurnEvent, TurnOutcome};
+use sdk_adapter::{ItemKind, ItemStatus, SdkAdapter, TurnEvent, TurnOutcome};
 use sdk_scripted::ScriptedAdapter;
 
 /// The COMPLETED `McpToolCall` items' texts, and how the turn ended.
@@ -22,12 +22,11 @@ async fn run(spec: &sdk_adapter::ThreadSpec, script: &str) -> (Vec<String>, Turn
     let texts = events
         .iter()
         .filter_map(|e| match e {
-            TurnEvent::Item(ItemEvent {
-                kind: ItemKind::McpToolCall,
-                status: ItemStatus::Completed,
-                text,
-                ..
-            }) => text.clone(),
+            TurnEvent::Item(item)
+                if item.kind == ItemKind::McpToolCall && item.status == ItemStatus::Completed =>
+            {
+                item.text.clone()
+            }
             _ => None,
         })
         .collect();

@@ -44,35 +44,32 @@ async fn start_on(spec: &ThreadSpec, script: &str) -> Turn {
 fn is_running_command(event: &TurnEvent) -> bool {
     matches!(
         event,
-        TurnEvent::Item(ItemEvent {
-            kind: ItemKind::CommandExecution,
-            status: ItemStatus::Running,
-            ..
-        })
+        TurnEvent::Item(item)
+            if item.kind == ItemKind::CommandExecution && item.status == ItemStatus::Running
     )
 }
 
 fn text_events(turn: &Turn, n: u32, kind: ItemKind, text: &str) -> [TurnEvent; 2] {
     let item = |status| {
-        TurnEvent::Item(ItemEvent {
+        TurnEvent::Item(Box::new(ItemEvent {
             item_id: format!("{}-item-{n}", turn.sdk_turn_id),
             kind,
             status,
             text: Some(text.into()),
             command: None,
-        })
+        }))
     };
     [item(ItemStatus::Running), item(ItemStatus::Completed)]
 }
 
 fn command_event(turn: &Turn, n: u32, status: ItemStatus, info: CommandInfo) -> TurnEvent {
-    TurnEvent::Item(ItemEvent {
+    TurnEvent::Item(Box::new(ItemEvent {
         item_id: format!("{}-item-{n}", turn.sdk_turn_id),
         kind: ItemKind::CommandExecution,
         status,
         text: None,
         command: Some(info),
-    })
+    }))
 }
 
 /// The command info of every COMPLETED command item, in order.
@@ -80,11 +77,7 @@ fn completed_commands(events: &[TurnEvent]) -> Vec<CommandInfo> {
     events
         .iter()
         .filter_map(|event| match event {
-            TurnEvent::Item(ItemEvent {
-                status: ItemStatus::Completed,
-                command: Some(info),
-                ..
-            }) => Some(info.clone()),
+            TurnEvent::Item(item) if item.status == ItemStatus::Completed => item.command.clone(),
             _ => None,
         })
         .collect()
@@ -97,11 +90,11 @@ fn usage(last: (i64, i64), total: (i64, i64)) -> TurnEvent {
         total_tokens: input + output,
         ..TokenUsageBreakdown::default()
     };
-    TurnEvent::Usage(TokenUsage {
+    TurnEvent::Usage(Box::new(TokenUsage {
         total: breakdown(total),
         last: breakdown(last),
         model_context_window: None,
-    })
+    }))
 }
 
 /// Wait until `path` holds `count` lines of pids and return them.
@@ -136,10 +129,11 @@ async fn a_script_gives_the_exact_event_sequence() {
     let events = rest(&mut turn).await;
 
     let pid = match &events[6] {
-        TurnEvent::Item(ItemEvent {
-            command: Some(info),
-            ..
-        }) => info.process_id.clone(),
+        TurnEvent::Item(item) if item.command.is_some() => item
+            .command
+            .as_ref()
+            .map(|info| info.process_id.clone())
+            .unwrap_or_default(),
         other => panic!("expected the command's RUNNING item, got {other:?}"),
     };
     assert!(pid.parse::<u32>().is_ok_and(|p| p > 0), "pid {pid:?}");
@@ -346,11 +340,8 @@ async fn an_interrupted_sleep_ends_promptly() {
     until(&mut turn, |e| {
         matches!(
             e,
-            TurnEvent::Item(ItemEvent {
-                kind: ItemKind::AgentMessage,
-                status: ItemStatus::Completed,
-                ..
-            })
+            TurnEvent::Item(item)
+                if item.kind == ItemKind::AgentMessage && item.status == ItemStatus::Completed
         )
     })
     .await;
@@ -369,11 +360,10 @@ async fn an_interrupted_command_dies_with_its_whole_tree() {
     let script = "run echo partial; sleep 30 & echo $! > pids; sleep 30 & echo $! >> pids; echo $$ >> pids; wait\nsay never";
     let (_dir, spec, mut turn) = start(script).await;
     let seen = until(&mut turn, is_running_command).await;
-    let Some(TurnEvent::Item(ItemEvent {
-        command: Some(running),
-        ..
-    })) = seen.last()
-    else {
+    let Some(TurnEvent::Item(item)) = seen.last() else {
+        unreachable!()
+    };
+    let Some(running) = &item.command else {
         unreachable!()
     };
     let pids = read_pids(&workspace(&spec).join("pids"), 3).await;
