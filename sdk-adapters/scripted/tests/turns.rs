@@ -129,13 +129,10 @@ async fn a_script_gives_the_exact_event_sequence() {
     let events = rest(&mut turn).await;
 
     let pid = match &events[6] {
-        TurnEvent::Item(item) if item.command.is_some() => item
-            .command
-            .as_ref()
-            .map(|info| info.process_id.clone())
-            .unwrap_or_default(),
-        other => panic!("expected the command's RUNNING item, got {other:?}"),
-    };
+        TurnEvent::Item(item) => item.command.as_ref().map(|info| info.process_id.clone()),
+        _ => None,
+    }
+    .unwrap_or_else(|| panic!("expected the command's RUNNING item, got {:?}", events[6]));
     assert!(pid.parse::<u32>().is_ok_and(|p| p > 0), "pid {pid:?}");
     let info = CommandInfo {
         command: "echo hi".into(),
