@@ -21,14 +21,29 @@ const ROUNDS: usize = 6;
 const CALLS: usize = 16;
 
 /// A background swapper: `d` (a directory) and `l` (a link to `outside`)
-/// trade places as fast as they can; it writes `swapper.pid` once running.
+/// trade places as fast as they can; it writes `swapper.pid` once running,
+/// and stops (writing `stopped`) once a `stop` file appears.
 fn swapper(outside: &str) -> String {
     format!(
         "mkdir -p d && echo mine > d/f.txt && ln -sfn {outside} l && \
          setsid python3 -c \"import ctypes,os,time\nlibc=ctypes.CDLL(None,use_errno=True)\n\
-         open('swapper.pid','w').write(str(os.getpid()))\nn=0\nwhile True:\n  n+=libc.renameat2(-100,b'd',-100,b'l',2)==0\n  if n%500==0: open('swaps.new','w').write(str(n)); os.rename('swaps.new','swaps')\" \
+         open('swapper.pid','w').write(str(os.getpid()))\nn=0\nwhile True:\n  n+=libc.renameat2(-100,b'd',-100,b'l',2)==0\n  if n%500==0:\n    open('swaps.new','w').write(str(n)); os.rename('swaps.new','swaps')\n    if os.path.exists('stop'): open('stopped','w').close(); break\" \
          </dev/null >/dev/null 2>&1 & sleep 0.3; cat swapper.pid"
     )
+}
+
+/// Has the swapper in `ws` stop and waits until it has: until then `d`
+/// and `l` keep trading places, so two reads could both meet the link.
+async fn stop_swapper(ws: &std::path::Path) {
+    std::fs::write(ws.join("stop"), "").unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !ws.join("stopped").exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the swapper did not stop"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// One round of file-tool calls inside `d`.
@@ -124,6 +139,7 @@ pub(crate) async fn file_tools_hold(as_agent_uid: bool) {
     // The thread's own calls still landed: some round won, and the file in
     // its workspace holds a round's text (whichever side `d` is on now).
     let ws = runner.thread_workspace("c", &thread);
+    stop_swapper(&ws).await;
     let own = ["d/f.txt", "l/f.txt"]
         .iter()
         .filter_map(|p| std::fs::read_to_string(ws.join(p)).ok())
