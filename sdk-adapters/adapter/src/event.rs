@@ -32,6 +32,18 @@ pub enum TurnEvent {
     Finished(TurnOutcome),
 }
 
+impl TurnEvent {
+    /// An item's event, boxed (see the type's doc).
+    pub fn item(item: ItemEvent) -> Self {
+        TurnEvent::Item(Box::new(item))
+    }
+
+    /// A token-usage event, boxed (see the type's doc).
+    pub fn usage(usage: TokenUsage) -> Self {
+        TurnEvent::Usage(Box::new(usage))
+    }
+}
+
 /// How a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TurnOutcome {
@@ -113,13 +125,13 @@ pub struct ItemContent {
 impl ItemContent {
     /// The item as `item_id` in `status`.
     pub fn event(&self, item_id: impl Into<String>, status: ItemStatus) -> TurnEvent {
-        TurnEvent::Item(Box::new(ItemEvent {
+        TurnEvent::item(ItemEvent {
             item_id: item_id.into(),
             kind: self.kind,
             status,
             text: self.text.clone(),
             command: self.command.clone(),
-        }))
+        })
     }
 }
 
@@ -250,13 +262,13 @@ mod tests {
         };
         assert_eq!(
             content.event("turn-1-item-2", ItemStatus::Completed),
-            TurnEvent::Item(Box::new(ItemEvent {
+            TurnEvent::item(ItemEvent {
                 item_id: "turn-1-item-2".into(),
                 kind: ItemKind::Plan,
                 status: ItemStatus::Completed,
                 text: Some("1. look".into()),
                 command: None,
-            }))
+            })
         );
     }
 

@@ -68,10 +68,10 @@ mod tests {
     }
 
     fn usage(n: i64) -> TurnEvent {
-        TurnEvent::Usage(Box::new(crate::TokenUsage {
+        TurnEvent::usage(crate::TokenUsage {
             model_context_window: Some(n),
             ..Default::default()
-        }))
+        })
     }
 
     #[tokio::test]

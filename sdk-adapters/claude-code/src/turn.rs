@@ -291,7 +291,7 @@ impl TurnTask {
     async fn result(&mut self, run: &mut Run, line: &Value) -> Result<Option<TurnOutcome>, Gone> {
         if let Some(usage) = line.get("usage") {
             let usage = self.usage(usage, line.get("modelUsage"));
-            self.send(TurnEvent::Usage(Box::new(usage))).await?;
+            self.send(TurnEvent::usage(usage)).await?;
         }
         if self.control.interrupted() {
             return Ok(Some(TurnOutcome::Interrupted));

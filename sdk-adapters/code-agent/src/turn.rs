@@ -396,11 +396,11 @@ impl TurnTask {
             sum.accumulate(&last);
             *sum
         };
-        self.send(TurnEvent::Usage(Box::new(TokenUsage {
+        self.send(TurnEvent::usage(TokenUsage {
             total,
             last,
             model_context_window: self.context_window,
-        })))
+        }))
         .await
     }
 
@@ -489,13 +489,13 @@ fn next_id(turn_id: &str, run: &mut Run) -> String {
 }
 
 fn text_event(item: &TextItem, status: ItemStatus) -> TurnEvent {
-    TurnEvent::Item(Box::new(ItemEvent {
+    TurnEvent::item(ItemEvent {
         item_id: item.id.clone(),
         kind: item.kind,
         status,
         text: Some(item.text.clone()),
         command: None,
-    }))
+    })
 }
 
 #[cfg(test)]

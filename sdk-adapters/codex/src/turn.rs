@@ -248,7 +248,7 @@ impl TurnTask {
             }
             "thread/tokenUsage/updated" => {
                 if let Some(usage) = params.get("tokenUsage").map(token_usage) {
-                    self.send(TurnEvent::Usage(Box::new(usage))).await?;
+                    self.send(TurnEvent::usage(usage)).await?;
                 }
             }
             "thread/name/updated" => {
@@ -359,7 +359,7 @@ impl TurnTask {
             ItemStatus::Running
         };
         let event = item.snapshot(self.item_id(&id), status);
-        self.send(TurnEvent::Item(Box::new(event))).await
+        self.send(TurnEvent::item(event)).await
     }
 
     async fn delta(&mut self, run: &mut Run, params: &Value, kind: ItemKind) -> Result<(), Gone> {
@@ -388,7 +388,7 @@ impl TurnTask {
             item.last_emit = Some(now);
             item.dirty = false;
             let event = item.snapshot(self.item_id(id), ItemStatus::Running);
-            self.send(TurnEvent::Item(Box::new(event))).await?;
+            self.send(TurnEvent::item(event)).await?;
         } else {
             item.dirty = true;
         }
@@ -406,7 +406,7 @@ impl TurnTask {
                 item.dirty = false;
                 item.last_emit = Some(now);
                 let event = item.snapshot(self.item_id(id), ItemStatus::Running);
-                self.send(TurnEvent::Item(Box::new(event))).await?;
+                self.send(TurnEvent::item(event)).await?;
             }
         }
         Ok(())
@@ -421,7 +421,7 @@ impl TurnTask {
             {
                 item.completed = true;
                 let event = item.snapshot(self.item_id(id), ItemStatus::Completed);
-                closing.push(TurnEvent::Item(Box::new(event)));
+                closing.push(TurnEvent::item(event));
             }
         }
         closing

@@ -301,7 +301,7 @@ impl TurnTask {
             text: Some(format!("{server}/{tool} {arguments}")),
             command: None,
         };
-        self.send(TurnEvent::Item(Box::new(item.clone()))).await?;
+        self.send(TurnEvent::item(item.clone())).await?;
         let call = self.mcp.call(
             &server,
             &tool,
@@ -325,7 +325,7 @@ impl TurnTask {
             sdk_adapter::cap::OUTPUT_CAP_BYTES,
         ));
         item.status = ItemStatus::Completed;
-        self.send(TurnEvent::Item(Box::new(item))).await
+        self.send(TurnEvent::item(item)).await
     }
 
     async fn usage(&mut self, input: i64, output: i64) -> Result<(), Gone> {
@@ -344,7 +344,7 @@ impl TurnTask {
             last,
             model_context_window: None,
         };
-        self.send(TurnEvent::Usage(Box::new(usage))).await
+        self.send(TurnEvent::usage(usage)).await
     }
 
     /// An item whose whole content is `text`, RUNNING then COMPLETED.
@@ -356,9 +356,9 @@ impl TurnTask {
             text: Some(text),
             command: None,
         };
-        self.send(TurnEvent::Item(Box::new(item.clone()))).await?;
+        self.send(TurnEvent::item(item.clone())).await?;
         item.status = ItemStatus::Completed;
-        self.send(TurnEvent::Item(Box::new(item))).await
+        self.send(TurnEvent::item(item)).await
     }
 
     fn next_item_id(&mut self) -> String {
@@ -379,13 +379,13 @@ impl TurnTask {
 }
 
 fn command_item(item_id: &str, status: ItemStatus, info: CommandInfo) -> TurnEvent {
-    TurnEvent::Item(Box::new(ItemEvent {
+    TurnEvent::item(ItemEvent {
         item_id: item_id.to_owned(),
         kind: ItemKind::CommandExecution,
         status,
         text: None,
         command: Some(info),
-    }))
+    })
 }
 
 /// Resolves when the turn was interrupted or its receiver dropped.

@@ -51,25 +51,25 @@ fn is_running_command(event: &TurnEvent) -> bool {
 
 fn text_events(turn: &Turn, n: u32, kind: ItemKind, text: &str) -> [TurnEvent; 2] {
     let item = |status| {
-        TurnEvent::Item(Box::new(ItemEvent {
+        TurnEvent::item(ItemEvent {
             item_id: format!("{}-item-{n}", turn.sdk_turn_id),
             kind,
             status,
             text: Some(text.into()),
             command: None,
-        }))
+        })
     };
     [item(ItemStatus::Running), item(ItemStatus::Completed)]
 }
 
 fn command_event(turn: &Turn, n: u32, status: ItemStatus, info: CommandInfo) -> TurnEvent {
-    TurnEvent::Item(Box::new(ItemEvent {
+    TurnEvent::item(ItemEvent {
         item_id: format!("{}-item-{n}", turn.sdk_turn_id),
         kind: ItemKind::CommandExecution,
         status,
         text: None,
         command: Some(info),
-    }))
+    })
 }
 
 /// The command info of every COMPLETED command item, in order.
@@ -90,11 +90,11 @@ fn usage(last: (i64, i64), total: (i64, i64)) -> TurnEvent {
         total_tokens: input + output,
         ..TokenUsageBreakdown::default()
     };
-    TurnEvent::Usage(Box::new(TokenUsage {
+    TurnEvent::usage(TokenUsage {
         total: breakdown(total),
         last: breakdown(last),
         model_context_window: None,
-    }))
+    })
 }
 
 /// Wait until `path` holds `count` lines of pids and return them.
