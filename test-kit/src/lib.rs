@@ -8,6 +8,7 @@
 //! | [`requests`] | requests to the runner through the mock, and waiting for their updates |
 //! | [`faults`] | faults at random moments while waves of turns stream (drops, restarts, stalls, kills) |
 //! | [`skip`] | a test that cannot run says so, and the skip ledger CI reads |
+//! | [`wait`] | polling what a test cannot be told about until it holds, failing after [`WAIT`] |
 //!
 //! Used as a dev-dependency by the runner's test targets (`runner/tests/e2e`,
 //! `runner/tests/deploy`) and the test suites that skip, and as a normal
@@ -25,6 +26,7 @@ pub mod process;
 pub mod requests;
 pub mod runner;
 pub mod skip;
+pub mod wait;
 
 pub use paths::{free_port, have, is_root, runner_bin, target_dir, workspace_root};
 pub use process::{Logs, spawn_logged};

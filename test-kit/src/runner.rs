@@ -272,15 +272,11 @@ impl<K: Kit> RunnerProc<K> {
     /// Waits until the log shows `needle` (evidence that something was
     /// tried); panics after [`WAIT`].
     pub async fn wait_log(&self, needle: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.logs().contains(needle) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {needle:?} in the log:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        crate::wait::until(
+            || self.logs().contains(needle),
+            || format!("no {needle:?} in the log:\n{}", self.logs()),
+        )
+        .await;
     }
 
     /// `--workspace-root`.

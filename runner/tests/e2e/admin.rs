@@ -94,18 +94,11 @@ async fn ps_threads_and_kill_through_the_admin_socket() {
     )
     .await
     .expect("the interrupted turn ends");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while std::path::Path::new(&format!("/proc/{sleeper}")).exists()
-        && std::fs::read_to_string(format!("/proc/{sleeper}/stat"))
-            .map(|s| !s.contains(") Z"))
-            .unwrap_or(false)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "sleep {sleeper} survived kill --tree"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    test_kit::wait::until(
+        || crate::sandbox::gone(i32::try_from(sleeper).unwrap()),
+        || format!("sleep {sleeper} survived kill --tree"),
+    )
+    .await;
     let (ok, text) = admin(&runner, &["kill", "no-such-thread"]).await;
     assert!(!ok && text.contains("no thread"), "{text}");
 }

@@ -36,14 +36,11 @@ fn swapper(outside: &str) -> String {
 /// and `l` keep trading places, so two reads could both meet the link.
 async fn stop_swapper(ws: &std::path::Path) {
     std::fs::write(ws.join("stop"), "").unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !ws.join("stopped").exists() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the swapper did not stop"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    test_kit::wait::until(
+        || ws.join("stopped").exists(),
+        || "the swapper did not stop".into(),
+    )
+    .await;
 }
 
 /// One round of file-tool calls inside `d`.

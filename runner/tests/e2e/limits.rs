@@ -52,11 +52,7 @@ async fn a_thread_addressed_through_another_agent_is_refused() {
 #[tokio::test]
 async fn json_log_format_writes_one_json_object_per_line() {
     let (_cp, r) = connected_with(|opts| opts.arg("--log-format").arg("json")).await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !r.logs().contains("control channel open") {
-        assert!(tokio::time::Instant::now() < deadline, "{}", r.logs());
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    test_kit::wait::until(|| r.logs().contains("control channel open"), || r.logs()).await;
     let logs = r.logs();
     let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty());

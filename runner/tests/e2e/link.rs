@@ -82,11 +82,7 @@ async fn register_failures_permission_denied_is_terminal_unavailable_retries() {
     let cp = mock().await;
     cp.fail_register_with(Some(Status::unavailable("warming up")));
     let r = RunnerProc::start(RunnerOpts::new(cp.url()));
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while r.logs().matches("warming up").count() < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "{}", r.logs());
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    test_kit::wait::until(|| r.logs().matches("warming up").count() >= 3, || r.logs()).await;
     cp.fail_register_with(None);
     cp.wait_connected(WAIT).await.unwrap();
 }

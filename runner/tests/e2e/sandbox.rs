@@ -366,14 +366,7 @@ pub(crate) fn gone(pid: i32) -> bool {
 }
 
 pub(crate) async fn wait_gone(pid: i32, what: &str) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !gone(pid) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: process {pid} survived"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    test_kit::wait::until(|| gone(pid), || format!("{what}: process {pid} survived")).await;
 }
 
 /// A pid the agent wrote into `file` of its workspace.

@@ -130,16 +130,17 @@ pub(crate) async fn a_fork_bomb_is_held(cp: &MockControlPlane, runner: RunnerPro
     turn_completed(cp, "i1").await;
     // By their command line, not their pids: a pid freed by the kill may
     // be reused by another test's process (pid_max is 32,768 here).
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !bombs(marker).is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the interrupt left {} of {} bombs",
-            bombs(marker).len(),
-            running.len()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    test_kit::wait::until(
+        || bombs(marker).is_empty(),
+        || {
+            format!(
+                "the interrupt left {} of {} bombs",
+                bombs(marker).len(),
+                running.len()
+            )
+        },
+    )
+    .await;
     send(
         cp,
         "again",
