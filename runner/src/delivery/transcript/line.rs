@@ -1,6 +1,12 @@
 //! One transcript line: an update's kind, request id and what it says, as
 //! JSON, borrowed from the update; long text clipped, enum values written
 //! as their variants' names.
+//!
+//! The writer thread formats every update the runner sends, so the line
+//! is written by hand ([`Entry::write`]): through serde_json's serializer,
+//! the call overhead of each short field was most of the writer's CPU in
+//! the throughput bench. The `Serialize` derive stays as the reference
+//! the tests hold the hand-written bytes to.
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -124,4 +130,73 @@ impl<'a> Entry<'a> {
         }
         entry
     }
+
+    /// Appends the line's JSON (no newline) to `out`: exactly what
+    /// serde_json writes for the derived `Serialize` (a test compares
+    /// them), fields in the same alphabetical order, absent ones left out.
+    pub(super) fn write(&self, out: &mut Vec<u8>) {
+        let mut first = true;
+        let mut key = |out: &mut Vec<u8>, name: &str| {
+            out.extend_from_slice(if first { b"{\"" } else { b",\"" });
+            first = false;
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":");
+        };
+        let mut text = |out: &mut Vec<u8>, name: &str, value: Option<&str>| {
+            if let Some(value) = value {
+                key(out, name);
+                string(out, value);
+            }
+        };
+        text(out, "command", self.command.as_deref());
+        text(out, "error", self.error.as_deref());
+        text(out, "item_type", self.item_type.as_ref().map(|n| &*n.0));
+        text(out, "kind", Some(self.kind));
+        text(out, "name", self.name);
+        text(out, "output", self.output.as_deref());
+        text(out, "request_id", self.request_id);
+        text(out, "status", self.status.as_ref().map(|n| &*n.0));
+        text(out, "text", self.text.as_deref());
+        key(out, "ts_ms");
+        out.extend_from_slice(itoa::Buffer::new().format(self.ts_ms).as_bytes());
+        out.push(b'}');
+    }
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes it: `"`,
+/// `\\` and the control characters below U+0020 (`\b \f \n \r \t` by
+/// name, the rest as `\u00XX`, lowercase); everything else as it is.
+/// Runs without an escape are copied whole.
+pub(super) fn string(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
+        }
+        out.extend_from_slice(&bytes[start..i]);
+        start = i + 1;
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ]),
+        }
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }

@@ -301,3 +301,98 @@ fn unsafe_ids_have_no_path() {
         assert!(path(Path::new("/t"), id).is_none(), "{id}");
     }
 }
+
+/// The hand-written line is byte for byte what serde_json writes for the
+/// derived `Serialize`: every kind of update a line describes, with and
+/// without its optional parts, and text holding every ASCII byte,
+/// quotes, backslashes, non-ASCII and a clipped tail.
+#[test]
+fn hand_written_lines_are_serde_jsons_bytes() {
+    use agent_runner_proto::runner::client_message::Payload;
+    use agent_runner_proto::runner::{
+        ClientMessage, CommandExecutionItem, ItemUpdate, RequestError, ThreadNameUpdate,
+        ThreadUpdate, TurnUpdate,
+    };
+    let every_ascii: String = (0u8..0x80).map(char::from).collect();
+    let texts = [
+        String::new(),
+        "say line 1".to_owned(),
+        every_ascii.clone(),
+        format!("\"quoted\" \\ back\\slash é ü 日本 🎉 \u{7f} {every_ascii}"),
+        "x".repeat(MAX_TEXT + 10),
+        format!("{}é", "y".repeat(MAX_TEXT - 1)),
+    ];
+    let mut messages = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let rid = (i % 2 == 0).then(|| format!("req-{i}\n\"{text:.20}\""));
+        let item = |command: Option<CommandExecutionItem>, text: Option<String>| ClientMessage {
+            request_id: rid.clone(),
+            payload: Some(Payload::ItemUpdate(ItemUpdate {
+                sdk_item_id: "item".into(),
+                status: 2,
+                item_type: i as i32,
+                text,
+                command_execution_item: command,
+                thread_id: "t".into(),
+                sdk_turn_id: "u".into(),
+            })),
+            sequence: 0,
+        };
+        messages.push(item(None, Some(text.clone())));
+        messages.push(item(None, None));
+        messages.push(item(
+            Some(CommandExecutionItem {
+                command: text.clone(),
+                output: (i % 3 != 0).then(|| text.repeat(2)),
+                ..Default::default()
+            }),
+            None,
+        ));
+        messages.push(ClientMessage {
+            request_id: rid.clone(),
+            payload: Some(Payload::RequestError(RequestError {
+                error_message: text.clone(),
+            })),
+            sequence: 0,
+        });
+        messages.push(ClientMessage {
+            request_id: rid.clone(),
+            payload: Some(Payload::ThreadNameUpdate(ThreadNameUpdate {
+                thread_id: "t".into(),
+                thread_name: (i % 2 == 1).then(|| text.clone()),
+            })),
+            sequence: 0,
+        });
+        messages.push(ClientMessage {
+            request_id: rid.clone(),
+            payload: Some(Payload::TurnUpdate(TurnUpdate {
+                thread_id: "t".into(),
+                status: i as i32,
+                ..Default::default()
+            })),
+            sequence: 0,
+        });
+        messages.push(ClientMessage {
+            request_id: rid,
+            payload: Some(Payload::ThreadUpdate(ThreadUpdate {
+                thread_id: "t".into(),
+                status: i as i32,
+            })),
+            sequence: 0,
+        });
+    }
+    messages.push(ClientMessage::default());
+    for (n, msg) in messages.iter().enumerate() {
+        for ts_ms in [0, 7, u64::MAX] {
+            let entry = super::line::Entry::of(msg, ts_ms);
+            let mut hand = Vec::new();
+            entry.write(&mut hand);
+            let serde = serde_json::to_vec(&entry).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&hand),
+                String::from_utf8_lossy(&serde),
+                "message {n}: {msg:?}"
+            );
+        }
+    }
+}

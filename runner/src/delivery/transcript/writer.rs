@@ -68,13 +68,7 @@ pub(super) fn run(dir: PathBuf, mut rx: Receiver<Job>, counts: Counts) {
                     }
                 }
                 for update in &updates {
-                    let line_start = scratch.len();
-                    let entry = Entry::of(update, ts_ms);
-                    if let Err(e) = serde_json::to_writer(&mut scratch, &entry) {
-                        tracing::warn!(error = %e, "a transcript line could not be encoded");
-                        scratch.truncate(line_start);
-                        continue;
-                    }
+                    Entry::of(update, ts_ms).write(&mut scratch);
                     scratch.push(b'\n');
                 }
                 if !scratch.is_empty() {
