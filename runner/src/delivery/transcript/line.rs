@@ -5,13 +5,14 @@
 //! The writer thread formats every update the runner sends, so the line
 //! is written by hand ([`Entry::write`]): through serde_json's serializer,
 //! the call overhead of each short field was most of the writer's CPU in
-//! the throughput bench. The `Serialize` derive stays as the reference
-//! the tests hold the hand-written bytes to.
+//! the throughput bench. The `Serialize` derive is kept for the tests
+//! only: the reference they hold the hand-written bytes to.
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use agent_runner_proto::runner::{ClientMessage, client_message::Payload};
+#[cfg(test)]
 use serde::Serialize;
 
 /// Longest text (item text, command output) kept per line, in bytes.
@@ -33,8 +34,8 @@ fn clip(text: &str) -> Cow<'_, str> {
 /// text), looked up in a table made once per enum: formatting the name for
 /// every line (`collect_str` over `Debug`) was, after string escaping,
 /// the writer's largest cost.
-#[derive(Serialize)]
-#[serde(transparent)]
+#[cfg_attr(test, derive(Serialize))]
+#[cfg_attr(test, serde(transparent))]
 pub(super) struct Named(pub(super) Cow<'static, str>);
 
 /// One enum's variant names by number, for [`name`].
@@ -72,24 +73,24 @@ where
 /// borrowed from the update (the writer formats it; nothing is copied but
 /// text past [`MAX_TEXT`]). Written straight out (no `Value` tree), its
 /// fields in alphabetical order, as the lines have always been.
-#[derive(Serialize)]
+#[cfg_attr(test, derive(Serialize))]
 pub(super) struct Entry<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     command: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     error: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     item_type: Option<Named>,
     kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     name: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     output: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     request_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     status: Option<Named>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     text: Option<Cow<'a, str>>,
     ts_ms: u64,
 }
@@ -166,8 +167,10 @@ impl<'a> Entry<'a> {
 /// Appends `s` as a JSON string, escaped as serde_json escapes it: `"`,
 /// `\\` and the control characters below U+0020 (`\b \f \n \r \t` by
 /// name, the rest as `\u00XX`, lowercase); everything else as it is.
-/// Runs without an escape are copied whole.
-pub(super) fn string(out: &mut Vec<u8>, s: &str) {
+/// Runs without an escape are copied whole. (serde_json's own escaper is
+/// private to it; through its serializer it wrote each fragment through
+/// `io::Write`, and was the writer's hottest symbol.)
+fn string(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
