@@ -7,7 +7,9 @@
 //! workspace, the agent's description, the gated item). Approved, the
 //! command runs (its file appears in the workspace) and its output goes
 //! back to the model; denied, it does not run and the model is told the
-//! person's message. A control plane that did not accept the extension
+//! person's message. Claude's clarifying question (`AskUserQuestion`)
+//! reaches it as a `QUESTION` with the choices, and the answer text is what
+//! the model reads. A control plane that did not accept the extension
 //! sees none of it: claude's prompt is denied by the adapter's policy, as
 //! before.
 //!
@@ -86,19 +88,20 @@ async fn request_of(cp: &MockControlPlane, runner: &RunnerProc, rid: &str) -> Ap
     }
 }
 
-/// Sends the decision `outcome` (with `message`) for `asked` as `rid` and
-/// waits for its `ApprovalResolved`, then for the turn of `turn` to end.
+/// Sends the decision `outcome` (with `message`, and `answer` for a
+/// question) for `asked` as `rid` and waits for its `ApprovalResolved`,
+/// then for the turn of `turn` to end.
 async fn decide(
     cp: &MockControlPlane,
     runner: &RunnerProc,
     asked: &ApprovalRequest,
-    (rid, outcome, message): (&str, ApprovalOutcome, Option<&str>),
+    (rid, outcome, message, answer): (&str, ApprovalOutcome, Option<&str>, Option<&str>),
     turn: &str,
 ) {
     let decision = Request::ApprovalDecision(ApprovalDecision {
         approval_id: asked.approval_id.clone(),
         outcome: outcome.into(),
-        answer: None,
+        answer: answer.map(str::to_owned),
         message: message.map(str::to_owned),
     });
     send(cp, rid, decision).await;
@@ -172,7 +175,7 @@ async fn a_real_claude_asks_the_control_plane_before_bash_runs() {
         &cp,
         &runner,
         &asked,
-        ("d1", ApprovalOutcome::Approve, None),
+        ("d1", ApprovalOutcome::Approve, None, None),
         "m1",
     )
     .await;
@@ -196,7 +199,7 @@ async fn a_real_claude_asks_the_control_plane_before_bash_runs() {
         &cp,
         &runner,
         &asked,
-        ("d2", ApprovalOutcome::Deny, Some(why)),
+        ("d2", ApprovalOutcome::Deny, Some(why), None),
         "m2",
     )
     .await;
@@ -210,6 +213,62 @@ async fn a_real_claude_asks_the_control_plane_before_bash_runs() {
         told.iter().any(|t| t.contains(why)),
         "the model hears why: {told:?}\n{}",
         runner.logs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_claudes_question_is_answered_at_the_control_plane() {
+    let Some(bin) = claude_or_skip() else {
+        return;
+    };
+    let api = MockMessages::start().await.expect("mock Messages API");
+    let (cp, runner, thread) = deciding(&bin, &api, true).await;
+    let questions = serde_json::json!({"questions": [
+        {"question": "Which database should the service use?", "header": "Database",
+         "multiSelect": false,
+         "options": [{"label": "Postgres", "description": "a server"},
+                     {"label": "SQLite", "description": "a file"}]},
+        {"question": "Which extras should it have?", "header": "Extras", "multiSelect": true,
+         "options": [{"label": "Cache", "description": "in memory"},
+                     {"label": "Search", "description": "full text"}]}
+    ]});
+    api.push(Reply::tool("AskUserQuestion", questions));
+    api.push(Reply::text("SQLite, with a cache and search."));
+    send(&cp, "m1", user_message("a", &thread, "set it up", false)).await;
+    let asked = request_of(&cp, &runner, "m1").await;
+    assert_eq!(asked.kind, ApprovalKind::Question as i32, "{asked:?}");
+    assert_eq!(
+        asked.title,
+        "Which database should the service use? / Which extras should it have?"
+    );
+    assert_eq!(asked.reason.as_deref(), Some("Database"));
+    assert_eq!(asked.options, ["Postgres", "SQLite"]);
+    assert!(
+        asked.command.is_none() && asked.paths.is_empty(),
+        "{asked:?}"
+    );
+    let answer =
+        r#"{"Which database should the service use?": "SQLite", "Extras": ["Cache", "Search"]}"#;
+    decide(
+        &cp,
+        &runner,
+        &asked,
+        ("d1", ApprovalOutcome::Approve, None, Some(answer)),
+        "m1",
+    )
+    .await;
+    let calls = api.model_calls();
+    let told = tool_results(calls.last().expect("a model call"));
+    let heard = told.join("\n");
+    assert!(
+        heard.contains(r#""Which database should the service use?"="SQLite""#)
+            && heard.contains(r#""Which extras should it have?"="Cache, Search""#),
+        "the model reads the answers: {told:?}\n{}",
+        runner.logs()
+    );
+    assert_eq!(
+        said(&replies(&cp, "m1")),
+        ["SQLite, with a cache and search."]
     );
 }
 

@@ -34,6 +34,7 @@ mod control;
 mod mcp;
 mod permission;
 mod protocol;
+mod question;
 mod session;
 #[cfg(feature = "testing")]
 #[doc(hidden)]

@@ -12,8 +12,9 @@
 //! What a person sees ([`ask_for`]): `Bash` is a command execution (the
 //! command, the thread's workspace as cwd, the agent's description as the
 //! reason); `Edit`, `MultiEdit`, `Write` and `NotebookEdit` are file
-//! changes (the file); every other tool is a permission (its path or URL
-//! when it has one). The tool's name is part of what "the same request"
+//! changes (the file); `AskUserQuestion` is a question, answered with
+//! text ([`crate::question`]); every other tool is a permission (its path
+//! or URL when it has one). The tool's name is part of what "the same request"
 //! means for "approve for this thread", which the runner remembers:
 //! Claude's own `updatedPermissions` are not used, because the rules it
 //! suggests are broader than the request (command prefixes, whole
@@ -52,7 +53,11 @@ pub(crate) fn ask_for(request: &Value, cwd: &str) -> ApprovalAsk {
     let shown = text(request, "display_name").unwrap_or_else(|| tool.clone());
     let input = request.get("input").cloned().unwrap_or_else(|| json!({}));
     let decision_reason = text(request, "decision_reason");
-    let mut ask = if tool == "Bash" {
+    let mut ask = if tool == crate::question::TOOL {
+        let mut ask = crate::question::ask(&input);
+        ask.title = one_line(&ask.title);
+        ask
+    } else if tool == "Bash" {
         let command = text(&input, "command").unwrap_or_default();
         let mut ask = ApprovalAsk::new(
             ApprovalKind::CommandExecution,
@@ -91,16 +96,26 @@ pub(crate) fn ask_for(request: &Value, cwd: &str) -> ApprovalAsk {
         };
         ask
     };
+    // Nobody decides: the adapter's policy, as before the extension (a
+    // question is not a tool to refuse: claude is told to go on).
+    let fallback = if ask.kind == ApprovalKind::Question {
+        crate::question::NOBODY_ANSWERS
+    } else {
+        DENY_REASON
+    };
     ask.adapter = Some(Box::new(AdapterSide {
         tool: Some(tool),
-        // Nobody decides: the adapter's policy, as before the extension.
-        fallback: Some(ApprovalAnswer::deny(DENY_REASON)),
+        fallback: Some(ApprovalAnswer::deny(fallback)),
     }));
     ask
 }
 
 /// Claude Code's `PermissionResult` for `answer` to `request`.
 pub(crate) fn decided(request: &Value, answer: &ApprovalAnswer) -> Value {
+    if request.get("tool_name").and_then(Value::as_str) == Some(crate::question::TOOL) {
+        let input = request.get("input").cloned().unwrap_or_else(|| json!({}));
+        return crate::question::answered(&input, answer);
+    }
     let message = || {
         answer
             .message
@@ -189,6 +204,23 @@ mod tests {
         assert_ne!(mcp_a.same_as_key(), mcp_b.same_as_key());
         let long = ask_for(&request("Bash", json!({"command": "x".repeat(5000)})), "/w");
         assert_eq!(long.title.chars().count(), TITLE_CHARS);
+
+        // A clarifying question is a question, on one line, answered with
+        // the text (not the original input).
+        let asked = json!({"questions": [{"question": "Which one?\n".repeat(100),
+            "header": "Pick", "options": [{"label": "A"}, {"label": "B"}]}]});
+        let question = ask_for(&request("AskUserQuestion", asked.clone()), "/w");
+        assert_eq!(question.kind, ApprovalKind::Question);
+        assert_eq!(question.title.chars().count(), TITLE_CHARS);
+        assert!(!question.title.contains('\n'));
+        assert_eq!(question.options, ["A", "B"]);
+        let answer = ApprovalAnswer {
+            answer: Some("B".into()),
+            ..ApprovalAnswer::approve()
+        };
+        let result = decided(&request("AskUserQuestion", asked), &answer);
+        let key = "Which one?\n".repeat(100);
+        assert_eq!(result["updatedInput"]["answers"][key.as_str()], "B");
     }
 
     #[test]
