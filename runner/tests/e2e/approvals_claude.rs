@@ -272,6 +272,67 @@ async fn a_real_claudes_question_is_answered_at_the_control_plane() {
     );
 }
 
+/// `CANCEL_TURN` on claude's prompt: the command never runs, claude's turn
+/// is interrupted and ends with the decision's `request_id` on its
+/// `TurnUpdate COMPLETED`, and the session takes the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_turn_interrupts_a_real_claude_and_the_session_goes_on() {
+    let Some(bin) = claude_or_skip() else {
+        return;
+    };
+    let api = MockMessages::start().await.expect("mock Messages API");
+    let (cp, runner, thread) = deciding(&bin, &api, true).await;
+    let workspace = runner.thread_workspace("a", &thread);
+    api.push(Reply::bash("touch cancelled.txt"));
+    send(&cp, "m1", user_message("a", &thread, "make it", false)).await;
+    let asked = request_of(&cp, &runner, "m1").await;
+    let decision = Request::ApprovalDecision(ApprovalDecision {
+        approval_id: asked.approval_id.clone(),
+        outcome: ApprovalOutcome::CancelTurn.into(),
+        answer: None,
+        message: Some("stop here".into()),
+    });
+    send(&cp, "d1", decision).await;
+    cp.wait_for(
+        |m| rid_is(m, "d1") && is_turn(m, TurnStatus::Completed),
+        CLAUDE_WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the cancelled turn ends: {e:?}\n{}", runner.logs()));
+    let id = asked.approval_id.clone();
+    let resolved = cp.received().into_iter().find_map(|m| match m.payload {
+        Some(Payload::ApprovalResolved(r)) if r.approval_id == id => Some(r),
+        _ => None,
+    });
+    let resolved = resolved.expect("the request is resolved");
+    assert_eq!(resolved.outcome, ApprovalOutcome::CancelTurn as i32);
+    assert_eq!(resolved.resolved_by, ApprovalResolver::ControlPlane as i32);
+    assert!(
+        !workspace.join("cancelled.txt").exists(),
+        "a cancelled command never runs"
+    );
+
+    api.push(Reply::text("Still here."));
+    send(
+        &cp,
+        "m2",
+        user_message("a", &thread, "are you there?", false),
+    )
+    .await;
+    cp.wait_for(
+        |m| rid_is(m, "m2") && is_turn(m, TurnStatus::Completed),
+        CLAUDE_WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the next turn completes: {e:?}\n{}", runner.logs()));
+    assert_eq!(
+        said(&replies(&cp, "m2")),
+        ["Still here."],
+        "{}",
+        runner.logs()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_extension_a_real_claudes_prompt_is_denied_as_before() {
     let Some(bin) = claude_or_skip() else {

@@ -268,3 +268,49 @@ async fn approve_for_thread_is_remembered_and_an_undecided_call_times_out() {
     });
     assert!(timed_out, "{:#?}", cp.received());
 }
+
+/// `CANCEL_TURN` on an engine's request: the command never runs, the turn
+/// ends at once with the decision's `request_id` on its `TurnUpdate
+/// COMPLETED` (as an interrupt's carries the interrupt's), the model is not
+/// asked again in that turn, and the thread's next turn runs as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_turn_ends_the_engines_turn_and_the_thread_goes_on() {
+    let mock = MockLlm::start(vec![
+        bash("call_1", "echo cancelled > cancelled.txt"),
+        MockReply::text("Next."),
+    ])
+    .await;
+    let (cp, runner, thread) = engine_runner(&mock, true).await;
+    let workspace = runner.thread_workspace("a", &thread);
+    send(&cp, "m1", user_message("a", &thread, "write it", false)).await;
+    let request = asked(&cp, &runner, "m1").await;
+    decide(
+        &cp,
+        "d1",
+        &request.approval_id,
+        ApprovalOutcome::CancelTurn,
+        "stop here",
+    )
+    .await;
+    let ended = completed(&cp, &runner, "d1").await;
+    assert!(
+        ended.iter().any(|m| matches!(payload(m),
+            Some(Payload::ApprovalResolved(r)) if r.approval_id == request.approval_id
+                && r.outcome == ApprovalOutcome::CancelTurn as i32
+                && r.resolved_by == ApprovalResolver::ControlPlane as i32)),
+        "resolved as cancelled by the control plane: {ended:#?}"
+    );
+    assert!(
+        !workspace.join("cancelled.txt").exists(),
+        "a cancelled command never runs"
+    );
+    assert!(
+        said(&replies(&cp, "m1")).is_empty(),
+        "nothing more is said in the cancelled turn"
+    );
+    assert_eq!(mock.requests().len(), 1, "the model is not asked again");
+
+    send(&cp, "m2", user_message("a", &thread, "go on", false)).await;
+    let m2 = completed(&cp, &runner, "m2").await;
+    assert_eq!(said(&m2), ["Next."], "{}", runner.logs());
+}

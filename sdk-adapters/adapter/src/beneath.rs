@@ -187,13 +187,11 @@ pub fn write_file(
     written
 }
 
-/// Reads the regular file `name` (one component) in `dir`, at most `limit`
-/// bytes: `None` when it is missing, or is anything but a regular file (a
-/// symlink is not followed), or is larger. For reading a file an agent may
-/// once have been able to replace (an operator's SDK home of an older
-/// runner): a link planted there never makes the runner copy its target.
-pub fn read_file(dir: impl AsFd, name: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
-    use std::io::Read;
+/// Opens the regular file `name` (one component) in `dir` for reading,
+/// with its size: `None` when it is missing or is anything but a regular
+/// file (a symlink is not followed; a FIFO is opened without blocking and
+/// refused).
+fn open_regular(dir: impl AsFd, name: &str) -> std::io::Result<Option<(OwnedFd, u64)>> {
     let fd = match rustix::fs::openat2(
         dir,
         name,
@@ -212,9 +210,23 @@ pub fn read_file(dir: impl AsFd, name: &str, limit: u64) -> std::io::Result<Opti
         Err(e) => return Err(e.into()),
     };
     let st = rustix::fs::fstat(&fd)?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
-        || u64::try_from(st.st_size).unwrap_or(u64::MAX) > limit
-    {
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Ok(None);
+    }
+    Ok(Some((fd, u64::try_from(st.st_size).unwrap_or(u64::MAX))))
+}
+
+/// Reads the regular file `name` (one component) in `dir`, at most `limit`
+/// bytes: `None` when it is missing, or is anything but a regular file (a
+/// symlink is not followed), or is larger. For reading a file an agent may
+/// once have been able to replace (an operator's SDK home of an older
+/// runner): a link planted there never makes the runner copy its target.
+pub fn read_file(dir: impl AsFd, name: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let Some((fd, size)) = open_regular(dir, name)? else {
+        return Ok(None);
+    };
+    if size > limit {
         return Ok(None);
     }
     let mut bytes = Vec::new();
@@ -224,6 +236,22 @@ pub fn read_file(dir: impl AsFd, name: &str, limit: u64) -> std::io::Result<Opti
     if bytes.len() as u64 > limit {
         return Ok(None);
     }
+    Ok(Some(bytes))
+}
+
+/// The first `limit` bytes (or fewer) of the regular file `name` (one
+/// component) in `dir`, however large it is: `None` as for [`read_file`].
+/// For telling what a file an agent can write holds without reading all of
+/// it, through nothing it planted.
+pub fn read_head(dir: impl AsFd, name: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let Some((fd, _)) = open_regular(dir, name)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(limit)
+        .read_to_end(&mut bytes)?;
     Ok(Some(bytes))
 }
 

@@ -135,6 +135,9 @@ mod tests {
 
     use super::*;
 
+    /// A session's transcript holding one message.
+    const SESSION: &[u8] = br#"{"type":"user","message":{"role":"user","content":"hi"}}"#;
+
     /// The operator's settings: a hook no thread may get.
     const HOOK: &[u8] =
         br#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"evil"}]}]}}"#;
@@ -145,7 +148,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("projects/p")).unwrap();
         std::fs::write(dir.join(CREDENTIALS), b"{\"token\":\"op\"}").unwrap();
         std::fs::write(dir.join("settings.json"), HOOK).unwrap();
-        std::fs::write(dir.join("projects/p/s.jsonl"), b"{}").unwrap();
+        std::fs::write(dir.join("projects/p/s.jsonl"), SESSION).unwrap();
         let config = ClaudeConfig {
             env: vec![("CLAUDE_CONFIG_DIR".into(), dir.display().to_string())],
             ..ClaudeConfig::default()
@@ -235,7 +238,7 @@ mod tests {
         assert!(adopt_transcript(&config, &home, "s").unwrap());
         assert_eq!(
             std::fs::read(home.join(".claude/projects/p/s.jsonl")).unwrap(),
-            b"{}"
+            SESSION
         );
         assert!(crate::session::has_transcript(&home, "s"));
         let secret = tmp.path().join("secret");

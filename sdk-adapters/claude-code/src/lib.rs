@@ -9,8 +9,8 @@
 //!   it is known before the first turn and stored by the runner.
 //! - One long-lived `claude -p` process per thread (module `session`),
 //!   started by the first turn in the thread's workspace: `--session-id` for
-//!   a session without a transcript, `--resume` for one that has one (after
-//!   a crash, a kill, or a runner restart), and started again when a turn
+//!   a session without a transcript holding a message, `--resume` for one
+//!   that has one (after a crash, a kill, or a runner restart), and started again when a turn
 //!   asks for another model or effort (`--model`, `--effort`).
 //! - A turn writes the message as a `user` line; steering writes another
 //!   into the running session; interrupt is the `interrupt` control request
@@ -42,7 +42,6 @@ pub mod testing;
 mod tools;
 mod turn;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -75,8 +74,6 @@ pub struct ClaudeAdapter {
 /// What a thread's turns share across processes.
 #[derive(Debug, Default)]
 pub(crate) struct ThreadShared {
-    /// Claude Code reported the session (`system/init`): it can be resumed.
-    pub resumable: AtomicBool,
     /// The thread's token usage so far (this runner's lifetime).
     pub usage: Mutex<TokenUsageBreakdown>,
     /// The session's title last reported as the thread's name.
@@ -153,8 +150,11 @@ impl ClaudeAdapter {
     ) -> Result<Session, SdkError> {
         let sandbox = spec.sandbox.get()?;
         let home = &sandbox.spec().home_dir;
-        let resume = slot.shared.resumable.load(Ordering::SeqCst)
-            || has_transcript(home, &slot.session_id)
+        // Resumed only when there is a transcript to resume: not because an
+        // earlier process reported the session, since one killed (an
+        // interrupt, a cancelled approval) before it wrote anything leaves
+        // none, and `--resume` then fails ("No conversation found").
+        let resume = has_transcript(home, &slot.session_id)
             || config_dir::adopt_transcript(&self.config, home, &slot.session_id)
                 .unwrap_or_else(|e| {
                     tracing::warn!(thread_id = %spec.thread_id, error = %e, "could not adopt the session's transcript from the operator's config dir");

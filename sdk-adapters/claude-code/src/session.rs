@@ -264,8 +264,51 @@ async fn route(
 /// config dir being the thread's own, `<home>/.claude` with `home` the
 /// thread's HOME (the sandbox's); it outlives the runner, so a restarted
 /// runner resumes the session.
+///
+/// A transcript counts only once it holds a message: claude creates the
+/// file before it writes the first entry, so one killed in between (an
+/// interrupt, a cancelled approval early in the first turn) leaves it
+/// empty, and `--resume` of that fails ("No conversation found"). Read as
+/// the agent may have planted it (its HOME is the agent's): beneath the
+/// HOME without following a link, a regular file only, just its head.
 pub(crate) fn has_transcript(home: &Path, session_id: &str) -> bool {
-    transcript(home, session_id).is_some()
+    holds_conversation(home, session_id).unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "could not read the session's transcript");
+        false
+    })
+}
+
+/// How much of a transcript is read to find its first message (an entry's
+/// `type` comes before its content, so a huge first message still shows).
+const TRANSCRIPT_HEAD: u64 = 64 << 10;
+
+fn holds_conversation(home: &Path, session_id: &str) -> std::io::Result<bool> {
+    use sdk_adapter::beneath;
+    let root = beneath::open_root(home)?;
+    let Some(config) = beneath::open_dir(&root, crate::config_dir::DIR_NAME)? else {
+        return Ok(false);
+    };
+    let Some(projects) = beneath::open_dir(&config, "projects")? else {
+        return Ok(false);
+    };
+    let file = format!("{session_id}.jsonl");
+    let listed = std::fs::read_dir(crate::config_dir::thread_config_dir(home).join("projects"))?;
+    for entry in listed.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Some(project) = beneath::open_dir(&projects, &name)? else {
+            continue;
+        };
+        let Some(head) = beneath::read_head(&project, &file, TRANSCRIPT_HEAD)? else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&head);
+        if head.contains(r#""type":"user""#) || head.contains(r#""type":"assistant""#) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The session's transcript file, if Claude Code wrote one (see
@@ -323,6 +366,46 @@ mod tests {
         let path = dir.path().join("s.jsonl");
         std::fs::write(&path, lines.join("\n")).expect("write");
         transcript_title(&path)
+    }
+
+    /// Only a transcript holding a message is one to resume; an empty one
+    /// (claude killed before its first entry), a link or a FIFO planted at
+    /// its name, or a linked project dir is none, and none blocks.
+    #[test]
+    fn only_a_transcript_with_a_message_is_resumed() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let projects = home.path().join(".claude/projects");
+        std::fs::create_dir_all(projects.join("p")).expect("dirs");
+        assert!(!has_transcript(home.path(), "s"), "none yet");
+        std::fs::write(projects.join("p/s.jsonl"), b"").expect("write");
+        assert!(!has_transcript(home.path(), "s"), "an empty file");
+        let big = "x".repeat(200_000);
+        let line = format!(r#"{{"parentUuid":null,"type":"user","message":"{big}"}}"#);
+        std::fs::write(projects.join("p/s.jsonl"), line).expect("write");
+        assert!(has_transcript(home.path(), "s"), "a huge first message");
+
+        let elsewhere = tempfile::tempdir().expect("tempdir");
+        let real = elsewhere.path().join("real.jsonl");
+        std::fs::write(&real, br#"{"type":"assistant"}"#).expect("write");
+        std::os::unix::fs::symlink(&real, projects.join("p/linked.jsonl")).expect("link");
+        assert!(
+            !has_transcript(home.path(), "linked"),
+            "a link is not followed"
+        );
+        std::os::unix::fs::symlink(elsewhere.path(), projects.join("q")).expect("link");
+        std::fs::write(elsewhere.path().join("other.jsonl"), br#"{"type":"user"}"#).expect("write");
+        assert!(
+            !has_transcript(home.path(), "other"),
+            "nor a linked project"
+        );
+        let fifo = projects.join("p/fifo.jsonl");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            assert!(
+                !has_transcript(home.path(), "fifo"),
+                "a FIFO is no transcript"
+            );
+        }
     }
 
     #[test]

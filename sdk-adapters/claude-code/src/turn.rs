@@ -10,7 +10,7 @@
 //!   `Reasoning` (RUNNING then COMPLETED at once: stream-json delivers whole
 //!   blocks); `tool_use` → the tool's item RUNNING (module `tools`),
 //!   COMPLETED when the matching `tool_result` arrives in a `user` line.
-//! - `system`/`init` marks the session resumable; `system`/
+//! - `system`/`init` is checked for the session id; `system`/
 //!   `compact_boundary` → a `ContextCompaction` item.
 //! - `result` → [`TurnEvent::Usage`] (this result's usage as `last`, the
 //!   thread's running sum as `total`, the largest `contextWindow` of its
@@ -30,7 +30,6 @@
 //!   at debug and skipped.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use sdk_adapter::{
@@ -189,7 +188,6 @@ impl TurnTask {
         let subtype = line.get("subtype").and_then(Value::as_str).unwrap_or("");
         match (kind, subtype) {
             ("system", "init") => {
-                self.shared.resumable.store(true, Ordering::SeqCst);
                 let reported = line.get("session_id").and_then(Value::as_str);
                 if reported.is_some_and(|id| id != self.session_id) {
                     tracing::warn!(expected = %self.session_id, reported = ?reported, "claude reports another session id");
