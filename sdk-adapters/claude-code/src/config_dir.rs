@@ -22,6 +22,7 @@
 //! work there goes through [`sdk_adapter::beneath`]: a link planted at
 //! `.claude` or at the credential's name is replaced, never followed.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::ClaudeConfig;
@@ -98,35 +99,54 @@ pub(crate) fn adopt_transcript(
     let Some(source) = operator_config_dir(config) else {
         return Ok(false);
     };
-    let Ok(entries) = std::fs::read_dir(source.join("projects")) else {
-        return Ok(false);
-    };
-    let Ok(source) = std::fs::File::open(&source) else {
-        return Ok(false);
-    };
-    let Some(projects) = beneath::open_dir(&source, "projects")? else {
+    let Ok(source_fd) = std::fs::File::open(&source) else {
         return Ok(false);
     };
     let file = format!("{session_id}.jsonl");
+    let found = find_in_projects(&source_fd, &source, |project, dir| {
+        Ok(beneath::read_file(dir, &file, TRANSCRIPT_LIMIT)?
+            .map(|bytes| (project.to_owned(), bytes)))
+    })?;
+    let Some((project, bytes)) = found else {
+        return Ok(false);
+    };
+    let root = beneath::open_root(home)?;
+    let owner = beneath::owner_of(&root)?;
+    let own = beneath::ensure_dir(&root, DIR_NAME, Some(0o700), Some(owner))?;
+    let own = beneath::ensure_dir(&own, "projects", None, Some(owner))?;
+    let own = beneath::ensure_dir(&own, &project, None, Some(owner))?;
+    beneath::write_file(&own, &file, &bytes, 0o600, Some(owner))?;
+    Ok(true)
+}
+
+/// Calls `found` with each project dir (its name and an fd) of the Claude
+/// config dir open as `config` (listed at `path`) until it returns
+/// something: every dir is opened beneath `config`, never through a link,
+/// whatever the listing said.
+pub(crate) fn find_in_projects<T>(
+    config: impl AsFd,
+    path: &Path,
+    mut found: impl FnMut(&str, &OwnedFd) -> std::io::Result<Option<T>>,
+) -> std::io::Result<Option<T>> {
+    use sdk_adapter::beneath;
+    let Ok(entries) = std::fs::read_dir(path.join("projects")) else {
+        return Ok(None);
+    };
+    let Some(projects) = beneath::open_dir(config, "projects")? else {
+        return Ok(None);
+    };
     for entry in entries.flatten() {
-        let Some(project) = entry.file_name().to_str().map(str::to_owned) else {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        let Some(dir) = beneath::open_dir(&projects, &project)? else {
+        let Some(dir) = beneath::open_dir(&projects, &name)? else {
             continue;
         };
-        let Some(bytes) = beneath::read_file(&dir, &file, TRANSCRIPT_LIMIT)? else {
-            continue;
-        };
-        let root = beneath::open_root(home)?;
-        let owner = beneath::owner_of(&root)?;
-        let own = beneath::ensure_dir(&root, DIR_NAME, Some(0o700), Some(owner))?;
-        let own = beneath::ensure_dir(&own, "projects", None, Some(owner))?;
-        let own = beneath::ensure_dir(&own, &project, None, Some(owner))?;
-        beneath::write_file(&own, &file, &bytes, 0o600, Some(owner))?;
-        return Ok(true);
+        if let Some(hit) = found(&name, &dir)? {
+            return Ok(Some(hit));
+        }
     }
-    Ok(false)
+    Ok(None)
 }
 
 #[cfg(test)]

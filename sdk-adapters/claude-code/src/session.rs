@@ -288,27 +288,17 @@ fn holds_conversation(home: &Path, session_id: &str) -> std::io::Result<bool> {
     let Some(config) = beneath::open_dir(&root, crate::config_dir::DIR_NAME)? else {
         return Ok(false);
     };
-    let Some(projects) = beneath::open_dir(&config, "projects")? else {
-        return Ok(false);
-    };
+    let path = crate::config_dir::thread_config_dir(home);
     let file = format!("{session_id}.jsonl");
-    let listed = std::fs::read_dir(crate::config_dir::thread_config_dir(home).join("projects"))?;
-    for entry in listed.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let Some(project) = beneath::open_dir(&projects, &name)? else {
-            continue;
-        };
-        let Some(head) = beneath::read_head(&project, &file, TRANSCRIPT_HEAD)? else {
-            continue;
+    let found = crate::config_dir::find_in_projects(&config, &path, |_, project| {
+        let Some(head) = beneath::read_head(project, &file, TRANSCRIPT_HEAD)? else {
+            return Ok(None);
         };
         let head = String::from_utf8_lossy(&head);
-        if head.contains(r#""type":"user""#) || head.contains(r#""type":"assistant""#) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+        let message = head.contains(r#""type":"user""#) || head.contains(r#""type":"assistant""#);
+        Ok(message.then_some(()))
+    })?;
+    Ok(found.is_some())
 }
 
 /// The session's transcript file, if Claude Code wrote one (see
