@@ -239,6 +239,13 @@ pub fn read_file(dir: impl AsFd, name: &str, limit: u64) -> std::io::Result<Opti
     Ok(Some(bytes))
 }
 
+/// Opens the regular file `name` (one component) in `dir` to read it
+/// through: `None` as for [`read_file`] (no link followed, a FIFO refused
+/// without blocking), whatever its size.
+pub fn open_file(dir: impl AsFd, name: &str) -> std::io::Result<Option<std::fs::File>> {
+    Ok(open_regular(dir, name)?.map(|(fd, _)| std::fs::File::from(fd)))
+}
+
 /// The first `limit` bytes (or fewer) of the regular file `name` (one
 /// component) in `dir`, however large it is: `None` as for [`read_file`].
 /// For telling what a file an agent can write holds without reading all of

@@ -260,7 +260,7 @@ mod tests {
             std::fs::read(home.join(".claude/projects/p/s.jsonl")).unwrap(),
             SESSION
         );
-        assert!(crate::session::has_transcript(&home, "s"));
+        assert!(crate::transcript::prepare_resume(&home, "s"));
         let secret = tmp.path().join("secret");
         std::fs::write(&secret, b"runner secret").unwrap();
         std::os::unix::fs::symlink(&secret, operator_dir.join("projects/p/linked.jsonl")).unwrap();

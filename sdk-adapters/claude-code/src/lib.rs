@@ -10,7 +10,8 @@
 //! - One long-lived `claude -p` process per thread (module `session`),
 //!   started by the first turn in the thread's workspace: `--session-id` for
 //!   a session without a transcript holding a message, `--resume` for one
-//!   that has one (after a crash, a kill, or a runner restart), and started again when a turn
+//!   that has one (after a crash, a kill, or a runner restart; module
+//!   `transcript`), and started again when a turn
 //!   asks for another model or effort (`--model`, `--effort`).
 //! - A turn writes the message as a `user` line; steering writes another
 //!   into the running session; interrupt is the `interrupt` control request
@@ -40,6 +41,7 @@ mod session;
 #[doc(hidden)]
 pub mod testing;
 mod tools;
+mod transcript;
 mod turn;
 
 use std::sync::{Arc, Mutex};
@@ -59,7 +61,7 @@ pub use config::{
 pub use config_dir::{CREDENTIALS, operator_config_dir};
 
 use crate::control::ClaudeControl;
-use crate::session::{Flavor, Session, has_transcript};
+use crate::session::{Flavor, Session};
 use crate::turn::TurnTask;
 
 /// The SDK's name on the wire.
@@ -150,11 +152,8 @@ impl ClaudeAdapter {
     ) -> Result<Session, SdkError> {
         let sandbox = spec.sandbox.get()?;
         let home = &sandbox.spec().home_dir;
-        // Resumed only when there is a transcript to resume: not because an
-        // earlier process reported the session, since one killed (an
-        // interrupt, a cancelled approval) before it wrote anything leaves
-        // none, and `--resume` then fails ("No conversation found").
-        let resume = has_transcript(home, &slot.session_id)
+        // See `transcript::prepare_resume` for when a session resumes.
+        let resume = crate::transcript::prepare_resume(home, &slot.session_id)
             || config_dir::adopt_transcript(&self.config, home, &slot.session_id)
                 .unwrap_or_else(|e| {
                     tracing::warn!(thread_id = %spec.thread_id, error = %e, "could not adopt the session's transcript from the operator's config dir");

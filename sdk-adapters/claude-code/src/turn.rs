@@ -87,13 +87,11 @@ impl TurnTask {
     /// the turn, when it differs from the last one reported.
     async fn new_title(&self) -> Option<String> {
         let (home, session) = (self.home.clone(), self.session_id.clone());
-        let title = tokio::task::spawn_blocking(move || {
-            crate::session::transcript(&home, &session)
-                .and_then(|path| crate::session::transcript_title(&path))
-        })
-        .await
-        .ok()
-        .flatten()?;
+        let title =
+            tokio::task::spawn_blocking(move || crate::transcript::session_title(&home, &session))
+                .await
+                .ok()
+                .flatten()?;
         let mut last = self
             .shared
             .title
