@@ -83,6 +83,31 @@ impl ApprovalAsk {
         }
     }
 
+    /// A question ask for `questions` as codex's `requestUserInput` and
+    /// Claude Code's `AskUserQuestion` both send them (`[{"question",
+    /// "header", "options": [{"label"}]}]`): the questions joined as the
+    /// title, the first one's header as the reason, its option labels as
+    /// the choices.
+    pub fn questions(questions: &[serde_json::Value]) -> Self {
+        use serde_json::Value;
+        let field = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
+        let asked: Vec<String> = questions
+            .iter()
+            .filter_map(|q| field(q, "question"))
+            .collect();
+        let mut ask = Self::new(ApprovalKind::Question, asked.join(" / "));
+        let first = questions.first();
+        ask.reason = first.and_then(|q| field(q, "header"));
+        ask.options = first
+            .and_then(|q| q.get("options"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|o| field(o, "label"))
+            .collect();
+        ask
+    }
+
     /// What "the same request" means for "approve for this thread": the
     /// kind with the command, or with the paths (and the tool, when set).
     pub fn same_as_key(&self) -> (ApprovalKind, String) {

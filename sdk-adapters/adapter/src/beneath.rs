@@ -246,22 +246,6 @@ pub fn open_file(dir: impl AsFd, name: &str) -> std::io::Result<Option<std::fs::
     Ok(open_regular(dir, name)?.map(|(fd, _)| std::fs::File::from(fd)))
 }
 
-/// The first `limit` bytes (or fewer) of the regular file `name` (one
-/// component) in `dir`, however large it is: `None` as for [`read_file`].
-/// For telling what a file an agent can write holds without reading all of
-/// it, through nothing it planted.
-pub fn read_head(dir: impl AsFd, name: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
-    use std::io::Read;
-    let Some((fd, _)) = open_regular(dir, name)? else {
-        return Ok(None);
-    };
-    let mut bytes = Vec::new();
-    std::fs::File::from(fd)
-        .take(limit)
-        .read_to_end(&mut bytes)?;
-    Ok(Some(bytes))
-}
-
 /// Removes `name` (one component) from `dir` if present; a symlink there is
 /// removed itself (its target is never touched).
 pub fn remove_file(dir: impl AsFd, name: &str) -> std::io::Result<()> {

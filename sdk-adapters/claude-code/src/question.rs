@@ -19,7 +19,9 @@
 //! answer does; without one, a message (a denial's) is what claude is told,
 //! and `CANCEL_TURN` interrupts claude's turn as it does for any tool.
 
-use sdk_adapter::{ApprovalAnswer, ApprovalAsk, ApprovalKind, Verdict};
+#[cfg(test)]
+use sdk_adapter::ApprovalKind;
+use sdk_adapter::{ApprovalAnswer, ApprovalAsk, Verdict};
 use serde_json::{Map, Value, json};
 
 /// The tool's name.
@@ -42,33 +44,15 @@ fn field<'a>(question: &'a Value, key: &str) -> Option<&'a str> {
     question.get(key).and_then(Value::as_str)
 }
 
-/// What a person needs to answer the questions of `input` (the title as
-/// it comes: the caller puts it on one line).
+/// What a person needs to answer the questions of `input`
+/// ([`ApprovalAsk::questions`]; the title as it comes: the caller puts it
+/// on one line).
 pub(crate) fn ask(input: &Value) -> ApprovalAsk {
-    let questions = questions(input);
-    let asked: Vec<&str> = questions
-        .iter()
-        .filter_map(|q| field(q, "question"))
-        .collect();
-    let title = if asked.is_empty() {
-        "answer the agent's question".to_owned()
-    } else {
-        asked.join(" / ")
-    };
-    let mut ask = ApprovalAsk::new(ApprovalKind::Question, title);
-    let first = questions.first();
-    ask.reason = first
-        .and_then(|q| field(q, "header"))
-        .filter(|h| !h.trim().is_empty())
-        .map(str::to_owned);
-    ask.options = first
-        .and_then(|q| q.get("options"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|o| field(o, "label"))
-        .map(str::to_owned)
-        .collect();
+    let mut ask = ApprovalAsk::questions(questions(input));
+    if ask.title.is_empty() {
+        ask.title = "answer the agent's question".to_owned();
+    }
+    ask.reason = ask.reason.filter(|h| !h.trim().is_empty());
     ask
 }
 

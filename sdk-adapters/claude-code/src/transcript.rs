@@ -8,7 +8,9 @@
 //! fds, never through a link, and opens only a regular file (a FIFO planted
 //! there is refused without blocking).
 
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use sdk_adapter::beneath;
@@ -37,27 +39,45 @@ pub(crate) fn prepare_resume(home: &Path, session_id: &str) -> bool {
 }
 
 fn resumable(home: &Path, session_id: &str) -> std::io::Result<bool> {
+    let found = each_transcript(
+        home,
+        session_id,
+        |project_name, project, file, transcript| {
+            if holds_message(transcript)? {
+                return Ok(Some(()));
+            }
+            tracing::info!(
+                project = project_name,
+                "a session transcript without a message (claude stopped before its first) is removed; the session starts afresh"
+            );
+            beneath::remove_file(project, file)?;
+            Ok(None)
+        },
+    )?;
+    Ok(found.is_some())
+}
+
+/// Calls `found` with each transcript file of `session_id` in the thread's
+/// config dir (its project's name and fd, the file's name, the file opened)
+/// until it returns something; everything opened beneath the HOME, as the
+/// module doc says.
+fn each_transcript<T>(
+    home: &Path,
+    session_id: &str,
+    mut found: impl FnMut(&str, &OwnedFd, &str, File) -> std::io::Result<Option<T>>,
+) -> std::io::Result<Option<T>> {
     let root = beneath::open_root(home)?;
     let Some(config) = beneath::open_dir(&root, crate::config_dir::DIR_NAME)? else {
-        return Ok(false);
+        return Ok(None);
     };
     let path = crate::config_dir::thread_config_dir(home);
     let file = format!("{session_id}.jsonl");
-    let found = crate::config_dir::find_in_projects(&config, &path, |project_name, project| {
-        let Some(transcript) = beneath::open_file(project, &file)? else {
-            return Ok(None);
-        };
-        if holds_message(transcript)? {
-            return Ok(Some(()));
+    crate::config_dir::find_in_projects(&config, &path, |name, project| {
+        match beneath::open_file(project, &file)? {
+            Some(transcript) => found(name, project, &file, transcript),
+            None => Ok(None),
         }
-        tracing::info!(
-            project = project_name,
-            "a session transcript without a message (claude stopped before its first) is removed; the session starts afresh"
-        );
-        beneath::remove_file(project, &file)?;
-        Ok(None)
-    })?;
-    Ok(found.is_some())
+    })
 }
 
 /// Whether any entry of `transcript` is a message (`user` or `assistant`),
@@ -96,14 +116,10 @@ fn holds_message(transcript: impl Read) -> std::io::Result<bool> {
 /// Read as [`prepare_resume`] reads it (beneath the HOME, no link, a
 /// regular file), but whole.
 pub(crate) fn session_title(home: &Path, session_id: &str) -> Option<String> {
-    let root = beneath::open_root(home).ok()?;
-    let config = beneath::open_dir(&root, crate::config_dir::DIR_NAME).ok()??;
-    let path = crate::config_dir::thread_config_dir(home);
-    let file = format!("{session_id}.jsonl");
-    let opened = crate::config_dir::find_in_projects(&config, &path, |_, project| {
-        beneath::open_file(project, &file)
-    });
-    transcript_title(opened.ok()??)
+    each_transcript(home, session_id, |_, _, _, transcript| Ok(Some(transcript)))
+        .ok()
+        .flatten()
+        .and_then(transcript_title)
 }
 
 /// The title in a transcript's lines (see [`session_title`]).
@@ -210,13 +226,12 @@ mod tests {
         );
         let fifo = projects.join("p/fifo.jsonl");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        if made.is_ok_and(|s| s.success()) {
-            assert_eq!(session_title(home.path(), "fifo"), None);
-            assert!(
-                !prepare_resume(home.path(), "fifo"),
-                "a FIFO is no transcript"
-            );
-        }
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo makes the FIFO");
+        assert_eq!(session_title(home.path(), "fifo"), None);
+        assert!(
+            !prepare_resume(home.path(), "fifo"),
+            "a FIFO is no transcript"
+        );
     }
 
     #[test]

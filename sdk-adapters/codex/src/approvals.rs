@@ -164,34 +164,13 @@ pub(crate) fn ask_for(method: &str, params: &Value) -> ApprovalAsk {
     ask
 }
 
-/// A `requestUserInput`'s questions as one ask: the questions joined as
-/// the title, the first question's option labels as the choices.
+/// A `requestUserInput`'s questions as one ask ([`ApprovalAsk::questions`]).
 fn question(params: &Value) -> ApprovalAsk {
     let questions = params
         .get("questions")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let asked: Vec<String> = questions
-        .iter()
-        .filter_map(|q| q.get("question").and_then(Value::as_str))
-        .map(str::to_owned)
-        .collect();
-    let mut ask = ApprovalAsk::new(ApprovalKind::Question, asked.join(" / "));
-    ask.reason = questions
-        .first()
-        .and_then(|q| q.get("header"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    ask.options = questions
-        .first()
-        .and_then(|q| q.get("options"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|o| o.get("label").and_then(Value::as_str))
-        .map(str::to_owned)
-        .collect();
+        .map_or(&[][..], Vec::as_slice);
+    let mut ask = ApprovalAsk::questions(questions);
     ask.item_id = params
         .get("itemId")
         .and_then(Value::as_str)
