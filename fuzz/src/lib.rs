@@ -215,7 +215,7 @@ impl Live {
                 self.tokio
                     .block_on(self.sending.next_batch(epoch))
                     .into_iter()
-                    .map(agent_runner::link::Outgoing::into_message),
+                    .map(|o| o.decode()),
             );
         }
         if self.sending.unsettled() > ACK_ALL_ABOVE {
@@ -302,7 +302,7 @@ impl Harness {
                 .outbox
                 .try_pop_many(usize::MAX)
                 .into_iter()
-                .map(|t| std::sync::Arc::unwrap_or_clone(t.message))
+                .map(|t| t.decode())
                 .collect();
             let answered = replies.iter().any(|m| {
                 m.request_id == rid && matches!(m.payload, Some(Payload::RequestError(_)))

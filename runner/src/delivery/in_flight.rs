@@ -22,11 +22,11 @@
 //! dropped on their word.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_runner_proto::runner::ClientMessage;
 use bytes::Bytes;
+
+use crate::delivery::label::Label;
 
 /// How delivery is confirmed on the current connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,13 +48,13 @@ pub struct Sent {
     /// Its journal entry, if it is journaled (terminal and structural
     /// updates): forgotten once delivery is settled.
     pub journal: Option<u64>,
-    /// The update itself, shared with the wire while it is kept for a
-    /// re-send (see `link::wire`), not copied, and never changed to number
-    /// it: its number is `sequence`, written beside it on the wire.
-    pub message: Arc<ClientMessage>,
-    /// `message` encoded, as the outbox encoded it when it entered (the
+    /// What the update is ([`Label`]).
+    pub label: Label,
+    /// The update encoded, as the outbox encoded it when it entered (the
     /// journal's record, if it is journaled): what the wire writes (see
-    /// `link::wire`).
+    /// `link::wire`), shared with it while kept for a re-send, never
+    /// changed to number it: its number is `sequence`, written after it
+    /// on the wire.
     pub encoded: Bytes,
     /// When it was handed to the connection.
     pub at: Instant,
@@ -140,9 +140,7 @@ impl InFlight {
     pub fn keeps(&self, sent: &Sent) -> bool {
         match self.mode {
             Mode::Acked => sent.sequence.is_some(),
-            Mode::Legacy { .. } => {
-                sent.journal.is_some() || crate::delivery::outbox::is_durable(&sent.message)
-            }
+            Mode::Legacy { .. } => sent.journal.is_some() || sent.label.is_durable(),
         }
     }
 
@@ -281,7 +279,7 @@ impl InFlight {
 
 #[cfg(test)]
 mod tests {
-    use agent_runner_proto::runner::{HeartbeatResponse, client_message::Payload};
+    use agent_runner_proto::runner::{ClientMessage, HeartbeatResponse, client_message::Payload};
 
     use super::*;
 
@@ -294,8 +292,8 @@ mod tests {
         Sent {
             sequence: seq,
             journal,
+            label: crate::delivery::label::Label::of(&message),
             encoded: prost::Message::encode_to_vec(&message).into(),
-            message: Arc::new(message),
             at,
         }
     }

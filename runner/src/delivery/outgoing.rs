@@ -1,20 +1,21 @@
 //! What the delivery module hands the link for the wire: an update's
-//! bytes (encoded once, as it entered the outbox) with the update they
-//! encode and the sequence number to write after them.
-
-use std::sync::Arc;
+//! bytes (encoded once, as it entered the outbox) with its label and the
+//! sequence number to write after them.
 
 use agent_runner_proto::runner::ClientMessage;
 use bytes::Bytes;
+use prost::Message as _;
 
-/// An update on its way to the wire: shared with whatever else holds it
-/// (the re-send store, a transcript line not yet written), and its
-/// sequence number in acknowledged mode (0: none).
+use crate::delivery::label::Label;
+
+/// An update on its way to the wire: its bytes shared with whatever else
+/// holds them (the re-send store, the journal), and its sequence number in
+/// acknowledged mode (0: none).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outgoing {
-    /// The update, never changed to number it.
-    pub message: Arc<ClientMessage>,
-    /// `message` encoded (unnumbered), as the outbox encoded it (and the
+    /// What the update is ([`Label`]).
+    pub label: Label,
+    /// The update encoded (unnumbered), as the outbox encoded it (and the
     /// journal holds it): written as it is.
     pub encoded: Bytes,
     /// What goes on the wire as its `sequence`.
@@ -22,11 +23,14 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
-    /// The update as the control plane decodes it (numbered); a copy only
-    /// if it is shared and its own number differs.
-    pub fn into_message(self) -> ClientMessage {
-        let mut message = Arc::unwrap_or_clone(self.message);
-        message.sequence = self.sequence;
+    /// The update as the control plane decodes it (numbered): decoded from
+    /// its bytes, for the tests and the rare paths that need its fields
+    /// (the runner's own bytes always decode; a default message if not).
+    pub fn decode(&self) -> ClientMessage {
+        let mut message = ClientMessage::decode(&self.encoded[..]).unwrap_or_default();
+        if self.sequence != 0 {
+            message.sequence = self.sequence;
+        }
         message
     }
 }

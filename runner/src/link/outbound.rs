@@ -160,11 +160,15 @@ impl Stream for Outbound {
                 // the next take returns one too and ends the stream.
                 let _ = s.advance(cx);
                 tracing::trace!(
-                    kind = crate::observe::message_kind::kind(&msg.message),
+                    kind = msg.label.kind(),
                     sequence = msg.sequence,
                     "update sent"
                 );
-                crate::observe::metrics::update_sent(&msg.message);
+                crate::observe::metrics::update_sent(
+                    msg.label.kind_index(),
+                    msg.label.first_reply(),
+                    msg.label.is_error(),
+                );
                 return Poll::Ready(Some(msg));
             }
             if s.next.is_none() {
@@ -240,7 +244,7 @@ mod tests {
         got.push(next.expect("the later update"));
         let ids: Vec<_> = got
             .iter()
-            .map(|o| o.message.request_id.clone().unwrap_or_default())
+            .map(|o| o.decode().request_id.unwrap_or_default())
             .collect();
         assert_eq!(ids, ["r0", "r1", "r2", "r3"]);
     }

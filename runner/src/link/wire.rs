@@ -19,7 +19,6 @@
 use std::marker::PhantomData;
 
 use bytes::BufMut;
-use prost::Message as _;
 use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder, Streaming};
 use tonic::{GrpcMethod, IntoStreamingRequest, Response, Status};
 use tonic_prost::ProstDecoder;
@@ -115,18 +114,14 @@ impl Encoder for SharedEncoder {
     }
 }
 
-/// Encodes `item`: the shared update, then its number if the update does
-/// not carry it. A scalar field seen twice takes its last value
-/// (protobuf's rule, which every decoder follows), so the number written
-/// after the update is the one the control plane reads.
+/// Encodes `item`: the shared update's bytes (unnumbered: the outbox
+/// encodes updates without a number), then its number, if it has one. A
+/// scalar field seen twice takes its last value (protobuf's rule, which
+/// every decoder follows), so the number written after the update is the
+/// one the control plane reads.
 fn write(item: &Outgoing, buf: &mut impl BufMut) {
-    debug_assert_eq!(
-        item.encoded[..],
-        item.message.encode_to_vec()[..],
-        "stale encoding"
-    );
     buf.put_slice(&item.encoded);
-    if item.sequence != item.message.sequence {
+    if item.sequence != 0 {
         prost::encoding::uint64::encode(SEQUENCE_FIELD, &item.sequence, buf);
     }
 }
@@ -135,42 +130,43 @@ fn write(item: &Outgoing, buf: &mut impl BufMut) {
 mod tests {
     use agent_runner_proto::runner::agent_runner_control_service_server::SERVICE_NAME;
 
-    use std::sync::Arc;
-
     use agent_runner_proto::runner::ClientMessage;
     use bytes::Bytes;
+    use prost::Message as _;
 
     use super::*;
 
-    /// The number written after a shared update is the one decoded, and
-    /// the bytes equal those of the numbered update encoded whole.
+    /// The number written after an update's bytes is the one decoded,
+    /// and the bytes equal those of the numbered update encoded whole.
     #[test]
     fn a_number_written_after_the_update_is_the_one_decoded() {
         use agent_runner_proto::runner::TurnUpdate;
         use agent_runner_proto::runner::client_message::Payload;
-        for (own, number) in [(0, 7), (0, 0), (5, 9), (5, 0), (3, 3)] {
-            let message = Arc::new(ClientMessage {
+        for number in [7, 0, 1 << 40] {
+            let message = ClientMessage {
                 request_id: Some("r".into()),
                 payload: Some(Payload::TurnUpdate(TurnUpdate {
                     thread_id: "t".into(),
                     ..Default::default()
                 })),
-                sequence: own,
-            });
-            {
-                let outgoing = Outgoing {
-                    message: message.clone(),
-                    encoded: Bytes::from(message.encode_to_vec()),
-                    sequence: number,
-                };
-                let mut buf = bytes::BytesMut::new();
-                write(&outgoing, &mut buf);
-                let decoded = ClientMessage::decode(buf.freeze()).unwrap();
-                assert_eq!(decoded.sequence, number, "{own} -> {number}");
-                let whole = outgoing.into_message();
-                assert_eq!(decoded, whole);
-                assert_eq!(decoded.encode_to_vec(), whole.encode_to_vec());
-            }
+                sequence: 0,
+            };
+            let outgoing = Outgoing {
+                label: crate::delivery::label::Label::of(&message),
+                encoded: Bytes::from(message.encode_to_vec()),
+                sequence: number,
+            };
+            let mut buf = bytes::BytesMut::new();
+            write(&outgoing, &mut buf);
+            let decoded = ClientMessage::decode(buf.freeze()).unwrap();
+            assert_eq!(decoded.sequence, number);
+            let whole = ClientMessage {
+                sequence: number,
+                ..message
+            };
+            assert_eq!(decoded, whole);
+            assert_eq!(decoded.encode_to_vec(), whole.encode_to_vec());
+            assert_eq!(outgoing.decode(), whole);
         }
     }
 

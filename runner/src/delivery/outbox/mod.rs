@@ -7,7 +7,7 @@
 //! [`crate::delivery::sending`] ([`crate::delivery::in_flight`]), not here.
 //!
 //! Durable updates (terminal, structural and token usage: see
-//! [`is_durable`]) are journaled ([`crate::delivery::journal`]) before they
+//! [`is_durable`](crate::delivery::label::is_durable)) are journaled ([`crate::delivery::journal`]) before they
 //! are queued — the producer waits for the write — so they survive a
 //! crash; each carries its journal id out of the outbox so the link can
 //! forget it once delivery is settled (or the outbox, when it gives up a
@@ -53,10 +53,14 @@
 //! checked again per update.
 //!
 //! Every update naming a thread (or pushed for one:
-//! [`Outbox::push_for_thread`]) is then handed to the transcripts
-//! ([`crate::delivery::transcript`]): the update itself, shared (an `Arc` from here
-//! on), with a non-blocking push to the writer's bounded queue, which drops
+//! [`Outbox::push_for_thread`]) is then recorded in its transcript
+//! ([`crate::delivery::transcript`]): its line formatted here and handed
+//! to the writer's bounded queue with a non-blocking push, which drops
 //! (and counts) when full.
+//!
+//! From then on the update is its bytes and its
+//! [`Label`](crate::delivery::label::Label): the update itself is freed
+//! here, by the producer that made it (see the label's module doc).
 //!
 //! Making room costs O(1) mostly and O(log n) at worst, never a scan of the
 //! queue: a full outbox is exactly when the runner is behind, so that path
@@ -82,10 +86,8 @@ mod queue;
 mod room;
 mod take;
 
-pub use classify::is_durable;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use agent_runner_proto::runner::ClientMessage;
 use bytes::Bytes;
@@ -93,6 +95,7 @@ use prost::Message as _;
 use tokio::sync::Notify;
 
 use crate::delivery::journal::Journal;
+use crate::delivery::label::Label;
 use crate::delivery::transcript::Transcripts;
 use crate::util::redact::Redactor;
 
@@ -101,11 +104,8 @@ use queue::Queue;
 /// An update taken out of the outbox, with its journal entry if it has one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Taken {
-    /// The update, by pointer: a `ClientMessage` is a few hundred bytes,
-    /// and moving those was the largest item in the link's profile. Shared
-    /// (`Arc`): kept for a re-send (classified, described), and its
-    /// transcript line may not be written yet.
-    pub message: Arc<ClientMessage>,
+    /// What the update is.
+    pub label: Label,
     /// Its journal entry (durable updates of a journaled outbox).
     pub journal: Option<u64>,
     /// The update encoded, once, as it entered (see [`Journaled`]): what
@@ -113,36 +113,47 @@ pub struct Taken {
     pub encoded: Bytes,
 }
 
+impl Taken {
+    /// The update, decoded from its bytes (tests and tools; the link
+    /// sends the bytes).
+    pub fn decode(&self) -> ClientMessage {
+        decode(&self.encoded)
+    }
+}
+
 /// An update journaled (if durable) and not yet queued: see
 /// [`Outbox::journal`].
 #[derive(Debug)]
 pub struct Journaled {
-    /// By pointer from here on: a full outbox takes an update out of its
-    /// slot and puts it back while it makes room, and moving the whole
-    /// message each time showed in the runner's CPU.
-    message: Arc<ClientMessage>,
+    label: Label,
     journal: Option<u64>,
-    /// `message` encoded, once, as it entered (masked): the journal's
+    /// The update encoded, once, as it entered (masked): the journal's
     /// record of a durable update is these bytes (shared, not copied), and
     /// the wire writes them as they are (`link::wire`), its sequence
     /// number after them. Encoded again only when the update is masked
     /// again ([`Outbox::remasked`]).
     encoded: Bytes,
-    /// The redactor's generation `message` was masked at.
+    /// The redactor's generation the update was masked at.
     masked: u64,
 }
 
-/// An update as [`Outbox::admit`] leaves it: masked, encoded, shared.
+/// An update as [`Outbox::admit`] leaves it: masked, encoded, labelled.
 struct Admitted {
-    message: Arc<ClientMessage>,
+    label: Label,
     encoded: Bytes,
-    /// The redactor's generation `message` was masked at.
+    /// The redactor's generation the update was masked at.
     masked: u64,
 }
 
 /// `msg` encoded: the bytes the journal stores and the wire writes.
 fn encode(msg: &ClientMessage) -> Bytes {
     msg.encode_to_vec().into()
+}
+
+/// What [`encode`] made, decoded again (an update masked again, and the
+/// tests): the outbox's own bytes always decode; a default message if not.
+fn decode(encoded: &[u8]) -> ClientMessage {
+    ClientMessage::decode(encoded).unwrap_or_default()
 }
 
 /// The outbox (see the module doc).
@@ -213,20 +224,19 @@ impl Outbox {
     }
 
     /// What every update goes through as it enters: `msg` masked,
-    /// encoded (the only time, unless it is masked again), shared from here
-    /// on, and handed to the transcript of the thread it names (else
-    /// `thread`'s), if any (never blocks).
+    /// encoded (the only time, unless it is masked again), labelled,
+    /// recorded in the transcript of the thread it names (else `thread`'s),
+    /// if any (never blocks), and freed.
     fn admit(&self, mut msg: ClientMessage, thread: Option<&str>) -> Admitted {
         let masked = self.mask(&mut msg);
         let encoded = encode(&msg);
-        let msg = Arc::new(msg);
         if let Some(t) = self.transcripts.get()
             && let Some(thread) = crate::delivery::transcript::thread_of(&msg).or(thread)
         {
             t.record(thread, &msg);
         }
         Admitted {
-            message: msg,
+            label: Label::of(&msg),
             encoded,
             masked,
         }
@@ -243,11 +253,12 @@ impl Outbox {
     /// (at generation `masked`; the redactor is at `now`).
     fn remasked(&self, mut taken: Taken, masked: u64, now: u64) -> Taken {
         if masked != now {
-            // A copy only if its transcript line is still queued (which
-            // keeps what it was masked with; the wire gets the new mask).
-            crate::delivery::messages::redact(Arc::make_mut(&mut taken.message), &self.redactor);
-            // The bytes (and the journal's record) still hold the old mask.
-            taken.encoded = encode(&taken.message);
+            // Its transcript line keeps what it was masked with; the wire
+            // gets the new mask. The bytes (and the journal's record) still
+            // hold the old mask: decoded, masked, encoded again.
+            let mut message = decode(&taken.encoded);
+            crate::delivery::messages::redact(&mut message, &self.redactor);
+            taken.encoded = encode(&message);
         }
         taken
     }
@@ -279,12 +290,12 @@ impl Outbox {
         }
     }
 
-    /// The journal and the entry id for `msg` (masked and encoded:
-    /// [`Outbox::admit`]); `None` when the outbox has no journal or `msg`
-    /// is not durable.
-    fn for_journal(&self, msg: &ClientMessage) -> Option<(&Journal, u64)> {
+    /// The journal and the entry id for the update labelled `label`
+    /// ([`Outbox::admit`]); `None` when the outbox has no journal or the
+    /// update is not durable.
+    fn for_journal(&self, label: &Label) -> Option<(&Journal, u64)> {
         let journal = self.journal.as_ref()?;
-        if !is_durable(msg) {
+        if !label.is_durable() {
             return None;
         }
         Some((journal, journal.next_id()))

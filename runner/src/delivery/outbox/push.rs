@@ -3,13 +3,11 @@
 //! encoded, handed to its transcript and journaled if durable on the way
 //! in.
 
-use std::sync::Arc;
-
 use agent_runner_proto::runner::ClientMessage;
-use bytes::Bytes;
 
 use super::classify::{is_intermediate, is_turn_end, outdates};
 use super::{Admitted, Journaled, Outbox, Taken, encode};
+use crate::delivery::label::Label;
 
 impl Outbox {
     /// Queue an update, making room or waiting as the module doc says. A
@@ -46,17 +44,17 @@ impl Outbox {
     /// ([`Outbox::admit`]).
     async fn journal_for(&self, thread: Option<&str>, msg: ClientMessage) -> Journaled {
         let Admitted {
-            message: msg,
+            label,
             encoded,
             masked,
         } = self.admit(msg, thread);
         let mut journal_id = None;
-        if let Some((journal, id)) = self.for_journal(&msg) {
+        if let Some((journal, id)) = self.for_journal(&label) {
             let started = std::time::Instant::now();
             match journal.append(id, encoded.clone()).await {
                 Ok(()) => journal_id = Some(id),
                 Err(e) => tracing::error!(
-                    kind = crate::observe::message_kind::kind(&msg),
+                    kind = label.kind(),
                     error = %e,
                     "journaling an update failed; it is kept in memory only"
                 ),
@@ -64,7 +62,7 @@ impl Outbox {
             crate::observe::metrics::journal_append(started.elapsed());
         }
         Journaled {
-            message: msg,
+            label,
             journal: journal_id,
             encoded,
             masked,
@@ -113,32 +111,28 @@ impl Outbox {
         }
         // The generation before the first mask stands for the whole burst.
         let masked = self.redactor.generation();
-        let mut encodings: Vec<Bytes> = Vec::with_capacity(msgs.len());
-        let msgs: Vec<Arc<ClientMessage>> = msgs
-            .into_iter()
-            .map(|mut msg| {
-                self.mask(&mut msg);
-                encodings.push(encode(&msg));
-                Arc::new(msg)
-            })
-            .collect();
-        if let Some(t) = self.transcripts.get() {
-            t.record_all(&msgs);
-        }
         let mut entries = Vec::with_capacity(msgs.len());
         let mut appends = Vec::new();
-        for (message, encoded) in msgs.into_iter().zip(encodings) {
-            let journal = self.for_journal(&message).map(|(_, id)| {
+        for msg in &mut msgs {
+            self.mask(msg);
+            let (label, encoded) = (Label::of(msg), encode(msg));
+            let journal = self.for_journal(&label).map(|(_, id)| {
                 appends.push((id, encoded.clone()));
                 id
             });
             entries.push(Journaled {
-                message,
+                label,
                 journal,
                 encoded,
                 masked,
             });
         }
+        if let Some(t) = self.transcripts.get() {
+            t.record_all(&msgs);
+        }
+        // Freed here, by the producer that made them (see the label's
+        // module doc), before the journal is waited for.
+        drop(msgs);
         if !appends.is_empty()
             && let Some(journal) = &self.journal
         {
@@ -213,7 +207,7 @@ impl Outbox {
     pub fn reply_to_place(&self, msg: ClientMessage) -> Taken {
         let entry = self.admit_detached(msg);
         Taken {
-            message: entry.message,
+            label: entry.label,
             journal: entry.journal,
             encoded: entry.encoded,
         }
@@ -223,23 +217,23 @@ impl Outbox {
     /// (none when the writer's queue is full: said, kept in memory only).
     fn admit_detached(&self, msg: ClientMessage) -> Journaled {
         let Admitted {
-            message: msg,
+            label,
             encoded,
             masked,
         } = self.admit(msg, None);
         let mut journal_id = None;
-        if let Some((journal, id)) = self.for_journal(&msg) {
+        if let Some((journal, id)) = self.for_journal(&label) {
             if journal.append_detached(id, encoded.clone()) {
                 journal_id = Some(id);
             } else {
                 tracing::warn!(
-                    kind = crate::observe::message_kind::kind(&msg),
+                    kind = label.kind(),
                     "the journal's queue is full; a reply is kept in memory only"
                 );
             }
         }
         Journaled {
-            message: msg,
+            label,
             journal: journal_id,
             encoded,
             masked,
@@ -250,7 +244,7 @@ impl Outbox {
     pub fn push_urgent(&self, msg: ClientMessage) {
         let entry = self.admit(msg, None);
         self.lock()
-            .push_front(entry.message, entry.encoded, entry.masked);
+            .push_front(entry.label, entry.encoded, entry.masked);
         self.filled.notify_one();
     }
 }

@@ -3,20 +3,17 @@
 //! module doc): the data structure, apart from the policy that uses it.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
-use agent_runner_proto::runner::ClientMessage;
 use bytes::Bytes;
 
-use super::classify::{supersede_key, supersedes};
 use super::{Journaled, Taken};
+use crate::delivery::label::Label;
 
 /// A queued update.
 pub(super) struct Slot {
     /// Its place: increasing front to back.
     seq: u64,
-    /// Its [`supersede_key`], hashed once as it is queued (`None`: not
-    /// intermediate).
+    /// Its [`Label::supersede_key`] (`None`: not intermediate).
     key: Option<u64>,
     /// Its journal entry (durable updates of a journaled outbox).
     pub(super) journal: Option<u64>,
@@ -24,10 +21,9 @@ pub(super) struct Slot {
     pub(super) encoded: Bytes,
     /// The redactor's generation it was masked at.
     pub(super) masked: u64,
-    /// By pointer (moving ~300-byte messages around a full outbox was
-    /// a large share of the runner's CPU). `None`: dropped to make room, the slot
-    /// left in place until the front reaches it or a sweep.
-    pub(super) msg: Option<Arc<ClientMessage>>,
+    /// What it is. `None`: dropped to make room, the slot left in place
+    /// until the front reaches it or a sweep.
+    pub(super) label: Option<Label>,
 }
 
 /// The queued updates and the indexes of the intermediate ones.
@@ -45,12 +41,10 @@ pub(super) struct Queue {
     /// replies, queued at the front, are never intermediate). So a deque,
     /// not an ordered set.
     intermediate: VecDeque<u64>,
-    /// The newest queued intermediate update per [`supersede_key`]. A hash
-    /// collision only costs a coalescing opportunity: a match is re-checked
-    /// with [`supersedes`] before anything is replaced.
+    /// The newest queued intermediate update per [`Label::supersede_key`]
+    /// (a match is re-checked with [`Label::supersedes`] before anything
+    /// is replaced).
     newest: HashMap<u64, u64, Hashing>,
-    /// Hashes [`supersede_key`]s (seeded per process).
-    keys: Hashing,
     /// How many of the front entries were queued urgently
     /// ([`Queue::push_front`]): they are taken alone (see
     /// [`Outbox::try_pop_many`]). Urgent replies are never intermediate,
@@ -60,8 +54,7 @@ pub(super) struct Queue {
 }
 
 /// The outbox's hashing: foldhash, seeded per process. SipHash (std's
-/// default) is needlessly slow for keys that are a short string or a
-/// sequence number.
+/// default) is needlessly slow for keys that are a hash already.
 pub(super) type Hashing = foldhash::fast::RandomState;
 
 impl Queue {
@@ -73,7 +66,6 @@ impl Queue {
             next: 1 << 62,
             intermediate: VecDeque::new(),
             newest: HashMap::default(),
-            keys: Hashing::default(),
             urgent: 0,
         }
     }
@@ -90,18 +82,18 @@ impl Queue {
     pub(super) fn push_back_journaled(&mut self, entry: Journaled) {
         let seq = self.next;
         self.next += 1;
-        let key = self.index(seq, &entry.message);
+        let key = self.index(seq, &entry.label);
         self.items.push_back(Slot {
             seq,
             key,
             journal: entry.journal,
             encoded: entry.encoded,
             masked: entry.masked,
-            msg: Some(entry.message),
+            label: Some(entry.label),
         });
     }
 
-    pub(super) fn push_front(&mut self, msg: Arc<ClientMessage>, encoded: Bytes, masked: u64) {
+    pub(super) fn push_front(&mut self, label: Label, encoded: Bytes, masked: u64) {
         let seq = match self.items.front() {
             Some(front) => front.seq - 1,
             None => {
@@ -117,7 +109,7 @@ impl Queue {
             journal: None,
             encoded,
             masked,
-            msg: Some(msg),
+            label: Some(label),
         });
         self.urgent += 1;
     }
@@ -126,14 +118,14 @@ impl Queue {
     pub(super) fn pop_front(&mut self) -> Option<(Taken, u64)> {
         loop {
             let slot = self.items.pop_front()?;
-            let Some(message) = slot.msg else {
+            let Some(label) = slot.label else {
                 self.empty -= 1;
                 continue;
             };
             self.urgent = self.urgent.saturating_sub(1);
             self.unindex(slot.seq, slot.key);
             let taken = Taken {
-                message,
+                label,
                 journal: slot.journal,
                 encoded: slot.encoded,
             };
@@ -141,10 +133,10 @@ impl Queue {
         }
     }
 
-    /// Indexes `msg`, queued at the back as `seq`, if it is intermediate;
-    /// returns its key.
-    pub(super) fn index(&mut self, seq: u64, msg: &ClientMessage) -> Option<u64> {
-        let key = supersede_key(&self.keys, msg)?;
+    /// Indexes the update labelled `label`, queued at the back as `seq`,
+    /// if it is intermediate; returns its key.
+    pub(super) fn index(&mut self, seq: u64, label: &Label) -> Option<u64> {
+        let key = label.supersede_key()?;
         self.intermediate.push_back(seq);
         self.newest.insert(key, seq);
         Some(key)
@@ -177,12 +169,13 @@ impl Queue {
         self.items.binary_search_by_key(&seq, |slot| slot.seq).ok()
     }
 
-    /// Where the newest queued update that `msg` supersedes is, if any.
-    pub(super) fn superseded(&self, msg: &ClientMessage) -> Option<usize> {
-        let key = supersede_key(&self.keys, msg)?;
+    /// Where the newest queued update that the one labelled `label`
+    /// supersedes is, if any.
+    pub(super) fn superseded(&self, label: &Label) -> Option<usize> {
+        let key = label.supersede_key()?;
         let pos = self.position(*self.newest.get(&key)?)?;
-        let queued = self.items[pos].msg.as_deref()?;
-        supersedes(msg, queued).then_some(pos)
+        let queued = self.items[pos].label.as_ref()?;
+        label.supersedes(queued).then_some(pos)
     }
 
     /// Drop the oldest queued intermediate update: `None` if there is
@@ -193,7 +186,7 @@ impl Queue {
             .front()
             .and_then(|seq| self.position(*seq))?;
         let slot = self.items.get_mut(pos)?;
-        slot.msg.take()?;
+        slot.label.take()?;
         // Its bytes go with it (the slot may stay until a sweep).
         slot.encoded = Bytes::new();
         let (seq, key, journal) = (slot.seq, slot.key, slot.journal.take());
@@ -208,7 +201,7 @@ impl Queue {
     /// Removes the empty slots: O(n), once they outnumber the queued updates
     /// (so at most once per n drops).
     pub(super) fn sweep(&mut self) {
-        self.items.retain(|slot| slot.msg.is_some());
+        self.items.retain(|slot| slot.label.is_some());
         self.empty = 0;
     }
 }

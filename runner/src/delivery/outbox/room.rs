@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::classify::is_intermediate;
 use super::queue::Queue;
 use super::{Journaled, Outbox};
 
@@ -20,13 +19,13 @@ impl Outbox {
             let admitted = self.admit(message, None);
             Journaled {
                 masked: admitted.masked,
-                message: admitted.message,
+                label: admitted.label,
                 journal: None,
                 encoded: admitted.encoded,
             }
         });
         let pushed = self.try_push_entry(&mut entry);
-        *slot = entry.map(|j| std::sync::Arc::unwrap_or_clone(j.message));
+        *slot = entry.map(|j| super::decode(&j.encoded));
         pushed
     }
 
@@ -42,12 +41,12 @@ impl Outbox {
             self.filled.notify_one();
             return true;
         }
-        if let Some(pos) = queue.superseded(&entry.message) {
+        if let Some(pos) = queue.superseded(&entry.label) {
             // Same key, same sequence number: the indexes stay as they are.
             // A token-usage update is journaled: the one it replaces is
             // forgotten (a crash before that lands re-sends both, in order).
             let slot = &mut queue.items[pos];
-            slot.msg = Some(entry.message);
+            slot.label = Some(entry.label);
             slot.encoded = entry.encoded;
             slot.masked = entry.masked;
             let replaced = std::mem::replace(&mut slot.journal, entry.journal);
@@ -66,7 +65,7 @@ impl Outbox {
             self.filled.notify_one();
             return true;
         }
-        if is_intermediate(&entry.message) {
+        if entry.label.is_intermediate() {
             drop(queue);
             self.forget(entry.journal);
             self.count(&self.dropped, "dropped");

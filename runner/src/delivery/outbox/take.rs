@@ -1,7 +1,6 @@
 //! The link's side: taking updates out, one or a batch, waiting for one,
 //! each masked again if a secret was added while it waited.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use agent_runner_proto::runner::ClientMessage;
@@ -9,10 +8,11 @@ use agent_runner_proto::runner::ClientMessage;
 use super::{Outbox, Taken};
 
 impl Outbox {
-    /// Take the oldest update, waiting for one. Cancel-safe: an update is
-    /// removed only when this returns it.
+    /// Take the oldest update, waiting for one, decoded (for tests and
+    /// tools; the link takes bytes). Cancel-safe: an update is removed only
+    /// when this returns it.
     pub async fn pop(&self) -> ClientMessage {
-        Arc::unwrap_or_clone(self.pop_entry().await.message)
+        super::decode(&self.pop_entry().await.encoded)
     }
 
     /// [`Outbox::pop`] with the update's journal entry.

@@ -184,7 +184,7 @@ async fn indexed_queue_matches_a_plain_scan() {
                     let got: Vec<ClientMessage> = o
                         .try_pop_many(max)
                         .into_iter()
-                        .map(|t| Arc::unwrap_or_clone(t.message))
+                        .map(|t| decode(&t.encoded))
                         .collect();
                     let want: Vec<ClientMessage> = reference.drain(..n).collect();
                     assert_eq!(got, want, "round {round} step {step}");
@@ -249,7 +249,7 @@ async fn urgent_replies_are_taken_alone() {
     let ids = |taken: Vec<Taken>| -> Vec<String> {
         taken
             .into_iter()
-            .map(|t| t.message.request_id.clone().unwrap_or_default())
+            .map(|t| decode(&t.encoded).request_id.unwrap_or_default())
             .collect()
     };
     assert_eq!(ids(o.try_pop_many(8)), ["b", "a"]);
@@ -284,7 +284,7 @@ async fn every_update_is_masked_as_it_enters_for_journal_transcript_and_wire() {
     let taken = o.try_pop_many(16);
     assert_eq!(taken.len(), 5);
     for t in &taken {
-        let text = text_of(&t.message);
+        let text = text_of(&decode(&t.encoded));
         assert!(
             !text.contains(secret) && text.contains("quotes ***"),
             "{text}"
@@ -293,9 +293,11 @@ async fn every_update_is_masked_as_it_enters_for_journal_transcript_and_wire() {
     let journaled = taken.iter().filter(|t| t.journal.is_some()).count();
     assert_eq!(journaled, 4, "all but the RUNNING snapshot");
     // Every update carries its encoding (the journal's record of the
-    // durable ones), which the wire writes as it is.
+    // durable ones), which the wire writes as it is, and its label.
     for t in &taken {
-        assert_eq!(t.encoded[..], t.message.encode_to_vec()[..]);
+        let update = decode(&t.encoded);
+        assert_eq!(t.encoded[..], update.encode_to_vec()[..]);
+        assert_eq!(t.label, Label::of(&update));
     }
     if let Some(journal) = &o.journal {
         journal.flush().await.unwrap();
@@ -339,16 +341,17 @@ async fn a_secret_added_while_an_update_waits_is_masked_as_it_is_taken() {
     let first = o.pop().await;
     let rest = o.try_pop_many(8);
     assert_eq!(rest.len(), 2);
-    for text in [&first, &rest[0].message, &rest[1].message].map(text_of) {
+    let rest_decoded = [decode(&rest[0].encoded), decode(&rest[1].encoded)];
+    for text in [&first, &rest_decoded[0], &rest_decoded[1]].map(text_of) {
         assert!(!text.contains(late) && text.contains("saw ***"), "{text}");
     }
     assert!(rest[0].journal.is_some());
     // Masked again: encoded again for the wire, the secret gone from the
     // bytes too; the rest as they entered.
     for t in &rest {
-        assert_eq!(t.encoded[..], t.message.encode_to_vec()[..]);
         let decoded = ClientMessage::decode(&t.encoded[..]).unwrap();
         assert!(!text_of(&decoded).contains(late));
+        assert_eq!(t.label, Label::of(&decoded));
     }
 }
 
@@ -366,7 +369,7 @@ async fn a_burst_is_queued_in_order_its_completed_items_journaled() {
     ];
     o.push_burst(burst.clone()).await;
     let taken = o.try_pop_many(16);
-    let got: Vec<ClientMessage> = taken.iter().map(|t| (*t.message).clone()).collect();
+    let got: Vec<ClientMessage> = taken.iter().map(|t| decode(&t.encoded)).collect();
     let mut want = vec![running("a", "0")];
     want.extend(burst);
     assert_eq!(got, want, "in order, nothing coalesced below the bound");

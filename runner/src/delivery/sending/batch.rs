@@ -2,7 +2,6 @@
 //! each update numbered (acked mode) and recorded as sent in one critical
 //! section, and the batch's journal commit started.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{BATCH, Inner, Sending, mode_name};
@@ -90,14 +89,17 @@ impl Sending {
                     // and its tests; the tests' control planes check every
                     // update they receive), not checked again here.
                     debug_assert!(
-                        agent_runner_proto::Validate::validate(&*taken.message).is_ok(),
-                        "a builder made an invalid update: {:?}",
-                        taken.message
+                        {
+                            let m = <agent_runner_proto::runner::ClientMessage as prost::Message>::decode(&taken.encoded[..]);
+                            m.is_ok_and(|m| agent_runner_proto::Validate::validate(&m).is_ok())
+                        },
+                        "a builder made an invalid update: {}",
+                        taken.label.kind()
                     );
                     let sent = Sent {
                         sequence: None,
                         journal: taken.journal,
-                        message: taken.message,
+                        label: taken.label,
                         encoded: taken.encoded,
                         at: taking.now,
                     };
@@ -175,9 +177,8 @@ impl Sending {
             },
             Mode::Legacy { .. } => None,
         };
-        // The number goes on the wire after the update's bytes; the update
-        // is shared (the re-send store, its transcript line) and stays as
-        // it is.
+        // The number goes on the wire after the update's bytes, which are
+        // shared (the re-send store, the journal) and stay as they are.
         let number = sequence.unwrap_or(0);
         sent.sequence = sequence.or(sent.sequence);
         sent.at = taking.now;
@@ -188,7 +189,7 @@ impl Sending {
         // an intermediate update): the update itself goes out.
         if inner.inflight.keeps(&sent) {
             taking.out.push(Outgoing {
-                message: Arc::clone(&sent.message),
+                label: sent.label.clone(),
                 encoded: sent.encoded.clone(),
                 sequence: number,
             });
@@ -196,7 +197,7 @@ impl Sending {
         } else {
             inner.inflight.record_unkept(&sent);
             taking.out.push(Outgoing {
-                message: sent.message,
+                label: sent.label,
                 encoded: sent.encoded,
                 sequence: number,
             });

@@ -59,11 +59,12 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use agent_runner_proto::runner::{ClientMessage, TurnStatus, client_message::Payload};
+use agent_runner_proto::runner::{ClientMessage, client_message::Payload};
 use prost::Message as _;
 
 use crate::delivery::in_flight::{InFlight, Mode, Sent, Settled};
 use crate::delivery::journal::{Journal, Recovered, Sequencer};
+use crate::delivery::label::Label;
 use crate::delivery::outbox::Outbox;
 
 pub use agent_runner_proto::ACKED_DELIVERY;
@@ -123,7 +124,7 @@ impl Sending {
                 Ok(message) => resend.push_back(Sent {
                     sequence: entry.sequence,
                     journal: Some(entry.id),
-                    message: Arc::new(message),
+                    label: Label::of(&message),
                     encoded: entry.message,
                     at: now,
                 }),
@@ -174,12 +175,13 @@ impl Sending {
         inner
             .resend
             .iter()
-            .filter_map(|s| match &s.message.payload {
-                Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32 => {
-                    Some((t.thread_id.clone(), t.sdk_turn_id.clone()))
-                }
-                _ => None,
-            })
+            .filter(|s| s.label.is_turn_end())
+            .filter_map(
+                |s| match ClientMessage::decode(&s.encoded[..]).ok()?.payload {
+                    Some(Payload::TurnUpdate(t)) => Some((t.thread_id, t.sdk_turn_id)),
+                    _ => None,
+                },
+            )
             .collect()
     }
 
@@ -461,7 +463,7 @@ mod tests {
         let sent = sending.next_batch(sending.epoch()).await;
         let got: Vec<(u64, String)> = sent
             .iter()
-            .map(|m| match &m.message.payload {
+            .map(|m| match &m.decode().payload {
                 Some(Payload::TurnUpdate(t)) => (m.sequence, t.sdk_turn_id.clone()),
                 other => panic!("{other:?}"),
             })
@@ -478,7 +480,7 @@ mod tests {
 
     fn turn_ids(sent: &[Outgoing]) -> Vec<(u64, String)> {
         sent.iter()
-            .map(|m| match &m.message.payload {
+            .map(|m| match &m.decode().payload {
                 Some(Payload::TurnUpdate(t)) => (m.sequence, t.sdk_turn_id.clone()),
                 other => panic!("{other:?}"),
             })

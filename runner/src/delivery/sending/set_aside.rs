@@ -31,6 +31,7 @@ use std::time::Instant;
 
 use agent_runner_proto::runner::ClientMessage;
 use agent_runner_proto::runner::client_message::Payload;
+use prost::Message as _;
 
 use super::{Inner, Sending};
 use crate::delivery::in_flight::Sent;
@@ -70,11 +71,12 @@ impl Sending {
             };
         }
         let (count, replacement) = (strikes.count, strikes.replacement);
-        let first = &again[0].message;
+        // Decoded for what the log and the error say of it (a rare path).
+        let first = ClientMessage::decode(&again[0].encoded[..]).unwrap_or_default();
         if count < STRIKES {
             tracing::warn!(
-                kind = crate::observe::message_kind::kind(first),
-                thread_id = crate::delivery::transcript::thread_of(first).unwrap_or(""),
+                kind = again[0].label.kind(),
+                thread_id = crate::delivery::transcript::thread_of(&first).unwrap_or(""),
                 sequence,
                 strike = count,
                 "the connection ended with this update sent and not acknowledged, the first such; it is set aside if {STRIKES} connections in a row end so"
@@ -83,13 +85,13 @@ impl Sending {
         }
         let aside = again.remove(0);
         self.forget(aside.journal.into_iter().collect());
-        crate::observe::metrics::delivery_set_aside(&aside.message);
-        let what = describe(&aside.message);
+        crate::observe::metrics::delivery_set_aside(aside.label.kind());
+        let what = describe(&first);
         tracing::warn!(
-            kind = crate::observe::message_kind::kind(&aside.message),
-            thread_id = crate::delivery::transcript::thread_of(&aside.message).unwrap_or(""),
-            turn_id = turn_of(&aside.message).unwrap_or(""),
-            request_id = aside.message.request_id.as_deref().unwrap_or(""),
+            kind = aside.label.kind(),
+            thread_id = crate::delivery::transcript::thread_of(&first).unwrap_or(""),
+            turn_id = turn_of(&first).unwrap_or(""),
+            request_id = first.request_id.as_deref().unwrap_or(""),
             sequence,
             replacement,
             "update set aside: {STRIKES} connections in a row ended with it sent and not acknowledged; it is not sent again{}",
@@ -108,7 +110,7 @@ impl Sending {
             return;
         }
         let error = crate::delivery::messages::request_error(
-            aside.message.request_id.clone(),
+            first.request_id.clone(),
             format!(
                 "an update was set aside and will not be delivered: {what}; the control plane ended the stream {STRIKES} times in a row right after it was sent, without acknowledging it"
             ),
@@ -119,7 +121,7 @@ impl Sending {
             Sent {
                 sequence: Some(sequence),
                 journal: placed.journal,
-                message: placed.message,
+                label: placed.label,
                 encoded: placed.encoded,
                 at: Instant::now(),
             },
@@ -179,8 +181,8 @@ mod tests {
     fn shape(out: &[Outgoing]) -> Vec<(u64, &'static str, String)> {
         out.iter()
             .map(|o| {
-                let kind = crate::observe::message_kind::kind(&o.message);
-                let rid = o.message.request_id.clone().unwrap_or_default();
+                let kind = o.label.kind();
+                let rid = o.decode().request_id.unwrap_or_default();
                 (o.sequence, kind, rid)
             })
             .collect()
@@ -235,7 +237,7 @@ mod tests {
         sending.registered(true, 0);
         let out = sending.next_batch(sending.epoch()).await;
         assert_eq!(shape(&out), replaced);
-        let text = format!("{:?}", out[0].message);
+        let text = format!("{:?}", out[0].decode());
         assert!(
             text.contains("set aside") && text.contains("item_update (thread thr, turn turn-1)"),
             "{text}"

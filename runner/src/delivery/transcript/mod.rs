@@ -14,13 +14,13 @@
 //! redundant) is not.
 //!
 //! Updates come masked: the outbox masks every update as it enters, before
-//! it records it here (the same masked text goes on the wire). Off the hot
-//! path: the sender queues the update itself, shared with the outbox (a
-//! pointer, not a copy; a burst of updates as one job), on a queue bounded
-//! in lines ([`QUEUE_CAPACITY`]) and in the text they hold
-//! ([`QUEUE_BYTES`]), with a non-blocking push. One writer thread formats
-//! the lines and appends them, buffered per file and written out whenever
-//! the queue runs empty. When the queue is full the lines are
+//! it records it here (the same masked text goes on the wire). The sender
+//! formats the lines ([`line`]: a few hundred nanoseconds, so that the
+//! update is freed by the thread that made it, not by the writer) and
+//! queues them (a burst of updates as one job) on a queue bounded in lines
+//! ([`QUEUE_CAPACITY`]) and in bytes ([`QUEUE_BYTES`]), with a
+//! non-blocking push. One writer thread appends them, buffered per file
+//! and written out whenever the queue runs empty. When the queue is full the lines are
 //! dropped, never waited for (a transcript must not slow a turn or the
 //! link); the writer then appends a `{"dropped": N}` line to the next
 //! transcript it writes, so the gap is visible. A file over [`MAX_BYTES`]
@@ -28,8 +28,9 @@
 //! thread's transcripts are removed with the thread (that job waits for
 //! room: it must not be lost).
 //!
-//! The parts: this file is the senders' side (the bounded queue); [`writer`]
-//! is the thread that drains it; [`line`] formats one update as a line;
+//! The parts: this file is the senders' side (the lines formatted, the
+//! bounded queue); [`writer`] is the thread that drains it; [`line`]
+//! formats one update as a line;
 //! [`files`] is where transcripts live and how they are appended and
 //! rotated.
 
@@ -54,24 +55,22 @@ use agent_runner_proto::runner::{ClientMessage, ThreadStatus, client_message::Pa
 /// `sync_channel` allocated and wrote all 4,096 up front, 288 KiB resident
 /// in every runner, idle or not.
 pub const QUEUE_CAPACITY: usize = 4096;
-/// Bytes of text (see [`weight`]) the queued lines may hold at most: the
-/// queue holds whole updates, which the outbox would otherwise have freed
-/// once sent.
+/// Bytes the queued lines may hold at most (a line's texts are clipped to
+/// [`line::MAX_TEXT`] each).
 pub const QUEUE_BYTES: usize = 32 << 20;
 /// A transcript file is rotated past this size.
 pub const MAX_BYTES: u64 = 4 * 1024 * 1024;
 
 /// What the senders queue for the writer thread.
 enum Job {
-    /// Lines of one thread's transcript, in order (one update, or a burst:
-    /// one push for all of them, not one each).
+    /// Lines of one thread's transcript, in order, each ending in a
+    /// newline (one update, or a burst: one push for all of them, not one
+    /// each).
     Lines {
         thread: String,
-        /// When they were recorded.
-        ts_ms: u64,
-        updates: Vec<Arc<ClientMessage>>,
-        /// Their [`weight`], summed.
-        bytes: usize,
+        lines: Vec<u8>,
+        /// How many lines `lines` holds.
+        count: usize,
     },
     Remove {
         thread: String,
@@ -87,7 +86,7 @@ pub struct Transcripts {
     /// Lines queued and not yet written: the bound is in lines, whatever
     /// the jobs hold.
     queued: Arc<AtomicUsize>,
-    /// The [`weight`] of the queued lines' updates.
+    /// The bytes of the queued lines.
     queued_bytes: Arc<AtomicUsize>,
 }
 
@@ -108,9 +107,7 @@ pub fn thread_of(msg: &ClientMessage) -> Option<&str> {
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Job::Lines {
-                thread, updates, ..
-            } => write!(f, "Lines({thread}, {})", updates.len()),
+            Job::Lines { thread, count, .. } => write!(f, "Lines({thread}, {count})"),
             Job::Remove { thread } => write!(f, "Remove({thread})"),
         }
     }
@@ -140,45 +137,50 @@ impl Transcripts {
         })
     }
 
-    /// Queue `msg` (sent for `thread`, masked already) for its transcript:
-    /// a pointer and a non-blocking push; formatting and writing happen on
-    /// the writer. A full queue drops the update (counted).
-    pub fn record(&self, thread: &str, msg: &Arc<ClientMessage>) {
-        if !is_deletion(msg) {
-            self.queue(thread, vec![msg.clone()]);
-        }
+    /// Queue `msg`'s line (sent for `thread`, masked already) for its
+    /// transcript: formatted here, written by the writer, pushed without
+    /// blocking. A full queue drops the line (counted).
+    pub fn record(&self, thread: &str, msg: &ClientMessage) {
+        self.queue(thread, std::slice::from_ref(msg));
     }
 
     /// [`Transcripts::record`] for updates that were ready together, each
     /// recorded in the transcript of the thread it names ([`thread_of`];
     /// those naming none are not recorded): one push per run of updates of
     /// one thread.
-    pub fn record_all(&self, msgs: &[Arc<ClientMessage>]) {
+    pub fn record_all(&self, msgs: &[ClientMessage]) {
         let mut rest = msgs;
         while let Some(first) = rest.first() {
             let thread = thread_of(first);
             let run = rest.iter().take_while(|m| thread_of(m) == thread).count();
             if let Some(thread) = thread {
-                let updates = rest[..run]
-                    .iter()
-                    .filter(|m| !is_deletion(m))
-                    .cloned()
-                    .collect();
-                self.queue(thread, updates);
+                self.queue(thread, &rest[..run]);
             }
             rest = &rest[run..];
         }
     }
 
-    /// Pushes `updates` for `thread`, or drops (and counts) them all when
-    /// the queue would then hold more than [`QUEUE_CAPACITY`] lines or
-    /// [`QUEUE_BYTES`] of text.
-    fn queue(&self, thread: &str, updates: Vec<Arc<ClientMessage>>) {
-        let n = updates.len();
+    /// Pushes the lines of `updates` (a thread's deletion has none) for
+    /// `thread`, or drops (and counts) them all when the queue would then
+    /// hold more than [`QUEUE_CAPACITY`] lines or [`QUEUE_BYTES`].
+    fn queue(&self, thread: &str, updates: &[ClientMessage]) {
+        let n = updates.iter().filter(|m| !is_deletion(m)).count();
         if n == 0 {
             return;
         }
-        let bytes: usize = updates.iter().map(|m| weight(m)).sum();
+        // A queue full of lines already: dropped before they cost a format.
+        if self.queued.load(Ordering::Relaxed) + n > QUEUE_CAPACITY {
+            self.dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        let ts_ms = unix_ms();
+        // About what a short update's line takes: most bursts fit at once.
+        let mut lines = Vec::with_capacity(160 * n);
+        for update in updates.iter().filter(|m| !is_deletion(m)) {
+            line::Entry::of(update, ts_ms).write(&mut lines);
+            lines.push(b'\n');
+        }
+        let bytes = lines.len();
         let lines_over = self.queued.fetch_add(n, Ordering::Relaxed) + n > QUEUE_CAPACITY;
         let bytes_over =
             self.queued_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes > QUEUE_BYTES;
@@ -193,9 +195,8 @@ impl Transcripts {
         }
         let job = Job::Lines {
             thread: thread.to_owned(),
-            ts_ms: unix_ms(),
-            updates,
-            bytes,
+            lines,
+            count: n,
         };
         match self.tx.try_send(job) {
             Ok(()) => {}
@@ -223,23 +224,6 @@ impl Transcripts {
 /// deletion itself) must not make a new file.
 fn is_deletion(msg: &ClientMessage) -> bool {
     matches!(&msg.payload, Some(Payload::ThreadUpdate(t)) if t.status() == ThreadStatus::Deleted)
-}
-
-/// What a queued update counts against [`QUEUE_BYTES`]: the text it
-/// carries (what can be large), plus a fixed amount for the rest.
-fn weight(msg: &ClientMessage) -> usize {
-    const REST: usize = 256;
-    let text = match &msg.payload {
-        Some(Payload::ItemUpdate(i)) => {
-            i.text.as_ref().map_or(0, String::len)
-                + i.command_execution_item.as_ref().map_or(0, |c| {
-                    c.command.len() + c.output.as_ref().map_or(0, String::len)
-                })
-        }
-        Some(Payload::RequestError(e)) => e.error_message.len(),
-        _ => 0,
-    };
-    REST + text
 }
 
 /// The writer's side of the queue's counters.

@@ -55,10 +55,7 @@ fn wait_for(path: &Path, pred: impl Fn(&str) -> bool) -> String {
 async fn appends_rotates_and_removes() {
     let dir = tempfile::tempdir().unwrap();
     let t = Transcripts::start(dir.path().to_path_buf()).unwrap();
-    let msg = Arc::new(crate::delivery::messages::request_error(
-        Some("r1".into()),
-        "token refused",
-    ));
+    let msg = crate::delivery::messages::request_error(Some("r1".into()), "token refused");
     t.record("thr-1", &msg);
     let p = path(dir.path(), "thr-1").unwrap();
     let text = wait_for(&p, |t| t.contains("request_error"));
@@ -66,10 +63,7 @@ async fn appends_rotates_and_removes() {
     let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(line["request_id"], "r1");
     // Past MAX_BYTES it rotates: one old file, a fresh current one.
-    let big = Arc::new(crate::delivery::messages::request_error(
-        None,
-        "x".repeat(MAX_TEXT),
-    ));
+    let big = crate::delivery::messages::request_error(None, "x".repeat(MAX_TEXT));
     for _ in 0..(MAX_BYTES as usize / MAX_TEXT + 2) {
         t.record("thr-1", &big);
     }
@@ -107,7 +101,7 @@ fn a_line_names_the_update_and_every_file_gets_its_lines() {
     let threads: Vec<String> = (0..OPEN_FILES + 6).map(|i| format!("thr-{i}")).collect();
     for n in 0..3 {
         for thread in &threads {
-            t.record(thread, &Arc::new(item(thread, n)));
+            t.record(thread, &item(thread, n));
         }
     }
     for thread in &threads {
@@ -147,8 +141,8 @@ fn updates_naming_a_thread_are_told_apart() {
     );
 }
 
-fn said(thread: &str, text: &str) -> Arc<ClientMessage> {
-    Arc::new(crate::delivery::messages::item(
+fn said(thread: &str, text: &str) -> ClientMessage {
+    crate::delivery::messages::item(
         Some("r".into()),
         thread,
         "u",
@@ -159,7 +153,7 @@ fn said(thread: &str, text: &str) -> Arc<ClientMessage> {
             text: Some(text.into()),
             command: None,
         },
-    ))
+    )
 }
 
 fn texts(text: &str) -> Vec<String> {
@@ -181,12 +175,9 @@ fn a_burst_goes_to_the_transcripts_of_the_threads_it_names() {
     t.record_all(&[
         said("thr-a", "a0"),
         said("thr-a", "a1"),
-        Arc::new(crate::delivery::messages::request_error(
-            None,
-            "names no thread",
-        )),
+        crate::delivery::messages::request_error(None, "names no thread"),
         said("thr-b", "b0"),
-        Arc::new(deleted),
+        deleted,
         said("thr-a", "a2"),
     ]);
     let a = wait_for(&path(dir.path(), "thr-a").unwrap(), |t| {
@@ -221,7 +212,7 @@ fn a_full_queue_drops_lines_and_the_transcript_says_how_many() {
     let (t, rx) = without_writer();
     // No writer yet: the queue fills.
     let burst_texts: Vec<String> = (0..16).map(|n| n.to_string()).collect();
-    let burst: Vec<Arc<ClientMessage>> = burst_texts.iter().map(|n| said("thr-f", n)).collect();
+    let burst: Vec<ClientMessage> = burst_texts.iter().map(|n| said("thr-f", n)).collect();
     for _ in 0..QUEUE_CAPACITY / 16 {
         t.record_all(&burst);
     }
@@ -250,22 +241,26 @@ fn a_full_queue_drops_lines_and_the_transcript_says_how_many() {
     drop(t);
 }
 
-/// The queue holds whole updates, so it is bounded in the text they
-/// carry too: large updates are dropped (counted) past [`QUEUE_BYTES`]
-/// long before the line bound.
+/// The queue is bounded in bytes too: lines of large updates (each text
+/// clipped to [`MAX_TEXT`]) are dropped (counted) past [`QUEUE_BYTES`]
+/// before the line bound.
 #[test]
 fn a_queue_of_large_updates_is_bounded_in_bytes() {
     let (t, _rx) = without_writer();
     let big = said("thr-b", &"x".repeat(1 << 20));
-    let each = weight(&big);
-    for _ in 0..40 {
+    let mut line = Vec::new();
+    super::line::Entry::of(&big, unix_ms()).write(&mut line);
+    let each = line.len() + 1;
+    assert!(each > MAX_TEXT && each < 2 * MAX_TEXT, "clipped: {each}");
+    let tries = QUEUE_CAPACITY - 1;
+    for _ in 0..tries {
         t.record("thr-b", &big);
     }
     let fit = QUEUE_BYTES / each;
-    assert!(fit < 40);
+    assert!(fit < tries);
     assert_eq!(t.queued.load(Ordering::Relaxed), fit);
     assert_eq!(t.queued_bytes.load(Ordering::Relaxed), fit * each);
-    assert_eq!(t.dropped.load(Ordering::Relaxed), (40 - fit) as u64);
+    assert_eq!(t.dropped.load(Ordering::Relaxed), (tries - fit) as u64);
 }
 
 /// Lines are dropped when the queue is full, a removal never: it waits

@@ -1,6 +1,6 @@
-//! The writer thread: drains the queue, formats each update as a line
-//! and appends it, buffered, to its thread's file; writes everything out
-//! when the queue runs empty, and says how many lines were dropped.
+//! The writer thread: drains the queue and appends each job's lines,
+//! buffered, to its thread's file; writes everything out when the queue
+//! runs empty, and says how many lines were dropped.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -10,7 +10,6 @@ use tokio::sync::mpsc::error::TryRecvError;
 use serde_json::json;
 
 use super::files::{Files, safe_id};
-use super::line::Entry;
 use super::{Counts, Job, unix_ms};
 
 /// How long the writer lets lines gather after catching up (a line is on
@@ -50,30 +49,26 @@ pub(super) fn run(dir: PathBuf, mut rx: Receiver<Job>, counts: Counts) {
             Job::Remove { thread } => files.remove(&thread),
             Job::Lines {
                 thread,
-                ts_ms,
-                updates,
-                bytes,
+                lines,
+                count,
             } => {
-                counts.queued.fetch_sub(updates.len(), Ordering::Relaxed);
-                counts.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                counts.queued.fetch_sub(count, Ordering::Relaxed);
+                counts
+                    .queued_bytes
+                    .fetch_sub(lines.len(), Ordering::Relaxed);
                 if !safe_id(&thread) {
                     continue;
                 }
-                scratch.clear();
                 let lost = counts.dropped.swap(0, Ordering::Relaxed);
                 if lost > 0 {
+                    scratch.clear();
                     let gap = json!({"dropped": lost, "ts_ms": unix_ms()});
                     if serde_json::to_writer(&mut scratch, &gap).is_ok() {
                         scratch.push(b'\n');
+                        files.append(&thread, &scratch);
                     }
                 }
-                for update in &updates {
-                    Entry::of(update, ts_ms).write(&mut scratch);
-                    scratch.push(b'\n');
-                }
-                if !scratch.is_empty() {
-                    files.append(&thread, &scratch);
-                }
+                files.append(&thread, &lines);
             }
         }
     }

@@ -4,14 +4,13 @@
 
 use std::time::Duration;
 
-use agent_runner_proto::runner::ClientMessage;
 use sdk_adapter::TurnOutcome;
 
 use super::labels::{
     AdapterErrorLabels, ApprovalLabels, CodeLabel, FeatureLabel, KindLabel, ModeLabel, SdkLabel,
     StateLabel, ThreadLabel, TurnLabels,
 };
-use super::{STATES, code_name, get, kinds};
+use super::{STATES, code_name, get};
 use crate::observe::link_state::LinkState;
 
 /// The link entered `state`.
@@ -87,12 +86,10 @@ pub fn delivery_legacy_released_early(n: usize) {
 
 /// An update the control plane kept rejecting was set aside (not sent
 /// again; an error update replaces it).
-pub fn delivery_set_aside(msg: &ClientMessage) {
+pub fn delivery_set_aside(kind: &'static str) {
     get()
         .delivery_set_aside
-        .get_or_create(&KindLabel {
-            kind: kinds::kind(msg),
-        })
+        .get_or_create(&KindLabel { kind })
         .inc();
 }
 

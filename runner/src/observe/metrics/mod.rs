@@ -37,7 +37,7 @@ pub use events::{
     sandbox_missing, sdks_enabled, store_batch, token_refresh_failed, token_refreshed, turn_ended,
     turn_started, turn_wait_ended, turn_waiting,
 };
-pub use requests::{RequestOutcome, request_arrived, request_handled, update_sent};
+pub use requests::{RequestOutcome, awaits_reply, request_arrived, request_handled, update_sent};
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;

@@ -7,9 +7,6 @@ use std::sync::MutexGuard;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use agent_runner_proto::runner::ClientMessage;
-use agent_runner_proto::runner::client_message::Payload;
-
 use super::labels::{KindLabel, RequestLabels};
 use super::{Metrics, get, kinds};
 
@@ -157,10 +154,24 @@ fn count_request(kind: &'static str, outcome: &'static str) {
         .inc();
 }
 
-/// `msg` was handed to the ControlChannel.
-pub fn update_sent(msg: &ClientMessage) {
+/// Whether an update answering request `id` may be its first reply: the
+/// request is followed and has none yet. Asked once per update as it
+/// enters the outbox, so that only those updates carry their request id
+/// on to [`update_sent`].
+pub fn awaits_reply(id: &str) -> bool {
     let m = get();
-    let kind = kinds::kind_index(msg);
+    if m.pending_len.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    m.pending().get(id).is_some_and(|p| p.replied.is_none())
+}
+
+/// An update of kind `kind` ([`kinds::kind_index`]) was handed to the
+/// ControlChannel; `first_reply`: the request id it answers, when it may be
+/// that request's first reply ([`awaits_reply`]); `failed`: it is a
+/// `RequestError`.
+pub fn update_sent(kind: usize, first_reply: Option<&str>, failed: bool) {
+    let m = get();
     if let Some(sent) = m.sent_by_kind.get(kind) {
         sent.get_or_init(|| {
             m.updates_sent
@@ -171,7 +182,7 @@ pub fn update_sent(msg: &ClientMessage) {
         })
         .inc();
     }
-    let Some(id) = &msg.request_id else {
+    let Some(id) = first_reply else {
         return;
     };
     if m.pending_len.load(Ordering::Relaxed) == 0 {
@@ -186,7 +197,6 @@ pub fn update_sent(msg: &ClientMessage) {
     if p.replied.is_some() {
         return;
     }
-    let failed = matches!(&msg.payload, Some(Payload::RequestError(_)));
     p.replied = Some(failed);
     let (kind, arrived, dispatched) = (p.kind, p.arrived, p.dispatched);
     if dispatched.is_some() {

@@ -8,6 +8,12 @@ use sdk_adapter::TurnOutcome;
 use super::*;
 use crate::delivery::messages;
 
+/// An update labelled as it enters the outbox and sent: the link's calls.
+fn sent(msg: &agent_runner_proto::runner::ClientMessage) {
+    let label = crate::delivery::label::Label::of(msg);
+    update_sent(label.kind_index(), label.first_reply(), label.is_error());
+}
+
 fn requests(kind: &'static str, outcome: &'static str) -> u64 {
     get()
         .requests
@@ -26,22 +32,22 @@ fn requests_count_by_how_they_ended() {
     request_arrived("unit-test-a", Some("ua1"));
     request_handled("unit-test-a", Some("ua1"), RequestOutcome::Accepted);
     assert_eq!(requests("unit-test-a", "accepted"), 0);
-    update_sent(&error("ua1"));
+    sent(&error("ua1"));
     // The reply first (it raced the dispatcher), then the dispatcher.
     request_arrived("unit-test-a", Some("ua2"));
-    update_sent(&ok("ua2"));
-    update_sent(&ok("ua2"));
+    sent(&ok("ua2"));
+    sent(&ok("ua2"));
     request_handled("unit-test-a", Some("ua2"), RequestOutcome::Accepted);
     assert_eq!(requests("unit-test-a", "failed"), 1);
     assert_eq!(requests("unit-test-a", "completed"), 1);
     assert_eq!(requests("unit-test-a", "accepted"), 0);
     // Ended in the dispatcher, its reply out before or after: once.
     request_arrived("unit-test-b", Some("ub1"));
-    update_sent(&ok("ub1"));
+    sent(&ok("ub1"));
     request_handled("unit-test-b", Some("ub1"), RequestOutcome::Answered);
     request_arrived("unit-test-b", Some("ub2"));
     request_handled("unit-test-b", Some("ub2"), RequestOutcome::Answered);
-    update_sent(&ok("ub2"));
+    sent(&ok("ub2"));
     assert_eq!(requests("unit-test-b", "answered"), 2);
     assert_eq!(requests("unit-test-b", "completed"), 0);
     // No request id: counted as the dispatcher left it.
@@ -54,8 +60,8 @@ fn names_carry_prefix_units_and_total() {
     register_failed(tonic::Code::Unavailable);
     adapter_error("unit-test-sdk", "start_turn");
     request_handled("heartbeat_request", None, RequestOutcome::Answered);
-    update_sent(&messages::heartbeat(None));
-    delivery_set_aside(&messages::heartbeat(None));
+    sent(&messages::heartbeat(None));
+    delivery_set_aside("heartbeat_response");
     sdks_enabled(&["unit-test-sdk".to_owned()]);
     turn_started("unit-test-sdk");
     turn_waiting("unit-test-sdk");
@@ -66,7 +72,7 @@ fn names_carry_prefix_units_and_total() {
         Duration::from_secs(2),
     );
     request_arrived("heartbeat_request", Some("unit-test-names"));
-    update_sent(&messages::heartbeat(Some("unit-test-names".to_owned())));
+    sent(&messages::heartbeat(Some("unit-test-names".to_owned())));
     let text = render(Scraped {
         outbox_depth: 3,
         delivery_unsettled: 1,
@@ -109,7 +115,7 @@ fn a_request_is_timed_until_its_first_reply() {
     let id = "unit-test-request-timing";
     request_arrived("heartbeat_request", Some(id));
     assert!(get().pending().contains_key(id));
-    update_sent(&messages::heartbeat(Some(id.to_owned())));
+    sent(&messages::heartbeat(Some(id.to_owned())));
     // Kept until the dispatcher, which this reply raced, is done too.
     request_handled("heartbeat_request", Some(id), RequestOutcome::Answered);
     assert!(!get().pending().contains_key(id));
