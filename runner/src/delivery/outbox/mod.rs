@@ -91,7 +91,7 @@ use std::sync::{Mutex, OnceLock};
 
 use agent_runner_proto::runner::ClientMessage;
 use bytes::Bytes;
-use prost::Message as _;
+use prost::Message;
 use tokio::sync::Notify;
 
 use crate::delivery::journal::Journal;
@@ -148,6 +148,37 @@ struct Admitted {
 /// `msg` encoded: the bytes the journal stores and the wire writes.
 fn encode(msg: &ClientMessage) -> Bytes {
     msg.encode_to_vec().into()
+}
+
+/// `msgs` encoded, as [`encode`] would, into one allocation they share
+/// (each a slice of it): a burst's updates cost one allocation, and one
+/// free when the last of them is settled, instead of one each (their
+/// bytes are freed by the link, on another thread than made them, which
+/// was the largest cross-thread cost left: bench/HISTORY.md, round Z8).
+/// The allocation lives as long as any of them is kept: at most a burst
+/// ([`crate::delivery::journal::BURST`] updates) held for its longest-kept
+/// update.
+fn encode_all(msgs: &[ClientMessage]) -> Vec<Bytes> {
+    // Into a `Vec` (prost writes into one much faster than into a
+    // `BytesMut`), sized once; then one slice of it per update.
+    let total = msgs.iter().map(Message::encoded_len).sum();
+    let mut buf = Vec::with_capacity(total);
+    let ends: Vec<usize> = msgs
+        .iter()
+        .map(|msg| {
+            msg.encode_raw(&mut buf);
+            buf.len()
+        })
+        .collect();
+    let all = Bytes::from(buf);
+    let mut start = 0;
+    ends.into_iter()
+        .map(|end| {
+            let one = all.slice(start..end);
+            start = end;
+            one
+        })
+        .collect()
 }
 
 /// What [`encode`] made, decoded again (an update masked again, and the

@@ -6,7 +6,7 @@
 use agent_runner_proto::runner::ClientMessage;
 
 use super::classify::{is_intermediate, is_turn_end, outdates};
-use super::{Admitted, Journaled, Outbox, Taken, encode};
+use super::{Admitted, Journaled, Outbox, Taken, encode_all};
 use crate::delivery::label::Label;
 
 impl Outbox {
@@ -111,11 +111,13 @@ impl Outbox {
         }
         // The generation before the first mask stands for the whole burst.
         let masked = self.redactor.generation();
-        let mut entries = Vec::with_capacity(msgs.len());
-        let mut appends = Vec::new();
         for msg in &mut msgs {
             self.mask(msg);
-            let (label, encoded) = (Label::of(msg), encode(msg));
+        }
+        let mut entries = Vec::with_capacity(msgs.len());
+        let mut appends = Vec::new();
+        for (msg, encoded) in msgs.iter().zip(encode_all(&msgs)) {
+            let label = Label::of(msg);
             let journal = self.for_journal(&label).map(|(_, id)| {
                 appends.push((id, encoded.clone()));
                 id

@@ -527,3 +527,24 @@ async fn token_usage_is_journaled_and_a_replaced_report_forgotten() {
         .collect();
     assert_eq!(live, vec![item_done("a", "x"), usage(2)]);
 }
+
+/// A burst's encodings are each what the update alone encodes to, laid
+/// end to end in one allocation.
+#[test]
+fn a_bursts_updates_are_encoded_into_one_allocation() {
+    let msgs = vec![
+        running("a", "0"),
+        item_done("a", &"x".repeat(5000)),
+        completed("t1"),
+        messages::heartbeat(None),
+    ];
+    let encoded = encode_all(&msgs);
+    assert_eq!(encoded.len(), msgs.len());
+    for (msg, bytes) in msgs.iter().zip(&encoded) {
+        assert_eq!(bytes[..], encode(msg)[..]);
+    }
+    for pair in encoded.windows(2) {
+        let end = pair[0].as_ptr().wrapping_add(pair[0].len());
+        assert_eq!(end, pair[1].as_ptr(), "one allocation, end to end");
+    }
+}
