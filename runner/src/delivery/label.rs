@@ -18,8 +18,7 @@ pub struct Label {
     /// Its kind, by [`crate::observe::message_kind::kind_index`].
     kind: u8,
     flags: u8,
-    /// For an intermediate update, a hash of what makes it redundant (its
-    /// thread and item, or its thread's token usage); 0 otherwise.
+    /// For an intermediate update, its [`key_of`]; 0 otherwise.
     key: u64,
     /// Its request id, kept only when this update may be the first reply
     /// to a request the metrics follow (once per request, not per update).
@@ -45,24 +44,23 @@ impl Label {
         if is_durable(msg) {
             flags |= DURABLE;
         }
-        let key = match &msg.payload {
+        match &msg.payload {
             Some(Payload::ItemUpdate(i)) if i.status == ItemStatus::Running as i32 => {
                 flags |= INTERMEDIATE;
-                keys().hash_one((0u8, &i.thread_id, &i.sdk_item_id))
             }
-            Some(Payload::ThreadTokenUsageUpdate(u)) => {
-                flags |= INTERMEDIATE;
-                keys().hash_one((1u8, &u.thread_id))
-            }
+            Some(Payload::ThreadTokenUsageUpdate(_)) => flags |= INTERMEDIATE,
             Some(Payload::TurnUpdate(t)) if t.status == TurnStatus::Completed as i32 => {
                 flags |= TURN_END;
-                0
             }
-            Some(Payload::RequestError(_)) => {
-                flags |= ERROR;
-                0
-            }
-            _ => 0,
+            Some(Payload::RequestError(_)) => flags |= ERROR,
+            _ => {}
+        }
+        // Hashed for the intermediate updates only: the others are never
+        // replaced (a burst's shedding asks [`key_of`] itself).
+        let key = if flags & INTERMEDIATE != 0 {
+            key_of(msg).unwrap_or(0)
+        } else {
+            0
         };
         let first_reply = msg
             .request_id
@@ -126,9 +124,30 @@ impl Label {
         self.is_intermediate() && old.is_intermediate() && self.key == old.key
     }
 
+    /// Whether this update, later in a thread's burst, makes the earlier
+    /// `old` redundant, `key` being this update's [`key_of`]:
+    /// [`Label::supersedes`], or `old` is a RUNNING snapshot of the item
+    /// this update completes.
+    pub fn outdates(&self, key: Option<u64>, old: &Label) -> bool {
+        old.is_intermediate()
+            && key == Some(old.key)
+            && (self.is_intermediate() || self.is_durable())
+    }
+
     /// The request id, when this update may be a request's first reply.
     pub fn first_reply(&self) -> Option<&str> {
         self.first_reply.as_deref()
+    }
+}
+
+/// What an update's redundancy is judged by, hashed: its thread and item
+/// for an item update, its thread for a token-usage update (`None`
+/// otherwise). Seeded per process: ids come from agents.
+pub fn key_of(msg: &ClientMessage) -> Option<u64> {
+    match &msg.payload {
+        Some(Payload::ItemUpdate(i)) => Some(keys().hash_one((0u8, &i.thread_id, &i.sdk_item_id))),
+        Some(Payload::ThreadTokenUsageUpdate(u)) => Some(keys().hash_one((1u8, &u.thread_id))),
+        _ => None,
     }
 }
 
@@ -167,7 +186,7 @@ mod tests {
     use super::*;
     use crate::delivery::messages;
 
-    fn item(thread: &str, id: &str, status: Status) -> Label {
+    fn item_update(thread: &str, id: &str, status: Status) -> ClientMessage {
         let event = ItemEvent {
             item_id: id.to_owned(),
             kind: ItemKind::AgentMessage,
@@ -175,7 +194,11 @@ mod tests {
             text: Some("x".into()),
             command: None,
         };
-        Label::of(&messages::item(None, thread, "turn", event))
+        messages::item(None, thread, "turn", event)
+    }
+
+    fn item(thread: &str, id: &str, status: Status) -> Label {
+        Label::of(&item_update(thread, id, status))
     }
 
     /// A RUNNING snapshot is superseded by its item's next one only: not
@@ -192,6 +215,29 @@ mod tests {
         assert!(done.is_durable() && !done.is_intermediate());
         assert!(!done.supersedes(&old));
         assert!(!old.supersedes(&done));
+    }
+
+    /// Later in a burst, a snapshot is outdated by its item's next
+    /// snapshot or its COMPLETED update, nothing else; a token-usage
+    /// report by its thread's next.
+    #[test]
+    fn a_snapshot_is_outdated_by_its_items_next_update_or_its_end() {
+        let outdates = |new: &ClientMessage, old: &ClientMessage| {
+            Label::of(new).outdates(key_of(new), &Label::of(old))
+        };
+        let old = item_update("t", "i", Status::Running);
+        let done = item_update("t", "i", Status::Completed);
+        assert!(outdates(&item_update("t", "i", Status::Running), &old));
+        assert!(outdates(&done, &old));
+        assert!(!outdates(&item_update("t", "j", Status::Completed), &old));
+        assert!(!outdates(&item_update("u", "i", Status::Completed), &old));
+        assert!(!outdates(&old, &done), "never a COMPLETED one");
+        let usage = |thread: &str| {
+            messages::token_usage(None, thread, "u", sdk_adapter::TokenUsage::default())
+        };
+        assert!(outdates(&usage("t"), &usage("t")));
+        assert!(!outdates(&usage("u"), &usage("t")));
+        assert!(!outdates(&done, &usage("t")) && !outdates(&usage("t"), &old));
     }
 
     /// The flags and the kind as the message's.

@@ -22,12 +22,19 @@ pub struct Outgoing {
     pub sequence: u64,
 }
 
+/// An update's bytes as the outbox encoded them, decoded again: for the
+/// few paths that need a field (a log line, a re-mask, start-up) and the
+/// tests. The runner's own bytes always decode; a default message if not.
+pub fn decode(encoded: &[u8]) -> ClientMessage {
+    ClientMessage::decode(encoded).unwrap_or_default()
+}
+
 impl Outgoing {
     /// The update as the control plane decodes it (numbered): decoded from
     /// its bytes, for the tests and the rare paths that need its fields
     /// (the runner's own bytes always decode; a default message if not).
     pub fn decode(&self) -> ClientMessage {
-        let mut message = ClientMessage::decode(&self.encoded[..]).unwrap_or_default();
+        let mut message = decode(&self.encoded);
         if self.sequence != 0 {
             message.sequence = self.sequence;
         }

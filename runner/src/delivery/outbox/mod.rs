@@ -75,12 +75,12 @@
 //! outnumber the queued updates, so the slots stay within twice the bound.
 //!
 //! The parts: [`queue`] holds the updates and the indexes that make room
-//! cheap; [`classify`] says which updates are durable, intermediate or
-//! redundant; [`push`] is the producers' side (masking, journaling,
+//! cheap, by each update's [`Label`](crate::delivery::label::Label)
+//! (which says which updates are durable, intermediate or redundant);
+//! [`push`] is the producers' side (masking, journaling,
 //! transcripts, bursts); [`room`] applies the rules above when the bound is
 //! reached; [`take`] is the link's side.
 
-mod classify;
 mod push;
 mod queue;
 mod room;
@@ -96,6 +96,7 @@ use tokio::sync::Notify;
 
 use crate::delivery::journal::Journal;
 use crate::delivery::label::Label;
+use crate::delivery::outgoing::decode;
 use crate::delivery::transcript::Transcripts;
 use crate::util::redact::Redactor;
 
@@ -179,12 +180,6 @@ fn encode_all(msgs: &[ClientMessage]) -> Vec<Bytes> {
             one
         })
         .collect()
-}
-
-/// What [`encode`] made, decoded again (an update masked again, and the
-/// tests): the outbox's own bytes always decode; a default message if not.
-fn decode(encoded: &[u8]) -> ClientMessage {
-    ClientMessage::decode(encoded).unwrap_or_default()
 }
 
 /// The outbox (see the module doc).

@@ -5,9 +5,8 @@
 
 use agent_runner_proto::runner::ClientMessage;
 
-use super::classify::{is_intermediate, is_turn_end, outdates};
 use super::{Admitted, Journaled, Outbox, Taken, encode_all};
-use crate::delivery::label::Label;
+use crate::delivery::label::{Label, key_of};
 
 impl Outbox {
     /// Queue an update, making room or waiting as the module doc says. A
@@ -100,14 +99,16 @@ impl Outbox {
     /// outbox, the burst's own outdated intermediate updates are given up
     /// first ([`Outbox::shed_outdated`]).
     pub async fn push_burst(&self, mut msgs: Vec<ClientMessage>) {
-        if msgs.iter().any(is_turn_end) {
+        // Masking leaves what a label says (ids, statuses) as it is.
+        let mut labels: Vec<Label> = msgs.iter().map(Label::of).collect();
+        if labels.iter().any(Label::is_turn_end) {
             for msg in msgs {
                 self.push(msg).await;
             }
             return;
         }
         if !self.has_room(&self.lock()) {
-            self.shed_outdated(&mut msgs);
+            self.shed_outdated(&mut msgs, &mut labels);
         }
         // The generation before the first mask stands for the whole burst.
         let masked = self.redactor.generation();
@@ -116,8 +117,7 @@ impl Outbox {
         }
         let mut entries = Vec::with_capacity(msgs.len());
         let mut appends = Vec::new();
-        for (msg, encoded) in msgs.iter().zip(encode_all(&msgs)) {
-            let label = Label::of(msg);
+        for (label, encoded) in labels.into_iter().zip(encode_all(&msgs)) {
             let journal = self.for_journal(&label).map(|(_, id)| {
                 appends.push((id, encoded.clone()));
                 id
@@ -177,16 +177,20 @@ impl Outbox {
     /// Counted as coalesced. When turns produce faster than the link sends
     /// (the throughput bench), much of what they produce is never sent;
     /// this sheds it before it costs the most.
-    fn shed_outdated(&self, msgs: &mut Vec<ClientMessage>) {
-        let outdated: Vec<bool> = msgs
+    fn shed_outdated(&self, msgs: &mut Vec<ClientMessage>, labels: &mut Vec<Label>) {
+        let keys: Vec<Option<u64>> = msgs.iter().map(key_of).collect();
+        let outdated: Vec<bool> = labels
             .iter()
             .enumerate()
             .map(|(i, old)| {
-                is_intermediate(old) && msgs[i + 1..].iter().any(|new| outdates(new, old))
+                let later = labels[i + 1..].iter().zip(&keys[i + 1..]);
+                later.into_iter().any(|(new, &key)| new.outdates(key, old))
             })
             .collect();
         let mut flags = outdated.iter();
         msgs.retain(|_| flags.next() != Some(&true));
+        let mut flags = outdated.iter();
+        labels.retain(|_| flags.next() != Some(&true));
         for _ in outdated.iter().filter(|&&o| o) {
             self.count(&self.coalesced, "coalesced");
             crate::observe::metrics::outbox_coalesced();

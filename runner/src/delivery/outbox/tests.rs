@@ -2,15 +2,40 @@
 //! masking, journaling and bursts, and the indexed queue against a plain
 //! scan.
 
-use super::classify::{is_intermediate, supersedes};
 use super::*;
 use crate::delivery::messages;
 use agent_runner_proto::runner::client_message::Payload;
-use agent_runner_proto::runner::{ThreadStatus, TurnStatus};
+use agent_runner_proto::runner::{ItemStatus, ThreadStatus, TurnStatus};
 use sdk_adapter::{ItemEvent, ItemKind};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The rules of the outbox's module doc, written out on messages: the
+/// reference the label-driven outbox is checked against.
+fn is_intermediate(msg: &ClientMessage) -> bool {
+    match &msg.payload {
+        Some(Payload::ItemUpdate(i)) => i.status == ItemStatus::Running as i32,
+        Some(Payload::ThreadTokenUsageUpdate(_)) => true,
+        _ => false,
+    }
+}
+
+/// [`is_intermediate`] `new` replacing the queued `old`: the same item of
+/// the same thread, or the same thread's token usage.
+fn supersedes(new: &ClientMessage, old: &ClientMessage) -> bool {
+    match (&new.payload, &old.payload) {
+        (Some(Payload::ItemUpdate(n)), Some(Payload::ItemUpdate(o))) => {
+            is_intermediate(new)
+                && is_intermediate(old)
+                && (n.thread_id == o.thread_id && n.sdk_item_id == o.sdk_item_id)
+        }
+        (Some(Payload::ThreadTokenUsageUpdate(n)), Some(Payload::ThreadTokenUsageUpdate(o))) => {
+            n.thread_id == o.thread_id
+        }
+        _ => false,
+    }
+}
 
 fn item_update(item: &str, text: &str, status: sdk_adapter::ItemStatus) -> ClientMessage {
     messages::item(

@@ -89,10 +89,7 @@ impl Sending {
                     // and its tests; the tests' control planes check every
                     // update they receive), not checked again here.
                     debug_assert!(
-                        {
-                            let m = <agent_runner_proto::runner::ClientMessage as prost::Message>::decode(&taken.encoded[..]);
-                            m.is_ok_and(|m| agent_runner_proto::Validate::validate(&m).is_ok())
-                        },
+                        agent_runner_proto::Validate::validate(&taken.decode()).is_ok(),
                         "a builder made an invalid update: {}",
                         taken.label.kind()
                     );

@@ -66,6 +66,7 @@ use crate::delivery::in_flight::{InFlight, Mode, Sent, Settled};
 use crate::delivery::journal::{Journal, Recovered, Sequencer};
 use crate::delivery::label::Label;
 use crate::delivery::outbox::Outbox;
+use crate::delivery::outgoing::decode;
 
 pub use agent_runner_proto::ACKED_DELIVERY;
 
@@ -176,12 +177,10 @@ impl Sending {
             .resend
             .iter()
             .filter(|s| s.label.is_turn_end())
-            .filter_map(
-                |s| match ClientMessage::decode(&s.encoded[..]).ok()?.payload {
-                    Some(Payload::TurnUpdate(t)) => Some((t.thread_id, t.sdk_turn_id)),
-                    _ => None,
-                },
-            )
+            .filter_map(|s| match decode(&s.encoded).payload {
+                Some(Payload::TurnUpdate(t)) => Some((t.thread_id, t.sdk_turn_id)),
+                _ => None,
+            })
             .collect()
     }
 

@@ -31,7 +31,6 @@ use std::time::Instant;
 
 use agent_runner_proto::runner::ClientMessage;
 use agent_runner_proto::runner::client_message::Payload;
-use prost::Message as _;
 
 use super::{Inner, Sending};
 use crate::delivery::in_flight::Sent;
@@ -72,7 +71,7 @@ impl Sending {
         }
         let (count, replacement) = (strikes.count, strikes.replacement);
         // Decoded for what the log and the error say of it (a rare path).
-        let first = ClientMessage::decode(&again[0].encoded[..]).unwrap_or_default();
+        let first = crate::delivery::outgoing::decode(&again[0].encoded);
         if count < STRIKES {
             tracing::warn!(
                 kind = again[0].label.kind(),
