@@ -80,6 +80,8 @@ pub(crate) struct ThreadShared {
     pub usage: Mutex<TokenUsageBreakdown>,
     /// The session's title last reported as the thread's name.
     pub title: Mutex<Option<String>>,
+    /// How far the session's transcript was read for its title.
+    pub title_scan: Mutex<crate::transcript::TitleScan>,
 }
 
 struct Slot {

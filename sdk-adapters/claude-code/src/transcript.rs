@@ -9,8 +9,9 @@
 //! there is refused without blocking).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
 use sdk_adapter::beneath;
@@ -113,26 +114,72 @@ fn holds_message(transcript: impl Read) -> std::io::Result<bool> {
 /// else the last `summary` entry (`summary`, Claude Code's own summary of
 /// the conversation). `None` when it has neither.
 ///
-/// Read as [`prepare_resume`] reads it (beneath the HOME, no link, a
-/// regular file), but whole.
-pub(crate) fn session_title(home: &Path, session_id: &str) -> Option<String> {
-    each_transcript(home, session_id, |_, _, _, transcript| Ok(Some(transcript)))
-        .ok()
-        .flatten()
-        .and_then(transcript_title)
+/// Read after every turn, so read on from where the last read stopped: a
+/// transcript only grows, and reading it whole each time made a long
+/// session's turns read more and more of it. Read as [`prepare_resume`]
+/// reads it (beneath the HOME, no link, a regular file); from the start
+/// again when it is another file or shorter than what was read.
+#[derive(Debug, Default)]
+pub(crate) struct TitleScan {
+    /// The transcript read so far: its device and inode.
+    file: Option<(u64, u64)>,
+    /// How many bytes of it were read (whole lines).
+    read: u64,
+    custom: Option<String>,
+    summary: Option<String>,
 }
 
-/// The title in a transcript's lines (see [`session_title`]).
-fn transcript_title(transcript: impl Read) -> Option<String> {
-    let (mut custom, mut summary) = (None, None);
-    for line in BufReader::new(transcript).lines() {
-        let Ok(line) = line else { break };
-        // Cheap filter first: transcripts are mostly messages.
-        if !line.contains("\"custom-title\"") && !line.contains("\"summary\"") {
-            continue;
+impl TitleScan {
+    /// The session's title, its transcript read on from the last call.
+    pub(crate) fn title(&mut self, home: &Path, session_id: &str) -> Option<String> {
+        let transcript =
+            each_transcript(home, session_id, |_, _, _, transcript| Ok(Some(transcript)));
+        if let Ok(Some(transcript)) = transcript
+            && let Err(e) = self.read_on(transcript)
+        {
+            tracing::debug!(error = %e, "could not read the session's transcript for its title");
         }
-        let Ok(entry) = serde_json::from_str::<Value>(&line) else {
-            continue;
+        self.custom.clone().or_else(|| self.summary.clone())
+    }
+
+    fn read_on(&mut self, mut transcript: File) -> std::io::Result<()> {
+        let meta = transcript.metadata()?;
+        let file = Some((meta.dev(), meta.ino()));
+        if self.file != file || meta.len() < self.read {
+            *self = Self {
+                file,
+                ..Self::default()
+            };
+        }
+        transcript.seek(SeekFrom::Start(self.read))?;
+        let mut reader = BufReader::new(transcript);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.take(&line);
+            // A last line without its newline (still being written, or the
+            // file's end) counts now and is read again next time, whole:
+            // taking a title line twice changes nothing.
+            if line.last() != Some(&b'\n') {
+                return Ok(());
+            }
+            self.read += n as u64;
+        }
+    }
+
+    /// One line of the transcript: a title entry updates the title.
+    fn take(&mut self, line: &[u8]) {
+        // Cheap filter first: transcripts are mostly messages.
+        let has = |needle: &[u8]| line.windows(needle.len()).any(|w| w == needle);
+        if !has(b"\"custom-title\"") && !has(b"\"summary\"") {
+            return;
+        }
+        let Ok(entry) = serde_json::from_slice::<Value>(line) else {
+            return;
         };
         let text = |key: &str| {
             entry
@@ -143,12 +190,11 @@ fn transcript_title(transcript: impl Read) -> Option<String> {
                 .map(str::to_owned)
         };
         match entry.get("type").and_then(Value::as_str) {
-            Some("custom-title") => custom = text("customTitle").or(custom),
-            Some("summary") => summary = text("summary").or(summary),
+            Some("custom-title") => self.custom = text("customTitle").or(self.custom.take()),
+            Some("summary") => self.summary = text("summary").or(self.summary.take()),
             _ => {}
         }
     }
-    custom.or(summary)
 }
 
 #[cfg(test)]
@@ -160,7 +206,7 @@ mod tests {
         let project = home.path().join(".claude/projects/p");
         std::fs::create_dir_all(&project).expect("dirs");
         std::fs::write(project.join("s.jsonl"), lines.join("\n")).expect("write");
-        session_title(home.path(), "s")
+        TitleScan::default().title(home.path(), "s")
     }
 
     /// Only a transcript holding a message is one to resume; one without
@@ -220,14 +266,14 @@ mod tests {
         )
         .expect("link");
         assert_eq!(
-            session_title(home.path(), "titled"),
+            TitleScan::default().title(home.path(), "titled"),
             None,
             "nor read for a title"
         );
         let fifo = projects.join("p/fifo.jsonl");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.is_ok_and(|s| s.success()), "mkfifo makes the FIFO");
-        assert_eq!(session_title(home.path(), "fifo"), None);
+        assert_eq!(TitleScan::default().title(home.path(), "fifo"), None);
         assert!(
             !prepare_resume(home.path(), "fifo"),
             "a FIFO is no transcript"
@@ -255,5 +301,43 @@ mod tests {
             .as_deref(),
             Some("Mine")
         );
+    }
+
+    /// After every turn the scan reads on from where it stopped: what was
+    /// appended is seen (a line still being written, when it is whole), a
+    /// new file in its place or one cut shorter is read from the start.
+    #[test]
+    fn the_title_is_read_on_from_where_the_last_read_stopped() {
+        use std::io::Write as _;
+        let home = tempfile::tempdir().expect("tempdir");
+        let project = home.path().join(".claude/projects/p");
+        std::fs::create_dir_all(&project).expect("dirs");
+        let path = project.join("s.jsonl");
+        let mut file = std::fs::File::create(&path).expect("create");
+        let mut scan = TitleScan::default();
+        writeln!(file, r#"{{"type":"user","message":"hi"}}"#).expect("write");
+        assert_eq!(scan.title(home.path(), "s"), None);
+        let read = scan.read;
+        assert!(read > 0);
+        writeln!(file, r#"{{"type":"summary","summary":"First"}}"#).expect("write");
+        assert_eq!(scan.title(home.path(), "s").as_deref(), Some("First"));
+        assert!(scan.read > read, "read on, not again from the start");
+        // Being written: not yet whole, then whole.
+        write!(file, r#"{{"type":"custom-title","customTitle":"Mi"#).expect("write");
+        assert_eq!(scan.title(home.path(), "s").as_deref(), Some("First"));
+        writeln!(file, r#"ne"}}"#).expect("write");
+        assert_eq!(scan.title(home.path(), "s").as_deref(), Some("Mine"));
+        // Another file in its place: read from the start.
+        drop(file);
+        std::fs::remove_file(&path).expect("remove");
+        std::fs::write(&path, "{\"type\":\"summary\",\"summary\":\"Fresh\"}\n").expect("write");
+        assert_eq!(scan.title(home.path(), "s").as_deref(), Some("Fresh"));
+        // The same file cut shorter: read from the start too.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .expect("open");
+        assert_eq!(scan.title(home.path(), "s"), None);
     }
 }

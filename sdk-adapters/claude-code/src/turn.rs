@@ -87,11 +87,17 @@ impl TurnTask {
     /// the turn, when it differs from the last one reported.
     async fn new_title(&self) -> Option<String> {
         let (home, session) = (self.home.clone(), self.session_id.clone());
-        let title =
-            tokio::task::spawn_blocking(move || crate::transcript::session_title(&home, &session))
-                .await
-                .ok()
-                .flatten()?;
+        let shared = self.shared.clone();
+        let title = tokio::task::spawn_blocking(move || {
+            shared
+                .title_scan
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .title(&home, &session)
+        })
+        .await
+        .ok()
+        .flatten()?;
         let mut last = self
             .shared
             .title
