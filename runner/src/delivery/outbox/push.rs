@@ -178,7 +178,17 @@ impl Outbox {
     /// (the throughput bench), much of what they produce is never sent;
     /// this sheds it before it costs the most.
     fn shed_outdated(&self, msgs: &mut Vec<ClientMessage>, labels: &mut Vec<Label>) {
-        let keys: Vec<Option<u64>> = msgs.iter().map(key_of).collect();
+        // An intermediate update's key is in its label already; only a
+        // durable one (what may complete an item) is hashed here.
+        let keys: Vec<Option<u64>> = msgs
+            .iter()
+            .zip(labels.iter())
+            .map(|(msg, label)| match label.supersede_key() {
+                Some(key) => Some(key),
+                None if label.is_durable() => key_of(msg),
+                None => None,
+            })
+            .collect();
         let outdated: Vec<bool> = labels
             .iter()
             .enumerate()
