@@ -20,23 +20,121 @@ pub(crate) fn new_tag(scope: &str) -> String {
     format!("{scope}.{}", uuid::Uuid::new_v4().simple())
 }
 
-/// The tag of process `pid`, if it has one (and is readable).
-fn tag_of(pid: i32) -> Option<String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+/// How long a scan waits for processes caught in the middle of an exec
+/// to show their new environment (see [`Tag::Empty`]). An exec takes
+/// micro- to milliseconds; the bound only keeps a scan from hanging on a
+/// process the kernel holds there (a stalled binary read, say).
+const SETTLE_WAIT: Duration = Duration::from_millis(200);
+
+/// What `/proc/<pid>` says of a process's tag.
+enum Tag {
+    /// Its tag.
+    Of(String),
+    /// No tag: gone, not readable, a zombie or kernel thread, or an
+    /// environment without one.
+    Untagged,
+    /// A live process whose environment read empty, with where `stat`
+    /// then put its environment (`env_start`, `env_end`). That is what a
+    /// process caught in an exec looks like: between its new address
+    /// space and its new environment the kernel reports an empty
+    /// environment, and the two addresses are 0, then equal, then apart
+    /// (as the exec lays the environment out). A scan that took that for
+    /// "untagged" missed a thread's process that happened to be exec-ing
+    /// (seen in CI: a leftover `setsid sleep` swept while `setsid` exec'd
+    /// `sleep`). So it is read again: only the same empty environment
+    /// twice, a millisecond apart (an exec places the stack, and so the
+    /// addresses, afresh), is a process started with none.
+    Empty(Option<(u64, u64)>),
+}
+
+/// `PF_KTHREAD` in `/proc/<pid>/stat`'s flags: a kernel thread, which has
+/// no environment at all.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The tag of process `pid`.
+fn tag_of(pid: i32) -> Tag {
+    let Ok(environ) = read_environ(pid) else {
+        return Tag::Untagged;
+    };
+    if environ.is_empty() {
+        return empty_environment(pid);
+    }
     let prefix = format!("{TAG_VAR}=");
     environ
         .split(|b| *b == 0)
         .find_map(|entry| entry.strip_prefix(prefix.as_bytes()))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .map_or(Tag::Untagged, |v| {
+            Tag::Of(String::from_utf8_lossy(v).into_owned())
+        })
 }
 
-/// Every process (but this one) whose tag satisfies `matches`.
+/// The environment of process `pid`, in as few reads as it takes. Each
+/// read of `/proc/<pid>/environ` copies from the address space the
+/// process has at that moment, so a read in small pieces (as
+/// `std::fs::read` does, from 32 bytes up) could take its start from one
+/// exec and, cut off, find the next one not laid out yet: a tag past the
+/// first pieces would be lost. One 64 KiB read holds any usual
+/// environment whole.
+fn read_environ(pid: i32) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(format!("/proc/{pid}/environ"))?;
+    let mut environ = vec![0; 64 * 1024];
+    let mut len = 0;
+    loop {
+        let n = file.read(&mut environ[len..])?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if len == environ.len() {
+            environ.resize(len * 2, 0);
+        }
+    }
+    environ.truncate(len);
+    Ok(environ)
+}
+
+/// [`Tag::Empty`] for a live user process whose environment read empty;
+/// [`Tag::Untagged`] for a zombie, a kernel thread or one gone.
+fn empty_environment(pid: i32) -> Tag {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Tag::Untagged;
+    };
+    // The command name (field 2) may hold spaces and parentheses: fields
+    // are counted after its last ')'. `fields[0]` is field 3.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return Tag::Untagged;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let number = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    let live = fields
+        .first()
+        .is_some_and(|state| !matches!(*state, "Z" | "X" | "x"));
+    let kernel = number(9).is_none_or(|flags| flags & PF_KTHREAD != 0);
+    if !live || kernel {
+        return Tag::Untagged;
+    }
+    Tag::Empty(number(50).zip(number(51)))
+}
+
+/// Every process (but this one) whose tag satisfies `matches`. A process
+/// whose environment reads empty is read again until it shows one, or
+/// shows the same empty one twice (or [`SETTLE_WAIT`] has passed).
 fn scan(matches: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     let mut out = Vec::new();
+    let mut unsettled = Vec::new();
+    let mut take =
+        |pid: i32, before: Option<Option<(u64, u64)>>, unsettled: &mut Vec<_>| match tag_of(pid) {
+            Tag::Of(tag) if matches(&tag) => out.push((pid, tag)),
+            Tag::Of(_) | Tag::Untagged => {}
+            Tag::Empty(Some((start, end)))
+                if before == Some(Some((start, end))) && start == end && start != 0 => {}
+            Tag::Empty(at) => unsettled.push((pid, at)),
+        };
     for entry in dir.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -45,13 +143,15 @@ fn scan(matches: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
         else {
             continue;
         };
-        if pid == me {
-            continue;
+        if pid != me {
+            take(pid, None, &mut unsettled);
         }
-        if let Some(tag) = tag_of(pid)
-            && matches(&tag)
-        {
-            out.push((pid, tag));
+    }
+    let deadline = Instant::now() + SETTLE_WAIT;
+    while !unsettled.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        for (pid, at) in std::mem::take(&mut unsettled) {
+            take(pid, Some(at), &mut unsettled);
         }
     }
     out
@@ -161,12 +261,21 @@ pub fn sweep_leftovers(scope: &str, cgroups: Option<&CgroupRoot>, wait: Duration
 pub(crate) fn sweep_in(scope: &str, roots: &[&CgroupRoot], wait: Duration) -> KillReport {
     let mut cgroup_dirs = Vec::new();
     let mut survivors = Vec::new();
+    // `cgroup.kill` gives no count: the members before the kills, less
+    // those after, are what the cgroups ended (a process in a v2 and a v1
+    // cgroup counts once). They are gone before the tag pass below, which
+    // counts what it signals itself.
+    let mut before = BTreeSet::new();
+    let mut after = BTreeSet::new();
     for root in roots {
         let Ok(list) = root.thread_cgroups() else {
             continue;
         };
         for cg in list {
-            match cg.kill(wait) {
+            before.extend(cg.pids().unwrap_or_default());
+            let killed = cg.kill(wait);
+            after.extend(cg.pids().unwrap_or_default());
+            match killed {
                 Ok(0) => {
                     if let Err(e) = cg.remove() {
                         tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cannot remove leftover cgroup");
@@ -181,6 +290,7 @@ pub(crate) fn sweep_in(scope: &str, roots: &[&CgroupRoot], wait: Duration) -> Ki
         }
     }
     let mut report = kill_matching(in_scope(scope), wait);
+    report.killed += before.difference(&after).count();
     report.survivors.extend(survivors);
     report.cgroups = cgroup_dirs;
     report
@@ -189,6 +299,74 @@ pub(crate) fn sweep_in(scope: &str, roots: &[&CgroupRoot], wait: Duration) -> Ki
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process that does nothing but exec itself spends much of its
+    /// life between an exec's new address space and its environment: a
+    /// scan still finds it every time.
+    #[test]
+    fn a_process_caught_mid_exec_is_still_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("again");
+        std::fs::write(&script, "#!/bin/sh\nexec \"$0\"\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let tag = new_tag("midexec");
+        let mut child = std::process::Command::new(&script)
+            .env(TAG_VAR, &tag)
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut missed = 0;
+        for _ in 0..300 {
+            if tagged_pids(&tag) != vec![pid] {
+                missed += 1;
+            }
+        }
+        let report = kill_tagged(&tag, Duration::from_secs(5));
+        child.wait().unwrap();
+        assert_eq!(missed, 0, "of 300 scans");
+        assert_eq!(report.killed, 1, "{report:?}");
+    }
+
+    #[test]
+    fn a_kernel_thread_or_a_zombie_is_not_waited_for() {
+        assert!(matches!(empty_environment(2), Tag::Untagged), "kthreadd");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Not reaped yet: a zombie once it has exited.
+        let zombie = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(2));
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+        });
+        assert!(zombie);
+        assert!(matches!(empty_environment(pid), Tag::Untagged));
+        child.wait().unwrap();
+    }
+
+    /// A process started with no environment at all is untagged, and a
+    /// scan does not wait [`SETTLE_WAIT`] on it.
+    #[test]
+    fn an_empty_environment_is_settled_at_once() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env_clear()
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!((0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(2));
+            matches!(empty_environment(pid), Tag::Empty(Some((s, e))) if s == e && s != 0)
+        }));
+        let started = Instant::now();
+        assert!(tagged_pids("nothing.here").is_empty());
+        let took = started.elapsed();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(took < SETTLE_WAIT, "{took:?}");
+    }
 
     #[test]
     fn tags_are_unguessable_and_scoped() {

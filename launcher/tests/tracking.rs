@@ -72,6 +72,35 @@ async fn leftovers_of_a_previous_run_are_found_and_swept() {
     assert!(find_leftovers(&scope, None).is_empty());
 }
 
+/// A leftover that dropped its tag is swept with its thread's cgroup,
+/// and counted.
+#[tokio::test]
+async fn a_leftover_without_its_tag_is_swept_with_its_cgroup() {
+    let tree = Tree::new();
+    let Some((first, _cleanup)) = tree
+        .cgroup_launcher(CgroupLimits::default())
+        .or_else(|| tree.pids_v1_launcher(CgroupLimits::default()))
+    else {
+        return;
+    };
+    let a = first.thread(tree.spec("a")).unwrap();
+    let pid = escape(&a, "env -i").await;
+    drop(a);
+    let config = first.config().clone();
+    drop(first);
+
+    let second = Launcher::new(config).unwrap();
+    let left = second.find_leftovers();
+    assert!(
+        left.processes.is_empty() && !left.cgroups.is_empty(),
+        "{left:?}"
+    );
+    let report = second.sweep_leftovers();
+    assert_eq!(report.killed, 1, "{report:?}");
+    assert!(eventually(|| !alive(pid)).await);
+    assert!(second.find_leftovers().is_empty());
+}
+
 #[tokio::test]
 async fn a_delegated_cgroup_holds_and_kills_every_process() {
     let tree = Tree::new();
