@@ -44,16 +44,29 @@ enum Tag {
     /// `sleep`). So it is read again: only the same empty environment
     /// twice, a millisecond apart (an exec places the stack, and so the
     /// addresses, afresh), is a process started with none.
-    Empty(Option<(u64, u64)>),
+    Empty(EmptyAt),
+}
+
+/// Where `stat` put an environment that read empty (`env_start`,
+/// `env_end`), if it says.
+type EmptyAt = Option<(u64, u64)>;
+
+/// Whether `at` is an environment laid out (and empty), not one an exec
+/// has yet to lay out.
+fn laid_out(at: EmptyAt) -> bool {
+    matches!(at, Some((start, end)) if start == end && start != 0)
 }
 
 /// `PF_KTHREAD` in `/proc/<pid>/stat`'s flags: a kernel thread, which has
 /// no environment at all.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// The tag of process `pid`.
-fn tag_of(pid: i32) -> Tag {
-    let Ok(environ) = read_environ(pid) else {
+/// The size of the one read [`read_environ`] takes first.
+const ENVIRON_READ: usize = 64 * 1024;
+
+/// The tag of process `pid` (its environment read into `buf`).
+fn tag_of(pid: i32, buf: &mut Vec<u8>) -> Tag {
+    let Ok(environ) = read_environ(pid, buf) else {
         return Tag::Untagged;
     };
     if environ.is_empty() {
@@ -74,24 +87,24 @@ fn tag_of(pid: i32) -> Tag {
 /// `std::fs::read` does, from 32 bytes up) could take its start from one
 /// exec and, cut off, find the next one not laid out yet: a tag past the
 /// first pieces would be lost. One 64 KiB read holds any usual
-/// environment whole.
-fn read_environ(pid: i32) -> std::io::Result<Vec<u8>> {
+/// environment whole; `buf`, kept across a scan, is where it goes.
+fn read_environ(pid: i32, buf: &mut Vec<u8>) -> std::io::Result<&[u8]> {
     use std::io::Read;
     let mut file = std::fs::File::open(format!("/proc/{pid}/environ"))?;
-    let mut environ = vec![0; 64 * 1024];
+    if buf.len() < ENVIRON_READ {
+        buf.resize(ENVIRON_READ, 0);
+    }
     let mut len = 0;
     loop {
-        let n = file.read(&mut environ[len..])?;
+        let n = file.read(&mut buf[len..])?;
         if n == 0 {
-            break;
+            return Ok(&buf[..len]);
         }
         len += n;
-        if len == environ.len() {
-            environ.resize(len * 2, 0);
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
         }
     }
-    environ.truncate(len);
-    Ok(environ)
 }
 
 /// [`Tag::Empty`] for a live user process whose environment read empty;
@@ -127,12 +140,14 @@ fn scan(matches: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
     };
     let mut out = Vec::new();
     let mut unsettled = Vec::new();
+    let mut buf = Vec::new();
     let mut take =
-        |pid: i32, before: Option<Option<(u64, u64)>>, unsettled: &mut Vec<_>| match tag_of(pid) {
+        |pid: i32, seen: Option<EmptyAt>, unsettled: &mut Vec<(i32, EmptyAt)>| match tag_of(
+            pid, &mut buf,
+        ) {
             Tag::Of(tag) if matches(&tag) => out.push((pid, tag)),
             Tag::Of(_) | Tag::Untagged => {}
-            Tag::Empty(Some((start, end)))
-                if before == Some(Some((start, end))) && start == end && start != 0 => {}
+            Tag::Empty(at) if seen == Some(at) && laid_out(at) => {}
             Tag::Empty(at) => unsettled.push((pid, at)),
         };
     for entry in dir.flatten() {
@@ -358,7 +373,7 @@ mod tests {
         let pid = child.id() as i32;
         assert!((0..500).any(|_| {
             std::thread::sleep(Duration::from_millis(2));
-            matches!(empty_environment(pid), Tag::Empty(Some((s, e))) if s == e && s != 0)
+            matches!(empty_environment(pid), Tag::Empty(at) if laid_out(at))
         }));
         let started = Instant::now();
         assert!(tagged_pids("nothing.here").is_empty());
