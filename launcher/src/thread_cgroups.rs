@@ -207,34 +207,14 @@ impl ThreadCgroups {
         self.v2.iter().chain(&self.pids_v1)
     }
 
-    /// The processes in any of them.
-    fn members(&self) -> BTreeSet<i32> {
-        self.each()
-            .flat_map(|cg| cg.pids().unwrap_or_default())
-            .collect()
-    }
-
     /// The cgroup directories.
     pub(crate) fn dirs(&self) -> Vec<PathBuf> {
         self.each().map(|cg| cg.dir().to_path_buf()).collect()
     }
 
-    /// Kills every process in them; (how many of those there before are
-    /// gone, those still there). `cgroup.kill` gives no count: the members
-    /// before it, less those after, are what it ended; a process in both
-    /// cgroups counts once.
+    /// Kills every process in them: [`kill_counted`].
     pub(crate) fn kill(&self, wait: Duration) -> (usize, Vec<i32>) {
-        let before = self.members();
-        for cg in self.each() {
-            if let Err(e) = cg.kill(wait) {
-                tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cgroup kill failed");
-            }
-        }
-        let after = self.members();
-        (
-            before.difference(&after).count(),
-            after.into_iter().collect(),
-        )
+        kill_counted(&self.each().collect::<Vec<_>>(), wait)
     }
 
     /// Removes them (emptied by [`Self::kill`]).
@@ -245,4 +225,29 @@ impl ThreadCgroups {
             }
         }
     }
+}
+
+/// Kills every process in `cgroups`, in order (v2 first: its `cgroup.kill`
+/// leaves the v1 `pids` cgroups of the same threads empty); (how many of
+/// those there before are gone, those still there). `cgroup.kill` gives
+/// no count: the members before the kills, less those after, are what
+/// they ended; a process in two of the cgroups counts once.
+pub(crate) fn kill_counted(cgroups: &[&ThreadCgroup], wait: Duration) -> (usize, Vec<i32>) {
+    let members = || -> BTreeSet<i32> {
+        cgroups
+            .iter()
+            .flat_map(|cg| cg.pids().unwrap_or_default())
+            .collect()
+    };
+    let before = members();
+    for cg in cgroups {
+        if let Err(e) = cg.kill(wait) {
+            tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cgroup kill failed");
+        }
+    }
+    let after = members();
+    (
+        before.difference(&after).count(),
+        after.into_iter().collect(),
+    )
 }

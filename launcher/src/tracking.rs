@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cgroup::CgroupRoot;
+use crate::cgroup::{CgroupRoot, ThreadCgroup};
+use crate::thread_cgroups::kill_counted;
 
 /// The environment variable holding a process's thread tag.
 pub const TAG_VAR: &str = "AGENT_LAUNCHER_TAG";
@@ -141,15 +142,16 @@ fn scan(matches: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
     let mut out = Vec::new();
     let mut unsettled = Vec::new();
     let mut buf = Vec::new();
-    let mut take =
-        |pid: i32, seen: Option<EmptyAt>, unsettled: &mut Vec<(i32, EmptyAt)>| match tag_of(
-            pid, &mut buf,
-        ) {
-            Tag::Of(tag) if matches(&tag) => out.push((pid, tag)),
-            Tag::Of(_) | Tag::Untagged => {}
-            Tag::Empty(at) if seen == Some(at) && laid_out(at) => {}
-            Tag::Empty(at) => unsettled.push((pid, at)),
-        };
+    // `seen`: where the process's environment read empty last time
+    // (`None` at the first read).
+    let mut take = |pid: i32, seen: EmptyAt, unsettled: &mut Vec<(i32, EmptyAt)>| match tag_of(
+        pid, &mut buf,
+    ) {
+        Tag::Of(tag) if matches(&tag) => out.push((pid, tag)),
+        Tag::Of(_) | Tag::Untagged => {}
+        Tag::Empty(at) if laid_out(at) && seen == at => {}
+        Tag::Empty(at) => unsettled.push((pid, at)),
+    };
     for entry in dir.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -166,7 +168,7 @@ fn scan(matches: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
     while !unsettled.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
         for (pid, at) in std::mem::take(&mut unsettled) {
-            take(pid, Some(at), &mut unsettled);
+            take(pid, at, &mut unsettled);
         }
     }
     out
@@ -274,40 +276,24 @@ pub fn sweep_leftovers(scope: &str, cgroups: Option<&CgroupRoot>, wait: Duration
 /// [`sweep_leftovers`] under each of `roots`, in order (v2 first: its
 /// `cgroup.kill` leaves the v1 `pids` cgroups of the same threads empty).
 pub(crate) fn sweep_in(scope: &str, roots: &[&CgroupRoot], wait: Duration) -> KillReport {
-    let mut cgroup_dirs = Vec::new();
-    let mut survivors = Vec::new();
-    // `cgroup.kill` gives no count: the members before the kills, less
-    // those after, are what the cgroups ended (a process in a v2 and a v1
-    // cgroup counts once). They are gone before the tag pass below, which
-    // counts what it signals itself.
-    let mut before = BTreeSet::new();
-    let mut after = BTreeSet::new();
-    for root in roots {
-        let Ok(list) = root.thread_cgroups() else {
-            continue;
-        };
-        for cg in list {
-            before.extend(cg.pids().unwrap_or_default());
-            let killed = cg.kill(wait);
-            after.extend(cg.pids().unwrap_or_default());
-            match killed {
-                Ok(0) => {
-                    if let Err(e) = cg.remove() {
-                        tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cannot remove leftover cgroup");
-                    }
-                }
-                Ok(_) => survivors.extend(cg.pids().unwrap_or_default()),
-                Err(e) => {
-                    tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cannot kill leftover cgroup");
-                }
-            }
-            cgroup_dirs.push(cg.dir().to_path_buf());
+    let cgroups: Vec<ThreadCgroup> = roots
+        .iter()
+        .flat_map(|root| root.thread_cgroups().unwrap_or_default())
+        .collect();
+    // What the cgroups end is gone before the tag pass, which counts what
+    // it signals itself.
+    let (killed_in_cgroups, survivors) = kill_counted(&cgroups.iter().collect::<Vec<_>>(), wait);
+    for cg in &cgroups {
+        if cg.pids().is_ok_and(|pids| pids.is_empty())
+            && let Err(e) = cg.remove()
+        {
+            tracing::warn!(cgroup = %cg.dir().display(), error = %e, "cannot remove leftover cgroup");
         }
     }
     let mut report = kill_matching(in_scope(scope), wait);
-    report.killed += before.difference(&after).count();
+    report.killed += killed_in_cgroups;
     report.survivors.extend(survivors);
-    report.cgroups = cgroup_dirs;
+    report.cgroups = cgroups.iter().map(|cg| cg.dir().to_path_buf()).collect();
     report
 }
 

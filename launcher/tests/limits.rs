@@ -152,18 +152,8 @@ async fn a_non_dumpable_process_without_tag_or_session_is_killed() {
 #[tokio::test]
 async fn a_launched_process_joins_every_cgroup_of_its_thread() {
     let tree = Tree::new();
-    let probe = probe_host();
-    let v2 = matches!(probe.cgroup, CgroupProbe::Available { .. });
-    let (launcher, _cleanup) = if v2 {
-        match tree.cgroup_launcher(pids_limit(16)) {
-            Some(pair) => pair,
-            None => return,
-        }
-    } else {
-        match tree.pids_v1_launcher(pids_limit(16)) {
-            Some(pair) => pair,
-            None => return,
-        }
+    let Some((launcher, _cleanup)) = tree.any_cgroup_launcher(pids_limit(16)) else {
+        return;
     };
     let a = launcher.thread(tree.spec("a")).unwrap();
     if a.applied().cgroup_limits != vec!["pids.max=16"] {

@@ -77,10 +77,7 @@ async fn leftovers_of_a_previous_run_are_found_and_swept() {
 #[tokio::test]
 async fn a_leftover_without_its_tag_is_swept_with_its_cgroup() {
     let tree = Tree::new();
-    let Some((first, _cleanup)) = tree
-        .cgroup_launcher(CgroupLimits::default())
-        .or_else(|| tree.pids_v1_launcher(CgroupLimits::default()))
-    else {
+    let Some((first, _cleanup)) = tree.any_cgroup_launcher(CgroupLimits::default()) else {
         return;
     };
     let a = first.thread(tree.spec("a")).unwrap();

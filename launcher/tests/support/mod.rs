@@ -45,6 +45,21 @@ impl Tree {
         Some((launcher, cleanup))
     }
 
+    /// A launcher with per-thread cgroups: v2 where the host delegates a
+    /// subtree ([`Self::cgroup_launcher`]), else the v1 `pids` hierarchy
+    /// ([`Self::pids_v1_launcher`]); `None`, said as a skip, where neither.
+    pub fn any_cgroup_launcher(
+        &self,
+        limits: agent_launcher::CgroupLimits,
+    ) -> Option<(Launcher, CgroupCleanup)> {
+        let probe = agent_launcher::probe_host();
+        if matches!(probe.cgroup, agent_launcher::CgroupProbe::Available { .. }) {
+            self.cgroup_launcher(limits)
+        } else {
+            self.pids_v1_launcher(limits)
+        }
+    }
+
     /// A launcher whose threads' processes live in the cgroup v1 `pids`
     /// hierarchy only (v2 left out, as on a host with the legacy layout),
     /// with `limits`; `None`, said on stderr, where the runner may not
