@@ -50,5 +50,6 @@ pub use rlimits::{DEFAULT_FSIZE, DEFAULT_NOFILE, Rlimits};
 pub use sandbox::{Launcher, LauncherConfig, ThreadSandbox};
 pub use taken_env::take_env;
 pub use tracking::{
-    KillReport, Leftovers, TAG_VAR, find_leftovers, kill_tagged, sweep_leftovers, tagged_pids,
+    KillReport, Leftovers, TAG_VAR, find_leftovers, kill_tagged, process_tag, sweep_leftovers,
+    tagged_pids,
 };

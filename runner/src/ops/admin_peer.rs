@@ -14,7 +14,9 @@
 //! - it descends from the runner process (every agent process does until
 //!   it is orphaned and re-parented);
 //! - its environment carries a thread tag (`AGENT_LAUNCHER_TAG`, inherited
-//!   by everything a thread starts, `setsid` or not);
+//!   by everything a thread starts, `setsid` or not), read as the
+//!   launcher's own scans read it ([`agent_launcher::process_tag`]: a
+//!   process caught mid-exec is not taken for untagged);
 //! - it runs as the runner's uid and its environment cannot be read (an
 //!   agent that made itself non-dumpable to hide its tag), or its `/proc`
 //!   entry is gone (it exited: nothing left to check).
@@ -28,7 +30,7 @@
 
 use std::path::Path;
 
-use agent_launcher::TAG_VAR;
+use agent_launcher::{TAG_VAR, process_tag};
 
 /// What the check needs to know about this runner.
 #[derive(Debug, Clone)]
@@ -57,15 +59,17 @@ impl Guard {
     }
 
     /// `Ok` when the peer `(uid, pid)` may use the socket; else why not.
-    /// Blocking (reads a few small `/proc` files).
+    /// Blocking (reads a few small `/proc` files; a peer whose environment
+    /// reads empty, as one caught mid-exec does, is read again for up to
+    /// 200 ms).
     pub fn check(&self, uid: u32, pid: Option<i32>) -> Result<(), String> {
         if Some(uid) == self.agent_uid {
             return Err(format!("uid {uid} is the agents' uid (--agent-uid)"));
         }
-        let pid = match pid.and_then(|p| u32::try_from(p).ok()) {
-            Some(pid) if pid > 0 => pid,
-            _ => return Err("the peer's pid is unknown (another pid namespace?)".into()),
+        let Some(raw_pid) = pid.filter(|p| *p > 0) else {
+            return Err("the peer's pid is unknown (another pid namespace?)".into());
         };
+        let pid = raw_pid.unsigned_abs();
         if pid == self.runner_pid {
             return Ok(());
         }
@@ -80,11 +84,9 @@ impl Guard {
                 "pid {pid} descends from the runner (an agent process)"
             ));
         }
-        match std::fs::read(dir.join("environ")) {
-            Ok(environ) if has_tag(&environ) => {
-                Err(format!("pid {pid} carries a thread tag ({TAG_VAR})"))
-            }
-            Ok(_) => Ok(()),
+        match process_tag(&self.proc_root, raw_pid) {
+            Ok(Some(_)) => Err(format!("pid {pid} carries a thread tag ({TAG_VAR})")),
+            Ok(None) => Ok(()),
             // Agents run as the runner's uid or the agents' uid (refused
             // above), with no_new_privs: another uid is not an agent.
             Err(_) if uid != self.runner_uid => Ok(()),
@@ -119,14 +121,6 @@ fn parent_of(proc_root: &Path, pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Whether an environment block (`/proc/<pid>/environ`) has a thread tag.
-fn has_tag(environ: &[u8]) -> bool {
-    let prefix = format!("{TAG_VAR}=");
-    environ
-        .split(|b| *b == 0)
-        .any(|entry| entry.starts_with(prefix.as_bytes()))
-}
-
 /// The cgroup path of `/proc/<pid>/cgroup` that lies under a launcher
 /// scope (`agent-runner-` and 12 hex digits, see
 /// `crate::host::sandbox::scope_for`), if any.
@@ -147,12 +141,26 @@ fn is_scope(component: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A `/proc/<pid>/stat` line: every field up to `env_end` (52), as the
+    /// launcher's tag read consults `flags` (9, a user process here) and
+    /// `env_start`/`env_end` (50, 51: an environment laid out, so an
+    /// empty one is settled after one more read) when an environment
+    /// reads empty.
+    fn stat_line(pid: u32, ppid: u32) -> String {
+        let mut fields = vec!["0".to_string(); 50];
+        fields[0] = "S".into();
+        fields[1] = ppid.to_string();
+        fields[50 - 3] = "4096".into();
+        fields[51 - 3] = "4096".into();
+        format!("{pid} (a (b) c) {}\n", fields.join(" "))
+    }
+
     fn fake_proc(entries: &[(u32, u32, &str, &[u8])]) -> tempfile::TempDir {
         let root = tempfile::tempdir().unwrap();
         for (pid, ppid, cgroup, environ) in entries {
             let dir = root.path().join(pid.to_string());
             std::fs::create_dir(&dir).unwrap();
-            std::fs::write(dir.join("stat"), format!("{pid} (a (b) c) S {ppid} 1 1")).unwrap();
+            std::fs::write(dir.join("stat"), stat_line(*pid, *ppid)).unwrap();
             std::fs::write(dir.join("cgroup"), cgroup).unwrap();
             std::fs::write(dir.join("environ"), environ).unwrap();
         }
@@ -219,6 +227,40 @@ mod tests {
         assert!(!is_scope("agent-runner.service"));
         assert!(thread_cgroup("0::/a/agent-runner-0123456789ab/x\n").is_some());
         assert!(thread_cgroup("0::/system.slice/agent-runner.service\n").is_none());
+    }
+
+    /// A peer that keeps exec'ing itself with a thread's tag is refused
+    /// every time: an environment read mid-exec is read again, not taken
+    /// for an untagged one.
+    #[test]
+    fn a_tagged_peer_caught_mid_exec_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("again");
+        std::fs::write(&script, "#!/bin/sh\nexec \"$0\"\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut child = std::process::Command::new(&script)
+            .env(TAG_VAR, "midexec.0123")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // Not the runner's descendant: only the tag can tell.
+        let g = Guard {
+            runner_pid: u32::MAX,
+            ..Guard::current(None)
+        };
+        let admitted: Vec<_> = (0..300)
+            .map(|_| g.check(g.runner_uid, Some(pid)))
+            .filter(|r| !r.as_ref().is_err_and(|why| why.contains("tag")))
+            .collect();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            admitted.is_empty(),
+            "{} of 300 not refused for the tag, as {:?}",
+            admitted.len(),
+            admitted.first()
+        );
     }
 
     #[test]
