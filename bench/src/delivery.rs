@@ -24,6 +24,13 @@ pub struct DeliveryRun {
     pub mode: String,
     /// The median of three throughput runs.
     pub throughput: Throughput,
+    /// Each of the three runs' messages per second, in the order run.
+    pub runs_msgs_per_s: Vec<f64>,
+    /// Acknowledgement-only messages the control plane sent over the three
+    /// runs, and the runs' messages per acknowledgement (0 acknowledgements:
+    /// legacy).
+    pub acks: u64,
+    pub messages_per_ack: Option<f64>,
     /// Store-thread seconds over the three runs (None: not exposed, e.g. a
     /// baseline binary without the journal).
     pub journal_busy_seconds: Option<f64>,
@@ -130,11 +137,15 @@ pub async fn measure(
     let ids = &all[..threads];
     update_throughput(&rig, ids, lines / 10).await?;
     let before = journal(port).await?;
+    let acks0 = rig.cp().sequence_report().acks_sent;
     let mut runs = Vec::new();
     for _ in 0..3 {
         runs.push(update_throughput(&rig, ids, lines).await?);
     }
     let after = journal(port).await?;
+    let acks = rig.cp().sequence_report().acks_sent - acks0;
+    let messages: u64 = runs.iter().map(|r| r.messages).sum();
+    let messages_per_ack = (acks > 0).then(|| messages as f64 / acks as f64);
     let commits0 = state_commits(port).await?;
     let (cpu_us_per_turn, done) = cpu_per_turn(&rig, &all[..TURN_THREADS], turns).await?;
     let commits1 = state_commits(port).await?;
@@ -147,6 +158,7 @@ pub async fn measure(
     if invalid > 0 {
         bail!("{mode}: the mock saw {invalid} invalid ClientMessages");
     }
+    let runs_msgs_per_s = runs.iter().map(|r| r.messages_per_s).collect();
     let produced: u64 = runs
         .iter()
         .map(|r| r.item_updates_produced + 2 * r.threads as u64)
@@ -157,6 +169,9 @@ pub async fn measure(
     Ok(DeliveryRun {
         mode: mode.to_owned(),
         throughput: runs[1].clone(),
+        runs_msgs_per_s,
+        acks,
+        messages_per_ack,
         journal_busy_seconds: busy,
         journal_jobs: delta(before.jobs, after.jobs),
         journal_commits: delta(before.commits, after.commits),

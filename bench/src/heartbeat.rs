@@ -34,6 +34,12 @@ pub struct Heartbeat {
     pub after_streaming: Summary,
     /// The same with the runner idle, before the load.
     pub idle: Summary,
+    /// The slowest beats under load (the tail that makes the p99), each
+    /// with how many messages the control plane received while it was out:
+    /// thousands say the answer waited behind updates already on the wire
+    /// (in HTTP/2 and socket buffers, past the runner's reach); a handful
+    /// say it waited inside the runner or for a core.
+    pub slowest_under_load: Vec<SlowBeat>,
     /// Messages the runner sent while the load ran, and in how long.
     pub messages_under_load: u64,
     pub load_seconds: f64,
@@ -47,6 +53,24 @@ pub struct Heartbeat {
     pub floor_flood_seconds: f64,
 }
 
+/// One heartbeat round trip and what arrived while it was out.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlowBeat {
+    pub rtt_us: f64,
+    /// Messages the control plane received between sending the request
+    /// and receiving its answer.
+    pub received_meanwhile: u64,
+    /// Whether it was sent while the turns streamed.
+    pub while_streaming: bool,
+}
+
+/// How many of the slowest beats are listed.
+const SLOWEST: usize = 12;
+
+/// One beat: when it was sent, its round trip, and the messages received
+/// while it was out.
+type Beat = (Instant, Duration, u64);
+
 /// Round trips measured against the flooding bare client.
 const FLOOD_BEATS: usize = 200;
 
@@ -59,7 +83,7 @@ async fn beats(
     Ok(timed_beats(collector, prefix, done)
         .await?
         .into_iter()
-        .map(|(_, rtt)| rtt)
+        .map(|(_, rtt, _)| rtt)
         .collect())
 }
 
@@ -68,10 +92,11 @@ async fn timed_beats(
     collector: &Collector,
     prefix: &str,
     done: impl Fn(usize) -> bool,
-) -> Result<Vec<(Instant, Duration)>> {
+) -> Result<Vec<Beat>> {
     let mut out = Vec::new();
     while !done(out.len()) {
         let rid = format!("{prefix}-{}", out.len());
+        let before = collector.received();
         let (_, sent, first, _) = collector
             .request(
                 &rid,
@@ -79,7 +104,10 @@ async fn timed_beats(
                 Until::FirstReply,
             )
             .await?;
-        out.push((sent, first.duration_since(sent)));
+        // Counted when the answer has been taken in: the messages ahead of
+        // it on its stream, and any the runner sent beside it meanwhile.
+        let meanwhile = collector.received().saturating_sub(before);
+        out.push((sent, first.duration_since(sent), meanwhile));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     Ok(out)
@@ -143,12 +171,22 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
         tokio::join!(load, timed_beats(&rig.collector, "hbl", |_| *stop.borrow()));
     let streamed_at = loaded?;
     let beaten = beaten?;
-    let under: Vec<Duration> = beaten.iter().map(|(_, rtt)| *rtt).collect();
+    let under: Vec<Duration> = beaten.iter().map(|(_, rtt, _)| *rtt).collect();
     let (streaming, after): (Vec<_>, Vec<_>) =
-        beaten.iter().partition(|(sent, _)| *sent < streamed_at);
-    let rtts = |beats: Vec<&(Instant, Duration)>| -> Vec<Duration> {
-        beats.into_iter().map(|(_, rtt)| *rtt).collect()
+        beaten.iter().partition(|(sent, ..)| *sent < streamed_at);
+    let rtts = |beats: Vec<&Beat>| -> Vec<Duration> {
+        beats.into_iter().map(|(_, rtt, _)| *rtt).collect()
     };
+    let mut slowest: Vec<SlowBeat> = beaten
+        .iter()
+        .map(|(sent, rtt, meanwhile)| SlowBeat {
+            rtt_us: rtt.as_secs_f64() * 1e6,
+            received_meanwhile: *meanwhile,
+            while_streaming: *sent < streamed_at,
+        })
+        .collect();
+    slowest.sort_by(|a, b| b.rtt_us.total_cmp(&a.rtt_us));
+    slowest.truncate(SLOWEST);
     let messages_under_load = rig.collector.received() - before;
     let load_seconds = load_start.elapsed().as_secs_f64();
 
@@ -169,6 +207,7 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
         streaming_seconds: streamed_at.duration_since(load_start).as_secs_f64(),
         after_streaming: Summary::of(&rtts(after)),
         idle: Summary::of(&idle_beats),
+        slowest_under_load: slowest,
         messages_under_load,
         load_seconds,
         floor_under_flood: Summary::of(&flooded),
