@@ -347,21 +347,28 @@ pub(crate) fn sweep_in(scope: &str, roots: &[&CgroupRoot], wait: Duration) -> Ki
 mod tests {
     use super::*;
 
-    /// A process that does nothing but exec itself spends much of its
-    /// life between an exec's new address space and its environment: a
-    /// scan still finds it every time.
-    #[test]
-    fn a_process_caught_mid_exec_is_still_found() {
+    /// A shell script, tagged `tag`, that does nothing but exec itself
+    /// (and the directory holding it, removed when dropped).
+    fn execing_itself(tag: &str) -> (tempfile::TempDir, std::process::Child) {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("again");
         std::fs::write(&script, "#!/bin/sh\nexec \"$0\"\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let tag = new_tag("midexec");
-        let mut child = std::process::Command::new(&script)
-            .env(TAG_VAR, &tag)
+        let child = std::process::Command::new(&script)
+            .env(TAG_VAR, tag)
             .spawn()
             .unwrap();
+        (dir, child)
+    }
+
+    /// A process that does nothing but exec itself spends much of its
+    /// life between an exec's new address space and its environment: a
+    /// scan still finds it every time.
+    #[test]
+    fn a_process_caught_mid_exec_is_still_found() {
+        let tag = new_tag("midexec");
+        let (_dir, mut child) = execing_itself(&tag);
         let pid = child.id() as i32;
         let mut missed = 0;
         for _ in 0..300 {
@@ -379,16 +386,8 @@ mod tests {
     /// exec'ing itself is judged tagged every time.
     #[test]
     fn process_tag_finds_a_process_caught_mid_exec() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("again");
-        std::fs::write(&script, "#!/bin/sh\nexec \"$0\"\n").unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let tag = new_tag("midexec1");
-        let mut child = std::process::Command::new(&script)
-            .env(TAG_VAR, &tag)
-            .spawn()
-            .unwrap();
+        let (_dir, mut child) = execing_itself(&tag);
         let pid = child.id() as i32;
         let misread: Vec<_> = (0..300)
             .map(|_| process_tag(Path::new(PROC), pid))
