@@ -331,8 +331,14 @@ pub struct Flood {
 }
 
 impl Flood {
-    pub async fn start() -> Result<Self> {
-        let cp = Arc::new(mock_control_plane::MockControlPlane::start(Default::default()).await?);
+    /// A flooding client into a mock granting `stream_window` bytes of
+    /// HTTP/2 window (None: its default).
+    pub async fn start(stream_window: Option<u32>) -> Result<Self> {
+        let config = mock_control_plane::MockConfig {
+            stream_window,
+            ..Default::default()
+        };
+        let cp = Arc::new(mock_control_plane::MockControlPlane::start(config).await?);
         let collector = Collector::start(cp.clone());
         let mut client = client(&cp.url()).await?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

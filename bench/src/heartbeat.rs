@@ -20,6 +20,9 @@ use crate::stats::Summary;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Heartbeat {
+    /// The HTTP/2 receive window the control plane granted per stream, in
+    /// bytes (None: hyper's default, 1 MiB).
+    pub stream_window: Option<u32>,
     pub threads_created: usize,
     pub streaming_turns: usize,
     /// Heartbeat round trips while the load ran.
@@ -113,12 +116,28 @@ async fn timed_beats(
     Ok(out)
 }
 
+/// The smaller control-plane stream window the load is measured with
+/// again: about a millisecond of the mock's intake on this machine, so
+/// that what an answer can wait behind on the wire is that much.
+pub const SMALL_WINDOW: u32 = 64 * 1024;
+
 /// `create` thread creations and `stream` turns of `lines` `say` lines each,
-/// at once, with heartbeats every 5 ms throughout.
-pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> Result<Heartbeat> {
+/// at once, with heartbeats every 5 ms throughout, against a control plane
+/// granting `stream_window` bytes of HTTP/2 window (None: its default).
+pub async fn measure(
+    bin: &Path,
+    create: usize,
+    stream: usize,
+    lines: usize,
+    stream_window: Option<u32>,
+) -> Result<Heartbeat> {
     let limit = (create + stream + 16).to_string();
     let queued = (2 * (create + stream) + 64).to_string();
-    let rig = Rig::start(
+    let mock = mock_control_plane::MockConfig {
+        stream_window,
+        ..Default::default()
+    };
+    let rig = Rig::start_with_mock(
         bin,
         &[
             "--sdk",
@@ -128,6 +147,8 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
             "--max-queued-requests",
             &queued,
         ],
+        &[],
+        mock,
     )
     .await?;
     rig.create_agent("bench").await?;
@@ -190,7 +211,7 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
     let messages_under_load = rig.collector.received() - before;
     let load_seconds = load_start.elapsed().as_secs_f64();
 
-    let mut flood = crate::floor::Flood::start().await?;
+    let mut flood = crate::floor::Flood::start(stream_window).await?;
     let flood_start = Instant::now();
     let flooded = beats(&flood.collector, "hbf", |n| n >= FLOOD_BEATS).await;
     let floor_flood_seconds = flood_start.elapsed().as_secs_f64();
@@ -200,6 +221,7 @@ pub async fn measure(bin: &Path, create: usize, stream: usize, lines: usize) -> 
     drop(flood);
     let flooded = flooded?;
     Ok(Heartbeat {
+        stream_window,
         threads_created: create,
         streaming_turns: stream,
         under_load: Summary::of(&under),

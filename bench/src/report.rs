@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use plotters::style::RGBColor;
 
+use crate::heartbeat::Heartbeat;
 use crate::stats::{Machine, Summary};
 use crate::suite::{Delivery, Floor, Link, Load, Memory, Results};
 use crate::table::{Table, median, mib, ms_samples, pct};
@@ -339,7 +340,11 @@ fn memory_rows(t: &mut Table, m: &Memory) {
 
 /// Scale, and heartbeats under load against the floor's.
 fn load_rows(t: &mut Table, load: &Load, floor: &Floor) {
-    let Load { scale, hb } = load;
+    let Load {
+        scale,
+        hb,
+        hb_small,
+    } = load;
     let floor_rt_s = &floor.round_trip_s;
     t.row(
         &format!(
@@ -414,6 +419,48 @@ fn load_rows(t: &mut Table, load: &Load, floor: &Floor) {
     t.row(
         "heartbeat p99 under load / p99 of the flooded (saturated) bare stream",
         format!("{:.2}", hb.under_load.p99_us / hb.floor_under_flood.p99_us),
+        "ratio",
+        None,
+    );
+    small_window_rows(t, hb, hb_small, floor_rt_s);
+}
+
+/// The same load against a control plane granting a small stream window:
+/// what the answers wait behind on the wire, at what cost in rate.
+fn small_window_rows(t: &mut Table, hb: &Heartbeat, small: &Heartbeat, floor_rt_s: &Summary) {
+    let kib = small.stream_window.unwrap_or(0) / 1024;
+    t.row(
+        &format!(
+            "control plane granting a {kib} KiB stream window: heartbeat round trip under the same load ({} msgs in {:.1} s), p50 / p99 / max",
+            small.messages_under_load, small.load_seconds
+        ),
+        pct(&small.under_load),
+        "us",
+        None,
+    );
+    t.row(
+        &format!("  ({kib} KiB window) heartbeat p99 under load / floor round trip p99"),
+        format!("{:.1}", small.under_load.p99_us / floor_rt_s.p99_us),
+        "ratio",
+        None,
+    );
+    t.row(
+        &format!(
+            "  ({kib} KiB window) heartbeat p99 under load / p99 of a bare client flooding the same"
+        ),
+        format!(
+            "{:.2}",
+            small.under_load.p99_us / small.floor_under_flood.p99_us
+        ),
+        "ratio",
+        None,
+    );
+    t.row(
+        &format!(
+            "  ({kib} KiB window) time the {} turns took to stream / at the default window",
+            small.streaming_turns
+        ),
+        format!("{:.2}", small.streaming_seconds / hb.streaming_seconds),
         "ratio",
         None,
     );

@@ -53,7 +53,11 @@ pub fn of(
         idle_both,
         bare_both,
     } = &r.memory;
-    let Load { scale, hb } = &r.load;
+    let Load {
+        scale,
+        hb,
+        hb_small,
+    } = &r.load;
     let (sr, starts) = (&r.start_reconnect, &r.starts);
     let (ca, peers) = (&r.code_agent, &r.peers);
     let StartSummaries {
@@ -98,6 +102,7 @@ pub fn of(
         "idle_memory": { "runner": idle_both, "bare_client": bare_both },
         "scale": scale,
         "heartbeat_under_load": hb,
+        "heartbeat_under_load_small_window": hb_small,
         "start_and_reconnect": {
             "start_ms": sr.start_ms,
             "reconnect_ms": sr.reconnect_ms,

@@ -47,7 +47,17 @@ impl Rig {
         env: &[(&str, &str)],
         ack: AckMode,
     ) -> Result<Self> {
-        let cp = Arc::new(MockControlPlane::start(MockConfig::default().with_ack_mode(ack)).await?);
+        Self::start_with_mock(bin, extra, env, MockConfig::default().with_ack_mode(ack)).await
+    }
+
+    /// [`Rig::start`] against a mock configured as `config` says.
+    pub async fn start_with_mock(
+        bin: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        config: MockConfig,
+    ) -> Result<Self> {
+        let cp = Arc::new(MockControlPlane::start(config).await?);
         let collector = Collector::start(cp.clone());
         let runner = Runner::start_with_env(bin, &cp.url(), extra, env)?;
         if let Err(e) = cp.wait_connected(PATIENCE).await {

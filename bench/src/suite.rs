@@ -88,6 +88,9 @@ pub struct Memory {
 pub struct Load {
     pub scale: Scale,
     pub hb: Heartbeat,
+    /// The same load against a control plane granting a small HTTP/2
+    /// stream window ([`heartbeat::SMALL_WINDOW`]).
+    pub hb_small: Heartbeat,
 }
 
 /// Every phase, in order.
@@ -255,6 +258,11 @@ async fn load(bin: &Path, quick: bool) -> Result<Load> {
     } else {
         (1_000, 100, 1_000)
     };
-    let hb = heartbeat::measure(bin, hc, hs, hl).await?;
-    Ok(Load { scale, hb })
+    let hb = heartbeat::measure(bin, hc, hs, hl, None).await?;
+    let hb_small = heartbeat::measure(bin, hc, hs, hl, Some(heartbeat::SMALL_WINDOW)).await?;
+    Ok(Load {
+        scale,
+        hb,
+        hb_small,
+    })
 }

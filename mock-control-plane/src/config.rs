@@ -58,6 +58,12 @@ pub struct MockConfig {
     /// The protocol version served: 0.2 (default) or 0.7, thread-only
     /// ([`crate::versions`]).
     pub protocol: crate::versions::Protocol,
+    /// The HTTP/2 receive window the mock grants each stream and each
+    /// connection, in bytes: how much a runner may have on the wire before
+    /// the mock has taken it in, and so how much an answer can wait behind.
+    /// `None` (default): hyper's default, 1 MiB, as most Rust and Go
+    /// control planes have it.
+    pub stream_window: Option<u32>,
 }
 
 /// The name of the runner identity of an unnamed mock: the only one when no
@@ -195,6 +201,13 @@ impl MockConfig {
         self
     }
 
+    /// Grant `bytes` of HTTP/2 receive window per stream and connection
+    /// (see [`MockConfig::stream_window`]).
+    pub fn with_stream_window(mut self, bytes: u32) -> Self {
+        self.stream_window = Some(bytes);
+        self
+    }
+
     /// Add one GitHub installation to serve.
     pub fn with_github_installation(mut self, installation: GithubInstallation) -> Self {
         self.github_installations.push(installation);
@@ -219,6 +232,7 @@ impl fmt::Debug for MockConfig {
             .field("forget_acks_on_restart", &self.forget_acks_on_restart)
             .field("github_rpc_names", &self.github_rpc_names)
             .field("read_delay", &self.read_delay)
+            .field("stream_window", &self.stream_window)
             .finish()
     }
 }

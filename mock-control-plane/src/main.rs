@@ -76,6 +76,12 @@ struct ServeArgs {
     #[arg(long, value_name = "US", default_value_t = 0)]
     read_delay_us: u64,
 
+    /// The HTTP/2 receive window granted per stream and per connection, in
+    /// bytes (16384 to 2147483647): how much a runner may have on the wire
+    /// before the mock has taken it in. Default: hyper's, 1 MiB.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(16_384..=2_147_483_647))]
+    stream_window: Option<u32>,
+
     /// Accept `approvals/1`: agents' approval requests and questions come
     /// out as `approvalRequest` messages, decided by `approvalDecision`
     /// lines (--stdio) or `decide` steps (--script; a scenario can also say
@@ -184,6 +190,7 @@ fn config(args: &ServeArgs) -> Result<MockConfig> {
         github_rpc_names: args.github_rpc_names,
         protocol: args.protocol,
         read_delay: std::time::Duration::from_micros(args.read_delay_us),
+        stream_window: args.stream_window,
         ..MockConfig::default()
     };
     if let Some(path) = &args.secret_file {

@@ -69,6 +69,8 @@ pub struct MockControlPlane {
     delay_headers: bool,
     github: GithubRpcs,
     protocol: Protocol,
+    /// [`MockConfig::stream_window`] (kept for restarts).
+    stream_window: Option<u32>,
     serving: Mutex<Option<Serving>>,
 }
 
@@ -113,6 +115,7 @@ impl MockControlPlane {
             delay_headers: config.delay_headers,
             github: GithubRpcs::new(config.github_rpc_names),
             protocol: config.protocol,
+            stream_window: config.stream_window,
             serving: Mutex::new(None),
         };
         plane
@@ -125,7 +128,9 @@ impl MockControlPlane {
     }
 
     fn serve(&self, listener: TcpListener) -> Result<Serving> {
-        let mut builder = Server::builder();
+        let mut builder = Server::builder()
+            .initial_stream_window_size(self.stream_window)
+            .initial_connection_window_size(self.stream_window);
         if let Some((cert, key)) = &self.tls {
             builder = builder
                 .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))

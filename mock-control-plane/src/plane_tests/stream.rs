@@ -222,3 +222,63 @@ async fn a_message_over_grpcs_default_4_mib_ends_the_stream() {
     assert!(!plane.received().iter().any(is("over")));
     assert_eq!(plane.connection_count(), 1);
 }
+
+/// How many ~1 KiB messages a client got to hand over to a mock that reads
+/// one and then stalls, granting `window` bytes of HTTP/2 window (None: the
+/// default): HTTP/2 takes from the client only what the window lets
+/// through, so the count follows the window.
+async fn taken_by_a_stalled_mock(window: Option<u32>) -> usize {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let config = MockConfig {
+        stream_window: window,
+        read_delay: Duration::from_secs(600),
+        ..MockConfig::default()
+    };
+    let plane = MockControlPlane::start(config).await.expect("starts");
+    let mut c = client(&plane.url()).await;
+    let (taken, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let messages = {
+        let (taken, stop) = (taken.clone(), stop.clone());
+        futures::stream::iter((0..).map_while(move |n: usize| {
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            taken.fetch_add(1, Ordering::Relaxed);
+            Some(heartbeat(&format!("{n:01000}")))
+        }))
+    };
+    let _call = c.control_channel(messages).await.expect("opens");
+    // Until the count stops rising (the window full), or far past any window.
+    let mut last = 0;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = taken.load(Ordering::Relaxed);
+        if (now == last && now > 0) || now > 5_000 {
+            break;
+        }
+        last = now;
+    }
+    stop.store(true, Ordering::Relaxed);
+    taken.load(Ordering::Relaxed)
+}
+
+/// `stream_window` is the window the mock grants: a small one stops a
+/// client after about that many bytes, the default only after far more.
+#[tokio::test]
+async fn the_stream_window_bounds_what_a_stalled_mock_takes_in() {
+    let small = taken_by_a_stalled_mock(Some(16 * 1024)).await;
+    let default = taken_by_a_stalled_mock(None).await;
+    // 16 KiB of window, plus what the client's own HTTP/2 and gRPC
+    // encoders hold (a 32 KiB chunk or so): well under 200 messages.
+    assert!(small < 200, "{small} messages taken with a 16 KiB window");
+    // The default (1 MiB) holds about a thousand.
+    assert!(
+        default > 500,
+        "{default} messages taken at the default window"
+    );
+}
