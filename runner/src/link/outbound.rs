@@ -4,9 +4,11 @@
 //! Batches come from [`Sending`] (re-sends first, then the outbox; each
 //! update numbered and recorded there, masked and encoded already by the
 //! outbox — the one place outbound text is masked, whoever produced it).
-//! While one batch goes out the next is taken, so its journal write overlaps
-//! the sending. The stream ends when the session ends, or when shutdown
-//! asked to close and nothing waits (a clean half-close).
+//! While one batch goes out the next is taken (once fewer than
+//! `REFILL_AT` of it remain), so its journal write overlaps the sending
+//! and no more than a batch and that mark are out of the outbox's reach.
+//! The stream ends when the session ends, or when shutdown asked to close
+//! and nothing waits (a clean half-close).
 //!
 //! Written as a [`Stream`] by hand, not an `unfold` of one future per
 //! update: that future was boxed for every update (the compiler cannot
@@ -25,6 +27,17 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::delivery::outgoing::Outgoing;
 use crate::delivery::sending::{Batch, Sending};
+
+/// The next batch is taken once `ready` holds this many updates or
+/// fewer: enough to cover its journal commit (a write on the journal's
+/// writer thread, tens of microseconds) at the link's pace, few enough
+/// that whatever is queued meanwhile (a heartbeat's answer) waits behind at
+/// most this and one batch. Taking whenever no batch was under way let
+/// `ready` grow by a batch per update sent while the transport was
+/// slower than the producers: ten thousand updates, numbered and out of
+/// the outbox's reach (no coalescing, no backpressure), with every answer
+/// behind them (bench/HISTORY.md, round Z12).
+const REFILL_AT: usize = 64;
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + Sync>>;
 
@@ -150,10 +163,13 @@ impl Stream for Outbound {
                 return Poll::Ready(None);
             }
             if let Some(msg) = s.ready.pop_front() {
-                // Take the next batch now and poll it once, so its journal
-                // write runs while this batch goes out (taking is cheap;
-                // only the commit is waited for).
-                if s.next.is_none() && !s.sending.idle() {
+                // Take the next batch once this one is nearly out, and
+                // poll it once, so its journal write runs while the rest
+                // goes out (taking is cheap; only the commit is waited
+                // for). Not sooner: what `ready` holds is numbered and
+                // past the outbox's bound, and an answer queued now waits
+                // behind all of it.
+                if s.next.is_none() && s.ready.len() <= REFILL_AT && !s.sending.idle() {
                     s.take(false);
                 }
                 // An empty batch (this connection ended) is dropped here;
@@ -247,6 +263,53 @@ mod tests {
             .map(|o| o.decode().request_id.unwrap_or_default())
             .collect();
         assert_eq!(ids, ["r0", "r1", "r2", "r3"]);
+    }
+
+    /// A transport slower than the producers: what the stream takes out
+    /// of the outbox ahead of what it has sent stays within one batch and
+    /// the refill mark, so the outbox keeps the rest (where its bound,
+    /// coalescing and backpressure apply) and an answer queued meanwhile
+    /// waits behind no more than that. Taking a batch whenever none was
+    /// under way took the whole outbox in a few updates' time.
+    #[tokio::test]
+    async fn a_slow_transport_takes_no_more_than_a_batch_ahead() {
+        use crate::delivery::sending::BATCH;
+        const QUEUED: usize = 5_000;
+        let outbox = Arc::new(Outbox::new(
+            2 * QUEUED,
+            crate::util::redact::Redactor::new(),
+        ));
+        let sending = Arc::new(Sending::new(
+            outbox.clone(),
+            None,
+            crate::delivery::journal::Recovered::default(),
+            Duration::from_secs(30),
+        ));
+        for n in 0..QUEUED {
+            outbox.push_reply(reply(n));
+        }
+        let mut stream = outbound(sending, CancellationToken::new(), CancellationToken::new());
+        for _ in 0..10 {
+            stream.next().await.expect("an update");
+        }
+        let taken = QUEUED - outbox.stats().depth;
+        assert!(
+            taken <= BATCH + REFILL_AT + 10,
+            "{taken} of {QUEUED} taken out of the outbox after 10 sent"
+        );
+        outbox.push_urgent(crate::delivery::messages::heartbeat(Some("hb".into())));
+        let mut ahead = 0;
+        loop {
+            let next = stream.next().await.expect("an update");
+            if next.label.kind() == "heartbeat_response" {
+                break;
+            }
+            ahead += 1;
+        }
+        assert!(
+            ahead <= BATCH + REFILL_AT,
+            "the answer waited behind {ahead} updates"
+        );
     }
 
     /// Shutdown's close ends a stream with nothing waiting (and ends the

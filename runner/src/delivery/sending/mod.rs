@@ -73,7 +73,7 @@ pub use agent_runner_proto::ACKED_DELIVERY;
 /// At most this many updates are taken per batch: one journal commit (the
 /// sequence marks, or a flush) per batch before it goes on the wire, so the
 /// batch must be large enough for that round trip not to throttle the link.
-const BATCH: usize = 512;
+pub(crate) const BATCH: usize = 512;
 
 /// Delivery state shared by the outbound half, the read loop and shutdown.
 pub struct Sending {
