@@ -4,7 +4,7 @@
 //! Batches come from [`Sending`] (re-sends first, then the outbox; each
 //! update numbered and recorded there, masked and encoded already by the
 //! outbox — the one place outbound text is masked, whoever produced it).
-//! While one batch goes out the next is taken (once fewer than
+//! While one batch goes out the next is taken (once no more than
 //! `REFILL_AT` of it remain), so its journal write overlaps the sending
 //! and no more than a batch and that mark are out of the outbox's reach.
 //! The stream ends when the session ends, or when shutdown asked to close
@@ -220,7 +220,12 @@ mod tests {
     use crate::delivery::outbox::Outbox;
 
     fn sending() -> (Arc<Outbox>, Arc<Sending>) {
-        let outbox = Arc::new(Outbox::new(64, crate::util::redact::Redactor::new()));
+        sending_with_room(64)
+    }
+
+    /// An outbox of `capacity` and its legacy-mode `Sending`, no journal.
+    fn sending_with_room(capacity: usize) -> (Arc<Outbox>, Arc<Sending>) {
+        let outbox = Arc::new(Outbox::new(capacity, crate::util::redact::Redactor::new()));
         let sending = Arc::new(Sending::new(
             outbox.clone(),
             None,
@@ -275,16 +280,7 @@ mod tests {
     async fn a_slow_transport_takes_no_more_than_a_batch_ahead() {
         use crate::delivery::sending::BATCH;
         const QUEUED: usize = 5_000;
-        let outbox = Arc::new(Outbox::new(
-            2 * QUEUED,
-            crate::util::redact::Redactor::new(),
-        ));
-        let sending = Arc::new(Sending::new(
-            outbox.clone(),
-            None,
-            crate::delivery::journal::Recovered::default(),
-            Duration::from_secs(30),
-        ));
+        let (outbox, sending) = sending_with_room(2 * QUEUED);
         for n in 0..QUEUED {
             outbox.push_reply(reply(n));
         }
