@@ -5,7 +5,8 @@
 # runner during three more update throughput runs, not counted in the
 # figures, when perf can record).
 #
-#   bench/run.sh            # full run (a few minutes)
+#   bench/run.sh            # full run (a few minutes, after a release build
+#                           # of about 30 on two cores: one LTO unit)
 #   bench/run.sh --quick    # well under a minute
 set -euo pipefail
 cd "$(dirname "$0")/.."
