@@ -5,8 +5,9 @@
 # runner during three more update throughput runs, not counted in the
 # figures, when perf can record).
 #
-#   bench/run.sh            # full run (a few minutes, after a release build
-#                           # of about 30 on two cores: one LTO unit)
+#   bench/run.sh            # full run (a few minutes, after a cold release
+#                           # build of about 30 minutes on two cores: one
+#                           # LTO unit, Cargo.toml's [profile.release])
 #   bench/run.sh --quick    # well under a minute
 set -euo pipefail
 cd "$(dirname "$0")/.."
